@@ -1,0 +1,106 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// Swift 6 language mode everywhere (the tools version sets it); warnings are treated as work to do,
+// not noise: `ops/test` builds with -warnings-as-errors.
+let package = Package(
+    name: "apns-pipeline",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "apns-pipeline", targets: ["apns-pipeline"]),
+        .library(name: "APNsProtocol", targets: ["APNsProtocol"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+    ],
+    targets: [
+        // Pure protocol code: wire formats, device tokens, payloads. Standard library only, no I/O,
+        // so it can be fuzzed with `swiftc -sanitize=fuzzer` and reasoned about in isolation.
+        .target(name: "APNsProtocol"),
+
+        // The binary gateway + feedback service simulator (SwiftNIO + swift-nio-ssl).
+        .target(
+            name: "GatewaySimulator",
+            dependencies: [
+                "APNsProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // librdkafka through a system-library target; `Kafka` is the one Swift type family that calls it.
+        .systemLibrary(
+            name: "CRdKafka",
+            // No `pkgConfig:` here: rdkafka.pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses with a
+            // warning on every build. The headers are in /usr/include/librdkafka, found without it.
+            providers: [.apt(["librdkafka-dev"])]
+        ),
+        .target(
+            name: "Kafka",
+            dependencies: [
+                "CRdKafka",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // hiredis through a system-library target; `Redis` wraps it (blocking calls on a thread of its own).
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
+        .target(
+            name: "Redis",
+            dependencies: [
+                "CHiredis",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        .executableTarget(
+            name: "apns-pipeline",
+            dependencies: [
+                "APNsProtocol",
+                "GatewaySimulator",
+                "Kafka",
+                "Redis",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+
+        .testTarget(
+            name: "APNsProtocolTests",
+            dependencies: [
+                "APNsProtocol",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]
+        ),
+        .testTarget(
+            name: "KafkaTests",
+            dependencies: ["Kafka"]
+        ),
+        .testTarget(
+            name: "RedisTests",
+            dependencies: ["Redis"]
+        ),
+        .testTarget(
+            name: "GatewaySimulatorTests",
+            dependencies: [
+                "GatewaySimulator",
+                "APNsProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
+    ]
+)

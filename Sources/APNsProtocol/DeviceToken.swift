@@ -1,0 +1,130 @@
+/// A device token: 32 opaque bytes that APNs gave a device (spec 003, "Token Generation and Dispersal"),
+/// carried around as 64 hex characters.
+///
+/// Stored inline as four words, so a token costs no heap allocation to keep, hash or encode.
+public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
+    /// Length of a device token on the wire (item 1 of command 2: "Device token, 32 bytes").
+    public static let byteCount = 32
+    /// Length of its hex form.
+    public static let hexCount = 64
+
+    @usableFromInline
+    internal var words: (UInt64, UInt64, UInt64, UInt64)  // big-endian byte order, as on the wire
+
+    public enum ParseError: Error, Equatable, Sendable, CustomStringConvertible {
+        /// The hex text is not 64 characters long (the count is in UTF-8 bytes).
+        case wrongHexLength(Int)
+        /// A character that is not 0-9, a-f or A-F, at this UTF-8 offset.
+        case notHex(offset: Int)
+        /// Binary form that is not 32 bytes.
+        case wrongByteCount(Int)
+
+        public var description: String {
+            switch self {
+            case .wrongHexLength(let n): "device token must be 64 hex characters, got \(n)"
+            case .notHex(let offset): "device token has a non-hex character at offset \(offset)"
+            case .wrongByteCount(let n): "device token must be 32 bytes, got \(n)"
+            }
+        }
+    }
+
+    /// Parses 64 hex characters, upper or lower case.
+    public init(hex: some StringProtocol) throws(ParseError) {
+        var text = String(hex)
+        let result = text.withUTF8 { bytes in
+            Result { () throws(ParseError) in try DeviceToken(hexBytes: UnsafeRawBufferPointer(bytes)) }
+        }
+        self = try result.get()
+    }
+
+    /// Parses hex from raw UTF-8 bytes (as found inside a JSON message) without building a String.
+    public init(hexBytes: UnsafeRawBufferPointer) throws(ParseError) {
+        guard hexBytes.count == Self.hexCount else { throw .wrongHexLength(hexBytes.count) }
+        var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        for wordIndex in 0..<4 {
+            var word: UInt64 = 0
+            for i in 0..<16 {
+                let offset = wordIndex * 16 + i
+                guard let nibble = Self.nibble(hexBytes[offset]) else { throw .notHex(offset: offset) }
+                word = word << 4 | UInt64(nibble)
+            }
+            switch wordIndex {
+            case 0: w.0 = word
+            case 1: w.1 = word
+            case 2: w.2 = word
+            default: w.3 = word
+            }
+        }
+        words = w
+    }
+
+    /// Takes the 32 binary bytes of a token (as read from item 1 or a feedback tuple).
+    public init(bytes: some Collection<UInt8>) throws(ParseError) {
+        guard bytes.count == Self.byteCount else { throw .wrongByteCount(bytes.count) }
+        var w: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &w) { raw in
+            for (i, byte) in bytes.enumerated() { raw[i] = byte }
+        }
+        words = (UInt64(bigEndian: w.0), UInt64(bigEndian: w.1), UInt64(bigEndian: w.2), UInt64(bigEndian: w.3))
+    }
+
+    @inline(__always)
+    static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): c &- UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): c &- UInt8(ascii: "a") &+ 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): c &- UInt8(ascii: "A") &+ 10
+        default: nil
+        }
+    }
+
+    /// Calls `body` with the 32 bytes in wire order.
+    @inlinable
+    public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        var be = (words.0.bigEndian, words.1.bigEndian, words.2.bigEndian, words.3.bigEndian)
+        return try withUnsafeBytes(of: &be) { try body($0) }
+    }
+
+    /// The 32 bytes in wire order.
+    public var bytes: [UInt8] { withBytes { Array($0) } }
+
+    /// Lower-case hex, the form the pipeline uses in Redis keys and logs.
+    public var hex: String {
+        let digits: [UInt8] = Array("0123456789abcdef".utf8)
+        return String(unsafeUninitializedCapacity: Self.hexCount) { out in
+            withBytes { raw in
+                for (i, byte) in raw.enumerated() {
+                    out[2 * i] = digits[Int(byte >> 4)]
+                    out[2 * i + 1] = digits[Int(byte & 0x0F)]
+                }
+            }
+            return Self.hexCount
+        }
+    }
+
+    /// A stable 64-bit hash of the token (FNV-1a over the 32 bytes): routing to shards must not change
+    /// between runs or processes, which Swift's seeded `Hasher` would.
+    public var stableHash: UInt64 {
+        withBytes { raw in
+            var h: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in raw {
+                h ^= UInt64(byte)
+                h &*= 0x0000_0100_0000_01B3
+            }
+            return h
+        }
+    }
+
+    public static func == (a: DeviceToken, b: DeviceToken) -> Bool {
+        a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(words.0)
+        hasher.combine(words.1)
+        hasher.combine(words.2)
+        hasher.combine(words.3)
+    }
+
+    public var description: String { hex }
+}

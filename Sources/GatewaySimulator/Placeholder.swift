@@ -1,0 +1,2 @@
+import NIOSSL
+public enum P2 {}

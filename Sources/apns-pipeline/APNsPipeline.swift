@@ -1,0 +1,15 @@
+import ArgumentParser
+
+/// `apns-pipeline`: one executable, one subcommand per job an operator runs.
+/// Each subcommand lives in its own file under `Commands/`.
+@main
+struct APNsPipeline: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "apns-pipeline",
+        abstract: "Send Apple push notifications in bulk: Kafka in, binary APNs gateways out, Redis beside.",
+        subcommands: [
+            // Keep this list sorted; add a subcommand by adding its file under Commands/ and its type here.
+            TokenCommand.self,
+        ]
+    )
+}
