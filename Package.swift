@@ -52,7 +52,7 @@ let package = Package(
         // hiredis through a system-library target; `Redis` wraps it (blocking calls on a thread of its own).
         .systemLibrary(
             name: "CHiredis",
-            pkgConfig: "hiredis",
+            // No `pkgConfig:`: hiredis.pc adds -D_FILE_OFFSET_BITS=64 too (see CRdKafka).
             providers: [.apt(["libhiredis-dev"])]
         ),
         .target(
