@@ -1,0 +1,241 @@
+/// A strict RFC 8259 parser into `JSONValue`, over raw UTF-8 bytes.
+///
+/// Hand-written because the protocol module depends on nothing but the standard library (it is fuzzed
+/// on its own), and because it reads a job in one pass without Foundation's bridging. Nesting is
+/// limited (hostile input must not blow the stack), invalid UTF-8 and lone surrogates are errors, and
+/// every error says at which byte offset it happened.
+public struct JSONParser {
+    public struct Error: Swift.Error, Equatable, Sendable, CustomStringConvertible {
+        public var offset: Int
+        public var message: String
+        public var description: String { "invalid JSON at byte \(offset): \(message)" }
+    }
+
+    public static let maxDepth = 64
+
+    public static func parse(_ bytes: some Collection<UInt8>) throws(Error) -> JSONValue {
+        if let result = bytes.withContiguousStorageIfAvailable({ buffer in
+            Result { () throws(Error) in try parse(UnsafeRawBufferPointer(buffer)) }
+        }) {
+            return try result.get()
+        }
+        let copy = Array(bytes)
+        return try copy.withUnsafeBytes { raw in Result { () throws(Error) in try parse(raw) } }.get()
+    }
+
+    public static func parse(_ text: String) throws(Error) -> JSONValue {
+        try parse(Array(text.utf8))
+    }
+
+    public static func parse(_ raw: UnsafeRawBufferPointer) throws(Error) -> JSONValue {
+        var parser = JSONParser(bytes: raw)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == raw.count else { throw parser.error("unexpected data after the value") }
+        return value
+    }
+
+    private let bytes: UnsafeRawBufferPointer
+    private var index = 0
+
+    private init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+
+    private func error(_ message: String) -> Error { Error(offset: index, message: message) }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func parseValue(depth: Int) throws(Error) -> JSONValue {
+        guard index < bytes.count else { throw error("unexpected end of input") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth + 1)
+        case UInt8(ascii: "["): return try parseArray(depth: depth + 1)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw error("unexpected character")
+        }
+    }
+
+    private mutating func expectLiteral(_ literal: StaticString) throws(Error) {
+        let n = literal.utf8CodeUnitCount
+        guard index + n <= bytes.count else { throw error("unexpected end of input") }
+        let expected = UnsafeRawBufferPointer(start: literal.utf8Start, count: n)
+        for i in 0..<n where bytes[index + i] != expected[i] { throw error("invalid literal") }
+        index += n
+    }
+
+    private mutating func parseObject(depth: Int) throws(Error) -> JSONValue {
+        guard depth <= Self.maxDepth else { throw error("nested deeper than \(Self.maxDepth)") }
+        index += 1
+        var members: [(key: String, value: JSONValue)] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key string") }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            let value = try parseValue(depth: depth)
+            members.append((key: key, value: value))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input in object") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            } else {
+                throw error("expected ',' or '}'")
+            }
+        }
+    }
+
+    private mutating func parseArray(depth: Int) throws(Error) -> JSONValue {
+        guard depth <= Self.maxDepth else { throw error("nested deeper than \(Self.maxDepth)") }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(elements)
+        }
+        while true {
+            skipWhitespace()
+            elements.append(try parseValue(depth: depth))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input in array") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(elements)
+            } else {
+                throw error("expected ',' or ']'")
+            }
+        }
+    }
+
+    private mutating func parseNumber() throws(Error) -> String {
+        let start = index
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw error("incomplete number") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if isDigit(bytes[index]) {
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        } else {
+            throw error("invalid number")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard index < bytes.count, isDigit(bytes[index]) else { throw error("digit expected after '.'") }
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                index += 1
+            }
+            guard index < bytes.count, isDigit(bytes[index]) else { throw error("digit expected in exponent") }
+            while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+    }
+
+    @inline(__always)
+    private func isDigit(_ b: UInt8) -> Bool { b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") }
+
+    /// Parses a string literal; `index` is at the opening quote.
+    private mutating func parseString() throws(Error) -> String {
+        index += 1
+        let start = index
+        // Fast path: no escapes, valid UTF-8 checked by String(validating:).
+        while index < bytes.count {
+            let b = bytes[index]
+            if b == UInt8(ascii: "\"") {
+                let slice = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+                guard let s = String(validating: slice, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
+                index += 1
+                return s
+            }
+            if b == UInt8(ascii: "\\") { break }
+            if b < 0x20 { throw error("control character in string") }
+            index += 1
+        }
+        // Slow path: copy with escapes resolved.
+        var out = Array(UnsafeRawBufferPointer(rebasing: bytes[start..<index]))
+        while index < bytes.count {
+            let b = bytes[index]
+            switch b {
+            case UInt8(ascii: "\""):
+                index += 1
+                guard let s = String(validating: out, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
+                return s
+            case UInt8(ascii: "\\"):
+                index += 1
+                guard index < bytes.count else { throw error("unexpected end of input in escape") }
+                let e = bytes[index]
+                index += 1
+                switch e {
+                case UInt8(ascii: "\""): out.append(UInt8(ascii: "\""))
+                case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\"))
+                case UInt8(ascii: "/"): out.append(UInt8(ascii: "/"))
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try parseHex4()
+                    if (0xD800...0xDBFF).contains(scalar) {
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                            bytes[index + 1] == UInt8(ascii: "u")
+                        else { throw error("lone high surrogate") }
+                        index += 2
+                        let low = try parseHex4()
+                        guard (0xDC00...0xDFFF).contains(low) else { throw error("invalid low surrogate") }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00...0xDFFF).contains(scalar) {
+                        throw error("lone low surrogate")
+                    }
+                    guard let u = Unicode.Scalar(scalar) else { throw error("invalid code point") }
+                    out.append(contentsOf: UTF8.encode(u)!)
+                default:
+                    throw error("invalid escape")
+                }
+            default:
+                if b < 0x20 { throw error("control character in string") }
+                out.append(b)
+                index += 1
+            }
+        }
+        throw error("unterminated string")
+    }
+
+    private mutating func parseHex4() throws(Error) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw error("incomplete \\u escape") }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            guard let n = DeviceToken.nibble(bytes[index]) else { throw error("invalid \\u escape") }
+            v = v << 4 | UInt32(n)
+            index += 1
+        }
+        return v
+    }
+}

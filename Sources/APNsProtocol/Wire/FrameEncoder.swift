@@ -1,0 +1,114 @@
+/// Encoders for the three notification formats of the binary interface (spec 003, "The Binary Interface
+/// and Notification Format" and "Legacy Information"). All integers are big endian ("network order").
+///
+/// They only append to a caller-provided `ByteSink`: no intermediate arrays, no allocation of their own.
+/// Validation of sizes is the caller's (the `Payload` builder and the job validator); the encoders
+/// trap only on values the wire cannot represent at all (a payload longer than 65 535 bytes).
+public enum FrameEncoder {
+    /// Item identifiers of command 2 (the table "The items and their identifiers").
+    public enum Item: UInt8, Sendable {
+        case deviceToken = 1
+        case payload = 2
+        case notificationIdentifier = 3
+        case expirationDate = 4
+        case priority = 5
+    }
+
+    /// Size of a command-2 frame with every item and a payload of `payloadCount` bytes:
+    /// command (1) + frame length (4) + items, each item 3 bytes of header + data:
+    /// token 3+32, payload 3+n, identifier 3+4, expiry 3+4, priority 3+1.
+    @inlinable
+    public static func command2Size(payloadCount: Int) -> Int { 5 + 35 + 3 + payloadCount + 7 + 7 + 4 }
+
+    /// Command 2: `02 | frame length u32 | items 1–5`.
+    @inlinable
+    public static func writeCommand2(
+        token: DeviceToken,
+        payload: UnsafeRawBufferPointer,
+        identifier: UInt32,
+        expiry: UInt32,
+        priority: Priority,
+        into sink: inout some ByteSink
+    ) {
+        precondition(payload.count <= Int(UInt16.max), "payload longer than an item length can say")
+        sink.writeByte(2)
+        sink.writeUInt32BE(UInt32(command2Size(payloadCount: payload.count) - 5))
+        sink.writeByte(Item.deviceToken.rawValue)
+        sink.writeUInt16BE(UInt16(DeviceToken.byteCount))
+        token.withBytes { sink.writeBytes($0) }
+        sink.writeByte(Item.payload.rawValue)
+        sink.writeUInt16BE(UInt16(payload.count))
+        sink.writeBytes(payload)
+        sink.writeByte(Item.notificationIdentifier.rawValue)
+        sink.writeUInt16BE(4)
+        sink.writeUInt32BE(identifier)
+        sink.writeByte(Item.expirationDate.rawValue)
+        sink.writeUInt16BE(4)
+        sink.writeUInt32BE(expiry)
+        sink.writeByte(Item.priority.rawValue)
+        sink.writeUInt16BE(1)
+        sink.writeByte(priority.rawValue)
+    }
+
+    /// Legacy enhanced format, command 1:
+    /// `01 | identifier u32 | expiry u32 | token length u16 | token | payload length u16 | payload`.
+    /// It has no priority: 10 is assumed ("These formats do not include a priority").
+    @inlinable
+    public static func writeCommand1(
+        token: DeviceToken,
+        payload: UnsafeRawBufferPointer,
+        identifier: UInt32,
+        expiry: UInt32,
+        into sink: inout some ByteSink
+    ) {
+        precondition(payload.count <= Int(UInt16.max), "payload longer than its length field can say")
+        sink.writeByte(1)
+        sink.writeUInt32BE(identifier)
+        sink.writeUInt32BE(expiry)
+        sink.writeUInt16BE(UInt16(DeviceToken.byteCount))
+        token.withBytes { sink.writeBytes($0) }
+        sink.writeUInt16BE(UInt16(payload.count))
+        sink.writeBytes(payload)
+    }
+
+    /// Legacy simple format, command 0: `00 | token length u16 | token | payload length u16 | payload`.
+    /// No identifier, so a gateway can only sever the connection on error, without saying which.
+    @inlinable
+    public static func writeCommand0(
+        token: DeviceToken,
+        payload: UnsafeRawBufferPointer,
+        into sink: inout some ByteSink
+    ) {
+        precondition(payload.count <= Int(UInt16.max), "payload longer than its length field can say")
+        sink.writeByte(0)
+        sink.writeUInt16BE(UInt16(DeviceToken.byteCount))
+        token.withBytes { sink.writeBytes($0) }
+        sink.writeUInt16BE(UInt16(payload.count))
+        sink.writeBytes(payload)
+    }
+
+    /// Error-response packet: `08 | status u8 | identifier u32` (6 bytes). Written by the gateway side.
+    @inlinable
+    public static func writeErrorResponse(_ response: ErrorResponse, into sink: inout some ByteSink) {
+        sink.writeByte(ErrorResponse.command)
+        sink.writeByte(response.status.rawValue)
+        sink.writeUInt32BE(response.identifier)
+    }
+
+    /// Feedback tuple: `time u32 | token length u16 | token`. Written by the feedback service side.
+    @inlinable
+    public static func writeFeedbackTuple(_ tuple: FeedbackTuple, into sink: inout some ByteSink) {
+        precondition(tuple.token.count <= Int(UInt16.max))
+        sink.writeUInt32BE(tuple.timestamp)
+        sink.writeUInt16BE(UInt16(tuple.token.count))
+        sink.writeBytes(tuple.token)
+    }
+}
+
+/// Notification priority (item 5). Only 10 and 5 are defined.
+public enum Priority: UInt8, Sendable, Hashable, CaseIterable {
+    /// "The push message is sent immediately." Must trigger an alert, sound or badge.
+    case immediate = 10
+    /// "Sent at a time that conserves power on the device receiving it."
+    case conservePower = 5
+}
