@@ -5,7 +5,7 @@ import PackageDescription
 // not noise: `ops/test` builds with -warnings-as-errors.
 let package = Package(
     name: "apns-pipeline",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .executable(name: "apns-pipeline", targets: ["apns-pipeline"]),
         .library(name: "APNsProtocol", targets: ["APNsProtocol"]),
@@ -22,13 +22,26 @@ let package = Package(
         // so it can be fuzzed with `swiftc -sanitize=fuzzer` and reasoned about in isolation.
         .target(name: "APNsProtocol"),
 
+        // What the TLS ends (simulator, sender, feedback poller) share: encoders writing into NIO's
+        // ByteBuffer, the app topic read from a provider certificate.
+        .target(
+            name: "APNsTransport",
+            dependencies: [
+                "APNsProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
+        ),
+
         // The binary gateway + feedback service simulator (SwiftNIO + swift-nio-ssl).
         .target(
             name: "GatewaySimulator",
             dependencies: [
                 "APNsProtocol",
+                "APNsTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -97,6 +110,7 @@ let package = Package(
             dependencies: [
                 "GatewaySimulator",
                 "APNsProtocol",
+                "APNsTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -9,6 +9,7 @@ struct APNsPipeline: AsyncParsableCommand {
         abstract: "Send Apple push notifications in bulk: Kafka in, binary APNs gateways out, Redis beside.",
         subcommands: [
             // Keep this list sorted; add a subcommand by adding its file under Commands/ and its type here.
+            GatewaySimCommand.self,
             TokenCommand.self,
         ]
     )

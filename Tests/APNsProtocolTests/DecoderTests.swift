@@ -132,11 +132,11 @@ import Testing
         var body: [UInt8] = []
         for (id, data) in items {
             body.append(id)
-            body.writeUInt16BE(UInt16(data.count))
+            body.putUInt16BE(UInt16(data.count))
             body.append(contentsOf: data)
         }
         var out: [UInt8] = [2]
-        out.writeUInt32BE(frameLength ?? UInt32(body.count))
+        out.putUInt32BE(frameLength ?? UInt32(body.count))
         return out + body
     }
 
@@ -144,7 +144,7 @@ import Testing
     static let payloadItem: (UInt8, [UInt8]) = (2, payload)
     static func idItem(_ id: UInt32) -> (UInt8, [UInt8]) {
         var b: [UInt8] = []
-        b.writeUInt32BE(id)
+        b.putUInt32BE(id)
         return (3, b)
     }
     static let expiryItem: (UInt8, [UInt8]) = (4, [0, 0, 0, 0])

@@ -99,37 +99,37 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByBooleanLiteral, Ex
 public enum JSONWriter {
     public static func write(_ value: JSONValue, into out: inout some ByteSink) {
         switch value {
-        case .null: out.writeBytes("null".utf8)
-        case .bool(let b): out.writeBytes((b ? "true" : "false").utf8)
-        case .number(let n): out.writeBytes(n.utf8)
+        case .null: out.putBytes("null".utf8)
+        case .bool(let b): out.putBytes((b ? "true" : "false").utf8)
+        case .number(let n): out.putBytes(n.utf8)
         case .string(let s): writeString(s, into: &out)
         case .array(let elements):
-            out.writeByte(UInt8(ascii: "["))
+            out.putByte(UInt8(ascii: "["))
             for (i, e) in elements.enumerated() {
-                if i > 0 { out.writeByte(UInt8(ascii: ",")) }
+                if i > 0 { out.putByte(UInt8(ascii: ",")) }
                 write(e, into: &out)
             }
-            out.writeByte(UInt8(ascii: "]"))
+            out.putByte(UInt8(ascii: "]"))
         case .object(let members):
-            out.writeByte(UInt8(ascii: "{"))
+            out.putByte(UInt8(ascii: "{"))
             for (i, m) in members.enumerated() {
-                if i > 0 { out.writeByte(UInt8(ascii: ",")) }
+                if i > 0 { out.putByte(UInt8(ascii: ",")) }
                 writeString(m.key, into: &out)
-                out.writeByte(UInt8(ascii: ":"))
+                out.putByte(UInt8(ascii: ":"))
                 write(m.value, into: &out)
             }
-            out.writeByte(UInt8(ascii: "}"))
+            out.putByte(UInt8(ascii: "}"))
         }
     }
 
     /// Writes a JSON string literal: `"` and `\` escaped, control characters as short escapes or
     /// `\u00XX`, everything else as raw UTF-8 (the shortest correct form, which matters at 2 KB).
     public static func writeString(_ s: String, into out: inout some ByteSink) {
-        out.writeByte(UInt8(ascii: "\""))
+        out.putByte(UInt8(ascii: "\""))
         for byte in s.utf8 {
             writeEscaped(byte, into: &out)
         }
-        out.writeByte(UInt8(ascii: "\""))
+        out.putByte(UInt8(ascii: "\""))
     }
 
     /// How many bytes `byte` takes inside a JSON string literal.
@@ -145,19 +145,19 @@ public enum JSONWriter {
     @inline(__always)
     static func writeEscaped(_ byte: UInt8, into out: inout some ByteSink) {
         switch byte {
-        case UInt8(ascii: "\""): out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "\""))
-        case UInt8(ascii: "\\"): out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "\\"))
-        case 0x08: out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "b"))
-        case 0x0C: out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "f"))
-        case 0x0A: out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "n"))
-        case 0x0D: out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "r"))
-        case 0x09: out.writeByte(UInt8(ascii: "\\")); out.writeByte(UInt8(ascii: "t"))
+        case UInt8(ascii: "\""): out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "\""))
+        case UInt8(ascii: "\\"): out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "\\"))
+        case 0x08: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "b"))
+        case 0x0C: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "f"))
+        case 0x0A: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "n"))
+        case 0x0D: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "r"))
+        case 0x09: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "t"))
         case 0..<0x20:
             let hex: [UInt8] = Array("0123456789abcdef".utf8)
-            out.writeBytes("\\u00".utf8)
-            out.writeByte(hex[Int(byte >> 4)])
-            out.writeByte(hex[Int(byte & 0xF)])
-        default: out.writeByte(byte)
+            out.putBytes("\\u00".utf8)
+            out.putByte(hex[Int(byte >> 4)])
+            out.putByte(hex[Int(byte & 0xF)])
+        default: out.putByte(byte)
         }
     }
 

@@ -31,23 +31,23 @@ public enum FrameEncoder {
         into sink: inout some ByteSink
     ) {
         precondition(payload.count <= Int(UInt16.max), "payload longer than an item length can say")
-        sink.writeByte(2)
-        sink.writeUInt32BE(UInt32(command2Size(payloadCount: payload.count) - 5))
-        sink.writeByte(Item.deviceToken.rawValue)
-        sink.writeUInt16BE(UInt16(DeviceToken.byteCount))
-        token.withBytes { sink.writeBytes($0) }
-        sink.writeByte(Item.payload.rawValue)
-        sink.writeUInt16BE(UInt16(payload.count))
-        sink.writeBytes(payload)
-        sink.writeByte(Item.notificationIdentifier.rawValue)
-        sink.writeUInt16BE(4)
-        sink.writeUInt32BE(identifier)
-        sink.writeByte(Item.expirationDate.rawValue)
-        sink.writeUInt16BE(4)
-        sink.writeUInt32BE(expiry)
-        sink.writeByte(Item.priority.rawValue)
-        sink.writeUInt16BE(1)
-        sink.writeByte(priority.rawValue)
+        sink.putByte(2)
+        sink.putUInt32BE(UInt32(command2Size(payloadCount: payload.count) - 5))
+        sink.putByte(Item.deviceToken.rawValue)
+        sink.putUInt16BE(UInt16(DeviceToken.byteCount))
+        token.withBytes { sink.putBytes($0) }
+        sink.putByte(Item.payload.rawValue)
+        sink.putUInt16BE(UInt16(payload.count))
+        sink.putBytes(payload)
+        sink.putByte(Item.notificationIdentifier.rawValue)
+        sink.putUInt16BE(4)
+        sink.putUInt32BE(identifier)
+        sink.putByte(Item.expirationDate.rawValue)
+        sink.putUInt16BE(4)
+        sink.putUInt32BE(expiry)
+        sink.putByte(Item.priority.rawValue)
+        sink.putUInt16BE(1)
+        sink.putByte(priority.rawValue)
     }
 
     /// Legacy enhanced format, command 1:
@@ -62,13 +62,13 @@ public enum FrameEncoder {
         into sink: inout some ByteSink
     ) {
         precondition(payload.count <= Int(UInt16.max), "payload longer than its length field can say")
-        sink.writeByte(1)
-        sink.writeUInt32BE(identifier)
-        sink.writeUInt32BE(expiry)
-        sink.writeUInt16BE(UInt16(DeviceToken.byteCount))
-        token.withBytes { sink.writeBytes($0) }
-        sink.writeUInt16BE(UInt16(payload.count))
-        sink.writeBytes(payload)
+        sink.putByte(1)
+        sink.putUInt32BE(identifier)
+        sink.putUInt32BE(expiry)
+        sink.putUInt16BE(UInt16(DeviceToken.byteCount))
+        token.withBytes { sink.putBytes($0) }
+        sink.putUInt16BE(UInt16(payload.count))
+        sink.putBytes(payload)
     }
 
     /// Legacy simple format, command 0: `00 | token length u16 | token | payload length u16 | payload`.
@@ -80,28 +80,28 @@ public enum FrameEncoder {
         into sink: inout some ByteSink
     ) {
         precondition(payload.count <= Int(UInt16.max), "payload longer than its length field can say")
-        sink.writeByte(0)
-        sink.writeUInt16BE(UInt16(DeviceToken.byteCount))
-        token.withBytes { sink.writeBytes($0) }
-        sink.writeUInt16BE(UInt16(payload.count))
-        sink.writeBytes(payload)
+        sink.putByte(0)
+        sink.putUInt16BE(UInt16(DeviceToken.byteCount))
+        token.withBytes { sink.putBytes($0) }
+        sink.putUInt16BE(UInt16(payload.count))
+        sink.putBytes(payload)
     }
 
     /// Error-response packet: `08 | status u8 | identifier u32` (6 bytes). Written by the gateway side.
     @inlinable
     public static func writeErrorResponse(_ response: ErrorResponse, into sink: inout some ByteSink) {
-        sink.writeByte(ErrorResponse.command)
-        sink.writeByte(response.status.rawValue)
-        sink.writeUInt32BE(response.identifier)
+        sink.putByte(ErrorResponse.command)
+        sink.putByte(response.status.rawValue)
+        sink.putUInt32BE(response.identifier)
     }
 
     /// Feedback tuple: `time u32 | token length u16 | token`. Written by the feedback service side.
     @inlinable
     public static func writeFeedbackTuple(_ tuple: FeedbackTuple, into sink: inout some ByteSink) {
         precondition(tuple.token.count <= Int(UInt16.max))
-        sink.writeUInt32BE(tuple.timestamp)
-        sink.writeUInt16BE(UInt16(tuple.token.count))
-        sink.writeBytes(tuple.token)
+        sink.putUInt32BE(tuple.timestamp)
+        sink.putUInt16BE(UInt16(tuple.token.count))
+        sink.putBytes(tuple.token)
     }
 }
 

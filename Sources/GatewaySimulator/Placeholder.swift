@@ -1,2 +1,0 @@
-import NIOSSL
-public enum P2 {}

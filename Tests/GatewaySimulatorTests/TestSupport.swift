@@ -1,0 +1,176 @@
+import APNsProtocol
+import Foundation
+import GatewaySimulator
+import NIOCore
+import NIOPosix
+import NIOSSL
+import Testing
+
+/// The certificates `ops/certs` makes; made on first use when a test runs outside `ops/test`.
+enum TestCertificates {
+    static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let dir = root.appendingPathComponent(".run/certs").path
+        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
+            try? p.run()
+            p.waitUntilExit()
+        }
+        return dir
+    }()
+
+    static func pem(_ name: String) -> String { "\(directory)/\(name).pem" }
+    static func key(_ name: String) -> String { "\(directory)/\(name).key" }
+}
+
+let shop = "com.example.shop"
+let news = "com.example.news"
+
+/// A provider-side TLS connection for tests: writes raw bytes, collects everything the server sends
+/// until it closes.
+final class RawTLSClient: Sendable {
+    let channel: any Channel
+    private let collector: NIOLoopBound<Collector>
+    private let closed: EventLoopFuture<[UInt8]>
+
+    static let group = MultiThreadedEventLoopGroup.singleton
+
+    /// `certificate` nil connects without a client certificate.
+    static func connect(port: Int, certificate: String?, caName: String = "ca") async throws -> RawTLSClient {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.trustRoots = .file(TestCertificates.pem(caName))
+        if let certificate {
+            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(TestCertificates.pem(certificate)).map { .certificate($0) }
+            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: TestCertificates.key(certificate), format: .pem))
+        }
+        let context = try NIOSSLContext(configuration: tls)
+        let channel = try await ClientBootstrap(group: group)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost"))
+                    try channel.pipeline.syncOperations.addHandler(Collector(promise: channel.eventLoop.makePromise()))
+                }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        let collector = try await channel.pipeline.handler(type: Collector.self).map { NIOLoopBound($0, eventLoop: channel.eventLoop) }.get()
+        let closed = try await channel.eventLoop.submit { collector.value.promise.futureResult }.get()
+        return RawTLSClient(channel: channel, collector: collector, closed: closed)
+    }
+
+    private init(channel: any Channel, collector: NIOLoopBound<Collector>, closed: EventLoopFuture<[UInt8]>) {
+        self.channel = channel
+        self.collector = collector
+        self.closed = closed
+    }
+
+    func send(_ bytes: [UInt8]) async throws {
+        try await channel.writeAndFlush(channel.allocator.buffer(bytes: bytes)).get()
+    }
+
+    /// Sends in pieces of `piece` bytes, each flushed on its own: TLS records split the stream there.
+    func send(_ bytes: [UInt8], inPiecesOf piece: Int) async throws {
+        var i = 0
+        while i < bytes.count {
+            let end = min(i + piece, bytes.count)
+            try await channel.writeAndFlush(channel.allocator.buffer(bytes: bytes[i..<end])).get()
+            i = end
+        }
+    }
+
+    /// Everything the server sent, once it has closed the connection (or `timeout` passed: then the
+    /// connection is closed by us and what arrived is returned).
+    func receiveUntilClosed(timeout: Duration = .seconds(10)) async throws -> [UInt8] {
+        let channel = self.channel
+        let timer = Task {
+            try await Task.sleep(for: timeout)
+            try await channel.close()
+        }
+        defer { timer.cancel() }
+        return try await closed.get()
+    }
+
+    var handshakeError: (any Error)? {
+        get async { try? await channel.eventLoop.submit { [collector] in collector.value.error }.get() }
+    }
+
+    func close() async { try? await channel.close() }
+
+    final class Collector: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        var received: [UInt8] = []
+        var error: (any Error)?
+        let promise: EventLoopPromise<[UInt8]>
+
+        init(promise: EventLoopPromise<[UInt8]>) { self.promise = promise }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            received.append(contentsOf: unwrapInboundIn(data).readableBytesView)
+        }
+
+        func errorCaught(context: ChannelHandlerContext, error: any Error) {
+            self.error = self.error ?? error
+            context.close(promise: nil)
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            promise.succeed(received)
+        }
+    }
+}
+
+/// Starts a simulator on free ports with in-memory records, runs `body`, stops it.
+func withSimulator(
+    faults: FaultScript = FaultScript(), limits: PayloadLimits = .default,
+    _ body: (GatewaySimulator) async throws -> Void
+) async throws {
+    var config = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+    config.faults = faults
+    config.limits = limits
+    config.keepRecordsInMemory = true
+    let simulator = try GatewaySimulator(configuration: config)
+    try await simulator.start()
+    do {
+        try await body(simulator)
+    } catch {
+        try await simulator.stop()
+        throw error
+    }
+    try await simulator.stop()
+}
+
+/// Waits until `condition` holds (the simulator processes on its own threads), failing after 10 s.
+func eventually(
+    _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while !condition() {
+        if ContinuousClock.now > deadline {
+            Issue.record("timed out waiting for: \(what)", sourceLocation: sourceLocation)
+            return
+        }
+        try await Task.sleep(for: .milliseconds(5))
+    }
+}
+
+func token(_ n: Int) -> DeviceToken {
+    var bytes = [UInt8](repeating: 0xA0, count: 32)
+    bytes[28] = UInt8(truncatingIfNeeded: n >> 24)
+    bytes[29] = UInt8(truncatingIfNeeded: n >> 16)
+    bytes[30] = UInt8(truncatingIfNeeded: n >> 8)
+    bytes[31] = UInt8(truncatingIfNeeded: n)
+    return try! DeviceToken(bytes: bytes)
+}
+
+func frame(_ n: Int, token t: DeviceToken? = nil, job: String? = nil) -> [UInt8] {
+    let payload = Array(#"{"aps":{"alert":"n\#(n)"},"jid":"\#(job ?? "job-\(n)")"}"#.utf8)
+    var out: [UInt8] = []
+    payload.withUnsafeBytes {
+        FrameEncoder.writeCommand2(
+            token: t ?? token(n), payload: $0, identifier: UInt32(n), expiry: 0, priority: .immediate, into: &out)
+    }
+    return out
+}
