@@ -9,6 +9,8 @@ let package = Package(
     products: [
         .executable(name: "apns-pipeline", targets: ["apns-pipeline"]),
         .library(name: "APNsProtocol", targets: ["APNsProtocol"]),
+        .library(name: "APNsTransport", targets: ["APNsTransport"]),
+        .library(name: "GatewaySimulator", targets: ["GatewaySimulator"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

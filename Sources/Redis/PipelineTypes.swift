@@ -1,0 +1,225 @@
+/// A job asking the gate whether it may be sent.
+public struct GateRequest: Sendable, Hashable {
+    public var jobID: String
+    /// Bundle id (= certificate topic).
+    public var app: String
+    /// Device token, hex; case-insensitive.
+    public var tokenHex: String
+
+    public init(jobID: String, app: String, tokenHex: String) {
+        self.jobID = jobID
+        self.app = app
+        self.tokenHex = tokenHex
+    }
+}
+
+/// What the gate decided for one job.
+public enum GateDecision: Sendable, Hashable {
+    /// Send it; the token's registered language (for `alerts[language]`), if any. The job now holds an
+    /// in-flight lease until it is settled (or the lease expires).
+    case admitted(language: String?)
+    /// Settled as accepted before: do not send; settle it as ``OutcomeKind/deduped``.
+    case deduped
+    /// Another copy of this job id is between gate and settle right now: do not send it (the other copy
+    /// settles the id); not a settled state.
+    case inFlight
+    /// The token is suppressed (feedback or invalid token) and has not registered since: settle it as
+    /// ``OutcomeKind/suppressed``.
+    case suppressed
+}
+
+/// How a job ended. Raw values are the counter field names (DESIGN §4).
+public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
+    case accepted
+    /// Refused by the gateway: status 8 (invalid token; the token is suppressed) or 2–7.
+    case rejected
+    case suppressed
+    case deduped
+    case deadLettered = "dead_lettered"
+}
+
+/// One settled job.
+public struct Outcome: Sendable, Hashable {
+    public var jobID: String
+    public var app: String
+    public var tokenHex: String
+    public var campaign: String?
+    public var kind: OutcomeKind
+    /// The gateway's error-response status, when there was one (counted as `rejected:<status>`, whether
+    /// the job ended rejected or dead-lettered).
+    public var status: UInt8?
+    /// The shard that wrote it to a gateway; counts `sent` on `…:shard:<app>:<n>` for accepted,
+    /// rejected and dead-lettered jobs.
+    public var shard: Int?
+
+    public init(jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, status: UInt8? = nil, shard: Int? = nil) {
+        self.jobID = jobID
+        self.app = app
+        self.tokenHex = tokenHex
+        self.campaign = campaign
+        self.kind = kind
+        self.status = status
+        self.shard = shard
+    }
+}
+
+/// Pipeline events since the last settle batch that are not outcomes of single jobs.
+public struct PipelineEvents: Sendable, Hashable {
+    /// Jobs consumed from Kafka.
+    public var received: Int
+    /// Notifications sent again on a new connection after an error response.
+    public var replayed: Int
+    /// Notifications replayed because a connection dropped without an error response.
+    public var ambiguous: Int
+    /// Notifications retried after status 1 or 255.
+    public var retried: Int
+    /// Gateway reconnects.
+    public var reconnects: Int
+
+    public init(received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0) {
+        self.received = received
+        self.replayed = replayed
+        self.ambiguous = ambiguous
+        self.retried = retried
+        self.reconnects = reconnects
+    }
+
+    public static let none = PipelineEvents()
+}
+
+/// Per-shard counts of a settle batch that are not tied to outcomes (added to `…:shard:<app>:<n>`).
+public struct ShardEvents: Sendable, Hashable {
+    public var app: String
+    public var shard: Int
+    public var replayed: Int
+
+    public init(app: String, shard: Int, replayed: Int) {
+        self.app = app
+        self.shard = shard
+        self.replayed = replayed
+    }
+}
+
+/// Everything one settle call records. Build it once and pass the same value again when retrying
+/// yourself: its ``id`` is what makes a repeated batch a no-op, and ``settledAt`` fixes the minute
+/// bucket and the suppression time.
+public struct SettleBatch: Sendable, Hashable {
+    /// Unique per batch. Redis keeps `…:batch:<id>` for an hour; a batch with a known id is not applied again.
+    public var id: String
+    public var outcomes: [Outcome]
+    public var events: PipelineEvents
+    public var shardEvents: [ShardEvents]
+    /// Epoch seconds: the minute bucket, the dedup bucket and the invalid-token suppression time.
+    public var settledAt: Int64
+
+    public init(
+        id: String = PipelineStore.newBatchID(),
+        outcomes: [Outcome],
+        events: PipelineEvents = .none,
+        shardEvents: [ShardEvents] = [],
+        settledAt: Int64 = PipelineStore.epochNow()
+    ) {
+        self.id = id
+        self.outcomes = outcomes
+        self.events = events
+        self.shardEvents = shardEvents
+        self.settledAt = settledAt
+    }
+}
+
+/// A device (re-)registering: lifts any older suppression of its token and sets its language.
+public struct Registration: Sendable, Hashable {
+    public var app: String
+    public var tokenHex: String
+    /// Epoch seconds.
+    public var registeredAt: Int64
+    public var language: String?
+
+    public init(app: String, tokenHex: String, registeredAt: Int64, language: String? = nil) {
+        self.app = app
+        self.tokenHex = tokenHex
+        self.registeredAt = registeredAt
+        self.language = language
+    }
+}
+
+/// A token not to send to (from the feedback service, or an invalid-token error).
+public struct Suppression: Sendable, Hashable {
+    public var app: String
+    public var tokenHex: String
+    /// Epoch seconds; the newest suppression of a token wins.
+    public var at: Int64
+    /// e.g. `feedback`, `invalid-token`.
+    public var reason: String
+
+    public init(app: String, tokenHex: String, at: Int64, reason: String) {
+        self.app = app
+        self.tokenHex = tokenHex
+        self.at = at
+        self.reason = reason
+    }
+}
+
+/// A shard's connection state, written to `…:shard:<app>:<n>` for dashboards.
+public struct ShardStatus: Sendable, Hashable {
+    public var app: String
+    public var shard: Int
+    /// e.g. `connecting`, `connected`, `backing-off`, `draining`.
+    public var state: String
+    public var gateway: String?
+    /// Epoch seconds.
+    public var connectedSince: Int64?
+    public var lastError: String?
+
+    public init(app: String, shard: Int, state: String, gateway: String? = nil, connectedSince: Int64? = nil, lastError: String? = nil) {
+        self.app = app
+        self.shard = shard
+        self.state = state
+        self.gateway = gateway
+        self.connectedSince = connectedSince
+        self.lastError = lastError
+    }
+}
+
+/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (DESIGN §4).
+public enum CounterField: String, Sendable, Hashable, CaseIterable {
+    case received, accepted, rejected, suppressed, deduped
+    case deadLettered = "dead_lettered"
+    case replayed, ambiguous, retried, reconnects
+}
+
+/// The fields of one counters hash, as read.
+public struct Counters: Sendable, Hashable {
+    /// Every field of the hash, including `rejected:<status>` and (for campaigns) `published`.
+    public var fields: [String: Int64]
+
+    public init(fields: [String: Int64] = [:]) {
+        self.fields = fields
+    }
+
+    public subscript(field: CounterField) -> Int64 { fields[field.rawValue] ?? 0 }
+
+    public func rejected(status: UInt8) -> Int64 { fields["rejected:\(status)"] ?? 0 }
+}
+
+/// Totals and recent per-minute counters.
+public struct PipelineStats: Sendable, Hashable {
+    public struct Minute: Sendable, Hashable {
+        /// `yyyyMMddHHmm`, UTC.
+        public var minute: String
+        /// Epoch seconds of the minute's start.
+        public var start: Int64
+        public var counters: Counters
+    }
+
+    public var totals: Counters
+    /// Oldest first, ending with the current minute; minutes without activity have empty counters.
+    public var minutes: [Minute]
+}
+
+/// A campaign's progress: published jobs and their outcomes so far.
+public struct CampaignProgress: Sendable, Hashable {
+    public var id: String
+    public var published: Int64
+    public var counters: Counters
+}

@@ -1,0 +1,163 @@
+import Foundation
+
+/// Where and how to reach Redis.
+///
+/// Parsed from `redis://[user:password@]host:port[/db]`. There is no `rediss://`: hiredis 0.14 has no TLS,
+/// so run Redis on loopback or a private network (or behind a TLS tunnel such as stunnel).
+public struct RedisConfiguration: Sendable, Hashable {
+    public var host: String
+    public var port: Int
+    /// ACL user (Redis 6+). With a password but no user, `AUTH <password>` uses the `default` user.
+    public var username: String?
+    /// Never logged; ``redactedURL`` shows it as `***`.
+    public var password: String?
+    public var database: Int
+    public var connectTimeout: Duration
+    /// Read/write timeout of one round trip. A timeout is treated like a dropped connection: reconnect and
+    /// retry, which the pipeline operations are built to survive (see ``PipelineStore``).
+    public var commandTimeout: Duration
+    public var reconnect: RedisReconnectPolicy
+
+    public init(
+        host: String = "127.0.0.1",
+        port: Int = 6379,
+        username: String? = nil,
+        password: String? = nil,
+        database: Int = 0,
+        connectTimeout: Duration = .seconds(2),
+        commandTimeout: Duration = .seconds(30),
+        reconnect: RedisReconnectPolicy = RedisReconnectPolicy()
+    ) {
+        self.host = host
+        self.port = port
+        self.username = username
+        self.password = password
+        self.database = database
+        self.connectTimeout = connectTimeout
+        self.commandTimeout = commandTimeout
+        self.reconnect = reconnect
+    }
+
+    /// `redis://[user:password@]host[:port][/db]`; user and password may be percent-encoded; an IPv6
+    /// host goes in brackets (`redis://[::1]:6379`).
+    public init(url: String) throws {
+        self.init()
+        if url.hasPrefix("rediss://") {
+            throw RedisError.invalidURL("rediss:// (TLS) is not supported: hiredis 0.14 has no TLS")
+        }
+        guard url.hasPrefix("redis://") else {
+            throw RedisError.invalidURL("expected redis://[user:password@]host:port[/db]")
+        }
+        var rest = Substring(url.dropFirst("redis://".count))
+        var path = Substring("")
+        if let slash = rest.firstIndex(of: "/") {
+            path = rest[rest.index(after: slash)...]
+            rest = rest[..<slash]
+        }
+        if let at = rest.lastIndex(of: "@") {
+            let userInfo = rest[..<at]
+            rest = rest[rest.index(after: at)...]
+            let user: Substring, secret: Substring?
+            if let colon = userInfo.firstIndex(of: ":") {
+                user = userInfo[..<colon]
+                secret = userInfo[userInfo.index(after: colon)...]
+            } else {
+                // `redis://secret@host` is the common shorthand for a password without a user.
+                user = ""
+                secret = userInfo
+            }
+            guard let decodedUser = String(user).removingPercentEncoding,
+                  let decodedSecret = secret.map({ String($0).removingPercentEncoding }) ?? .some(nil)
+            else { throw RedisError.invalidURL("bad percent-encoding in user info") }
+            username = decodedUser.isEmpty ? nil : decodedUser
+            password = (decodedSecret?.isEmpty ?? true) ? nil : decodedSecret
+        }
+        var portText: Substring?
+        if rest.hasPrefix("[") {
+            guard let close = rest.firstIndex(of: "]") else { throw RedisError.invalidURL("unclosed [ in host") }
+            host = String(rest[rest.index(after: rest.startIndex)..<close])
+            let after = rest[rest.index(after: close)...]
+            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty {
+                throw RedisError.invalidURL("unexpected text after host")
+            }
+        } else if let colon = rest.lastIndex(of: ":") {
+            host = String(rest[..<colon])
+            portText = rest[rest.index(after: colon)...]
+        } else {
+            host = String(rest)
+        }
+        guard !host.isEmpty else { throw RedisError.invalidURL("missing host") }
+        if let portText {
+            guard let value = Int(portText), (1...65535).contains(value) else {
+                throw RedisError.invalidURL("bad port \(portText)")
+            }
+            port = value
+        }
+        if !path.isEmpty {
+            guard let db = Int(path), db >= 0 else { throw RedisError.invalidURL("bad database \(path)") }
+            database = db
+        }
+    }
+
+    /// The URL with the password replaced by `***`: the form that may appear in logs.
+    public var redactedURL: String {
+        var userInfo = ""
+        if username != nil || password != nil {
+            userInfo = (username ?? "") + (password != nil ? ":***" : "") + "@"
+        }
+        let hostPart = host.contains(":") ? "[\(host)]" : host
+        return "redis://\(userInfo)\(hostPart):\(port)/\(database)"
+    }
+}
+
+/// Exponential back-off with jitter and a cap between reconnect attempts.
+///
+/// Why jitter: after a Redis restart every pipeline process reconnects at once; spreading the attempts
+/// keeps them from arriving in lock step. Why a maximum wait: a caller holding outcomes would rather wait
+/// out a restart or fail-over than drop them, but not forever when the configuration is wrong.
+public struct RedisReconnectPolicy: Sendable, Hashable {
+    public var initialDelay: Duration
+    public var maximumDelay: Duration
+    public var multiplier: Double
+    /// Fraction of each delay that is randomised: 0.5 means a delay d becomes uniform in [d/2, d].
+    public var jitter: Double
+    /// How long one call keeps retrying before it throws ``RedisError/unavailable(waited:lastError:)``;
+    /// `nil` waits forever.
+    public var maximumWait: Duration?
+
+    public init(
+        initialDelay: Duration = .milliseconds(50),
+        maximumDelay: Duration = .seconds(2),
+        multiplier: Double = 2,
+        jitter: Double = 0.5,
+        maximumWait: Duration? = .seconds(300)
+    ) {
+        self.initialDelay = initialDelay
+        self.maximumDelay = maximumDelay
+        self.multiplier = multiplier
+        self.jitter = jitter
+        self.maximumWait = maximumWait
+    }
+
+    /// The delay before attempt `attempt` (1-based), jittered with `generator`.
+    public func delay(attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
+        let initial = initialDelay.seconds, cap = maximumDelay.seconds
+        let exponent = Double(max(0, attempt - 1))
+        let base = min(cap, initial * pow(multiplier, min(exponent, 64)))
+        let spread = base * min(max(jitter, 0), 1)
+        let jittered = base - spread + (spread > 0 ? Double.random(in: 0...spread, using: &generator) : 0)
+        return .nanoseconds(Int64(jittered * 1e9))
+    }
+}
+
+extension Duration {
+    var seconds: Double {
+        let parts = components
+        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+    }
+
+    var timeval: timeval {
+        let parts = components
+        return Foundation.timeval(tv_sec: Int(parts.seconds), tv_usec: Int(parts.attoseconds / 1_000_000_000_000))
+    }
+}

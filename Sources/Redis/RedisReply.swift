@@ -1,0 +1,165 @@
+/// One reply from Redis, as the RESP2 protocol types it.
+///
+/// Error replies are values here, not thrown errors: inside a pipeline one failing command must not hide
+/// the replies of the others. The single-command and script entry points of ``RedisClient`` turn a
+/// top-level error reply into ``RedisError/server(_:)``.
+public enum RedisReply: Sendable, Hashable {
+    case status(String)
+    case error(String)
+    case integer(Int64)
+    /// A bulk string: raw bytes, binary-safe.
+    case bulk([UInt8])
+    /// The nil bulk string or nil array (a missing key or field, Lua `false`).
+    case null
+    case array([RedisReply])
+
+    public var integer: Int64? {
+        if case .integer(let value) = self { return value }
+        if case .bulk(let bytes) = self { return Int64(String(decoding: bytes, as: UTF8.self)) }
+        return nil
+    }
+
+    /// The text of a bulk or status reply (UTF-8 decoded).
+    public var string: String? {
+        switch self {
+        case .bulk(let bytes): return String(decoding: bytes, as: UTF8.self)
+        case .status(let text): return text
+        default: return nil
+        }
+    }
+
+    public var array: [RedisReply]? {
+        if case .array(let elements) = self { return elements }
+        return nil
+    }
+
+    public var isNull: Bool { self == .null }
+}
+
+/// Why a Redis call failed.
+public enum RedisError: Error, Sendable, Hashable {
+    /// The configuration URL could not be understood.
+    case invalidURL(String)
+    /// Connecting, writing or reading failed (server gone, refused, timed out). Calls retry these
+    /// internally with back-off; callers see it only from ``RedisClient/connect()``.
+    case connection(String)
+    /// The server answered with an error reply (`ERR …`, `WRONGTYPE …`, a Lua error).
+    case server(String)
+    /// AUTH or SELECT was refused: a configuration problem, never retried.
+    case authentication(String)
+    /// The reply had a shape the caller did not expect (a bug or a version mismatch).
+    case unexpectedReply(String)
+    /// The server stayed unreachable for longer than ``RedisReconnectPolicy/maximumWait``.
+    case unavailable(waited: Duration, lastError: String)
+
+    /// Whether waiting and trying again can help: the connection broke, or the server is still loading
+    /// its dataset after a restart.
+    var isTransient: Bool {
+        switch self {
+        case .connection: return true
+        case .server(let message): return message.hasPrefix("LOADING") || message.hasPrefix("MASTERDOWN")
+        default: return false
+        }
+    }
+}
+
+/// A flat, binary-safe argument list. Stored as one byte buffer plus lengths, so a script call with
+/// thousands of arguments (one batch) is two allocations, not thousands.
+public struct RedisArguments: Sendable, Hashable {
+    @usableFromInline var bytes: [UInt8] = []
+    @usableFromInline var lengths: [Int] = []
+
+    public init() {}
+
+    public init(_ strings: [String]) {
+        for string in strings { append(string) }
+    }
+
+    public var count: Int { lengths.count }
+
+    public mutating func append(_ string: String) {
+        var string = string
+        string.withUTF8 { bytes.append(contentsOf: $0) }
+        lengths.append(string.utf8.count)
+    }
+
+    public mutating func append(_ value: some BinaryInteger) {
+        append(String(value))
+    }
+
+    public mutating func append(bytes value: some Collection<UInt8>) {
+        bytes.append(contentsOf: value)
+        lengths.append(value.count)
+    }
+
+    public mutating func append(contentsOf other: RedisArguments) {
+        bytes.append(contentsOf: other.bytes)
+        lengths.append(contentsOf: other.lengths)
+    }
+
+    /// The arguments one by one (for tests and debugging).
+    public var elements: [[UInt8]] {
+        var result: [[UInt8]] = []
+        var offset = 0
+        for length in lengths {
+            result.append(Array(bytes[offset..<offset + length]))
+            offset += length
+        }
+        return result
+    }
+
+    /// Hands hiredis an `argv`/`argvlen` pair pointing into our buffer. hiredis copies (formats) the
+    /// command during the call, so the pointers only have to live for the closure.
+    func withArgv<R>(
+        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R
+    ) -> R {
+        let storage = bytes.isEmpty ? [0] : bytes  // never a nil base address, even for all-empty args
+        return storage.withUnsafeBufferPointer { buffer in
+            let base = UnsafeRawPointer(buffer.baseAddress!)
+            var argv: [UnsafePointer<CChar>?] = []
+            argv.reserveCapacity(lengths.count)
+            var offset = 0
+            for length in lengths {
+                argv.append((base + offset).assumingMemoryBound(to: CChar.self))
+                offset += length
+            }
+            return argv.withUnsafeMutableBufferPointer { argvBuffer in
+                lengths.withUnsafeBufferPointer { lengthBuffer in
+                    body(Int32(lengths.count), argvBuffer.baseAddress!, lengthBuffer.baseAddress!)
+                }
+            }
+        }
+    }
+}
+
+/// One command: its name and arguments, e.g. `RedisCommand("HINCRBY", "apns:stats", "accepted", "1")`.
+public struct RedisCommand: Sendable, Hashable {
+    public var arguments: RedisArguments
+
+    public init(_ name: String, _ arguments: String...) {
+        self.arguments = RedisArguments([name] + arguments)
+    }
+
+    public init(_ name: String, arguments: RedisArguments) {
+        var all = RedisArguments([name])
+        all.append(contentsOf: arguments)
+        self.arguments = all
+    }
+
+    /// The command name, for logs. Arguments are never logged: they may hold a password (AUTH).
+    public var name: String {
+        arguments.elements.first.map { String(decoding: $0, as: UTF8.self) } ?? ""
+    }
+}
+
+/// A Lua script, called by its SHA-1 (`EVALSHA`) so a batch sends the digest, not the source.
+public struct RedisScript: Sendable, Hashable {
+    public let source: String
+    /// Lower-case hex SHA-1 of the source: what `SCRIPT LOAD` returns and `EVALSHA` expects.
+    public let sha1: String
+
+    public init(_ source: String) {
+        self.source = source
+        self.sha1 = SHA1.hexDigest(Array(source.utf8))
+    }
+}

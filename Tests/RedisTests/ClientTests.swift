@@ -1,0 +1,155 @@
+import Foundation
+import Redis
+import Testing
+
+@Suite struct ConfigurationTests {
+    @Test func parsesURLs() throws {
+        let full = try RedisConfiguration(url: "redis://alice:p%40ss@cache.local:6380/3")
+        #expect(full.host == "cache.local")
+        #expect(full.port == 6380)
+        #expect(full.username == "alice")
+        #expect(full.password == "p@ss")
+        #expect(full.database == 3)
+        #expect(full.redactedURL == "redis://alice:***@cache.local:6380/3")
+
+        let passwordOnly = try RedisConfiguration(url: "redis://:secret@127.0.0.1")
+        #expect(passwordOnly.username == nil)
+        #expect(passwordOnly.password == "secret")
+        #expect(passwordOnly.port == 6379)
+        #expect(passwordOnly.database == 0)
+        #expect(!passwordOnly.redactedURL.contains("secret"))
+
+        let ipv6 = try RedisConfiguration(url: "redis://[::1]:7000")
+        #expect(ipv6.host == "::1")
+        #expect(ipv6.port == 7000)
+
+        #expect(throws: RedisError.self) { try RedisConfiguration(url: "rediss://host:6379") }
+        #expect(throws: RedisError.self) { try RedisConfiguration(url: "http://host") }
+        #expect(throws: RedisError.self) { try RedisConfiguration(url: "redis://host:99999") }
+        #expect(throws: RedisError.self) { try RedisConfiguration(url: "redis://host:6379/x") }
+    }
+
+    @Test func backOffGrowsToTheCapWithJitter() {
+        let policy = RedisReconnectPolicy(initialDelay: .milliseconds(100), maximumDelay: .seconds(1), multiplier: 2, jitter: 0.5)
+        var generator = SystemRandomNumberGenerator()
+        for attempt in 1...12 {
+            let base = min(1.0, 0.1 * pow(2, Double(attempt - 1)))
+            let delay = policy.delay(attempt: attempt, using: &generator)
+            #expect(delay >= .milliseconds(Int64(base * 500)) - .microseconds(1))
+            #expect(delay <= .milliseconds(Int64(base * 1000)) + .microseconds(1))
+        }
+    }
+
+    @Test func minuteStampsAreUTC() {
+        #expect(RedisKeys.minuteStamp(0) == "197001010000")
+        #expect(RedisKeys.minuteStamp(1_767_225_600) == "202601010000")  // 2026-01-01T00:00Z
+        #expect(RedisKeys.minuteStamp(1_709_210_096) == "202402291234")  // leap day 12:34:56Z
+        #expect(RedisKeys.minuteStamp(-1) == "196912312359")
+    }
+
+    /// The fingerprint is persisted: changing it silently disables dedup for one retention period.
+    @Test func jobFingerprintIsStable() {
+        let fingerprint = JobFingerprint(jobID: "spring-sale:000001")
+        #expect(fingerprint == JobFingerprint(jobID: "spring-sale:000001"))
+        #expect(fingerprint != JobFingerprint(jobID: "spring-sale:000002"))
+        #expect(fingerprint.member == JobFingerprintGolden.member)
+        #expect(fingerprint.subBucket(of: 1024) == JobFingerprintGolden.subBucket)
+    }
+
+    @Test func scriptDigestIsSHA1() {
+        #expect(RedisScript("abc").sha1 == "a9993e364706816aba3e25717850c26c9cd0d89d")
+        #expect(RedisScript("").sha1 == "da39a3ee5e6b4b0d3255bfef95601890afd80709")
+        let long = String(repeating: "a", count: 1000)
+        #expect(RedisScript(long).sha1 == "291e9a6c66994949b57ba5e650361e98fc36b1ba")
+    }
+}
+
+/// FNV-1a 64 + murmur3 fmix64 of the UTF-8 id (offset basis 0xcbf29ce484222325 for the member, that
+/// basis xor 0x9e3779b97f4a7c15 for the sub-bucket), cross-checked with an independent Python version.
+enum JobFingerprintGolden {
+    static let member: Int64 = 3_989_578_878_884_704_773
+    static let subBucket = 956
+}
+
+@Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
+struct ClientTests {
+    @Test func typedRepliesAndPipelining() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let client = try server.client()
+        let binary: [UInt8] = [0, 1, 2, 0xFF, 13, 10]
+        var set = RedisArguments(["k"])
+        set.append(bytes: binary)
+        let replies = try await client.pipeline([
+            RedisCommand("SET", arguments: set),
+            RedisCommand("GET", "k"),
+            RedisCommand("GET", "missing"),
+            RedisCommand("INCRBY", "n", "5"),
+            RedisCommand("HSET", "k", "f", "v"),
+            RedisCommand("RPUSH", "l", "a", "b"),
+            RedisCommand("LRANGE", "l", "0", "-1"),
+        ])
+        #expect(replies[0] == .status("OK"))
+        #expect(replies[1] == .bulk(binary))
+        #expect(replies[2] == .null)
+        #expect(replies[3] == .integer(5))
+        guard case .error(let message) = replies[4] else { Issue.record("expected WRONGTYPE, got \(replies[4])"); return }
+        #expect(message.hasPrefix("WRONGTYPE"))
+        #expect(replies[6] == .array([.bulk(Array("a".utf8)), .bulk(Array("b".utf8))]))
+        await #expect(throws: RedisError.server("ERR unknown command 'NOPE', with args beginning with: ")) {
+            try await client.send(RedisCommand("NOPE"))
+        }
+    }
+
+    @Test func scriptsRunByDigestAndReloadAfterFlush() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let client = try server.client()
+        let script = RedisScript("return tonumber(ARGV[1]) + 1")
+        #expect(try await client.eval(script, arguments: RedisArguments(["41"])) == .integer(42))
+        let loaded = try await client.send(RedisCommand("SCRIPT", "EXISTS", script.sha1))
+        #expect(loaded == .array([.integer(1)]))
+        try await client.send(RedisCommand("SCRIPT", "FLUSH"))
+        #expect(try await client.eval(script, arguments: RedisArguments(["1"])) == .integer(2))
+        await #expect(throws: RedisError.self) {
+            try await client.eval(RedisScript("return redis.call('NOPE')"))
+        }
+    }
+
+    @Test func authenticatesAndSelectsDatabase() async throws {
+        let server = try await RedisServer(extraArguments: ["--requirepass", "s3cret"])
+        defer { server.stop() }
+        let admin = try RedisClient(url: "redis://:s3cret@127.0.0.1:\(server.port)/0")
+        try await admin.send(RedisCommand("ACL", "SETUSER", "alice", "on", ">pw", "~*", "&*", "+@all"))
+
+        let inDatabase3 = try RedisClient(url: "redis://:s3cret@127.0.0.1:\(server.port)/3")
+        try await inDatabase3.send(RedisCommand("SET", "where", "three"))
+        try await admin.send(RedisCommand("SELECT", "3"))
+        #expect(try await admin.send(RedisCommand("GET", "where")) == .bulk(Array("three".utf8)))
+
+        let alice = try RedisClient(url: "redis://alice:pw@127.0.0.1:\(server.port)/0")
+        #expect(try await alice.send(RedisCommand("ACL", "WHOAMI")) == .bulk(Array("alice".utf8)))
+
+        let wrong = try RedisClient(url: "redis://alice:nope@127.0.0.1:\(server.port)/0")
+        await #expect {
+            try await wrong.connect()
+        } throws: { error in
+            guard case RedisError.authentication(let message) = error else { return false }
+            return !message.contains("nope")
+        }
+        // A wrong password is a configuration error: calls fail instead of retrying forever.
+        await #expect(throws: RedisError.self) { try await wrong.send(RedisCommand("PING")) }
+    }
+
+    @Test func callGivesUpAfterMaximumWait() async throws {
+        let server = try await RedisServer()
+        let client = try server.client(maximumWait: .milliseconds(300))
+        server.stop()
+        await #expect {
+            try await client.send(RedisCommand("PING"))
+        } throws: { error in
+            guard case RedisError.unavailable = error else { return false }
+            return true
+        }
+    }
+}

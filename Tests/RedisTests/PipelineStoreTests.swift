@@ -1,0 +1,322 @@
+import Foundation
+import Redis
+import Testing
+
+private let app = "com.example.shop"
+private func token(_ n: Int) -> String { String(format: "%064X", n) }  // upper-case on purpose: tokens are case-insensitive
+
+@Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
+struct GateTests {
+    @Test func settledJobIsDeduped() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let decisions = try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))])
+        #expect(decisions == [.admitted(language: nil)])
+        try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .accepted)]))
+        let again = try await store.gate([
+            GateRequest(jobID: "a", app: app, tokenHex: token(1)),
+            GateRequest(jobID: "b", app: app, tokenHex: token(1)),
+        ])
+        #expect(again == [.deduped, .admitted(language: nil)])
+
+        // Records expire: the dedup key has a TTL beyond the retention, and a gate far enough in the
+        // future no longer looks at the old bucket.
+        let now = PipelineStore.epochNow()
+        let ttl = try await store.client.send(RedisCommand("TTL", store.keys.dedup(
+            bucket: now / 14_400, subBucket: JobFingerprint(jobID: "a").subBucket(of: 1024)))).integer ?? -2
+        #expect(ttl > 86_400 && ttl <= 86_400 + 14_400)
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + 86_399) == [.deduped])
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + 86_400 + 2 * 14_400) == [.admitted(language: nil)])
+    }
+
+    @Test func jobInFlightIsNotAdmittedTwice() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client(), configuration: .init(inFlightLease: .seconds(30)))
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))]) == [.admitted(language: nil)])
+        // Another copy (redelivery, other process) while the first is between gate and settle.
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))]) == [.inFlight])
+        // Two copies in one batch.
+        let batch = try await store.gate([
+            GateRequest(jobID: "b", app: app, tokenHex: token(2)),
+            GateRequest(jobID: "b", app: app, tokenHex: token(2)),
+        ])
+        #expect(batch == [.admitted(language: nil), .inFlight])
+
+        // The lease expires on its own (a crashed process does not block the job forever)…
+        let pttl = try await store.client.send(RedisCommand("PTTL", store.keys.inFlight(jobID: "a"))).integer ?? -2
+        #expect(pttl > 0 && pttl <= 30_000)
+
+        // …and settling releases it: a rejected job may come again, an accepted one is deduped.
+        try await store.settle(SettleBatch(outcomes: [
+            Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, status: 7),
+            Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
+        ]))
+        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(jobID: "a"))) == .integer(0))
+        let after = try await store.gate([
+            GateRequest(jobID: "a", app: app, tokenHex: token(1)),
+            GateRequest(jobID: "b", app: app, tokenHex: token(2)),
+        ])
+        #expect(after == [.admitted(language: nil), .deduped])
+    }
+
+    @Test func suppressionThenRegistration() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(7)) }
+        try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1000, reason: "feedback")])
+        #expect(try await store.gate([request("1")]) == [.suppressed])
+        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(jobID: "1"))) == .integer(0))
+
+        // Registered before the suppression (or at the same second): still suppressed.
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(7), registeredAt: 900)])
+        #expect(try await store.gate([request("2")]) == [.suppressed])
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(7), registeredAt: 1000)])
+        #expect(try await store.gate([request("3")]) == [.suppressed])
+        // Registered after it: lifted.
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(7), registeredAt: 1100, language: "de")])
+        #expect(try await store.gate([request("4")]) == [.admitted(language: "de")])
+        // A later feedback suppresses again; an older one does not overwrite it.
+        try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1200, reason: "feedback")])
+        try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1050, reason: "old")])
+        #expect(try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app), token(7).lowercased())).string == "1200:feedback")
+        #expect(try await store.gate([request("5")]) == [.suppressed])
+    }
+
+    @Test func registrationThenSuppression() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(8)) }
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 2000, language: "fr")])
+        // Feedback older than the registration (the device re-registered since): not suppressed.
+        try await store.suppress([Suppression(app: app, tokenHex: token(8), at: 1500, reason: "feedback")])
+        #expect(try await store.gate([request("1")]) == [.admitted(language: "fr")])
+        // A stale registration event changes neither the time nor the language.
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 1000, language: "it")])
+        #expect(try await store.client.send(RedisCommand("HGET", store.keys.registered(app: app), token(8).lowercased())).string == "2000")
+        #expect(try await store.gate([request("2")]) == [.admitted(language: "fr")])
+        // Feedback newer than the registration: suppressed.
+        try await store.suppress([Suppression(app: app, tokenHex: token(8), at: 2500, reason: "feedback")])
+        #expect(try await store.gate([request("3")]) == [.suppressed])
+    }
+
+    @Test func languageIsTheRegisteredOneOrNone() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        try await store.applyRegistrations([
+            Registration(app: app, tokenHex: token(1), registeredAt: 10, language: "fr"),
+            Registration(app: app, tokenHex: token(2), registeredAt: 10),
+            Registration(app: "com.example.other", tokenHex: token(1), registeredAt: 10, language: "ja"),
+        ])
+        let decisions = try await store.gate([
+            GateRequest(jobID: "1", app: app, tokenHex: token(1)),
+            GateRequest(jobID: "2", app: app, tokenHex: token(2)),
+            GateRequest(jobID: "3", app: app, tokenHex: token(3)),
+            GateRequest(jobID: "4", app: "com.example.other", tokenHex: token(1).lowercased()),
+        ])
+        #expect(decisions == [.admitted(language: "fr"), .admitted(language: nil), .admitted(language: nil), .admitted(language: "ja")])
+    }
+}
+
+@Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
+struct SettlerTests {
+    static let now: Int64 = 1_767_225_630  // 2026-01-01T00:00:30Z
+
+    /// One of each outcome plus events: every counter field gets a distinct, checkable value.
+    static func mixedBatch(id: String = PipelineStore.newBatchID(), settledAt: Int64 = now) -> SettleBatch {
+        SettleBatch(
+            id: id,
+            outcomes: [
+                Outcome(jobID: "j1", app: app, tokenHex: token(1), campaign: "c1", kind: .accepted, shard: 0),
+                Outcome(jobID: "j2", app: app, tokenHex: token(2), campaign: "c1", kind: .accepted, shard: 0),
+                Outcome(jobID: "j3", app: app, tokenHex: token(3), kind: .accepted, shard: 1),
+                Outcome(jobID: "j4", app: app, tokenHex: token(4), campaign: "c1", kind: .rejected, status: 8, shard: 0),
+                Outcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, status: 5, shard: 1),
+                Outcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, status: 1, shard: 0),
+                Outcome(jobID: "j7", app: app, tokenHex: token(7), kind: .deadLettered),
+                Outcome(jobID: "j8", app: app, tokenHex: token(8), campaign: "c1", kind: .suppressed),
+                Outcome(jobID: "j9", app: app, tokenHex: token(9), kind: .deduped),
+            ],
+            events: PipelineEvents(received: 10, replayed: 4, ambiguous: 2, retried: 3, reconnects: 1),
+            shardEvents: [ShardEvents(app: app, shard: 0, replayed: 4)],
+            settledAt: settledAt)
+    }
+
+    static let expectedTotals: [String: Int64] = [
+        "received": 10, "accepted": 3, "rejected": 2, "suppressed": 1, "deduped": 1, "dead_lettered": 2,
+        "replayed": 4, "ambiguous": 2, "retried": 3, "reconnects": 1,
+        "rejected:8": 1, "rejected:5": 1, "rejected:1": 1,
+    ]
+
+    static func scaled(_ counters: [String: Int64], by factor: Int64) -> [String: Int64] {
+        counters.mapValues { $0 * factor }
+    }
+
+    @Test func countersAreExactAfterABatch() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let client = store.client
+        #expect(try await store.settle(Self.mixedBatch()))
+
+        #expect(try await client.hashCounters("apns:stats") == Self.expectedTotals)
+        #expect(try await client.hashCounters("apns:stats:202601010000") == Self.expectedTotals)
+        let minuteTTL = try await client.send(RedisCommand("TTL", "apns:stats:202601010000")).integer ?? -2
+        #expect(minuteTTL > 0 && minuteTTL <= 86_400)
+        #expect(try await client.hashCounters("apns:campaign:c1") == [
+            "accepted": 2, "rejected": 1, "rejected:8": 1, "dead_lettered": 1, "rejected:1": 1, "suppressed": 1,
+        ])
+        #expect(try await client.hashCounters("apns:shard:\(app):0") == ["sent": 4, "replayed": 4])
+        #expect(try await client.hashCounters("apns:shard:\(app):1") == ["sent": 2])
+
+        // The typed read side agrees.
+        try await store.incrementPublished(campaign: "c1", by: 7)
+        let campaign = try await store.readCampaign("c1")
+        #expect(campaign.published == 7)
+        #expect(campaign.counters[.accepted] == 2)
+        #expect(campaign.counters.rejected(status: 8) == 1)
+        let stats = try await store.readStats(lastMinutes: 3, now: Self.now + 60)
+        #expect(stats.totals.fields == Self.expectedTotals)
+        #expect(stats.minutes.map(\.minute) == ["202512312359", "202601010000", "202601010001"])
+        #expect(stats.minutes[1].counters.fields == Self.expectedTotals)
+        #expect(stats.minutes[2].counters.fields.isEmpty)
+        #expect(stats.totals[.deadLettered] == 2)
+    }
+
+    @Test func invalidTokenIsSuppressed() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        try await store.settle(Self.mixedBatch())
+        let suppressed = try await store.client.send(RedisCommand("HGETALL", store.keys.suppressed(app: app)))
+        // Only status 8 suppresses; status 5 (invalid token size) does not.
+        #expect(suppressed == .array([.bulk(Array(token(4).lowercased().utf8)), .bulk(Array("\(Self.now):invalid-token".utf8))]))
+        #expect(try await store.gate([GateRequest(jobID: "new", app: app, tokenHex: token(4))]) == [.suppressed])
+        #expect(try await store.gate([GateRequest(jobID: "new5", app: app, tokenHex: token(5))]) == [.admitted(language: nil)])
+    }
+
+    @Test func replayedBatchIsNotCountedTwice() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let batch = Self.mixedBatch()
+        #expect(try await store.settle(batch))
+        // The same batch again, as after a reply lost with the connection: a no-op.
+        #expect(try await store.settle(batch) == false)
+        #expect(try await store.client.hashCounters("apns:stats") == Self.expectedTotals)
+        #expect(try await store.client.hashCounters("apns:shard:\(app):0") == ["sent": 4, "replayed": 4])
+        // A different batch with the same content is counted.
+        #expect(try await store.settle(Self.mixedBatch()))
+        #expect(try await store.client.hashCounters("apns:stats") == Self.scaled(Self.expectedTotals, by: 2))
+        let marker = try await store.client.send(RedisCommand("TTL", store.keys.batch(batch.id))).integer ?? -2
+        #expect(marker > 0 && marker <= 3600)
+    }
+
+    /// redis-server crashes (SIGKILL) while batches are being settled and comes back on the same port:
+    /// the waiting calls complete, and every batch is counted exactly once.
+    @Test func serverRestartMidRunLosesNothingAndCountsNothingTwice() async throws {
+        let server = try await RedisServer(persistent: true)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client(maximumWait: .seconds(20)))
+        let batches = 200
+        let settled = Counter()
+        let run = Task {
+            for index in 0..<batches {
+                let outcomes = (0..<5).map { Outcome(jobID: "job-\(index)-\($0)", app: app, tokenHex: token($0), campaign: "spring", kind: .accepted, shard: $0 % 2) }
+                try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 5)))
+                settled.increment()
+            }
+        }
+        while settled.value < 10 { try await Task.sleep(for: .milliseconds(5)) }
+        server.kill()
+        // Wait until a call has really found the server gone, then bring it back.
+        while await store.client.statistics.retries == 0, settled.value < batches { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(settled.value < batches)
+        try await server.start()
+        try await run.value
+
+        let totals = try await store.client.hashCounters("apns:stats")
+        #expect(totals == ["accepted": Int64(batches * 5), "received": Int64(batches * 5)])
+        #expect(try await store.client.hashCounters("apns:campaign:spring") == ["accepted": Int64(batches * 5)])
+        // After the restart the script cache was empty: the gate reloads its script by itself.
+        #expect(try await store.gate([GateRequest(jobID: "job-0-0", app: app, tokenHex: token(0))]) == [.deduped])
+    }
+
+    /// Every store operation is one round trip: counted by the client, and by the server as read events
+    /// (`total_reads_processed`: a batch written in one go is one read; N separate commands would be N).
+    @Test func eachBatchIsOneRoundTrip() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let observer = try server.client()
+        let requests = (0..<20).map { GateRequest(jobID: "rt-\($0)", app: $0 % 2 == 0 ? app : "com.example.other", tokenHex: token($0)) }
+        // Warm up: connect and load both scripts.
+        _ = try await store.gate([GateRequest(jobID: "warm", app: app, tokenHex: token(0))])
+        try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)]))
+
+        func roundTrips(_ operation: () async throws -> Void) async throws -> (client: Int, serverReads: Int) {
+            let clientBefore = await store.client.statistics.roundTrips
+            let readsBefore = Int(try await observer.info("stats")["total_reads_processed"] ?? "") ?? -1
+            try await operation()
+            let readsAfter = Int(try await observer.info("stats")["total_reads_processed"] ?? "") ?? -1
+            // Minus one: the observer's second INFO is itself a read.
+            return (await store.client.statistics.roundTrips - clientBefore, readsAfter - readsBefore - 1)
+        }
+
+        let gate = try await roundTrips { _ = try await store.gate(requests) }
+        #expect(gate == (1, 1))
+        let outcomes = requests.map { Outcome(jobID: $0.jobID, app: $0.app, tokenHex: $0.tokenHex, campaign: "c", kind: .accepted, shard: 1) }
+        let settle = try await roundTrips { try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 20))) }
+        #expect(settle == (1, 1))
+        let registrations = try await roundTrips {
+            try await store.applyRegistrations(requests.map { Registration(app: $0.app, tokenHex: $0.tokenHex, registeredAt: 5, language: "en") })
+        }
+        #expect(registrations == (1, 1))
+        let suppressions = try await roundTrips {
+            try await store.suppress(requests.map { Suppression(app: $0.app, tokenHex: $0.tokenHex, at: 6, reason: "feedback") })
+        }
+        #expect(suppressions == (1, 1))
+        let stats = try await roundTrips { _ = try await store.readStats(lastMinutes: 30) }
+        #expect(stats == (1, 1))
+    }
+
+    /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.
+    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with the default 1024.
+    @Test(arguments: [256, 1024])
+    func dedupRecordsAreCompact(subBuckets: Int) async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client(), configuration: .init(dedupSubBuckets: subBuckets))
+        let jobs = 100_000, perBatch = 5_000
+        // Real time: a record settled longer than the retention ago expires at once (EXPIREAT in the past).
+        let now = PipelineStore.epochNow()
+        // Warm up counters and scripts so the measurement is the records only.
+        try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)], settledAt: now))
+        let before = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
+        for start in stride(from: 0, to: jobs, by: perBatch) {
+            let outcomes = (start..<start + perBatch).map { Outcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token(1), kind: .accepted) }
+            try await store.settle(SettleBatch(outcomes: outcomes, settledAt: now))
+        }
+        let after = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
+        let bytesPerJob = Double(after - before) / Double(jobs)
+        print("dedup: \(String(format: "%.1f", bytesPerJob)) bytes per accepted job (\(jobs) jobs, \(subBuckets) sub-buckets, used_memory delta)")
+        #expect(bytesPerJob > 8 && bytesPerJob < 12)
+        let key = store.keys.dedup(bucket: now / 14_400, subBucket: 0)
+        #expect(try await store.client.send(RedisCommand("OBJECT", "ENCODING", key)) == .bulk(Array("intset".utf8)))
+        // Every one of them is found again.
+        let sample = (0..<200).map { GateRequest(jobID: "campaign-x:\($0 * 499)", app: app, tokenHex: token(1)) }
+        #expect(try await store.gate(sample, now: now) == Array(repeating: .deduped, count: 200))
+    }
+}
+
+/// A thread-safe counter shared between the test and its background task.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    var value: Int { lock.withLock { count } }
+    func increment() { lock.withLock { count += 1 } }
+}
