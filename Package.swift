@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "APNsProtocol", targets: ["APNsProtocol"]),
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "GatewaySimulator", targets: ["GatewaySimulator"]),
+        .library(name: "Sender", targets: ["Sender"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -38,6 +39,20 @@ let package = Package(
         // The binary gateway + feedback service simulator (SwiftNIO + swift-nio-ssl).
         .target(
             name: "GatewaySimulator",
+            dependencies: [
+                "APNsProtocol",
+                "APNsTransport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // The sharded sender: per-app pools of TLS gateway connections, batching, replay, drain proof.
+        .target(
+            name: "Sender",
             dependencies: [
                 "APNsProtocol",
                 "APNsTransport",
@@ -83,6 +98,7 @@ let package = Package(
             dependencies: [
                 "APNsProtocol",
                 "GatewaySimulator",
+                "Sender",
                 "Kafka",
                 "Redis",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -97,6 +113,17 @@ let package = Package(
             dependencies: [
                 "APNsProtocol",
                 .product(name: "PropertyBased", package: "swift-property-based"),
+            ]
+        ),
+        .testTarget(
+            name: "SenderTests",
+            dependencies: [
+                "Sender",
+                "GatewaySimulator",
+                "APNsProtocol",
+                "APNsTransport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         .testTarget(

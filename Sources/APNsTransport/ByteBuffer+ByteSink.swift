@@ -15,4 +15,13 @@ extension ByteBuffer: ByteSink {
 
     @inlinable
     public mutating func putUInt32BE(_ value: UInt32) { writeInteger(value, endianness: .big) }
+
+    @inlinable
+    public mutating func putFixed(count: Int, _ body: (inout RawCursor) -> Void) {
+        writeWithUnsafeMutableBytes(minimumWritableBytes: count) { raw in
+            var cursor = RawCursor(UnsafeMutableRawBufferPointer(rebasing: raw[..<count]))
+            body(&cursor)
+            return count
+        }
+    }
 }

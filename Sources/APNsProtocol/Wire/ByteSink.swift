@@ -10,6 +10,50 @@ public protocol ByteSink {
     /// Big endian ("network order"), as every integer of the binary interface.
     mutating func putUInt16BE(_ value: UInt16)
     mutating func putUInt32BE(_ value: UInt32)
+    /// Appends exactly `count` bytes that `body` writes through a raw cursor: one capacity check per
+    /// frame instead of one per field, which is what makes encoding run at memory speed.
+    mutating func putFixed(count: Int, _ body: (inout RawCursor) -> Void)
+}
+
+/// A write cursor over memory the sink has reserved. Only the encoders use it, for exactly the number
+/// of bytes they reserved (checked in debug builds).
+public struct RawCursor {
+    @usableFromInline var pointer: UnsafeMutableRawPointer
+    @usableFromInline let end: UnsafeMutableRawPointer
+
+    @inlinable
+    public init(_ buffer: UnsafeMutableRawBufferPointer) {
+        pointer = buffer.baseAddress!
+        end = buffer.baseAddress! + buffer.count
+    }
+
+    @inlinable
+    public mutating func byte(_ b: UInt8) {
+        assert(pointer < end)
+        pointer.storeBytes(of: b, as: UInt8.self)
+        pointer += 1
+    }
+
+    @inlinable
+    public mutating func uint16BE(_ v: UInt16) {
+        assert(pointer + 2 <= end)
+        pointer.storeBytes(of: v.bigEndian, as: UInt16.self)
+        pointer += 2
+    }
+
+    @inlinable
+    public mutating func uint32BE(_ v: UInt32) {
+        assert(pointer + 4 <= end)
+        pointer.storeBytes(of: v.bigEndian, as: UInt32.self)
+        pointer += 4
+    }
+
+    @inlinable
+    public mutating func bytes(_ raw: UnsafeRawBufferPointer) {
+        assert(pointer + raw.count <= end)
+        if let base = raw.baseAddress { pointer.copyMemory(from: base, byteCount: raw.count) }
+        pointer += raw.count
+    }
 }
 
 extension ByteSink {
@@ -38,4 +82,14 @@ extension Array: ByteSink where Element == UInt8 {
 
     @inlinable
     public mutating func putBytes(_ bytes: UnsafeRawBufferPointer) { append(contentsOf: bytes) }
+
+    @inlinable
+    public mutating func putFixed(count n: Int, _ body: (inout RawCursor) -> Void) {
+        let start = count
+        append(contentsOf: repeatElement(0, count: n))
+        withUnsafeMutableBytes { raw in
+            var cursor = RawCursor(UnsafeMutableRawBufferPointer(rebasing: raw[start..<(start + n)]))
+            body(&cursor)
+        }
+    }
 }

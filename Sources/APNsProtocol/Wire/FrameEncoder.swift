@@ -31,23 +31,26 @@ public enum FrameEncoder {
         into sink: inout some ByteSink
     ) {
         precondition(payload.count <= Int(UInt16.max), "payload longer than an item length can say")
-        sink.putByte(2)
-        sink.putUInt32BE(UInt32(command2Size(payloadCount: payload.count) - 5))
-        sink.putByte(Item.deviceToken.rawValue)
-        sink.putUInt16BE(UInt16(DeviceToken.byteCount))
-        token.withBytes { sink.putBytes($0) }
-        sink.putByte(Item.payload.rawValue)
-        sink.putUInt16BE(UInt16(payload.count))
-        sink.putBytes(payload)
-        sink.putByte(Item.notificationIdentifier.rawValue)
-        sink.putUInt16BE(4)
-        sink.putUInt32BE(identifier)
-        sink.putByte(Item.expirationDate.rawValue)
-        sink.putUInt16BE(4)
-        sink.putUInt32BE(expiry)
-        sink.putByte(Item.priority.rawValue)
-        sink.putUInt16BE(1)
-        sink.putByte(priority.rawValue)
+        let size = command2Size(payloadCount: payload.count)
+        sink.putFixed(count: size) { w in
+            w.byte(2)
+            w.uint32BE(UInt32(size - 5))
+            w.byte(Item.deviceToken.rawValue)
+            w.uint16BE(UInt16(DeviceToken.byteCount))
+            token.withBytes { w.bytes($0) }
+            w.byte(Item.payload.rawValue)
+            w.uint16BE(UInt16(payload.count))
+            w.bytes(payload)
+            w.byte(Item.notificationIdentifier.rawValue)
+            w.uint16BE(4)
+            w.uint32BE(identifier)
+            w.byte(Item.expirationDate.rawValue)
+            w.uint16BE(4)
+            w.uint32BE(expiry)
+            w.byte(Item.priority.rawValue)
+            w.uint16BE(1)
+            w.byte(priority.rawValue)
+        }
     }
 
     /// Legacy enhanced format, command 1:

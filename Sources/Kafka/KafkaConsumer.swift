@@ -1,0 +1,627 @@
+import CRdKafka
+import Foundation
+import Logging
+
+/// Consumer configuration. librdkafka properties pass through unchanged (`properties` wins over what
+/// this struct derives), so production security settings need no code.
+public struct KafkaConsumerConfiguration: Sendable {
+    public var bootstrapServers: String
+    public var groupID: String
+    public var topics: [String]
+    /// Any librdkafka consumer/global property (CONFIGURATION.md).
+    public var properties: [String: String]
+    /// `session.timeout.ms`. Keep it low (e.g. 6 s) against the mock cluster: after the last member of a
+    /// group leaves, a new member waits about this long for its assignment.
+    public var sessionTimeout: Duration
+    /// Most messages per batch handed out by `nextBatch()`.
+    public var maxBatchSize: Int
+    /// Bound of the buffer of fetched, not yet handed out messages. When reached, the assigned
+    /// partitions are paused; they are resumed when the buffer is half drained.
+    public var maxBufferedMessages: Int
+    /// How often settled positions are committed (also on revoke and on close).
+    public var commitInterval: Duration
+    /// `auto.offset.reset`: where a group with no committed offset starts, and where librdkafka goes when
+    /// the committed offset no longer exists (counted as an offset reset and logged as an error).
+    public var autoOffsetReset: String
+
+    public init(
+        bootstrapServers: String, groupID: String, topics: [String], properties: [String: String] = [:],
+        sessionTimeout: Duration = .seconds(10), maxBatchSize: Int = 1000, maxBufferedMessages: Int = 10_000,
+        commitInterval: Duration = .seconds(1), autoOffsetReset: String = "earliest"
+    ) {
+        self.bootstrapServers = bootstrapServers
+        self.groupID = groupID
+        self.topics = topics
+        self.properties = properties
+        self.sessionTimeout = sessionTimeout
+        self.maxBatchSize = maxBatchSize
+        self.maxBufferedMessages = maxBufferedMessages
+        self.commitInterval = commitInterval
+        self.autoOffsetReset = autoOffsetReset
+    }
+
+    var rdkafkaProperties: [String: String] {
+        let sessionMs = sessionTimeout.milliseconds
+        var p: [String: String] = [
+            "bootstrap.servers": bootstrapServers,
+            "group.id": groupID,
+            "client.id": "apns-pipeline",
+            // Offsets are committed by us, from settled positions only (DESIGN §2): never by librdkafka.
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "false",
+            "auto.offset.reset": autoOffsetReset,
+            "enable.partition.eof": "false",
+            "session.timeout.ms": "\(sessionMs)",
+            // Frequent heartbeats: a member learns of a rebalance sooner, so fewer settlements pile up
+            // behind commits the group refuses while it rebalances.
+            "heartbeat.interval.ms": "\(max(100, min(3000, sessionMs / 3)))",
+            // partition.assignment.strategy stays librdkafka's default (range,roundrobin: eager). Both
+            // protocols are handled; against librdkafka 2.0.2's mock cluster, cooperative-sticky ends in
+            // cascades of ILLEGAL_GENERATION commit errors and "lost" assignments (every partition's
+            // uncommitted settlements redelivered), eager does not. With a real cluster, cooperative-sticky
+            // can be chosen through `properties`.
+        ]
+        p.merge(properties) { _, override in override }
+        return p
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 {
+        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// Counters a consumer keeps. Offset gaps and resets mean data was skipped: they are also logged at
+/// error level, with the partition and offsets as metadata.
+public struct KafkaConsumerStatistics: Sendable {
+    public var messagesReceived = 0
+    public var messagesSettled = 0
+    public var batchesDelivered = 0
+    /// Times a fetched offset jumped past the expected next offset (including past the committed
+    /// offset at assignment).
+    public var offsetGaps = 0
+    /// Offsets skipped by those gaps.
+    public var offsetsSkipped: Int64 = 0
+    /// Offset resets: librdkafka's (e.g. committed offset out of range) and offsets going backwards.
+    public var offsetResets = 0
+    /// Buffered messages dropped because their partition was revoked before they were handed out.
+    public var droppedOnRevoke = 0
+    /// Commits that failed after retries (periodic ones are retried at the next interval).
+    public var commitFailures = 0
+    /// Revocations whose final commit failed: their settled but uncommitted messages will be redelivered.
+    public var revokeCommitFailures = 0
+    /// Settled offsets whose commit failed at revocation (or whose partition was lost): the next owner
+    /// gets them again. The mock cluster refuses commits while a group is joining, which is when the
+    /// eager protocol revokes, so with it this is the messages settled since the last periodic commit.
+    public var settledButUncommittedAtRevoke: Int64 = 0
+    public var pauses = 0
+    public var assignedPartitions: [TopicPartition] = []
+}
+
+/// A Kafka group consumer that hands out batches and commits settled positions.
+///
+/// A thread of the consumer's own polls librdkafka (`rd_kafka_consume_batch_queue` on the consumer
+/// queue, which also serves rebalances and logs), copies messages into a bounded buffer and pauses the
+/// assigned partitions when it is full. `nextBatch()` (or `batches`) awaits without blocking a thread.
+///
+/// The pipeline settles every message it is done with (`settle`), in any order; per partition the
+/// consumer commits the first unsettled offset, periodically, on revoke and on close (DESIGN §2).
+/// On revoke, buffered messages of the partition are dropped and later settlements of it are ignored
+/// (`settle` returns false): the next owner gets those messages again.
+public final class KafkaConsumer: Sendable {
+    private let core: ConsumerCore
+
+    public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws {
+        precondition(configuration.maxBatchSize > 0 && configuration.maxBufferedMessages > 0)
+        var logger = logger
+        logger[metadataKey: "kafka.group"] = "\(configuration.groupID)"
+        let client = try RDKafkaClient.make(kind: .consumer, properties: configuration.rdkafkaProperties, logger: logger)
+        let core = ConsumerCore(client: client, configuration: configuration, logger: logger)
+        client.context.rebalanceHandler = { [weak core] event, partitions in
+            core?.handleRebalance(event, partitions)
+        }
+        do {
+            try client.subscribe(topics: configuration.topics)
+        } catch {
+            core.destroyUnstarted()
+            throw error
+        }
+        self.core = core
+        core.start()
+    }
+
+    deinit {
+        core.requestStop()
+    }
+
+    /// The next batch of messages (at most `maxBatchSize`, possibly from several partitions, in offset
+    /// order per partition), or nil once the consumer is closed (or the task is cancelled).
+    public func nextBatch() async -> [KafkaConsumerMessage]? {
+        await core.nextBatch()
+    }
+
+    /// The batches as an async sequence (ends when the consumer is closed).
+    public var batches: Batches { Batches(consumer: self) }
+
+    public struct Batches: AsyncSequence, Sendable {
+        public typealias Element = [KafkaConsumerMessage]
+        let consumer: KafkaConsumer
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let consumer: KafkaConsumer
+            public mutating func next() async -> [KafkaConsumerMessage]? { await consumer.nextBatch() }
+        }
+        public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(consumer: consumer) }
+    }
+
+    /// Settles messages (any order). Returns how many were accepted: a message of a partition revoked
+    /// since it was handed out, or already settled, is not.
+    @discardableResult
+    public func settle(_ refs: [MessageRef]) -> Int { core.settle(refs) }
+
+    @discardableResult
+    public func settle(topic: String, partition: Int32, offset: Int64) -> Bool {
+        core.settle([MessageRef(topic: topic, partition: partition, offset: offset)]) == 1
+    }
+
+    /// Commits the settled positions now (retrying "rebalance in progress" a few times).
+    public func commit() async throws { try await core.requestCommit() }
+
+    /// What would be committed now: per owned partition, the first unsettled offset.
+    public var commitPositions: [TopicPartition: Int64] { core.commitPositions }
+
+    public var statistics: KafkaConsumerStatistics { core.statistics }
+
+    /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle.
+    /// Pending and later `nextBatch()` calls return nil.
+    public func close() async { await core.close() }
+}
+
+/// The consumer's state and poll thread.
+///
+/// `@unchecked Sendable`: mutable state is behind `state`; `client` is thread-safe (RDKafkaClient);
+/// `queue` and `topicNames` are used by the poll thread only (the rebalance callback runs on it too).
+final class ConsumerCore: @unchecked Sendable {
+    let client: RDKafkaClient
+    private let configuration: KafkaConsumerConfiguration
+    private let logger: Logger
+    private var queue: OpaquePointer?
+    private var topicNames: [OpaquePointer: String] = [:]
+
+    private struct State {
+        var tracker = OffsetTracker()
+        var lastCommitted: [TopicPartition: Int64] = [:]
+        var buffer: [[KafkaConsumerMessage]] = []
+        var buffered = 0
+        var waiters: [(id: UInt64, continuation: CheckedContinuation<[KafkaConsumerMessage]?, Never>)] = []
+        var nextWaiterID: UInt64 = 0
+        var paused = false
+        var resumeRequested = false
+        var commitRequests: [CheckedContinuation<Void, any Error>] = []
+        var stopping = false
+        var finished = false
+        var closeWaiters: [CheckedContinuation<Void, Never>] = []
+        var stats = KafkaConsumerStatistics()
+    }
+    private let state = Locked(State())
+
+    init(client: RDKafkaClient, configuration: KafkaConsumerConfiguration, logger: Logger) {
+        self.client = client
+        self.configuration = configuration
+        self.logger = logger
+        self.queue = client.consumerQueue()
+    }
+
+    func start() {
+        let thread = Thread { [self] in self.run() }
+        thread.name = "kafka-consumer-poll"
+        thread.start()
+    }
+
+    /// Subscribe failed: nothing was started.
+    func destroyUnstarted() {
+        if let queue { client.destroyQueue(queue) }
+        queue = nil
+        client.destroy()
+    }
+
+    func requestStop() {
+        state.withLock { $0.stopping = true }
+        if let queue { client.wake(queue: queue) }
+    }
+
+    // MARK: API side
+
+    func nextBatch() async -> [KafkaConsumerMessage]? {
+        let id = state.withLock { s -> UInt64 in
+            s.nextWaiterID += 1
+            return s.nextWaiterID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<[KafkaConsumerMessage]?, Never>) in
+                let (now, batch, wake) = state.withLock { s -> (Bool, [KafkaConsumerMessage]?, Bool) in
+                    if Task.isCancelled || (s.finished && s.buffer.isEmpty) { return (true, nil, false) }
+                    if !s.buffer.isEmpty {
+                        let batch = takeBatch(&s)
+                        return (true, batch, requestResumeIfDrained(&s))
+                    }
+                    s.waiters.append((id, c))
+                    return (false, nil, false)
+                }
+                if wake, let queue { client.wake(queue: queue) }
+                if now { c.resume(returning: batch) }
+            }
+        } onCancel: {
+            let waiter = state.withLock { s -> CheckedContinuation<[KafkaConsumerMessage]?, Never>? in
+                guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return s.waiters.remove(at: i).continuation
+            }
+            waiter?.resume(returning: nil)
+        }
+    }
+
+    /// Merges buffered batches up to `maxBatchSize` messages.
+    private func takeBatch(_ s: inout State) -> [KafkaConsumerMessage] {
+        var batch = s.buffer.removeFirst()
+        while let next = s.buffer.first, batch.count + next.count <= configuration.maxBatchSize {
+            batch.append(contentsOf: next)
+            s.buffer.removeFirst()
+        }
+        s.buffered -= batch.count
+        s.stats.batchesDelivered += 1
+        return batch
+    }
+
+    /// When paused and the buffer is half drained, asks the poll thread to resume. Returns true if the
+    /// poll thread must be woken.
+    private func requestResumeIfDrained(_ s: inout State) -> Bool {
+        guard s.paused, !s.resumeRequested, s.buffered <= configuration.maxBufferedMessages / 2 else { return false }
+        s.resumeRequested = true
+        return true
+    }
+
+    func settle(_ refs: [MessageRef]) -> Int {
+        state.withLock { s in
+            var accepted = 0
+            for ref in refs where s.tracker.settle(ref) { accepted += 1 }
+            s.stats.messagesSettled += accepted
+            return accepted
+        }
+    }
+
+    func requestCommit() async throws {
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            let closed = state.withLock { s -> Bool in
+                if s.finished || s.stopping { return true }
+                s.commitRequests.append(c)
+                return false
+            }
+            if closed { c.resume(throwing: KafkaError.closed) } else if let queue { client.wake(queue: queue) }
+        }
+    }
+
+    var commitPositions: [TopicPartition: Int64] { state.withLock { $0.tracker.commitPositions } }
+
+    var statistics: KafkaConsumerStatistics {
+        let librdkafkaResets = client.context.offsetResets.withLock { $0 }
+        var stats = state.withLock { s in
+            var stats = s.stats
+            stats.assignedPartitions = s.tracker.trackedPartitions.sorted {
+                ($0.topic, $0.partition) < ($1.topic, $1.partition)
+            }
+            return stats
+        }
+        stats.offsetResets += librdkafkaResets
+        return stats
+    }
+
+    func close() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { s -> Bool in
+                s.stopping = true
+                if s.finished { return true }
+                s.closeWaiters.append(c)
+                return false
+            }
+            if done { c.resume() } else if let queue { client.wake(queue: queue) }
+        }
+    }
+
+    // MARK: Poll thread
+
+    private func run() {
+        let capacity = configuration.maxBatchSize
+        let buffer = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
+        defer { buffer.deallocate() }
+        let interval = configuration.commitInterval.milliseconds
+        var lastCommit = ContinuousClock.now
+        while true {
+            let (stop, resume, requests) = state.withLock { s in
+                defer {
+                    s.resumeRequested = false
+                    s.commitRequests = []
+                }
+                if s.resumeRequested { s.paused = false }
+                return (s.stopping, s.resumeRequested, s.commitRequests)
+            }
+            if stop {
+                for r in requests { r.resume(throwing: KafkaError.closed) }
+                break
+            }
+            if resume {
+                let assigned = state.withLock { $0.tracker.trackedPartitions }
+                client.resume(assigned)
+                logger.debug("Kafka consumer buffer drained: partitions resumed")
+            }
+            if !requests.isEmpty || (ContinuousClock.now - lastCommit).milliseconds >= interval {
+                let result = commitSettled(attempts: requests.isEmpty ? 1 : 5, reason: requests.isEmpty ? "periodic" : "requested")
+                lastCommit = ContinuousClock.now
+                for r in requests { r.resume(with: result) }
+            }
+            let n = client.consumeBatch(queue: queue!, timeoutMs: 100, into: buffer, capacity: capacity)
+            if n > 0 { ingest(buffer, count: n) }
+        }
+        shutdown()
+    }
+
+    /// Copies fetched messages, tracks them, and buffers them (or hands them to a waiting task).
+    private func ingest(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int) {
+        var messages: [KafkaConsumerMessage] = []
+        messages.reserveCapacity(count)
+        for i in 0..<count {
+            guard let m = buffer[i] else { continue }
+            defer { RDKafkaClient.destroyMessage(m) }
+            let err = m.pointee.err
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                consumerError(m, err)
+                continue
+            }
+            guard let rkt = m.pointee.rkt else { continue }
+            let name: String
+            if let cached = topicNames[rkt] {
+                name = cached
+            } else {
+                name = RDKafkaClient.topicName(of: m)
+                topicNames[rkt] = name
+            }
+            messages.append(RDKafkaClient.copyMessage(m, topicName: name))
+        }
+        guard !messages.isEmpty else { return }
+
+        var anomalies: [(MessageRef, PartitionOffsetTracker.Reception)] = []
+        typealias Waiter = CheckedContinuation<[KafkaConsumerMessage]?, Never>
+        let (handOff, pauseNow, assigned) = state.withLock {
+            s -> ((Waiter, [KafkaConsumerMessage])?, Bool, [TopicPartition]) in
+            var kept: [KafkaConsumerMessage] = []
+            kept.reserveCapacity(messages.count)
+            for message in messages {
+                let reception = s.tracker.received(message.ref)
+                if reception != nil, s.lastCommitted[message.topicPartition] == nil {
+                    // No committed offset: the group would restart this partition where fetching began.
+                    s.lastCommitted[message.topicPartition] = message.offset
+                }
+                switch reception {
+                case nil:
+                    // Partition revoked in the meantime: its new owner gets the message.
+                    s.stats.droppedOnRevoke += 1
+                    continue
+                case .inOrder?:
+                    break
+                case .gap(let expected)?:
+                    s.stats.offsetGaps += 1
+                    s.stats.offsetsSkipped += message.offset - expected
+                    anomalies.append((message.ref, .gap(expected: expected)))
+                case .backwards(let expected)?:
+                    s.stats.offsetResets += 1
+                    anomalies.append((message.ref, .backwards(expected: expected)))
+                }
+                kept.append(message)
+            }
+            s.stats.messagesReceived += kept.count
+            guard !kept.isEmpty else { return (nil, false, []) }
+            if s.buffer.isEmpty, !s.waiters.isEmpty {
+                s.stats.batchesDelivered += 1
+                // Someone is waiting and nothing is queued before: hand the batch over directly.
+                return ((s.waiters.removeFirst().continuation, kept), false, [])
+            }
+            s.buffer.append(kept)
+            s.buffered += kept.count
+            if s.buffered >= configuration.maxBufferedMessages && !s.paused {
+                s.paused = true
+                s.stats.pauses += 1
+                return (nil, true, s.tracker.trackedPartitions)
+            }
+            return (nil, false, [])
+        }
+        if let (waiter, batch) = handOff { waiter.resume(returning: batch) }
+        for (ref, reception) in anomalies {
+            switch reception {
+            case .gap(let expected):
+                logger.error(
+                    "Kafka offset gap: messages skipped (lost upstream or compacted)",
+                    metadata: [
+                        "kafka.topic": "\(ref.topic)", "kafka.partition": "\(ref.partition)",
+                        "kafka.expected_offset": "\(expected)", "kafka.received_offset": "\(ref.offset)",
+                        "kafka.skipped": "\(ref.offset - expected)",
+                    ])
+            case .backwards(let expected):
+                logger.error(
+                    "Kafka offset went backwards: offset reset or seek; messages may be redelivered",
+                    metadata: [
+                        "kafka.topic": "\(ref.topic)", "kafka.partition": "\(ref.partition)",
+                        "kafka.expected_offset": "\(expected)", "kafka.received_offset": "\(ref.offset)",
+                    ])
+            case .inOrder:
+                break
+            }
+        }
+        if pauseNow {
+            client.pause(assigned)
+            logger.debug("Kafka consumer buffer full: partitions paused", metadata: ["kafka.partitions": "\(assigned.count)"])
+        }
+    }
+
+    private func consumerError(_ m: UnsafeMutablePointer<rd_kafka_message_t>, _ err: rd_kafka_resp_err_t) {
+        let text = m.pointee.payload.map {
+            String(decoding: UnsafeRawBufferPointer(start: $0, count: m.pointee.len), as: UTF8.self)
+        } ?? ""
+        let topic = m.pointee.rkt.map { _ in RDKafkaClient.topicName(of: m) } ?? ""
+        if err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET {
+            // auto.offset.reset=error (or no valid offset): data at the committed position is gone.
+            state.withLock { $0.stats.offsetResets += 1 }
+            logger.error(
+                "Kafka offset reset: committed position not available, messages skipped",
+                metadata: ["kafka.topic": "\(topic)", "kafka.partition": "\(m.pointee.partition)", "reason": "\(text)"])
+        } else {
+            logger.warning(
+                "Kafka consumer error",
+                metadata: [
+                    "error": "\(KafkaError(err, "consume").name)", "kafka.topic": "\(topic)",
+                    "kafka.partition": "\(m.pointee.partition)", "reason": "\(text)",
+                ])
+        }
+    }
+
+    /// Commits positions that moved since the last successful commit. Poll thread only.
+    @discardableResult
+    private func commitSettled(attempts: Int, reason: String, only: Set<TopicPartition>? = nil) -> Result<Void, any Error> {
+        let positions = state.withLock { s in
+            s.tracker.commitPositions.filter { tp, pos in
+                (only == nil || only!.contains(tp)) && s.lastCommitted[tp].map { $0 < pos } ?? true
+            }
+        }
+        return commitPositions(positions, attempts: attempts, reason: reason)
+    }
+
+    private func commitPositions(_ positions: [TopicPartition: Int64], attempts: Int, reason: String) -> Result<Void, any Error> {
+        guard !positions.isEmpty else { return .success(()) }
+        var attempt = 1
+        while true {
+            switch client.commit(positions) {
+            case .success:
+                state.withLock { s in
+                    for (tp, pos) in positions { s.lastCommitted[tp] = max(pos, s.lastCommitted[tp] ?? pos) }
+                }
+                logger.trace("Kafka offsets committed", metadata: ["reason": "\(reason)", "kafka.partitions": "\(positions.count)"])
+                return .success(())
+            case .failure(let error):
+                // The mock cluster (and a real one between generations) refuses commits while the group
+                // rebalances; that is retried, everything else is reported.
+                let retriable = error.code == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS.rawValue
+                if retriable && attempt < attempts {
+                    attempt += 1
+                    Thread.sleep(forTimeInterval: 0.1)
+                    continue
+                }
+                state.withLock { $0.stats.commitFailures += 1 }
+                logger.log(
+                    level: reason == "periodic" && retriable ? .debug : .warning, "Kafka commit failed",
+                    metadata: ["reason": "\(reason)", "error": "\(error.message)", "attempts": "\(attempt)"])
+                return .failure(error)
+            }
+        }
+    }
+
+    /// Rebalance callback (poll thread, inside consume or close).
+    func handleRebalance(_ event: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
+        let partitions = RDKafkaClient.read(list).map { $0.0 }
+        if event == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+            // The committed offsets are where fetching starts: knowing them lets the tracker report a first
+            // message above them as a gap (data dropped while nobody consumed).
+            var committed: [TopicPartition: Int64?] = [:]
+            do {
+                committed = try client.committed(partitions, timeoutMs: 10_000)
+            } catch {
+                logger.warning("Kafka committed offsets unknown at assignment: no gap check at start", metadata: ["error": "\(error)"])
+            }
+            let paused = state.withLock { s -> Bool in
+                for tp in partitions {
+                    let c = committed[tp] ?? nil
+                    s.tracker.startTracking(tp, committed: c)
+                    if let c { s.lastCommitted[tp] = c } else { s.lastCommitted[tp] = nil }
+                }
+                return s.paused
+            }
+            do { try client.applyRebalance(event, list) } catch {
+                logger.error("Kafka assign failed", metadata: ["error": "\(error)"])
+            }
+            if paused { client.pause(partitions) }
+            logger.info(
+                "Kafka partitions assigned",
+                metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
+        } else {
+            let lost = client.assignmentLost || event != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
+            // Stop tracking first: from here on, settling these partitions is refused, so what we commit is
+            // exactly what the pipeline had settled, and the next owner starts from there.
+            let (positions, uncommitted) = state.withLock { s -> ([TopicPartition: Int64], Int64) in
+                var positions: [TopicPartition: Int64] = [:]
+                var uncommitted: Int64 = 0
+                let revoked = Set(partitions)
+                for tp in partitions {
+                    if let pos = s.tracker.stopTracking(tp), s.lastCommitted[tp].map({ $0 < pos }) ?? true {
+                        positions[tp] = pos
+                        uncommitted += pos - (s.lastCommitted[tp] ?? pos)
+                    }
+                    s.lastCommitted[tp] = nil
+                }
+                var dropped = 0
+                s.buffer = s.buffer.compactMap { batch in
+                    let kept = batch.filter { !revoked.contains($0.topicPartition) }
+                    dropped += batch.count - kept.count
+                    return kept.isEmpty ? nil : kept
+                }
+                s.buffered -= dropped
+                s.stats.droppedOnRevoke += dropped
+                return (positions, uncommitted)
+            }
+            if lost {
+                state.withLock { $0.stats.settledButUncommittedAtRevoke += uncommitted }
+                logger.warning(
+                    "Kafka partitions lost (not committing): their unsettled messages go to the next owner",
+                    metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
+            } else if case .failure(let error) = commitPositions(positions, attempts: 5, reason: "revoke") {
+                state.withLock {
+                    $0.stats.revokeCommitFailures += 1
+                    $0.stats.settledButUncommittedAtRevoke += uncommitted
+                }
+                logger.warning(
+                    "Kafka commit on revoke failed: settled messages will be redelivered to the next owner",
+                    metadata: [
+                        "error": "\(error)", "kafka.partitions": "\(positions.count)",
+                        "kafka.settled_uncommitted": "\(uncommitted)",
+                    ])
+            }
+            do { try client.applyRebalance(RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, list) } catch {
+                logger.error("Kafka unassign failed", metadata: ["error": "\(error)"])
+            }
+            logger.info(
+                "Kafka partitions revoked",
+                metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))", "lost": "\(lost)"])
+        }
+    }
+
+    private func shutdown() {
+        commitSettled(attempts: 5, reason: "close")
+        // Leaves the group; the final revoke goes through handleRebalance (commits anything settled since).
+        let err = client.consumerClose()
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("Kafka consumer close", metadata: ["error": "\(KafkaError(err, "close").message)"])
+        }
+        if let queue { client.destroyQueue(queue) }
+        queue = nil
+        client.destroy()
+        client.context.rebalanceHandler = nil
+        let (waiters, closers, requests) = state.withLock { s in
+            s.finished = true
+            defer {
+                s.waiters = []
+                s.closeWaiters = []
+                s.commitRequests = []
+            }
+            return (s.waiters, s.closeWaiters, s.commitRequests)
+        }
+        for w in waiters { w.continuation.resume(returning: nil) }
+        for r in requests { r.resume(throwing: KafkaError.closed) }
+        for c in closers { c.resume() }
+    }
+}

@@ -1,0 +1,279 @@
+import CRdKafka
+import Foundation
+import Logging
+
+/// Producer configuration. librdkafka properties pass through unchanged (`properties` wins over the
+/// defaults below), so production `security.protocol`, `sasl.*`, `ssl.*`, `acks`, `linger.ms`,
+/// `compression.type`… need no code.
+public struct KafkaProducerConfiguration: Sendable {
+    public var bootstrapServers: String
+    /// Any librdkafka producer/global property (see librdkafka's CONFIGURATION.md).
+    public var properties: [String: String]
+    /// On `close()`, how long to wait for outstanding deliveries before failing them (`_PURGE_QUEUE`).
+    public var closeTimeout: Duration
+
+    public init(bootstrapServers: String, properties: [String: String] = [:], closeTimeout: Duration = .seconds(30)) {
+        self.bootstrapServers = bootstrapServers
+        self.properties = properties
+        self.closeTimeout = closeTimeout
+    }
+
+    var rdkafkaProperties: [String: String] {
+        var p: [String: String] = [
+            "bootstrap.servers": bootstrapServers,
+            "client.id": "apns-pipeline",
+            // Every acknowledgement from all in-sync replicas: a delivered job is a durable job.
+            "acks": "all",
+            // Small batching delay: the campaign publisher's throughput comes from batching.
+            "linger.ms": "5",
+        ]
+        p.merge(properties) { _, override in override }
+        return p
+    }
+}
+
+/// Counts deliveries of a set of messages (one `sendBatch` call, or everything `send` enqueued
+/// between two `flush()` calls) and wakes whoever waits for all of them.
+///
+/// `@unchecked Sendable`: all state is behind `lock`; delivery reports arrive on the producer's poll
+/// thread, waiters are async tasks.
+final class DeliveryGroup: @unchecked Sendable {
+    private struct State {
+        var pending = 0
+        var failures: [KafkaDeliveryFailure] = []
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Locked(State())
+
+    /// Before each enqueue attempt (so a delivery report can never precede its count).
+    func willEnqueue() { state.withLock { $0.pending += 1 } }
+
+    /// The enqueue attempt failed (no delivery report will come); `failure` nil = will be retried.
+    func enqueueFailed(_ failure: KafkaDeliveryFailure?) {
+        finish(failure)
+    }
+
+    func delivered(failure: KafkaDeliveryFailure?) { finish(failure) }
+
+    private func finish(_ failure: KafkaDeliveryFailure?) {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.pending -= 1
+            if let failure { s.failures.append(failure) }
+            guard s.pending == 0, !s.waiters.isEmpty else { return [] }
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for w in waiters { w.resume() }
+    }
+
+    /// Returns when nothing of this group is pending.
+    func drained() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.pending == 0 { return true }
+                s.waiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    func takeFailures() -> [KafkaDeliveryFailure] {
+        state.withLock { s in
+            defer { s.failures = [] }
+            return s.failures
+        }
+    }
+}
+
+/// A Kafka producer with checked delivery.
+///
+/// - `sendBatch(_:)` enqueues a batch and returns when every message of it is delivered; it throws
+///   `KafkaDeliveryError` listing the ones that were not. The campaign publisher and the dead-letter
+///   path use it.
+/// - `send(...)` only enqueues; `flush()` waits for everything `send` enqueued and throws
+///   `KafkaDeliveryError` for failures since the previous `flush()`.
+///
+/// Both wait (asynchronously) when librdkafka's local queue is full (`queue.buffering.max.*`) instead of
+/// dropping: that is the back-pressure. Delivery reports are served by a thread of the producer's own,
+/// never on Swift's cooperative pool.
+public final class KafkaProducer: Sendable {
+    private let core: ProducerCore
+
+    public init(configuration: KafkaProducerConfiguration, logger: Logger) throws {
+        let client = try RDKafkaClient.make(
+            kind: .producer, properties: configuration.rdkafkaProperties, logger: logger)
+        core = ProducerCore(client: client, logger: logger, closeTimeout: configuration.closeTimeout)
+        core.start()
+    }
+
+    deinit {
+        core.requestStop()
+    }
+
+    /// Enqueues one message (waiting while the local queue is full). Delivery failures surface from the
+    /// next `flush()`. Throws at once if the message is refused outright (e.g. too large) or when closed.
+    public func send(topic: String, partition: Int32? = nil, key: [UInt8]?, value: [UInt8], headers: [KafkaHeader] = []) async throws {
+        let message = KafkaProducerMessage(topic: topic, partition: partition, key: key, value: value, headers: headers)
+        if let failure = try await core.enqueue(message, group: core.sharedGroup) {
+            throw KafkaDeliveryError(failures: [failure])
+        }
+    }
+
+    /// Waits until everything `send` enqueued so far is delivered or failed; throws the failures.
+    public func flush() async throws {
+        await core.sharedGroup.drained()
+        let failures = core.sharedGroup.takeFailures()
+        if !failures.isEmpty { throw KafkaDeliveryError(failures: failures) }
+    }
+
+    /// Sends `messages` and returns when all are delivered (acknowledged per `acks`). Messages refused or
+    /// failed are all reported in the thrown `KafkaDeliveryError`; the others were delivered.
+    public func sendBatch(_ messages: [KafkaProducerMessage]) async throws {
+        let group = DeliveryGroup()
+        var refused: [KafkaDeliveryFailure] = []
+        for message in messages {
+            if let failure = try await core.enqueue(message, group: group) { refused.append(failure) }
+        }
+        await group.drained()
+        let failures = refused + group.takeFailures()
+        if !failures.isEmpty { throw KafkaDeliveryError(failures: failures) }
+    }
+
+    /// Messages enqueued and not yet delivered or failed (librdkafka's `outq_len`, includes requests).
+    public var outstanding: Int { Int(core.client.outQueueLength) }
+
+    /// Flushes (up to `closeTimeout`, failing what is left), stops the poll thread, destroys the handle.
+    public func close() async {
+        await core.close()
+    }
+}
+
+/// The producer's state and poll thread.
+///
+/// `@unchecked Sendable`: mutable state is behind `state`; `client` is thread-safe (see RDKafkaClient).
+final class ProducerCore: @unchecked Sendable {
+    let client: RDKafkaClient
+    let sharedGroup = DeliveryGroup()
+    private let logger: Logger
+    private let closeTimeout: Duration
+
+    private struct State {
+        var stopping = false
+        var destroyed = false
+        /// Tasks inside `produce` right now: the handle may not be destroyed under them.
+        var activeEnqueuers = 0
+        var spaceWaiters: [CheckedContinuation<Void, Never>] = []
+        var closeWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Locked(State())
+
+    init(client: RDKafkaClient, logger: Logger, closeTimeout: Duration) {
+        self.client = client
+        self.logger = logger
+        self.closeTimeout = closeTimeout
+    }
+
+    func start() {
+        let thread = Thread { [self] in self.run() }
+        thread.name = "kafka-producer-poll"
+        thread.start()
+    }
+
+    /// Enqueues, waiting while the queue is full. Returns a failure if librdkafka refuses the message.
+    func enqueue(_ message: KafkaProducerMessage, group: DeliveryGroup) async throws -> KafkaDeliveryFailure? {
+        while true {
+            let admitted = state.withLock { s -> Bool in
+                if s.stopping { return false }
+                s.activeEnqueuers += 1
+                return true
+            }
+            guard admitted else { throw KafkaError.closed }
+            group.willEnqueue()
+            let opaque = Unmanaged.passRetained(group).toOpaque()
+            let err = client.produce(message, opaque: opaque)
+            state.withLock { $0.activeEnqueuers -= 1 }
+            if err == RD_KAFKA_RESP_ERR_NO_ERROR { return nil }
+            // Not enqueued: no delivery report will release the retain taken for it.
+            Unmanaged<DeliveryGroup>.fromOpaque(opaque).release()
+            if err == RD_KAFKA_RESP_ERR__QUEUE_FULL {
+                group.enqueueFailed(nil)
+                // Back-pressure: wait until the poll thread has served delivery reports, then retry.
+                await waitForSpace()
+                continue
+            }
+            let failure = KafkaDeliveryFailure(
+                topic: message.topic, partition: message.partition ?? -1, key: message.key,
+                value: message.value, error: KafkaError(err, "produce"))
+            group.enqueueFailed(failure)
+            return failure
+        }
+    }
+
+    private func waitForSpace() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.stopping { return true }
+                s.spaceWaiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    private func resumeSpaceWaiters() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            defer { s.spaceWaiters = [] }
+            return s.spaceWaiters
+        }
+        for w in waiters { w.resume() }
+    }
+
+    func requestStop() {
+        state.withLock { $0.stopping = true }
+    }
+
+    func close() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { s -> Bool in
+                s.stopping = true
+                if s.destroyed { return true }
+                s.closeWaiters.append(c)
+                return false
+            }
+            if done { c.resume() }
+        }
+    }
+
+    /// The poll thread: serves delivery reports until asked to stop, then drains and destroys.
+    private func run() {
+        while !state.withLock({ $0.stopping }) {
+            // Returns as soon as it served something, so senders blocked on a full queue wake promptly;
+            // the 100 ms cap bounds how long a stop request waits.
+            client.poll(timeoutMs: 100)
+            resumeSpaceWaiters()
+        }
+        // Stopping: let in-progress enqueues finish (new ones are refused), then deliver what is queued.
+        while state.withLock({ $0.activeEnqueuers }) > 0 {
+            client.poll(timeoutMs: 1)
+            resumeSpaceWaiters()
+        }
+        resumeSpaceWaiters()
+        let ms = Int32(clamping: closeTimeout.components.seconds * 1000 + closeTimeout.components.attoseconds / 1_000_000_000_000_000)
+        if client.flush(timeoutMs: ms) != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.error(
+                "Kafka producer closing with undelivered messages: failing them",
+                metadata: ["kafka.outstanding": "\(client.outQueueLength)"])
+            // Purged messages get delivery reports with _PURGE_* errors, so every waiter learns of them.
+            client.purgeAll()
+            _ = client.flush(timeoutMs: 5000)
+        }
+        client.destroy()
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.destroyed = true
+            defer { s.closeWaiters = [] }
+            return s.closeWaiters
+        }
+        for w in waiters { w.resume() }
+    }
+}

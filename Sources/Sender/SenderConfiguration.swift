@@ -1,0 +1,92 @@
+import APNsTransport
+import Foundation
+
+/// A gateway address.
+public struct GatewayAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `host:port`.
+    public init?(_ text: String) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]) else { return nil }
+        self.init(host: String(text[..<colon]), port: port)
+    }
+
+    public var description: String { "\(host):\(port)" }
+
+    public static let production = GatewayAddress(host: "gateway.push.apple.com", port: 2195)
+    public static let sandbox = GatewayAddress(host: "gateway.sandbox.push.apple.com", port: 2195)
+}
+
+/// How one shard batches, settles and reconnects. Durations in seconds.
+public struct ShardConfiguration: Sendable {
+    /// Flush when the unflushed frames reach this many bytes…
+    public var batchBytes = 64 * 1024
+    /// …or when the oldest unflushed frame has waited this long (Nagle, but explicit).
+    public var linger = 0.002
+    /// Notifications waiting to be written; a full queue makes callers wait.
+    public var queueCapacity = 8192
+    /// Written but unsettled notifications kept for replay; when full, writing pauses until some settle.
+    public var replayMaxCount = 65_536
+    public var replayMaxBytes = 16 * 1024 * 1024
+    /// No error response this long after a write completed: its notifications are accepted. Size the
+    /// replay buffer from `settleAfter` × rate.
+    public var settleAfter = 1.0
+    /// Status 1 / 255: how many times a notification is written before it is dead-lettered.
+    public var maxAttempts = 3
+    /// How long a drain waits for the probe's answer before falling back to `settleAfter`.
+    public var drainTimeout = 5.0
+    public var connectTimeout = 10.0
+    public var reconnect = ReconnectPolicy()
+
+    public init() {}
+}
+
+/// Exponential back-off with full jitter and a cap (spec 003: "APNs treats rapid connection and
+/// disconnection as a denial-of-service attack").
+public struct ReconnectPolicy: Sendable {
+    public var initialDelay = 0.05
+    public var maximumDelay = 30.0
+    public var multiplier = 2.0
+    /// Fraction of the delay drawn at random (0…1).
+    public var jitter = 0.5
+    /// Connection attempts per second allowed to one gateway address, over all shards of the process.
+    public var attemptsPerSecondPerGateway = 20.0
+
+    public init() {}
+
+    /// Delay before attempt `n` (0 = the first retry after a failure).
+    public func delay(attempt n: Int, random: inout some RandomNumberGenerator) -> Double {
+        let base = min(maximumDelay, initialDelay * Foundation.pow(multiplier, Double(min(n, 40))))
+        let jittered = base * (1 - jitter) + base * jitter * Double.random(in: 0...1, using: &random)
+        return min(maximumDelay, jittered)
+    }
+}
+
+/// One app's pool: N shards, each its own TLS connection to one of the gateways.
+public struct PoolConfiguration: Sendable {
+    public var credentials: ProviderCredentials
+    public var gateways: [GatewayAddress]
+    public var shards: Int
+    public var shard: ShardConfiguration
+    /// Name checked against the gateway's certificate; nil uses each gateway's host.
+    public var serverHostname: String?
+
+    public init(
+        credentials: ProviderCredentials, gateways: [GatewayAddress], shards: Int = 4,
+        shard: ShardConfiguration = ShardConfiguration(), serverHostname: String? = nil
+    ) {
+        precondition(!gateways.isEmpty && shards > 0)
+        self.credentials = credentials
+        self.gateways = gateways
+        self.shards = shards
+        self.shard = shard
+        self.serverHostname = serverHostname
+    }
+
+    public var app: String { credentials.app }
+}

@@ -1,0 +1,495 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+
+/// One TLS connection to a gateway and everything that keeps it honest: a bounded queue, the
+/// Nagle-style batcher, per-connection identifiers, the replay buffer, settlement, reconnects and
+/// the drain probe. All state lives on one event loop; every entry point hops there first.
+final class Shard: @unchecked Sendable {  // mutable state is confined to `eventLoop`
+    let app: String
+    let index: Int
+    let eventLoop: any EventLoop
+    private let config: ShardConfiguration
+    private let sslContext: NIOSSLContext
+    private let serverHostname: String?
+    private let gateways: [GatewayAddress]
+    private let limiter: ConnectionLimiter
+    private let onOutcomes: OutcomeHandler
+    private var logger: Logger
+
+    /// A notification in this shard's hands, with its history.
+    struct Pending {
+        var notification: PushNotification
+        /// Times written to a gateway.
+        var attempts = 0
+        /// Times answered with status 1 or 255.
+        var processingFailures = 0
+    }
+
+    private enum State {
+        case idle
+        case waitingToConnect
+        case connecting(epoch: Int)
+        case connected(any Channel, epoch: Int)
+        /// An error response arrived (or we gave up on the connection): waiting for it to close.
+        case closing(epoch: Int)
+        case stopped
+    }
+
+    private var state: State = .idle
+    private var epoch = 0
+    private var queue = CircularBuffer<Pending>(initialCapacity: 1024)
+    private var waiters = CircularBuffer<EventLoopPromise<Void>>()
+    private var replay = ReplayBuffer<Pending>()
+    private var outgoing: ByteBuffer
+    private var framesInOutgoing = 0
+    private var flushCount: UInt64 = 0
+    private var nextIdentifier: UInt32 = 1
+    private var lingerTask: Scheduled<Void>?
+    private var settleTask: Scheduled<Void>?
+    private var reconnectAttempt = 0
+    private var gatewayCursor: Int
+    private var connectionsMade = 0
+    private var connectionWasUseful = false
+    private var pendingOutcomes: [Outcome] = []
+    private var events = SenderEvents()
+    private var drain: DrainState?
+    private var random = SystemRandomNumberGenerator()
+    private(set) var statistics = ShardStatistics()
+
+    private struct DrainState {
+        var promise: EventLoopPromise<DrainResult>
+        var probeIdentifier: UInt32?
+        /// The gateway answered the probe: everything before it is proved processed.
+        var answered = false
+        var timedOut = false
+        var timeout: Scheduled<Void>?
+    }
+
+    init(
+        app: String, index: Int, eventLoop: any EventLoop, config: ShardConfiguration, sslContext: NIOSSLContext,
+        serverHostname: String?, gateways: [GatewayAddress], limiter: ConnectionLimiter,
+        logger: Logger, onOutcomes: @escaping OutcomeHandler
+    ) {
+        self.app = app
+        self.index = index
+        self.eventLoop = eventLoop
+        self.config = config
+        self.sslContext = sslContext
+        self.serverHostname = serverHostname
+        self.gateways = gateways
+        self.limiter = limiter
+        self.onOutcomes = onOutcomes
+        self.logger = logger
+        self.logger[metadataKey: "app"] = "\(app)"
+        self.logger[metadataKey: "shard"] = "\(index)"
+        gatewayCursor = index % gateways.count  // spread shards evenly over the gateways
+        outgoing = ByteBufferAllocator().buffer(capacity: config.batchBytes + 4096)
+    }
+
+    private var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
+    private var settleAfterNanos: UInt64 { UInt64(config.settleAfter * 1e9) }
+
+    // MARK: submitting
+
+    /// Queues `batch`; the future completes when the queue is back under its capacity, so a caller
+    /// that awaits it never has more than one batch beyond the bound in flight.
+    func submit(_ batch: [PushNotification]) -> EventLoopFuture<Void> {
+        eventLoop.flatSubmit { [self] in
+            if case .stopped = state { return eventLoop.makeFailedFuture(SenderError.closed(app: app)) }
+            if drain != nil { return eventLoop.makeFailedFuture(SenderError.draining(app: app)) }
+            for n in batch { queue.append(Pending(notification: n)) }
+            statistics.maxQueueDepth = max(statistics.maxQueueDepth, queue.count)
+            connectIfNeeded()
+            pump()
+            if queue.count <= config.queueCapacity { return eventLoop.makeSucceededVoidFuture() }
+            let promise = eventLoop.makePromise(of: Void.self)
+            waiters.append(promise)
+            statistics.callerWaits += 1
+            return promise.futureResult
+        }
+    }
+
+    private func releaseWaiters() {
+        while queue.count <= config.queueCapacity, let w = waiters.popFirst() { w.succeed() }
+    }
+
+    // MARK: writing
+
+    /// Moves notifications from the queue into the outgoing batch while the connection, the replay
+    /// buffer and the socket all have room.
+    private func pump() {
+        guard case .connected(let channel, _) = state else { return }
+        if drain?.probeIdentifier != nil { return }  // nothing goes after the probe
+        while !queue.isEmpty, replay.count < config.replayMaxCount, replay.bytes < config.replayMaxBytes,
+            channel.isWritable
+        {
+            var p = queue.removeFirst()
+            p.attempts += 1
+            let identifier = nextIdentifier
+            nextIdentifier &+= 1
+            let before = outgoing.writerIndex
+            p.notification.payload.withUnsafeBytes { payload in
+                FrameEncoder.writeCommand2(
+                    token: p.notification.token, payload: payload, identifier: identifier,
+                    expiry: p.notification.expiry, priority: p.notification.priority, into: &outgoing)
+            }
+            replay.append(identifier: identifier, item: p, bytes: outgoing.writerIndex - before)
+            framesInOutgoing += 1
+            if outgoing.readableBytes >= config.batchBytes { flush(channel) }
+        }
+        statistics.maxReplayBytes = max(statistics.maxReplayBytes, replay.bytes)
+        statistics.maxReplayCount = max(statistics.maxReplayCount, replay.count)
+        if queue.isEmpty, drain != nil, drain?.probeIdentifier == nil { sendProbe(channel) }
+        if outgoing.readableBytes > 0, lingerTask == nil {
+            lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.linger * 1e9))) { [self] in
+                lingerTask = nil
+                if case .connected(let channel, _) = state, outgoing.readableBytes > 0 { flush(channel) }
+            }
+        }
+        releaseWaiters()
+    }
+
+    private func flush(_ channel: any Channel) {
+        lingerTask?.cancel()
+        lingerTask = nil
+        guard outgoing.readableBytes > 0 else { return }
+        flushCount += 1
+        let flush = flushCount
+        replay.assignUnflushed(to: flush)
+        events.writes += 1
+        events.framesWritten += framesInOutgoing
+        events.bytesWritten += outgoing.readableBytes
+        framesInOutgoing = 0
+        let buffer = outgoing
+        outgoing = channel.allocator.buffer(capacity: config.batchBytes + 4096)
+        let writeEpoch = epoch
+        channel.writeAndFlush(buffer).whenComplete { [self] result in
+            guard writeEpoch == epoch, case .success = result else { return }
+            replay.writeCompleted(flush, at: now)
+            scheduleSettle()
+        }
+    }
+
+    /// The drain probe: a frame with a token and an identifier but no payload. The gateway must
+    /// answer it with status 4 (missing payload) naming it, and since it answers in order, that
+    /// proves every earlier notification on the connection was processed.
+    private func sendProbe(_ channel: any Channel) {
+        let identifier = nextIdentifier
+        nextIdentifier &+= 1
+        drain?.probeIdentifier = identifier
+        var frame = ByteBufferAllocator().buffer(capacity: 48)
+        frame.putByte(2)
+        frame.putUInt32BE(35 + 7)
+        frame.putByte(1)
+        frame.putUInt16BE(32)
+        frame.writeRepeatingByte(0, count: 32)
+        frame.putByte(3)
+        frame.putUInt16BE(4)
+        frame.putUInt32BE(identifier)
+        outgoing.writeImmutableBuffer(frame)
+        flush(channel)
+        logger.debug("drain probe sent", metadata: ["identifier": "\(identifier)"])
+    }
+
+    // MARK: settling
+
+    private func scheduleSettle() {
+        guard settleTask == nil, !replay.isEmpty else { return }
+        let period = max(0.005, config.settleAfter / 4)
+        settleTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(period * 1e9))) { [self] in
+            settleTask = nil
+            let settled = replay.settleExpired(now: now, settleAfter: settleAfterNanos)
+            if !settled.isEmpty {
+                connectionWasUseful = true
+                for e in settled { record(e.item, .accepted, status: nil) }
+            }
+            scheduleSettle()
+            pump()
+            finishDrainIfSettled()
+            emit()
+        }
+    }
+
+    private func record(_ p: Pending, _ kind: OutcomeKind, status: ErrorStatus?) {
+        pendingOutcomes.append(
+            Outcome(notification: p.notification, kind: kind, status: status, attempts: p.attempts, shard: index))
+    }
+
+    private func emit() {
+        guard !pendingOutcomes.isEmpty || !events.isEmpty else { return }
+        let batch = OutcomeBatch(app: app, shard: index, outcomes: pendingOutcomes, events: events)
+        pendingOutcomes = []
+        events = SenderEvents()
+        onOutcomes(batch)
+    }
+
+    /// Puts notifications back at the front of the queue, in their original order.
+    private func requeueAtFront(_ items: [Pending]) {
+        for p in items.reversed() { queue.prepend(p) }
+    }
+
+    // MARK: connection events (from GatewayResponseHandler, on the event loop)
+
+    func errorResponse(_ response: ErrorResponse, epoch: Int) {
+        guard epoch == self.epoch else { return }
+        connectionWasUseful = true
+        if let probe = drain?.probeIdentifier, response.identifier == probe {
+            // Everything before the probe was processed: the drain proof.
+            for e in replay.acceptAll() { record(e.item, .accepted, status: nil) }
+            drain?.answered = true
+            statistics.drainsProvedByProbe += 1
+            closeConnection()
+            emit()
+            finishDrainIfSettled()
+            return
+        }
+        drain?.probeIdentifier = nil  // if one was sent, the gateway discarded it with the rest
+        let r = replay.resolve(response)
+        for e in r.accepted { record(e.item, .accepted, status: nil) }
+        if r.sequenceUnknown {
+            events.sequenceUnknown += 1
+            logger.error(
+                "error response names a notification no longer in the replay buffer; what followed it may be lost",
+                metadata: ["status": "\(response.status)", "identifier": "\(response.identifier)"])
+        }
+        var front: [Pending] = []
+        if let failed = r.failed {
+            var p = failed.item
+            switch response.status {
+            case .invalidToken:
+                record(p, .rejected, status: response.status)
+            case .processingError, .unknown:
+                p.processingFailures += 1
+                if p.processingFailures < config.maxAttempts {
+                    events.retried += 1
+                    front.append(p)
+                } else {
+                    record(p, .deadLettered, status: response.status)
+                }
+            default:
+                // 2–7: the frame was malformed; validation before sending should have caught it.
+                logger.warning(
+                    "gateway refused a notification as malformed", metadata: ["status": "\(response.status)", "job": "\(p.notification.jobID)"])
+                record(p, .deadLettered, status: response.status)
+            }
+        }
+        events.replayed += r.discarded.count
+        front.append(contentsOf: r.discarded.map(\.item))
+        requeueAtFront(front)
+        if response.status == .shutdown {
+            logger.info("gateway shut the connection down (status 10)", metadata: ["identifier": "\(response.identifier)"])
+        }
+        closeConnection()
+        emit()
+    }
+
+    func protocolViolation(_ what: String, epoch: Int) {
+        guard epoch == self.epoch else { return }
+        logger.error("gateway sent something that is not an error response; closing", metadata: ["error": "\(what)"])
+    }
+
+    func connectionError(_ error: any Error, epoch: Int) {
+        guard epoch == self.epoch else { return }
+        logger.warning("gateway connection error", metadata: ["error": "\(error)"])
+    }
+
+    func handshakeCompleted(epoch: Int) {
+        guard epoch == self.epoch else { return }
+        logger.debug("connected")
+    }
+
+    func writable(epoch: Int) {
+        guard epoch == self.epoch else { return }
+        pump()
+    }
+
+    func connectionClosed(epoch: Int) {
+        guard epoch == self.epoch else { return }
+        self.epoch += 1
+        lingerTask?.cancel()
+        lingerTask = nil
+        outgoing.clear()
+        framesInOutgoing = 0
+        let (written, unwritten) = replay.takeAll()
+        if !written.isEmpty {
+            // Written, and the connection dropped with no error response: they may or may not have
+            // been processed. Resending risks a duplicate; not resending risks a loss. We resend.
+            events.ambiguous += written.count
+            logger.warning("connection dropped with no error response; resending unsettled notifications",
+                           metadata: ["ambiguous": "\(written.count)"])
+        }
+        requeueAtFront((written + unwritten).map(\.item))
+        if drain?.answered == false { drain?.probeIdentifier = nil }
+        if case .stopped = state {
+            emit()
+            return
+        }
+        state = .idle
+        reconnectAttempt = connectionWasUseful ? 0 : reconnectAttempt + 1
+        emit()
+        if !queue.isEmpty || drain != nil { connectIfNeeded() }
+        finishDrainIfSettled()
+    }
+
+    private func closeConnection() {
+        guard case .connected(let channel, let e) = state else { return }
+        state = .closing(epoch: e)
+        lingerTask?.cancel()
+        lingerTask = nil
+        outgoing.clear()
+        framesInOutgoing = 0
+        channel.close(promise: nil)
+    }
+
+    // MARK: connecting
+
+    private func connectIfNeeded() {
+        guard case .idle = state else { return }
+        state = .waitingToConnect
+        var delay = reconnectAttempt == 0 ? 0 : config.reconnect.delay(attempt: reconnectAttempt - 1, random: &random)
+        let gateway = gateways[gatewayCursor % gateways.count]
+        delay = max(delay, limiter.reserve(gateway))
+        if delay <= 0 {
+            connect(to: gateway)
+        } else {
+            eventLoop.scheduleTask(in: .nanoseconds(Int64(delay * 1e9))) { [self] in connect(to: gateway) }
+        }
+    }
+
+    private func connect(to gateway: GatewayAddress) {
+        guard case .waitingToConnect = state else { return }
+        let connectionEpoch = epoch
+        state = .connecting(epoch: connectionEpoch)
+        connectionWasUseful = false
+        if connectionsMade > 0 { events.reconnects += 1 }
+        connectionsMade += 1
+        let sslContext = self.sslContext
+        let hostname = serverHostname ?? gateway.host
+        ClientBootstrap(group: eventLoop)
+            .connectTimeout(.nanoseconds(Int64(config.connectTimeout * 1e9)))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.writeBufferWaterMark, value: .init(low: 256 * 1024, high: 1024 * 1024))
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        NIOSSLClientHandler(context: sslContext, serverHostname: hostname))
+                    try channel.pipeline.syncOperations.addHandler(
+                        GatewayResponseHandler(shard: self, epoch: connectionEpoch))
+                }
+            }
+            .connect(host: gateway.host, port: gateway.port)
+            .whenComplete { [self] result in
+                guard case .connecting(let e) = state, e == connectionEpoch else {
+                    if case .success(let channel) = result { channel.close(promise: nil) }
+                    return
+                }
+                switch result {
+                case .success(let channel):
+                    state = .connected(channel, epoch: connectionEpoch)
+                    statistics.connections += 1
+                    pump()
+                case .failure(let error):
+                    logger.warning(
+                        "cannot connect to gateway", metadata: ["gateway": "\(gateway)", "error": "\(error)",
+                                                                 "attempt": "\(reconnectAttempt + 1)"])
+                    epoch += 1
+                    state = .idle
+                    reconnectAttempt += 1
+                    gatewayCursor += 1  // try the next gateway
+                    if !queue.isEmpty || drain != nil { connectIfNeeded() }
+                }
+            }
+    }
+
+    // MARK: draining
+
+    /// Sends what is queued, then proves it processed with a drain probe (or, if the probe is not
+    /// answered within `drainTimeout`, waits out `settleAfter`), then closes. New submissions fail.
+    func drainAndClose() -> EventLoopFuture<DrainResult> {
+        eventLoop.flatSubmit { [self] in
+            if case .stopped = state { return eventLoop.makeSucceededFuture(.nothingToDrain) }
+            if let existing = drain { return existing.promise.futureResult }
+            let promise = eventLoop.makePromise(of: DrainResult.self)
+            drain = DrainState(promise: promise)
+            drain?.timeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
+                drain?.timedOut = true
+                logger.warning("drain probe not answered in time; settling by time instead")
+                finishDrainIfSettled()
+            }
+            if queue.isEmpty && replay.isEmpty {
+                finish(.nothingToDrain)
+            } else {
+                connectIfNeeded()
+                pump()
+            }
+            return promise.futureResult
+        }
+    }
+
+    private func finishDrainIfSettled() {
+        guard let d = drain, queue.isEmpty, replay.isEmpty, d.answered || d.timedOut else { return }
+        finish(d.answered ? .provedByProbe : .settledByTime)
+    }
+
+    private func finish(_ result: DrainResult) {
+        guard let d = drain else { return }
+        d.timeout?.cancel()
+        if case .connected(let channel, _) = state { channel.close(promise: nil) }
+        state = .stopped
+        settleTask?.cancel()
+        settleTask = nil
+        emit()
+        while let w = waiters.popFirst() { w.fail(SenderError.closed(app: app)) }
+        d.promise.succeed(result)
+    }
+
+    func currentStatistics() -> EventLoopFuture<ShardStatistics> {
+        eventLoop.submit { [self] in
+            var s = statistics
+            s.queueDepth = queue.count
+            s.replayCount = replay.count
+            s.replayBytes = replay.bytes
+            return s
+        }
+    }
+}
+
+public enum DrainResult: Sendable, Equatable {
+    /// The gateway answered the drain probe: everything sent was processed.
+    case provedByProbe
+    /// The probe went unanswered; everything was settled by `settleAfter`.
+    case settledByTime
+    case nothingToDrain
+}
+
+public enum SenderError: Error, CustomStringConvertible {
+    case closed(app: String)
+    case draining(app: String)
+    case noPool(app: String)
+
+    public var description: String {
+        switch self {
+        case .closed(let app): "sender for \(app) is closed"
+        case .draining(let app): "sender for \(app) is draining; no new notifications are taken"
+        case .noPool(let app): "no certificate is configured for app \(app)"
+        }
+    }
+}
+
+/// What a shard has seen, for tests, benchmarks and the shard hash in Redis.
+public struct ShardStatistics: Sendable {
+    public var connections = 0
+    public var maxQueueDepth = 0
+    public var maxReplayBytes = 0
+    public var maxReplayCount = 0
+    public var callerWaits = 0
+    public var drainsProvedByProbe = 0
+    public var queueDepth = 0
+    public var replayCount = 0
+    public var replayBytes = 0
+}

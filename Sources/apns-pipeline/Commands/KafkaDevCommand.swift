@@ -1,0 +1,111 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Kafka
+import Logging
+
+/// `apns-pipeline kafka-dev`: librdkafka's mock Kafka cluster on loopback TCP, for development, tests
+/// and the demo (`ops/test`, `ops/demo`). Real Kafka protocol, no broker to install.
+struct KafkaDevCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kafka-dev",
+        abstract: "Run a mock Kafka cluster on loopback until SIGTERM/SIGINT; print its bootstrap servers."
+    )
+
+    @Option(help: "Number of brokers.")
+    var brokers: Int = 3
+
+    @Option(
+        name: .customLong("topic"),
+        help: "A topic to create, NAME:PARTITIONS (repeatable). Default: apns.jobs:8, apns.jobs.dlq:1, apns.registrations:2.")
+    var topics: [String] = []
+
+    @Option(help: "Write the bootstrap servers to this file (atomically) once the cluster is ready.")
+    var bootstrapFile: String?
+
+    static let defaultTopics = ["apns.jobs:8", "apns.jobs.dlq:1", "apns.registrations:2"]
+
+    func validate() throws {
+        guard brokers > 0 else { throw ValidationError("--brokers must be at least 1") }
+        _ = try parsedTopics()
+    }
+
+    func parsedTopics() throws -> [MockCluster.Topic] {
+        try (topics.isEmpty ? Self.defaultTopics : topics).map { spec in
+            guard let colon = spec.lastIndex(of: ":"), let partitions = Int32(spec[spec.index(after: colon)...]),
+                partitions > 0, colon != spec.startIndex
+            else { throw ValidationError("--topic \(spec): expected NAME:PARTITIONS") }
+            return MockCluster.Topic(name: String(spec[..<colon]), partitions: partitions)
+        }
+    }
+
+    func run() async throws {
+        // Logs on stderr: stdout carries only the bootstrap servers, for scripts.
+        var logger = Logger(label: "kafka-dev", factory: { label in StreamLogHandler.standardError(label: label) })
+        logger.logLevel = .info
+        let topics = try parsedTopics()
+
+        // Signals are handled before anything starts, so a TERM right after start-up still stops cleanly.
+        let stop = SignalWaiter(signals: [SIGINT, SIGTERM])
+
+        let cluster = try MockCluster(brokers: brokers, topics: topics, logger: logger)
+        logger.info(
+            "kafka-dev ready",
+            metadata: ["topics": "\(topics.map { "\($0.name):\($0.partitions)" }.joined(separator: ","))"])
+        // One write(2) to fd 1, unbuffered: a script reading our stdout through a pipe sees it at once.
+        FileHandle.standardOutput.write(Data((cluster.bootstrapServers + "\n").utf8))
+        if let bootstrapFile {
+            // Atomic (temporary file + rename): a script polling for the file never reads half of it.
+            try Data((cluster.bootstrapServers + "\n").utf8).write(to: URL(fileURLWithPath: bootstrapFile), options: .atomic)
+        }
+
+        let signal = await stop.wait()
+        logger.info("kafka-dev stopping", metadata: ["signal": "\(signal)"])
+        cluster.stop()
+    }
+}
+
+/// Waits for the first of some signals, with DispatchSource (the signals' default actions are disabled
+/// so that the process can stop the cluster and exit 0).
+final class SignalWaiter: @unchecked Sendable {
+    // @unchecked: `sources` is set in init and only cancelled after the signal; `result` is guarded by `lock`.
+    private var sources: [DispatchSourceSignal] = []
+    private let lock = NSLock()
+    private var received: Int32?
+    private var continuation: CheckedContinuation<Int32, Never>?
+
+    init(signals: [Int32]) {
+        let queue = DispatchQueue(label: "kafka-dev.signals")
+        for sig in signals {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler { [weak self] in self?.fire(sig) }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    private func fire(_ sig: Int32) {
+        lock.lock()
+        if received == nil { received = sig }
+        let c = continuation
+        continuation = nil
+        lock.unlock()
+        c?.resume(returning: sig)
+    }
+
+    func wait() async -> Int32 {
+        let sig = await withCheckedContinuation { (c: CheckedContinuation<Int32, Never>) in
+            lock.lock()
+            if let received {
+                lock.unlock()
+                c.resume(returning: received)
+            } else {
+                continuation = c
+                lock.unlock()
+            }
+        }
+        for s in sources { s.cancel() }
+        return sig
+    }
+}
