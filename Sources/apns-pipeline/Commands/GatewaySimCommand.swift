@@ -44,6 +44,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
         var script = FaultScript()
         if let faults {
             do {
@@ -77,7 +78,6 @@ struct GatewaySimCommand: AsyncParsableCommand {
             try Data((line + "\n").utf8).write(to: URL(fileURLWithPath: portsFile), options: .atomic)
         }
 
-        let signals = SignalWaiter()
         signals.on(SIGUSR1) { Self.printTotals(simulator) }
         signals.on(SIGUSR2) { simulator.shutdownConnections() }
         var ticker: Task<Void, Never>?
@@ -89,7 +89,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
                 }
             }
         }
-        await signals.waitForTermination()
+        _ = await signals.wait()
         ticker?.cancel()
         try await simulator.stop()
         Self.printTotals(simulator)
