@@ -17,7 +17,6 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
     private let id: Int
     private var app: String?
     private var decoder: GatewayFrameDecoder
-    private var acceptedHere = 0
     /// The identifier of the last notification accepted: what a status-10 response names.
     private var lastProcessed: UInt32 = 0
     private var closing = false
@@ -93,7 +92,6 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
             respondAndClose(ErrorResponse(status: .processingError, identifier: identifier), context: context)
             return
         }
-        acceptedHere += 1
         if let id = n.identifier { lastProcessed = id }
         let now = Date().timeIntervalSince1970
         if core.recorder.isEnabled {
@@ -107,9 +105,11 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
         if core.uninstalledTokens.contains(n.token) {
             core.queueFeedback(app: app, token: n.token, time: UInt32(now))
         }
-        if let every = core.faults.shutdownEvery, acceptedHere % every == 0 {
+        // Counted over the whole simulator, so "every N" holds however many connections share the load.
+        let acceptedOverall = core.nextAccepted()
+        if let every = core.faults.shutdownEvery, acceptedOverall % every == 0 {
             respondAndClose(ErrorResponse(status: .shutdown, identifier: lastProcessed), context: context)
-        } else if let every = core.faults.dropEvery, acceptedHere % every == 0 {
+        } else if let every = core.faults.dropEvery, acceptedOverall % every == 0 {
             core.count { $0.abruptDrops += 1 }
             closeQuietly(context: context)
         }

@@ -160,6 +160,7 @@ final class SimulatorCore: Sendable {
     let logger: Logger
     private let startedAt = ContinuousClock.now
     private let arrivals = Atomic<Int>(0)
+    private let acceptedCount = Atomic<Int>(0)
     private let connectionNumbers = Atomic<Int>(0)
     private let random: Mutex<SplitMix64>
     private let feedback = Mutex<[String: FeedbackList]>([:])
@@ -195,6 +196,9 @@ final class SimulatorCore: Sendable {
 
     /// Position of the next notification in arrival order over the whole simulator, from 1.
     func nextArrival() -> Int { arrivals.add(1, ordering: .relaxed).newValue }
+
+    /// Number of the notification just accepted, over the whole simulator, from 1.
+    func nextAccepted() -> Int { acceptedCount.add(1, ordering: .relaxed).newValue }
 
     func drawProcessingError() -> Bool {
         guard faults.processingErrorRate > 0 else { return false }

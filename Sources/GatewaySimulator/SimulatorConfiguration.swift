@@ -57,10 +57,11 @@ public struct FaultScript: Sendable, Codable, Equatable {
     public var processingErrorRate: Double = 0
     /// Notifications (counted from 1 over the whole simulator, in arrival order) answered with status 1.
     public var processingErrorAt: Set<Int> = []
-    /// After this many accepted notifications on a connection, write status 10 (shutdown) naming the
-    /// last one and close.
+    /// Every this many accepted notifications (counted over the whole simulator), the connection that
+    /// accepted the last one writes status 10 (shutdown) naming it, and closes.
     public var shutdownEvery: Int?
-    /// After this many accepted notifications on a connection, close it abruptly: no error response.
+    /// Every this many accepted notifications (over the whole simulator), the connection that accepted
+    /// the last one closes abruptly: no error response.
     public var dropEvery: Int?
     /// Slow reader: read at most `slowReadBytes` every `slowReadIntervalMillis` on each connection.
     public var slowReadBytes: Int?

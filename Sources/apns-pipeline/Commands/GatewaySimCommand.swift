@@ -37,8 +37,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
     @Option(help: "File of tokens (one hex per line) answered with status 8.") var invalidTokens: String?
     @Option(help: "File of tokens whose app is uninstalled (accepted; feedback entry queued).") var uninstalledTokens: String?
     @Option(help: "Chance 0…1 of status 1 per notification.") var processingErrorRate: Double?
-    @Option(help: "Status 10 after this many accepted notifications on a connection.") var shutdownEvery: Int?
-    @Option(help: "Abrupt close (no response) after this many accepted on a connection.") var dropEvery: Int?
+    @Option(help: "Status 10 every this many accepted notifications (whole simulator).") var shutdownEvery: Int?
+    @Option(help: "Abrupt close (no response) every this many accepted (whole simulator).") var dropEvery: Int?
     @Option(help: "Status 10 on every open connection every this many seconds.") var shutdownIntervalSeconds: Double?
     @Option(help: "Seed for the random faults.") var seed: UInt64?
 

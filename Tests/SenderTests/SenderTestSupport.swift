@@ -1,0 +1,98 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import GatewaySimulator
+import NIOCore
+import NIOPosix
+import Sender
+import Synchronization
+import Testing
+
+enum TestCertificates {
+    static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let dir = root.appendingPathComponent(".run/certs").path
+        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
+            try? p.run()
+            p.waitUntilExit()
+        }
+        return dir
+    }()
+}
+
+let shop = "com.example.shop"
+
+/// Collects outcome batches from the shards' event loops.
+final class OutcomeLog: Sendable {
+    private let state = Mutex<(outcomes: [Outcome], events: SenderEvents)>(([], SenderEvents()))
+
+    var handler: OutcomeHandler {
+        { batch in self.state.withLock { $0.outcomes.append(contentsOf: batch.outcomes); $0.events += batch.events } }
+    }
+
+    var outcomes: [Outcome] { state.withLock { $0.outcomes } }
+    var events: SenderEvents { state.withLock { $0.events } }
+    var count: Int { state.withLock { $0.outcomes.count } }
+}
+
+func startSimulator(faults: FaultScript = FaultScript()) async throws -> GatewaySimulator {
+    var config = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+    config.faults = faults
+    config.keepRecordsInMemory = true
+    let sim = try GatewaySimulator(configuration: config)
+    try await sim.start()
+    return sim
+}
+
+/// A test shard configuration: quick to settle, quick to reconnect.
+func testShardConfiguration() -> ShardConfiguration {
+    var c = ShardConfiguration()
+    c.settleAfter = 0.3
+    c.linger = 0.001
+    c.reconnect.initialDelay = 0.005
+    c.reconnect.maximumDelay = 0.2
+    c.reconnect.attemptsPerSecondPerGateway = 2000
+    return c
+}
+
+func makePool(
+    simulators: [GatewaySimulator], shards: Int, shard: ShardConfiguration = testShardConfiguration(),
+    log: OutcomeLog
+) throws -> SenderPool {
+    let config = PoolConfiguration(
+        credentials: .test(app: shop, in: TestCertificates.directory),
+        gateways: simulators.map { GatewayAddress(host: "127.0.0.1", port: $0.ports.gateway) },
+        shards: shards, shard: shard, serverHostname: "localhost")
+    return try SenderPool(configuration: config, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
+}
+
+func testToken(_ n: Int) -> DeviceToken {
+    var bytes = [UInt8](repeating: 0x11, count: 32)
+    for k in 0..<8 { bytes[24 + k] = UInt8(truncatingIfNeeded: n >> (8 * (7 - k))) }
+    return try! DeviceToken(bytes: bytes)
+}
+
+/// Job `n` for token `tokenNumber`; the payload carries the job id as `jid` so the simulator records it.
+func job(_ n: Int, token tokenNumber: Int) -> PushNotification {
+    let id = "job-\(n)"
+    return PushNotification(
+        jobID: id, app: shop, token: testToken(tokenNumber),
+        payload: Array(#"{"aps":{"alert":"hello \#(n)"},"jid":"\#(id)"}"#.utf8), expiry: 0, priority: .immediate,
+        tag: UInt64(n))
+}
+
+/// Waits until `condition` holds or fails the test after `seconds` (a guard against hangs, not a timing assertion).
+func waitUntil(_ what: String, seconds: Double = 120, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while !(await condition()) {
+        if ContinuousClock.now > deadline {
+            Issue.record("gave up waiting for: \(what)", sourceLocation: sourceLocation)
+            return
+        }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+}

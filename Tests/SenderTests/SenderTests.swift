@@ -1,0 +1,154 @@
+import APNsProtocol
+import Foundation
+import GatewaySimulator
+import Sender
+import Testing
+
+@Suite(.serialized) struct SenderTests {
+    /// The acceptance run of issue 4: 100k jobs through 8 shards spread over two gateways, with 1% of
+    /// tokens invalid, a status 10 every 5k, processing errors and abrupt drops. Every valid job reaches
+    /// a gateway exactly once (duplicates only where counted ambiguous), every invalid token is reported,
+    /// each token's jobs arrive in order, and no error names an identifier that left the replay buffer.
+    @Test func everyValidJobOnceUnderFaults() async throws {
+        let jobs = 100_000
+        let tokens = 20_000  // 5 jobs per token, to check per-token order
+        let invalidTokenNumbers = Set((0..<tokens).filter { $0 % 100 == 7 })  // 1% of tokens, 1% of jobs
+        var faults = FaultScript()
+        faults.invalidTokens = Set(invalidTokenNumbers.map { testToken($0).hex })
+        faults.shutdownEvery = 5_000
+        faults.dropEvery = 7_919
+        faults.processingErrorRate = 0.001
+        faults.seed = 42
+        let simA = try await startSimulator(faults: faults)
+        let simB = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        let pool = try makePool(simulators: [simA, simB], shards: 8, log: log)
+
+        for start in stride(from: 0, to: jobs, by: 1000) {
+            try await pool.send((start..<(start + 1000)).map { job($0, token: $0 % tokens) })
+        }
+        try await waitUntil("an outcome for every job") { log.count >= jobs }
+        _ = await pool.drainAndClose()
+
+        let outcomes = log.outcomes
+        let events = log.events
+        #expect(outcomes.count == jobs)
+        #expect(Set(outcomes.map(\.jobID)).count == jobs, "one outcome per job")
+        let invalidJobs = Set((0..<jobs).filter { invalidTokenNumbers.contains($0 % tokens) }.map { "job-\($0)" })
+        #expect(invalidJobs.count == 1_000)
+        let rejected = outcomes.filter { $0.kind == .rejected }
+        #expect(Set(rejected.map(\.jobID)) == invalidJobs, "every invalid token reported, nothing else rejected")
+        #expect(rejected.allSatisfy { $0.status == .invalidToken })
+        #expect(outcomes.filter { $0.kind == .deadLettered }.isEmpty)
+        #expect(outcomes.filter { $0.kind == .accepted }.count == jobs - 1_000)
+        #expect(events.sequenceUnknown == 0)
+        #expect(events.replayed > 0 && events.retried > 0 && events.ambiguous > 0 && events.reconnects > 0)
+
+        // What the gateways recorded.
+        var copies: [String: Int] = [:]
+        for sim in [simA, simB] {
+            var lastJobPerToken: [String: Int] = [:]
+            for r in sim.records {
+                guard let id = r.jobID else { continue }
+                copies[id, default: 0] += 1
+                let n = Int(id.dropFirst(4))!
+                if copies[id] == 1 {
+                    // First copies arrive in submission order per token.
+                    #expect((lastJobPerToken[r.token] ?? -1) < n, "order kept for token \(r.token)")
+                    lastJobPerToken[r.token] = n
+                }
+            }
+        }
+        let validJobs = Set((0..<jobs).map { "job-\($0)" }).subtracting(invalidJobs)
+        #expect(Set(copies.keys) == validJobs, "every valid job recorded, no invalid one")
+        let extraCopies = copies.values.reduce(0) { $0 + $1 - 1 }
+        #expect(extraCopies <= events.ambiguous, "duplicates only among the ambiguous")
+        print("sender faults run: replayed \(events.replayed), ambiguous \(events.ambiguous) (duplicates \(extraCopies)), retried \(events.retried), reconnects \(events.reconnects), writes \(events.writes), frames/write \(Double(events.framesWritten) / Double(max(1, events.writes)))")
+        try await simA.stop()
+        try await simB.stop()
+    }
+
+    /// Status 10 is not a failure: the named notification and those before it are accepted, the rest
+    /// replayed, nothing rejected.
+    @Test func shutdownIsNotAFailure() async throws {
+        var faults = FaultScript()
+        faults.shutdownEvery = 10
+        let sim = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        let pool = try makePool(simulators: [sim], shards: 1, log: log)
+        try await pool.send((0..<200).map { job($0, token: $0) })
+        try await waitUntil("200 outcomes") { log.count >= 200 }
+        #expect(log.outcomes.allSatisfy { $0.kind == .accepted })
+        #expect(sim.totals.rejectedByStatus[10, default: 0] >= 19)
+        #expect(Set(sim.records.compactMap(\.jobID)).count == 200)
+        #expect(log.events.ambiguous == 0)
+        _ = await pool.drainAndClose()
+        try await sim.stop()
+    }
+
+    /// With a gateway that reads slowly, memory stays bounded (queue, replay buffer) and callers wait.
+    @Test func slowGatewayMakesCallersWait() async throws {
+        var faults = FaultScript()
+        faults.slowReadBytes = 4096
+        faults.slowReadIntervalMillis = 5
+        let sim = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        var shard = testShardConfiguration()
+        shard.queueCapacity = 300
+        shard.replayMaxBytes = 64 * 1024
+        shard.batchBytes = 8 * 1024
+        let pool = try makePool(simulators: [sim], shards: 1, shard: shard, log: log)
+        let batch = 100
+        for start in stride(from: 0, to: 6_000, by: batch) {
+            try await pool.send((start..<(start + batch)).map { job($0, token: $0) })
+        }
+        let stats = await pool.statistics()[0]
+        #expect(stats.callerWaits > 0, "a full shard made the caller wait")
+        #expect(stats.maxQueueDepth <= shard.queueCapacity + batch)
+        #expect(stats.maxReplayBytes <= shard.replayMaxBytes + 200)
+        try await waitUntil("6000 outcomes") { log.count >= 6_000 }
+        #expect(log.outcomes.allSatisfy { $0.kind == .accepted })
+        #expect(Set(sim.records.compactMap(\.jobID)).count == 6_000)
+        _ = await pool.drainAndClose()
+        try await sim.stop()
+    }
+
+    /// The drain probe settles everything at once: with `settleAfter` an hour, only the probe's answer
+    /// can settle these notifications.
+    @Test func drainProofSettlesWithoutWaiting() async throws {
+        var faults = FaultScript()
+        faults.invalidTokens = [testToken(1_998).hex]  // an error near the end: the first probe is discarded
+        let sim = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        var shard = testShardConfiguration()
+        shard.settleAfter = 3600
+        shard.drainTimeout = 3600
+        let pool = try makePool(simulators: [sim], shards: 2, shard: shard, log: log)
+        try await pool.send((0..<2_000).map { job($0, token: $0) })
+        let results = await pool.drainAndClose()
+        #expect(results == [.provedByProbe, .provedByProbe])
+        #expect(log.count == 2_000)
+        #expect(log.outcomes.filter { $0.kind == .accepted }.count == 1_999)
+        #expect(log.outcomes.filter { $0.kind == .rejected }.map(\.jobID) == ["job-1998"])
+        #expect(Set(sim.records.compactMap(\.jobID)).count == 1_999)
+        // The probe is never counted as a job, and the gateway answered it with status 4.
+        #expect(sim.totals.rejectedByStatus[4] == 2)
+        try await sim.stop()
+    }
+
+    @Test func unreachableGatewayBacksOffAndRecovers() async throws {
+        // The first gateway refuses connections for a while; the shard backs off, then gets through.
+        var faults = FaultScript()
+        faults.refuseConnectionsFromSecond = 0
+        faults.refuseConnectionsForSeconds = 0.5
+        let sim = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        let pool = try makePool(simulators: [sim], shards: 1, log: log)
+        try await pool.send((0..<50).map { job($0, token: $0) })
+        try await waitUntil("50 outcomes") { log.count >= 50 }
+        #expect(sim.totals.refusedConnections > 0)
+        #expect(Set(sim.records.compactMap(\.jobID)).count == 50)
+        _ = await pool.drainAndClose()
+        try await sim.stop()
+    }
+}
