@@ -20,6 +20,7 @@ let package = Package(
                 .product(name: "APNsProtocol", package: "apns-pipeline"),
                 .product(name: "APNsTransport", package: "apns-pipeline"),
                 .product(name: "GatewaySimulator", package: "apns-pipeline"),
+                .product(name: "Sender", package: "apns-pipeline"),
                 .product(name: "MallocInterposerSwift", package: "malloc-interposer"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
