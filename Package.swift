@@ -19,6 +19,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         // Pure protocol code: wire formats, device tokens, payloads. Standard library only, no I/O,
@@ -93,11 +95,34 @@ let package = Package(
             ]
         ),
 
+        // Jobs as producers publish them (DESIGN §3): decoding and validation, pure.
+        .target(name: "Jobs", dependencies: ["APNsProtocol"]),
+
+        // The assembled pipeline: configuration, stages, campaigns.
+        .target(
+            name: "Pipeline",
+            dependencies: [
+                "APNsProtocol",
+                "APNsTransport",
+                "Jobs",
+                "Kafka",
+                "Redis",
+                "Sender",
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
         .executableTarget(
             name: "apns-pipeline",
             dependencies: [
                 "APNsProtocol",
                 "GatewaySimulator",
+                "Jobs",
+                "Pipeline",
                 "Sender",
                 "Kafka",
                 "Redis",
@@ -105,6 +130,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
 
@@ -124,6 +150,20 @@ let package = Package(
                 "APNsTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "PipelineTests",
+            dependencies: [
+                "Pipeline",
+                "GatewaySimulator",
+                "Kafka",
+                "Redis",
+                "Sender",
+                "APNsProtocol",
+                "APNsTransport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

@@ -123,7 +123,7 @@ public final class GatewaySimulator: Sendable {
 }
 
 /// Counts a test or an operator can read: on exit, on SIGUSR1, or through `GatewaySimulator.totals`.
-public struct SimulatorTotals: Sendable, Equatable, Codable {
+public struct SimulatorTotals: Sendable, Equatable, Encodable {
     public var accepted = 0
     /// Error responses written, by status code (status 10 included).
     public var rejectedByStatus: [UInt8: Int] = [:]
@@ -146,6 +146,21 @@ public struct SimulatorTotals: Sendable, Equatable, Codable {
         case handshakeFailures = "handshake_failures"
         case feedbackConnections = "feedback_connections"
         case feedbackTuplesServed = "feedback_tuples_served"
+    }
+
+    /// Status codes as JSON object keys (`{"8": 12}`), not Swift's default array of pairs.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(accepted, forKey: .accepted)
+        try c.encode(
+            Dictionary(uniqueKeysWithValues: rejectedByStatus.map { (String($0.key), $0.value) }), forKey: .rejectedByStatus)
+        try c.encode(silentlyClosed, forKey: .silentlyClosed)
+        try c.encode(abruptDrops, forKey: .abruptDrops)
+        try c.encode(connections, forKey: .connections)
+        try c.encode(refusedConnections, forKey: .refusedConnections)
+        try c.encode(handshakeFailures, forKey: .handshakeFailures)
+        try c.encode(feedbackConnections, forKey: .feedbackConnections)
+        try c.encode(feedbackTuplesServed, forKey: .feedbackTuplesServed)
     }
 }
 

@@ -65,7 +65,7 @@ public final class SenderPool: Sendable {
 }
 
 /// Routes notifications to the pool of their app (one certificate = one topic).
-public final class Sender: Sendable {
+public final class Router: Sendable {
     public let pools: [String: SenderPool]
 
     public init(pools: [SenderPool]) {

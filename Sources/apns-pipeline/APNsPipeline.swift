@@ -9,8 +9,11 @@ struct APNsPipeline: AsyncParsableCommand {
         abstract: "Send Apple push notifications in bulk: Kafka in, binary APNs gateways out, Redis beside.",
         subcommands: [
             // Keep this list sorted; add a subcommand by adding its file under Commands/ and its type here.
+            CampaignCommand.self,
             GatewaySimCommand.self,
             KafkaDevCommand.self,
+            RunCommand.self,
+            SendCommand.self,
             TokenCommand.self,
         ]
     )

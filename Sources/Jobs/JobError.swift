@@ -1,0 +1,60 @@
+/// Why a job (or registration) message was refused. `reason.rawValue` is what goes into the
+/// dead-letter topic's `reason` header (contract: ops tools and counters read it); `detail` is a
+/// sentence for people: which key, what was expected.
+public struct JobError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: JobErrorReason
+    public var detail: String
+
+    public init(reason: JobErrorReason, detail: String) {
+        self.reason = reason
+        self.detail = detail
+    }
+
+    init(_ reason: JobErrorReason, _ detail: String) {
+        self.init(reason: reason, detail: detail)
+    }
+
+    public var description: String { "\(reason.rawValue): \(detail)" }
+}
+
+/// The machine-readable reason of a `JobError` (the dead-letter `reason` header).
+///
+/// Cases may be added in later versions (two were added for registrations): a `switch` over this enum
+/// outside this module should have a `default`, or use `rawValue`.
+public enum JobErrorReason: String, Sendable, CaseIterable {
+    /// Not valid JSON (RFC 8259), or a known top-level key given twice (ambiguous: parsers disagree on
+    /// which one wins, so the job is refused rather than guessed at).
+    case invalidJSON = "invalid-json"
+    /// Valid JSON but not an object.
+    case notAnObject = "not-an-object"
+    /// No `id` (or `null`).
+    case missingID = "missing-id"
+    /// `id` is not a string of 1…128 UTF-8 bytes.
+    case invalidID = "invalid-id"
+    /// No `app`, or not a non-empty string.
+    case missingApp = "missing-app"
+    /// `token` missing, not a string, not 64 hex characters.
+    case invalidToken = "invalid-token"
+    /// No `payload` (or `null`).
+    case missingPayload = "missing-payload"
+    /// `payload` is not an object, has no `aps` object, or a key of Tables 3-1/3-2 has the wrong type.
+    case invalidPayload = "invalid-payload"
+    /// The compact payload (or its largest `alerts` variant) is over the limit.
+    case payloadTooLarge = "payload-too-large"
+    /// Priority 10 (given or by default) with an `aps` holding only `content-available`.
+    case contentAvailableOnlyWithPriority10 = "priority-10-content-available-only"
+    /// `priority` is not the number 10 or 5.
+    case invalidPriority = "invalid-priority"
+    /// `expiry` is not a whole number of epoch seconds in 0…4294967295.
+    case invalidExpiry = "invalid-expiry"
+    /// `expiry` is in the past (0, "do not store", is never expired).
+    case expired = "expired"
+    /// `alerts` is not an object of language → alert (a string or an alert dictionary).
+    case invalidAlerts = "invalid-alerts"
+    /// `campaign` is not a string of 1…128 UTF-8 bytes.
+    case invalidCampaign = "invalid-campaign"
+    /// Registration: `registered_at` missing or not a whole number of epoch seconds (UInt32).
+    case invalidRegisteredAt = "invalid-registered-at"
+    /// Registration: `language` is not a string of at most 64 UTF-8 bytes.
+    case invalidLanguage = "invalid-language"
+}

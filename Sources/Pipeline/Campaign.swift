@@ -1,0 +1,108 @@
+import APNsProtocol
+import Foundation
+import Kafka
+import Redis
+
+/// A bulk campaign: one template job, one audience file, published as jobs `ID:token`.
+public enum Campaign {
+    /// One line of the audience: a token and, from a CSV's language column, its language.
+    public struct Recipient: Sendable {
+        public var token: DeviceToken
+        public var language: String?
+
+        public init(token: DeviceToken, language: String?) {
+            self.token = token
+            self.language = language
+        }
+    }
+
+    public struct Audience: Sendable {
+        public var recipients: [Recipient]
+        /// Lines that were not a valid token (1-based line numbers, at most the first 20), and how many.
+        public var badLines: [Int]
+        public var badLineCount: Int
+    }
+
+    /// Reads an audience file: one hex token per line, or a CSV whose header names a `token` column and
+    /// optionally a `language` (or `lang`) column.
+    public static func readAudience(path: String) throws -> Audience {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw CampaignError("cannot read the token file \(path)")
+        }
+        var lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
+        var tokenColumn = 0
+        var languageColumn: Int?
+        var firstLine = 1
+        if let header = lines.first, header.lowercased().contains("token") && header.contains(",") {
+            let names = header.split(separator: ",", omittingEmptySubsequences: false).map {
+                $0.trimmingCharacters(in: .whitespaces).lowercased()
+            }
+            guard let t = names.firstIndex(of: "token") else { throw CampaignError("\(path): the CSV header has no `token` column") }
+            tokenColumn = t
+            languageColumn = names.firstIndex(of: "language") ?? names.firstIndex(of: "lang")
+            lines.removeFirst()
+            firstLine = 2
+        }
+        var audience = Audience(recipients: [], badLines: [], badLineCount: 0)
+        audience.recipients.reserveCapacity(lines.count)
+        for (i, line) in lines.enumerated() where !line.allSatisfy(\.isWhitespace) {
+            let fields = line.split(separator: ",", omittingEmptySubsequences: false)
+            let tokenText = tokenColumn < fields.count ? fields[tokenColumn].trimmingCharacters(in: .whitespaces) : ""
+            guard let token = try? DeviceToken(hex: tokenText) else {
+                audience.badLineCount += 1
+                if audience.badLines.count < 20 { audience.badLines.append(firstLine + i) }
+                continue
+            }
+            var language: String?
+            if let l = languageColumn, l < fields.count {
+                let value = fields[l].trimmingCharacters(in: .whitespaces)
+                language = value.isEmpty ? nil : value
+            }
+            audience.recipients.append(Recipient(token: token, language: language))
+        }
+        return audience
+    }
+
+    /// A template is a job without `id`, `token` and `campaign`: `{"app": …, "payload": {…}, "alerts": {…},
+    /// "priority": …, "expiry": …}`.
+    public static func readTemplate(path: String) throws -> JSONValue {
+        guard let data = FileManager.default.contents(atPath: path) else { throw CampaignError("cannot read the template \(path)") }
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(Array(data))
+        } catch {
+            throw CampaignError("\(path): \(error)")
+        }
+        guard let members = value.objectValue else { throw CampaignError("\(path): a template is a JSON object (a job without id and token)") }
+        for forbidden in ["id", "token", "campaign"] where members.contains(where: { $0.key == forbidden }) {
+            throw CampaignError("\(path): a template must not set `\(forbidden)`: the publisher sets it per recipient")
+        }
+        guard value["app"]?.stringValue != nil else { throw CampaignError("\(path): missing `app` (the bundle id)") }
+        guard value["payload"]?["aps"] != nil else { throw CampaignError("\(path): missing `payload` with an `aps` dictionary") }
+        return value
+    }
+
+    /// The job message for one recipient: the template plus id `ID:token`, the token and the campaign.
+    /// A CSV language picks `alerts[language]` as the alert here already.
+    public static func job(template: JSONValue, campaign: String, recipient: Recipient) -> [UInt8] {
+        guard case .object(var members) = template else { return [] }
+        let hex = recipient.token.hex
+        if let language = recipient.language, let alert = template["alerts"]?[language],
+            let p = members.firstIndex(where: { $0.key == "payload" }), case .object(var payload) = members[p].value,
+            let a = payload.firstIndex(where: { $0.key == "aps" }), case .object(var aps) = payload[a].value
+        {
+            if let i = aps.firstIndex(where: { $0.key == "alert" }) { aps[i].value = alert } else { aps.insert((key: "alert", value: alert), at: 0) }
+            payload[a].value = .object(aps)
+            members[p].value = .object(payload)
+        }
+        members.insert((key: "id", value: .string("\(campaign):\(hex)")), at: 0)
+        members.insert((key: "token", value: .string(hex)), at: 2)
+        members.append((key: "campaign", value: .string(campaign)))
+        return JSONValue.object(members).serialized()
+    }
+}
+
+public struct CampaignError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,281 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import Jobs
+import Kafka
+import Logging
+import NIOCore
+import NIOPosix
+import Redis
+import Sender
+import ServiceLifecycle
+import Synchronization
+
+/// The assembled pipeline: Kafka → decode → Gate (Redis) → Router/Shards → Settler (Redis, Kafka
+/// offsets), with registrations and the feedback poller beside it. Runs as a swift-service-lifecycle
+/// `Service`: on graceful shutdown it stops consuming, drains the shards (drain probe), settles what
+/// came back, commits offsets and returns.
+public final class PipelineRunner: Service, Sendable {
+    public let configuration: PipelineConfiguration
+    private let logger: Logger
+    private let group: MultiThreadedEventLoopGroup
+    private let budget: InFlightBudget
+    private let inbox = SettlerInbox()
+    private let observed = Mutex(Observed())
+
+    /// What this instance did, for tests and operators.
+    public struct Observed: Sendable {
+        /// Jobs this instance took from Kafka.
+        public var received = 0
+        /// The positions it committed when it stopped (partition → next offset to read).
+        public var finalCommitPositions: [Int32: Int64] = [:]
+    }
+
+    public var observations: Observed { observed.withLock { $0 } }
+
+    public init(configuration: PipelineConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+        group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        budget = InFlightBudget(capacity: configuration.maxInFlight)
+    }
+
+    /// Kafka positions travel with each notification as its `tag`: partition in the top 16 bits, offset
+    /// in the low 48 (the jobs topic is the only one the sender sees).
+    static func tag(partition: Int32, offset: Int64) -> UInt64 { UInt64(UInt16(truncatingIfNeeded: partition)) << 48 | UInt64(offset) }
+    static func ref(topic: String, tag: UInt64) -> MessageRef {
+        MessageRef(topic: topic, partition: Int32(tag >> 48), offset: Int64(tag & 0xFFFF_FFFF_FFFF))
+    }
+
+    public func run() async throws {
+        let c = configuration
+        let bootstrap = try c.kafka.resolvedBootstrapServers()
+        let redis = try RedisClient(url: c.redis.url, logger: logger)
+        try await redis.connect()
+        var storeConfig = PipelineStoreConfiguration()
+        storeConfig.keyPrefix = c.redis.prefix
+        storeConfig.dedupRetention = .seconds(c.redis.dedupTTLHours * 3600)
+        storeConfig.inFlightLease = .seconds(c.redis.inFlightLeaseSeconds)
+        let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
+
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: c.kafka.properties), logger: logger)
+        let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic)
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: c.kafka.properties,
+                sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
+                maxBufferedMessages: max(c.kafka.batchSize * 4, 1000)),
+            logger: logger)
+
+        let inbox = self.inbox
+        let jobsTopic = c.kafka.jobsTopic
+        let pools = try c.apps.map { app -> SenderPool in
+            var shard = c.gateway.shard
+            shard.reconnect.attemptsPerSecondPerGateway = c.gateway.shard.reconnect.attemptsPerSecondPerGateway
+            return try SenderPool(
+                configuration: PoolConfiguration(
+                    credentials: c.credentials(for: app), gateways: app.gateways ?? c.gateway.addresses,
+                    shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
+                group: group, logger: logger,
+                onOutcomes: { batch in inbox.put(Self.settlerItem(batch, topic: jobsTopic)) })
+        }
+        let router = Router(pools: pools)
+        logger.info(
+            "pipeline starting",
+            metadata: [
+                "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
+                "apps": "\(c.apps.map(\.bundleID).joined(separator: ","))", "redis": "\((try? RedisConfiguration(url: c.redis.url))?.redactedURL ?? "?")",
+            ])
+
+        let ingest = Task { try await self.ingest(consumer: consumer, store: store, router: router, deadLetter: deadLetter) }
+        let settler = Task { try await self.settle(store: store, consumer: consumer) }
+        let sidecars = Task {
+            try await withThrowingDiscardingTaskGroup { tasks in
+                if let topic = c.kafka.registrationsTopic {
+                    tasks.addTask {
+                        try await RegistrationsStage(
+                            bootstrap: bootstrap, configuration: c, topic: topic, store: store, deadLetter: deadLetter, logger: self.logger
+                        ).run()
+                    }
+                }
+                if c.feedbackIntervalMinutes > 0 {
+                    tasks.addTask { try await self.feedbackSchedule(store: store) }
+                }
+            }
+        }
+
+        await withGracefulShutdownHandler {
+            do {
+                try await ingest.value
+            } catch is CancellationError {
+            } catch {
+                logger.error("ingest stopped", metadata: ["error": "\(error)"])
+            }
+        } onGracefulShutdown: {
+            self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
+            ingest.cancel()
+        }
+        ingest.cancel()
+        _ = try? await ingest.value
+        sidecars.cancel()
+        // Drain: every shard proves what it sent (probe), outcomes flow to the settler.
+        let drained = await router.drainAndClose()
+        logger.info("shards drained", metadata: ["results": "\(drained.mapValues { $0.map { "\($0)" } })"])
+        inbox.close()
+        do {
+            try await settler.value
+        } catch {
+            logger.error("settler stopped", metadata: ["error": "\(error)"])
+        }
+        _ = try? await sidecars.value
+        let positions = consumer.commitPositions
+        observed.withLock { o in
+            for (tp, offset) in positions where tp.topic == c.kafka.jobsTopic { o.finalCommitPositions[tp.partition] = offset }
+        }
+        await consumer.close()  // commits the settled positions
+        await producer.close()
+        await redis.close()
+        try? await group.shutdownGracefully()
+        logger.info("pipeline stopped")
+    }
+
+    // MARK: ingest
+
+    private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetter: DeadLetter) async throws {
+        let c = configuration
+        let decoder = JobDecoder(payloadLimit: c.gateway.payloadLimit)
+        let encoder = PayloadEncoder(limit: c.gateway.payloadLimit, truncatesAlertBody: c.gateway.truncateAlert)
+        while !Task.isCancelled {
+            guard let batch = await consumer.nextBatch(), !batch.isEmpty else {
+                if Task.isCancelled { break }
+                continue
+            }
+            await budget.acquire(batch.count)
+            observed.withLock { $0.received += batch.count }
+            let now = UInt32(Date().timeIntervalSince1970)
+            var jobs: [(job: Job, message: KafkaConsumerMessage)] = []
+            // Refused messages, with the outcome to count for each (a job that failed to decode has no
+            // id, app or token to speak of).
+            var deadLetters: [(message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)] = []
+            jobs.reserveCapacity(batch.count)
+            for m in batch {
+                do {
+                    jobs.append((try decoder.decode(m.value, now: now), m))
+                } catch {
+                    deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
+                    logger.debug(
+                        "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
+                }
+            }
+            var item = SettlerInbox.Item()
+            item.events.received = batch.count
+
+            // Gate: one Redis round trip for the whole batch.
+            let decisions = jobs.isEmpty ? [] : try await store.gate(
+                jobs.map { GateRequest(jobID: $0.job.id, app: $0.job.app, tokenHex: $0.job.token.hex) })
+            var notifications: [PushNotification] = []
+            notifications.reserveCapacity(jobs.count)
+            for (i, (job, message)) in jobs.enumerated() {
+                let outcome = { (kind: Redis.OutcomeKind) in
+                    Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.token.hex, campaign: job.campaign, kind: kind)
+                }
+                switch decisions[i] {
+                case .deduped, .inFlight:
+                    // inFlight: another copy of this job is being sent right now; it settles for both.
+                    item.outcomes.append(outcome(.deduped))
+                    item.refs.append(message.ref)
+                case .suppressed:
+                    item.outcomes.append(outcome(.suppressed))
+                    item.refs.append(message.ref)
+                case .admitted(let language):
+                    do {
+                        let payload = try job.encodedPayload(
+                            language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
+                        notifications.append(
+                            PushNotification(
+                                jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
+                                priority: job.priority, campaign: job.campaign,
+                                tag: Self.tag(partition: message.partition, offset: message.offset)))
+                    } catch {
+                        // e.g. the localized alert makes the payload too large.
+                        deadLetters.append((message, error.reason.rawValue, outcome(.deadLettered)))
+                    }
+                }
+            }
+            // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle.
+            if !deadLetters.isEmpty {
+                try await deadLetter.send(deadLetters.map { ($0.message, $0.reason) })
+                for d in deadLetters {
+                    item.outcomes.append(d.outcome)
+                    item.refs.append(d.message.ref)
+                }
+            }
+            inbox.put(item)
+            if !notifications.isEmpty {
+                let orphans = try await router.send(notifications)
+                if !orphans.isEmpty {
+                    // Validated jobs for an app with no certificate here: dead letters, with the reason.
+                    var orphanItem = SettlerInbox.Item()
+                    let byTag = Dictionary(uniqueKeysWithValues: batch.map { (Self.tag(partition: $0.partition, offset: $0.offset), $0) })
+                    try await deadLetter.send(orphans.compactMap { n in byTag[n.tag].map { ($0, "no-certificate-for-app") } })
+                    for n in orphans {
+                        orphanItem.outcomes.append(
+                            Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.token.hex, campaign: n.campaign, kind: .deadLettered))
+                        orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, tag: n.tag))
+                    }
+                    logger.error("jobs for apps without a certificate were dead-lettered", metadata: ["count": "\(orphans.count)"])
+                    inbox.put(orphanItem)
+                }
+            }
+        }
+    }
+
+    static func settlerItem(_ batch: OutcomeBatch, topic: String) -> SettlerInbox.Item {
+        var item = SettlerInbox.Item()
+        item.outcomes.reserveCapacity(batch.outcomes.count)
+        for o in batch.outcomes {
+            let kind: Redis.OutcomeKind =
+                switch o.kind {
+                case .accepted: .accepted
+                case .rejected: .rejected
+                case .deadLettered: .deadLettered
+                }
+            item.outcomes.append(
+                Redis.Outcome(
+                    jobID: o.jobID, app: o.app, tokenHex: o.token.hex, campaign: o.notification.campaign, kind: kind,
+                    status: o.status?.rawValue, shard: o.shard))
+            item.refs.append(ref(topic: topic, tag: o.notification.tag))
+        }
+        item.events.replayed = batch.events.replayed
+        item.events.ambiguous = batch.events.ambiguous
+        item.events.retried = batch.events.retried
+        item.events.reconnects = batch.events.reconnects
+        if batch.events.replayed > 0 {
+            item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.shard, replayed: batch.events.replayed))
+        }
+        return item
+    }
+
+    // MARK: settling
+
+    /// One Redis round trip per gathered batch, then the Kafka offsets, then the in-flight budget.
+    private func settle(store: PipelineStore, consumer: KafkaConsumer) async throws {
+        while let item = await inbox.take() {
+            if !item.outcomes.isEmpty || item.events != PipelineEvents() {
+                try await store.settle(
+                    SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents))
+            }
+            if !item.refs.isEmpty {
+                _ = consumer.settle(item.refs)
+                budget.release(item.refs.count)
+            }
+        }
+    }
+
+    // MARK: feedback
+
+    private func feedbackSchedule(store: PipelineStore) async throws {
+        // Filled in with the feedback poller (issue 6).
+    }
+}

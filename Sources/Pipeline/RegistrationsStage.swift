@@ -1,0 +1,44 @@
+import Jobs
+import Kafka
+import Logging
+import Redis
+
+/// Applies registration events from their own topic: a registration newer than a suppression lifts
+/// it (the gate compares the times), and the token's language picks its localized alert.
+struct RegistrationsStage {
+    let bootstrap: String
+    let configuration: PipelineConfiguration
+    let topic: String
+    let store: PipelineStore
+    let deadLetter: DeadLetter
+    let logger: Logger
+
+    func run() async throws {
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                bootstrapServers: bootstrap, groupID: configuration.kafka.group + ".registrations", topics: [topic],
+                properties: configuration.kafka.properties, sessionTimeout: .milliseconds(configuration.kafka.sessionTimeoutMs),
+                maxBatchSize: configuration.kafka.batchSize),
+            logger: logger)
+        defer { Task { await consumer.close() } }
+        while !Task.isCancelled {
+            guard let batch = await consumer.nextBatch() else { break }
+            if batch.isEmpty { continue }
+            var registrations: [Registration] = []
+            var refused: [(message: KafkaConsumerMessage, reason: String)] = []
+            for m in batch {
+                do {
+                    let r = try RegistrationDecoder.decode(m.value)
+                    registrations.append(
+                        Registration(app: r.app, tokenHex: r.token.hex, registeredAt: Int64(r.registeredAt), language: r.language))
+                } catch {
+                    refused.append((m, error.reason.rawValue))
+                }
+            }
+            if !refused.isEmpty { try await deadLetter.send(refused) }
+            try await store.applyRegistrations(registrations)
+            _ = consumer.settle(batch.map(\.ref))
+        }
+        await consumer.close()
+    }
+}

@@ -1,0 +1,170 @@
+import APNsProtocol
+import APNsTransport
+import ArgumentParser
+import Foundation
+import Jobs
+import Logging
+import NIOPosix
+import Sender
+import Synchronization
+
+/// `apns-pipeline send`: jobs (DESIGN §3 JSON, one per line) from a file or stdin, through one app's
+/// pool, straight to the gateways — for operators, and for testing without Kafka or Redis.
+struct SendCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "send",
+        abstract: "Send jobs (one JSON job per line, from a file or stdin) through a sender pool and print a summary.",
+        discussion: "No dedup or suppression here (that is Redis's job in `run`): every valid line is sent."
+    )
+
+    @Argument(help: "File of jobs, one per line; '-' or nothing reads stdin.") var input: String = "-"
+    @Option(help: "App bundle id (jobs for other apps are refused).") var app: String
+    @Option(help: "Provider certificate (PEM).") var cert: String
+    @Option(help: "Its private key (PEM).") var key: String
+    @Option(help: "CA bundle the gateway's certificate must chain to (default: system roots).") var ca: String?
+    @Option(help: "Gateway host:port (repeatable).") var gateway: [String] = ["gateway.push.apple.com:2195"]
+    @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
+    @Option(help: "Connections (shards).") var shards: Int = 4
+    @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = 1
+    @Option(help: "Payload limit in bytes.") var payloadLimit: Int = 2048
+    @Flag(help: "Add the job id to each payload as `jid` (for the simulator's records).") var embedJobID = false
+
+    func run() async throws {
+        var logger = Logger(label: "apns.send", factory: { StreamLogHandler.standardError(label: $0) })
+        logger.logLevel = .warning
+        let gateways = try gateway.map { g -> GatewayAddress in
+            guard let a = GatewayAddress(g) else { throw ValidationError("--gateway \(g): expected host:port") }
+            return a
+        }
+        var shard = ShardConfiguration()
+        shard.settleAfter = settleAfter
+        let summary = Summary()
+        let pool: SenderPool
+        do {
+            pool = try SenderPool(
+                configuration: PoolConfiguration(
+                    credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
+                    gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname),
+                group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: { summary.add($0) })
+        } catch {
+            throw ValidationError("\(error)")
+        }
+
+        let handle: FileHandle
+        if input == "-" {
+            handle = .standardInput
+        } else {
+            guard let h = FileHandle(forReadingAtPath: input) else { throw ValidationError("cannot read \(input)") }
+            handle = h
+        }
+        let decoder = JobDecoder(payloadLimit: payloadLimit)
+        let encoder = PayloadEncoder(limit: payloadLimit)
+        var batch: [PushNotification] = []
+        var lineNumber = 0
+        for line in LineReader(handle: handle) {
+            lineNumber += 1
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+            if let n = prepare(line, number: lineNumber, decoder: decoder, encoder: encoder, summary: summary) {
+                batch.append(n)
+            }
+            if batch.count >= 1000 {
+                try await pool.send(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { try await pool.send(batch) }
+        let drained = await pool.drainAndClose()
+        print(summary.render(drained: drained))
+    }
+
+    /// A job line → a notification, or a refusal counted in the summary.
+    func prepare(_ line: [UInt8], number: Int, decoder: JobDecoder, encoder: PayloadEncoder, summary: Summary) -> PushNotification? {
+        do throws(JobError) {
+            let job = try decoder.decode(line, now: UInt32(Date().timeIntervalSince1970))
+            guard job.app == app else {
+                summary.refuse(line: number, reason: "app-mismatch", detail: "job is for \(job.app), this pool sends for \(app)")
+                return nil
+            }
+            let payload = try job.encodedPayload(language: nil, encoder: encoder, jobIDKey: embedJobID ? "jid" : nil)
+            summary.sent()
+            return PushNotification(
+                jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
+                campaign: job.campaign, tag: UInt64(number))
+        } catch {
+            summary.refuse(line: number, reason: error.reason.rawValue, detail: error.detail)
+            return nil
+        }
+    }
+
+    /// Lines of a file (or stdin), read in 1 MiB chunks.
+    struct LineReader: Sequence, IteratorProtocol {
+        let handle: FileHandle
+        var pending: [UInt8] = []
+        var done = false
+
+        init(handle: FileHandle) { self.handle = handle }
+
+        mutating func next() -> [UInt8]? {
+            while true {
+                if let nl = pending.firstIndex(of: 0x0A) {
+                    let line = Array(pending[..<nl])
+                    pending.removeSubrange(...nl)
+                    return line
+                }
+                if done {
+                    if pending.isEmpty { return nil }
+                    defer { pending = [] }
+                    return pending
+                }
+                let chunk = handle.readData(ofLength: 1 << 20)
+                if chunk.isEmpty { done = true } else { pending.append(contentsOf: chunk) }
+            }
+        }
+    }
+
+    final class Summary: Sendable {
+        struct State {
+            var sent = 0
+            var outcomes: [String: Int] = [:]
+            var statuses: [UInt8: Int] = [:]
+            var events = SenderEvents()
+            var refused: [String: Int] = [:]
+            var examples: [String] = []
+        }
+        let state = Mutex(State())
+
+        func sent() { state.withLock { $0.sent += 1 } }
+        func add(_ b: OutcomeBatch) {
+            state.withLock { s in
+                for o in b.outcomes {
+                    s.outcomes[o.kind.rawValue, default: 0] += 1
+                    if let st = o.status { s.statuses[st.rawValue, default: 0] += 1 }
+                    if o.kind != .accepted, s.examples.count < 10 {
+                        s.examples.append("  \(o.kind.rawValue) \(o.jobID) token \(o.token.hex) status \(o.status.map { "\($0)" } ?? "-")")
+                    }
+                }
+                s.events += b.events
+            }
+        }
+        func refuse(line: Int, reason: String, detail: String) {
+            state.withLock { s in
+                s.refused[reason, default: 0] += 1
+                if s.examples.count < 10 { s.examples.append("  line \(line): \(reason): \(detail)") }
+            }
+        }
+        func render(drained: [DrainResult]) -> String {
+            state.withLock { s in
+                var out = ["sent \(s.sent)"]
+                for k in ["accepted", "rejected", "dead_lettered"] { out.append("  \(k): \(s.outcomes[k] ?? 0)") }
+                for (st, n) in s.statuses.sorted(by: { $0.key < $1.key }) { out.append("  status \(ErrorStatus(rawValue: st)): \(n)") }
+                out.append("refused before sending: \(s.refused.values.reduce(0, +))")
+                for (r, n) in s.refused.sorted(by: { $0.key < $1.key }) { out.append("  \(r): \(n)") }
+                out.append(
+                    "replayed \(s.events.replayed), ambiguous \(s.events.ambiguous), retried \(s.events.retried), reconnects \(s.events.reconnects), sequence_unknown \(s.events.sequenceUnknown)")
+                out.append("drain: \(drained.map { "\($0)" }.joined(separator: ", "))")
+                if !s.examples.isEmpty { out.append("examples:"); out.append(contentsOf: s.examples) }
+                return out.joined(separator: "\n")
+            }
+        }
+    }
+}

@@ -1,0 +1,179 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import GatewaySimulator
+import Kafka
+import Logging
+import Pipeline
+import Redis
+import Sender
+import ServiceLifecycle
+import Testing
+
+enum TestCertificates {
+    static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let dir = root.appendingPathComponent(".run/certs").path
+        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
+            try? p.run()
+            p.waitUntilExit()
+        }
+        return dir
+    }()
+}
+
+let shop = "com.example.shop"
+
+var testLogger: Logger {
+    var l = Logger(label: "pipeline-test", factory: { StreamLogHandler.standardError(label: $0) })
+    l.logLevel = .warning
+    return l
+}
+
+/// Kafka (librdkafka's mock cluster over TCP), a real redis-server and the gateway simulator over TLS.
+final class Stack: @unchecked Sendable {
+    let cluster: MockCluster
+    let redis: RedisServer
+    let simulator: GatewaySimulator
+    let store: PipelineStore
+    let producer: KafkaProducer
+    private let client: RedisClient
+
+    init(faults: FaultScript = FaultScript(), partitions: Int32 = 8) async throws {
+        cluster = try MockCluster(
+            brokers: 1,
+            topics: [
+                .init(name: "apns.jobs", partitions: partitions), .init(name: "apns.jobs.dlq", partitions: 1),
+                .init(name: "apns.registrations", partitions: 2),
+            ], logger: testLogger)
+        redis = try await RedisServer()
+        var sim = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+        sim.faults = faults
+        sim.keepRecordsInMemory = true
+        simulator = try GatewaySimulator(configuration: sim)
+        try await simulator.start()
+        client = try RedisClient(url: redis.url, logger: testLogger)
+        try await client.connect()
+        store = PipelineStore(client: client, logger: testLogger)
+        producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
+    }
+
+    func configuration(group: String = "apns-pipeline") -> PipelineConfiguration {
+        var c = PipelineConfiguration()
+        c.kafka.bootstrapServers = cluster.bootstrapServers
+        c.kafka.group = group
+        c.kafka.sessionTimeoutMs = 6000
+        c.kafka.batchSize = 500
+        c.redis.url = redis.url
+        c.gateway.addresses = [GatewayAddress(host: "127.0.0.1", port: simulator.ports.gateway)]
+        c.gateway.feedbackAddress = GatewayAddress(host: "127.0.0.1", port: simulator.ports.feedback)
+        c.gateway.serverHostname = "localhost"
+        c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
+        c.gateway.embedJobID = true
+        c.gateway.shards = 2
+        c.gateway.shard.settleAfter = 0.3
+        c.gateway.shard.reconnect.initialDelay = 0.005
+        c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
+        c.apps = [
+            .init(
+                bundleID: shop, certificate: "\(TestCertificates.directory)/\(shop).pem",
+                key: "\(TestCertificates.directory)/\(shop).key", shards: nil, gateways: nil)
+        ]
+        c.maxInFlight = 2000
+        c.feedbackIntervalMinutes = 0
+        return c
+    }
+
+    /// Publishes a campaign the way `campaign publish` does.
+    func publish(campaign: String, template: JSONValue, tokens: [DeviceToken]) async throws {
+        let messages = tokens.map { t in
+            KafkaProducerMessage(
+                topic: "apns.jobs", key: Array(t.hex.utf8),
+                value: Campaign.job(template: template, campaign: campaign, recipient: .init(token: t, language: nil)))
+        }
+        try await producer.sendBatch(messages)
+        try await store.incrementPublished(campaign: campaign, by: messages.count)
+    }
+
+    func publishRaw(_ values: [String], topic: String = "apns.jobs") async throws {
+        try await producer.sendBatch(values.map { KafkaProducerMessage(topic: topic, key: nil, value: Array($0.utf8)) })
+    }
+
+    func hashLength(_ key: String) async throws -> Int64 {
+        try await client.send(RedisCommand("HLEN", key)).integer ?? -1
+    }
+
+    func campaign(_ id: String) async throws -> [String: Int64] {
+        let p = try await store.readCampaign(id)
+        var f = p.counters.fields
+        f["published"] = p.published
+        return f
+    }
+
+    func waitSettled(_ id: String, count: Int64, timeout: Duration = .seconds(120)) async throws {
+        try await eventually("campaign \(id) settled \(count)", timeout: timeout) {
+            let c = try await self.campaign(id)
+            return ["accepted", "rejected", "suppressed", "deduped", "dead_lettered"].reduce(0) { $0 + (c[$1] ?? 0) } >= count
+        }
+    }
+
+    /// Simulator records of one campaign: job id → times recorded.
+    func recorded(campaign: String) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for r in simulator.records { if let j = r.jobID, j.hasPrefix(campaign + ":") { out[j, default: 0] += 1 } }
+        return out
+    }
+
+    func stop() async {
+        await producer.close()
+        await client.close()
+        try? await simulator.stop()
+        cluster.stop()
+        redis.stop()
+    }
+}
+
+/// `apns-pipeline run`, in-process: a PipelineRunner in a ServiceGroup, stopped the way SIGTERM stops it.
+final class RunningPipeline: Sendable {
+    let runner: PipelineRunner
+    let group: ServiceGroup
+    let task: Task<Void, any Error>
+
+    init(_ configuration: PipelineConfiguration) {
+        runner = PipelineRunner(configuration: configuration, logger: testLogger)
+        group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
+        let group = self.group
+        task = Task { try await group.run() }
+    }
+
+    /// Graceful shutdown: stop consuming, drain, settle, commit.
+    func stop() async throws {
+        await group.triggerGracefulShutdown()
+        try await task.value
+    }
+}
+
+func eventually(_ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        if ContinuousClock.now > deadline {
+            Issue.record("timed out waiting for: \(what)", sourceLocation: sourceLocation)
+            throw TestFailure("timed out waiting for: \(what)")
+        }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+}
+
+func token(_ i: Int) -> DeviceToken {
+    var bytes = [UInt8](repeating: 0x42, count: 32)
+    for k in 0..<8 { bytes[24 + k] = UInt8(truncatingIfNeeded: i >> (8 * (7 - k))) }
+    return try! DeviceToken(bytes: bytes)
+}
+
+let template: JSONValue = try! JSONParser.parse(
+    #"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello","badge":1}},"alerts":{"fr":"Bonjour"},"priority":10}"#)

@@ -1,0 +1,178 @@
+import APNsProtocol
+import Foundation
+import GatewaySimulator
+import Kafka
+import Pipeline
+import Redis
+import Sender
+import Testing
+
+/// The demo's scenario, smaller, with every count asserted exactly, against real servers.
+@Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
+struct PipelineTests {
+    @Test func campaignsSuppressionDedupAndDeadLetters() async throws {
+        let audience = (0..<1000).map(token)
+        let invalid = Set(stride(from: 17, to: 1000, by: 100).map(token))  // 10
+        var faults = FaultScript()
+        faults.invalidTokens = Set(invalid.map(\.hex))
+        let stack = try await Stack(faults: faults)
+        let pipeline = RunningPipeline(stack.configuration())
+
+        // Campaign A, and five malformed jobs among it.
+        try await stack.publish(campaign: "a", template: template, tokens: audience)
+        let good = token(5000).hex
+        try await stack.publishRaw([
+            #"{"id":"m1","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"alert":"x"}"#,  // bad JSON
+            #"{"id":"m2","app":"com.example.shop","token":"abc","payload":{"aps":{"alert":"x"}}}"#,
+            #"{"id":"m3","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"alert":"\#(String(repeating: "x", count: 2100))"}}}"#,
+            #"{"id":"m4","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"content-available":1}},"priority":10}"#,
+            #"{"id":"m5","app":"com.example.shop","token":"\#(good)","payload":{"acme":1}}"#,
+        ])
+        try await stack.waitSettled("a", count: 1000)
+        try await eventually("5 dead letters counted") { try await stack.store.readStats().totals[.deadLettered] == 5 }
+
+        var a = try await stack.campaign("a")
+        #expect(a["accepted"] == 990)
+        #expect(a["rejected"] == 10)
+        #expect(a["rejected:8"] == 10)
+        let recordedA = stack.recorded(campaign: "a")
+        #expect(recordedA.count == 990)
+        #expect(recordedA.values.allSatisfy { $0 == 1 }, "every valid job recorded exactly once")
+        #expect(Set(recordedA.keys) == Set(audience.filter { !invalid.contains($0) }.map { "a:\($0.hex)" }))
+
+        // The invalid tokens are suppressed, with the reason.
+        let suppressed = try await stack.hashLength("apns:suppressed:\(shop)")
+        #expect(suppressed == 10)
+
+        // Dead letters: unchanged, with their reasons.
+        let dlq = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
+                sessionTimeout: .seconds(6)), logger: testLogger)
+        var reasons: [String: String] = [:]
+        try await eventually("5 dead letters read") {
+            if let batch = await dlq.nextBatch() {
+                for m in batch {
+                    let id = String(decoding: m.value, as: UTF8.self).split(separator: "\"")[3]
+                    reasons[String(id)] = m.headers.first(named: "reason")?.stringValue
+                    #expect(m.headers.first(named: "source-topic")?.stringValue == "apns.jobs")
+                }
+            }
+            return reasons.count >= 5
+        }
+        await dlq.close()
+        #expect(
+            reasons == [
+                "m1": "invalid-json", "m2": "invalid-token", "m3": "payload-too-large",
+                "m4": "priority-10-content-available-only", "m5": "invalid-payload",  // m5: no aps dictionary
+            ])
+
+
+        // Campaign A again: nothing is sent twice; invalid tokens are now suppressed before sending.
+        try await stack.publish(campaign: "a", template: template, tokens: audience)
+        try await stack.waitSettled("a", count: 2000)
+        a = try await stack.campaign("a")
+        #expect(a["deduped"] == 990)
+        #expect(a["suppressed"] == 10)
+        #expect(a["accepted"] == 990)
+        #expect(stack.recorded(campaign: "a").values.allSatisfy { $0 == 1 })
+
+        try await pipeline.stop()
+        // Every message of every partition settled and committed: positions add up to what was published.
+        let positions = pipeline.runner.observations.finalCommitPositions
+        #expect(positions.values.reduce(0, +) == 2005, "committed positions \(positions)")
+        await stack.stop()
+    }
+
+    /// SIGTERM mid-campaign, then a restart: the campaign finishes, nothing lost, nothing sent twice.
+    @Test func gracefulStopMidCampaignThenRestart() async throws {
+        let stack = try await Stack()
+        let audience = (0..<4000).map(token)
+        try await stack.publish(campaign: "c", template: template, tokens: audience)
+        var config = stack.configuration()
+        config.maxInFlight = 300  // slow enough to stop it in the middle
+        let first = RunningPipeline(config)
+        try await eventually("first run settled some") {
+            let c = try await stack.campaign("c")
+            return (c["accepted"] ?? 0) >= 500
+        }
+        try await first.stop()
+        let settledByFirst = try await stack.campaign("c")["accepted"] ?? 0
+        #expect(settledByFirst < 4000, "stopped in the middle")
+        let second = RunningPipeline(config)
+        try await stack.waitSettled("c", count: 4000)
+        try await second.stop()
+        let recorded = stack.recorded(campaign: "c")
+        #expect(recorded.count == 4000, "nothing lost")
+        #expect(recorded.values.allSatisfy { $0 == 1 }, "nothing sent twice")
+        let c = try await stack.campaign("c")
+        #expect(c["accepted"] == 4000)
+        await stack.stop()
+    }
+
+    /// Two `run` instances in one consumer group share the partitions and together send each job once.
+    @Test func twoInstancesShareTheWork() async throws {
+        let stack = try await Stack()
+        let audience = (0..<4000).map(token)
+        let config = stack.configuration(group: "shared")
+        let one = RunningPipeline(config)
+        let two = RunningPipeline(config)
+        try await stack.publish(campaign: "s", template: template, tokens: audience)
+        try await stack.waitSettled("s", count: 4000)
+        try await one.stop()
+        try await two.stop()
+        let recorded = stack.recorded(campaign: "s")
+        #expect(recorded.count == 4000)
+        #expect(recorded.values.allSatisfy { $0 == 1 }, "each job recorded once")
+        #expect(one.runner.observations.received > 0 && two.runner.observations.received > 0, "both took partitions")
+        #expect(try await stack.campaign("s")["accepted"] == 4000)
+        await stack.stop()
+    }
+}
+
+@Suite struct PipelineConfigurationTests {
+    func write(_ yaml: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    @Test func theShippedFilesLoad() throws {
+        // Paths in the shipped file are relative to the repository's top; point them at the certificates.
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let text = try String(contentsOfFile: root + "/Pipelines/default.yaml", encoding: .utf8)
+            .replacingOccurrences(of: ".run/certs", with: TestCertificates.directory)
+        let c = try PipelineConfiguration.load(file: try write(text))
+        #expect(c.apps.map(\.bundleID) == ["com.example.shop", "com.example.news"])
+        #expect(c.gateway.shard.settleAfter == 1.0)
+        #expect(c.apps[1].shards == 2)
+        #expect(c.kafka.sessionTimeoutMs == 6000)
+        #expect(c.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
+    }
+
+    @Test func errorsNameFileKeyAndExpectation() throws {
+        let cert = "\(TestCertificates.directory)/\(shop).pem"
+        let key = "\(TestCertificates.directory)/\(shop).key"
+        let apps = "apps:\n  - bundle_id: x\n    certificate: \(cert)\n    key: \(key)\n"
+        let cases: [(String, String, String)] = [
+            ("gateway:\n  shards: many\n" + apps, "gateway.shards", "expected a whole number"),
+            ("gateway:\n  shardz: 4\n" + apps, "gateway.shardz", "unknown key"),
+            ("kafka: [1, 2]\n" + apps, "kafka", "expected a mapping"),
+            ("redis:\n  url: redis://x\n", "apps", "expected a list of apps"),
+            ("apps:\n  - bundle_id: x\n    certificate: /nonexistent.pem\n    key: \(key)\n", "apps[0].certificate", "no such file"),
+            ("gateway:\n  addresses: [nohost]\n" + apps, "gateway.addresses", "expected host:port"),
+            ("apps:\n  - certificate: \(cert)\n    key: \(key)\n", "apps[0].bundle_id", "missing"),
+        ]
+        for (yaml, key, problem) in cases {
+            let path = try write(yaml)
+            do {
+                _ = try PipelineConfiguration.load(file: path)
+                Issue.record("\(key): no error")
+            } catch let e as ConfigurationError {
+                #expect(e.file == path)
+                #expect(e.key == key, "\(e)")
+                #expect(e.problem.contains(problem), "\(e)")
+            }
+        }
+    }
+}
