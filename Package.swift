@@ -12,6 +12,9 @@ let package = Package(
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "GatewaySimulator", targets: ["GatewaySimulator"]),
         .library(name: "Sender", targets: ["Sender"]),
+        .library(name: "Kafka", targets: ["Kafka"]),
+        .library(name: "Jobs", targets: ["Jobs"]),
+        .library(name: "Redis", targets: ["Redis"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -98,12 +101,28 @@ let package = Package(
         // Jobs as producers publish them (DESIGN §3): decoding and validation, pure.
         .target(name: "Jobs", dependencies: ["APNsProtocol"]),
 
+        // The feedback poller: per app, reads the feedback service over TLS and writes suppressions to Redis.
+        .target(
+            name: "Feedback",
+            dependencies: [
+                "APNsProtocol",
+                "APNsTransport",
+                "Redis",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
         // The assembled pipeline: configuration, stages, campaigns.
         .target(
             name: "Pipeline",
             dependencies: [
                 "APNsProtocol",
                 "APNsTransport",
+                "Feedback",
                 "Jobs",
                 "Kafka",
                 "Redis",
@@ -120,6 +139,7 @@ let package = Package(
             name: "apns-pipeline",
             dependencies: [
                 "APNsProtocol",
+                "Feedback",
                 "GatewaySimulator",
                 "Jobs",
                 "Pipeline",
@@ -169,6 +189,24 @@ let package = Package(
         .testTarget(
             name: "KafkaTests",
             dependencies: ["Kafka"]
+        ),
+        .testTarget(
+            name: "JobsTests",
+            dependencies: ["Jobs", "APNsProtocol", "Kafka"]
+        ),
+        .testTarget(
+            name: "FeedbackTests",
+            dependencies: [
+                "Feedback",
+                "GatewaySimulator",
+                "Redis",
+                "APNsProtocol",
+                "APNsTransport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "RedisTests",

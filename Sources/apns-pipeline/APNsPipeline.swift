@@ -10,10 +10,12 @@ struct APNsPipeline: AsyncParsableCommand {
         subcommands: [
             // Keep this list sorted; add a subcommand by adding its file under Commands/ and its type here.
             CampaignCommand.self,
+            FeedbackCommand.self,
             GatewaySimCommand.self,
             KafkaDevCommand.self,
             RunCommand.self,
             SendCommand.self,
+            StatsCommand.self,
             TokenCommand.self,
         ]
     )

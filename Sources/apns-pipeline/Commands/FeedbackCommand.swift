@@ -1,0 +1,108 @@
+import ArgumentParser
+import Feedback
+import Foundation
+import Logging
+import Redis
+
+/// `apns-pipeline feedback poll`: reads one app's feedback service list once and suppresses its tokens
+/// in Redis (`<prefix>:suppressed:<app>` token → `<time>:feedback`). `run` polls on a schedule; this is
+/// for operators, cron and rehearsals.
+struct FeedbackCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "feedback",
+        abstract: "Read the APNs feedback service and suppress the tokens it lists.",
+        subcommands: [Poll.self]
+    )
+
+    struct Poll: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "poll",
+            abstract: "Poll one app's feedback service once and write its tuples to Redis as they arrive.",
+            discussion: """
+                The service clears its list once it has sent it, so each tuple is written to Redis as it \
+                arrives (in batches), and Redis is checked before the service is contacted. A token \
+                registered after its feedback time is not suppressed by the gate. \
+                Production: --host feedback.push.apple.com; sandbox: --host feedback.sandbox.push.apple.com \
+                (port 2196). Exit status 1 when the poll did not finish (the error says what was kept).
+                """
+        )
+
+        @Option(help: "The app's bundle id (= the certificate's topic).") var app: String
+        @Option(help: "The app's provider certificate, PEM.") var cert: String
+        @Option(help: "The certificate's private key, PEM.") var key: String
+        @Option(help: "CA bundle (PEM) the service's certificate must chain to; default: the system's roots.") var ca: String?
+        @Option(help: "Feedback service host.") var host: String = "feedback.push.apple.com"
+        @Option(help: "Feedback service port.") var port: Int = 2196
+        @Option(help: "Name to verify the service's certificate against (default: the host).") var serverName: String?
+        @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = "redis://127.0.0.1:6379"
+        @Option(help: "Prefix of the Redis keys.") var prefix: String = "apns"
+        @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = 500
+        @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double = 60
+        @Option(help: "Seconds to keep retrying Redis before giving up.") var redisWait: Double = 30
+        @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: String = "info"
+
+        func validate() throws {
+            guard (1...65_535).contains(port) else { throw ValidationError("--port must be 1…65535") }
+            guard batchSize > 0 else { throw ValidationError("--batch-size must be positive") }
+            guard readTimeout > 0, redisWait >= 0 else { throw ValidationError("--read-timeout and --redis-wait must be positive") }
+            guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown --log-level \(logLevel)") }
+        }
+
+        func run() async throws {
+            let level = Logger.Level(rawValue: logLevel) ?? .info
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+            var redisConfiguration: RedisConfiguration
+            do {
+                redisConfiguration = try RedisConfiguration(url: redis)
+            } catch {
+                throw ValidationError("--redis: \(error)")
+            }
+            redisConfiguration.reconnect.maximumWait = .milliseconds(Int64(redisWait * 1000))
+            let client = RedisClient(configuration: redisConfiguration)
+            let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: prefix))
+            var configuration = FeedbackPollerConfiguration()
+            configuration.batchSize = batchSize
+            configuration.readTimeout = .milliseconds(Int64(readTimeout * 1000))
+            let poller = FeedbackPoller(store: store, configuration: configuration)
+            let target = FeedbackApp(
+                app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca,
+                endpoint: FeedbackEndpoint(host: host, port: port, serverHostname: serverName))
+
+            do throws(FeedbackPollError) {
+                let summary = try await poller.poll(target)
+                await client.close()
+                print(Self.render(summary, prefix: prefix))
+            } catch {
+                await client.close()
+                print(Self.render(error.summary, prefix: prefix))
+                FileHandle.standardError.write(Data("error: \(error.stage.rawValue): \(error.underlying)\n  what now: \(error.advice)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
+
+        static func render(_ summary: FeedbackPollSummary, prefix: String) -> String {
+            func time(_ epoch: Int64?) -> String {
+                guard let epoch else { return "–" }
+                let formatter = ISO8601DateFormatter()
+                return formatter.string(from: Date(timeIntervalSince1970: TimeInterval(epoch)))
+            }
+            let rows: [(String, String)] = [
+                ("app", summary.app),
+                ("feedback service", summary.endpoint),
+                ("tuples read", "\(summary.tuplesRead)"),
+                ("suppressed", "\(summary.suppressed)  → \(prefix):suppressed:\(summary.app)"),
+                ("malformed (skipped)", "\(summary.malformed)"),
+                ("ended mid-tuple", summary.endedMidTuple ? "yes (partial tuple dropped)" : "no"),
+                ("feedback times", summary.oldestTimestamp == nil ? "–" : "\(time(summary.oldestTimestamp)) … \(time(summary.newestTimestamp))"),
+                ("Redis batches", "\(summary.batches)"),
+                ("duration", "\(summary.duration.components.seconds * 1000 + summary.duration.components.attoseconds / 1_000_000_000_000_000) ms"),
+            ]
+            let width = rows.map(\.0.count).max() ?? 0
+            return rows.map { $0.0.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.1 }.joined(separator: "\n")
+        }
+    }
+}

@@ -1,0 +1,172 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Redis
+
+/// `apns-pipeline stats`: the pipeline's counters from Redis (DESIGN §4: `<p>:stats`, the per-minute
+/// `<p>:stats:<yyyyMMddHHmm>` buckets, `<p>:campaign:<id>`), with current rates, optionally refreshed
+/// in place.
+struct StatsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stats",
+        abstract: "Show pipeline counters and rates per second from Redis.",
+        discussion: """
+            Totals come from <prefix>:stats. Rates come from the per-minute buckets: "last min/s" is the \
+            last complete UTC minute ÷ 60, "now/s" the current minute so far ÷ the seconds elapsed in it. \
+            Every process of the pipeline writes the same keys, so these are cluster-wide figures.
+            """
+    )
+
+    @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = "redis://127.0.0.1:6379"
+    @Option(help: "Prefix of the Redis keys.") var prefix: String = "apns"
+    @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
+    @Flag(help: "Refresh in place until interrupted.") var watch = false
+    @Option(help: "Seconds between refreshes with --watch.") var interval: Double = 1
+
+    func validate() throws {
+        guard interval > 0 else { throw ValidationError("--interval must be positive") }
+    }
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .error
+            return handler
+        }
+        var configuration: RedisConfiguration
+        do {
+            configuration = try RedisConfiguration(url: redis)
+        } catch {
+            throw ValidationError("--redis: \(error)")
+        }
+        // A dashboard should say "unreachable" quickly rather than hang on a dead server.
+        configuration.reconnect.maximumWait = .seconds(2)
+        let client = RedisClient(configuration: configuration)
+        let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: prefix))
+        let header = "apns-pipeline stats · \(configuration.redactedURL) · prefix \(prefix)"
+
+        if !watch {
+            do {
+                print(try await Self.render(store: store, header: header, campaign: campaign))
+            } catch {
+                await client.close()
+                FileHandle.standardError.write(Data("error: cannot read stats from \(configuration.redactedURL): \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+            await client.close()
+            return
+        }
+
+        let clearToEnd = "\u{1B}[J", home = "\u{1B}[H", clearLine = "\u{1B}[K"
+        FileHandle.standardOutput.write(Data("\u{1B}[2J".utf8))
+        while !Task.isCancelled {
+            var screen: String
+            do {
+                screen = try await Self.render(store: store, header: header, campaign: campaign)
+            } catch {
+                screen = "\(header)\n\nRedis unreachable: \(error)\nretrying every \(interval) s…"
+            }
+            screen += "\n\n(refreshing every \(interval) s; Ctrl-C to stop)"
+            let lines = screen.split(separator: "\n", omittingEmptySubsequences: false).map { $0 + clearLine }
+            FileHandle.standardOutput.write(Data((home + lines.joined(separator: "\n") + clearToEnd).utf8))
+            try? await Task.sleep(for: .milliseconds(Int64(interval * 1000)))
+        }
+        await client.close()
+    }
+
+    /// One screen: totals with rates, then the campaign's progress if asked.
+    static func render(store: PipelineStore, header: String, campaign: String?, now: Int64 = PipelineStore.epochNow()) async throws -> String {
+        let stats = try await store.readStats(lastMinutes: 2, now: now)
+        let progress: CampaignProgress? = if let campaign { try await store.readCampaign(campaign) } else { nil }
+        return render(stats: stats, campaign: progress, header: header, now: now)
+    }
+
+    static func render(stats: PipelineStats, campaign: CampaignProgress?, header: String, now: Int64) -> String {
+        let current = stats.minutes.last
+        let previous = stats.minutes.count >= 2 ? stats.minutes[stats.minutes.count - 2] : nil
+        let elapsed = max(1, now - (current?.start ?? now))
+        var out = "\(header)\n\(timestamp(now)) UTC\n\n"
+
+        var rows: [[String]] = [["counter", "total", "last min/s", "now/s"]]
+        func row(_ field: String, label: String? = nil) {
+            let total = stats.totals.fields[field] ?? 0
+            let last = Double(previous?.counters.fields[field] ?? 0) / 60
+            let now = Double(current?.counters.fields[field] ?? 0) / Double(elapsed)
+            rows.append([label ?? field, grouped(total), rate(last), rate(now)])
+        }
+        for field in CounterField.allCases {
+            row(field.rawValue)
+            if field == .rejected {
+                // Per status, under `rejected`: any status seen in the totals or the recent minutes.
+                var statuses = Set<String>()
+                for counters in [stats.totals] + stats.minutes.map(\.counters) {
+                    statuses.formUnion(counters.fields.keys.filter { $0.hasPrefix("rejected:") })
+                }
+                for key in statuses.sorted(by: { statusNumber($0) < statusNumber($1) }) {
+                    row(key, label: "  \(key)")
+                }
+            }
+        }
+        out += table(rows, rightAligned: [1, 2, 3])
+        out += "\nrates: last min = \(previous.map { "\($0.minute) UTC" } ?? "–") ÷ 60 s; now = \(current.map { "\($0.minute) UTC" } ?? "–") so far ÷ \(elapsed) s"
+
+        if let campaign {
+            let outcomes: [CounterField] = [.accepted, .rejected, .suppressed, .deduped, .deadLettered]
+            let settled = outcomes.reduce(Int64(0)) { $0 + campaign.counters[$1] }
+            let share = campaign.published > 0 ? String(format: "%.1f%%", Double(settled) / Double(campaign.published) * 100) : "–"
+            var rows: [[String]] = [["campaign \(campaign.id)", "count", "of published"]]
+            rows.append(["published", grouped(campaign.published), ""])
+            rows.append(["settled", grouped(settled), share])
+            for field in outcomes {
+                let value = campaign.counters[field]
+                let part = campaign.published > 0 ? String(format: "%.1f%%", Double(value) / Double(campaign.published) * 100) : "–"
+                rows.append(["  \(field.rawValue)", grouped(value), part])
+            }
+            let pending = max(0, campaign.published - settled)
+            rows.append(["pending", grouped(pending), ""])
+            for field in [CounterField.replayed, .retried, .ambiguous] where campaign.counters[field] > 0 {
+                rows.append([field.rawValue, grouped(campaign.counters[field]), ""])
+            }
+            out += "\n\n" + table(rows, rightAligned: [1, 2])
+        }
+        return out
+    }
+
+    static func table(_ rows: [[String]], rightAligned: Set<Int>) -> String {
+        let columns = rows.map(\.count).max() ?? 0
+        var widths = [Int](repeating: 0, count: columns)
+        for row in rows { for (i, cell) in row.enumerated() { widths[i] = max(widths[i], cell.count) } }
+        var lines: [String] = []
+        for (n, row) in rows.enumerated() {
+            var cells: [String] = []
+            for (i, cell) in row.enumerated() {
+                let pad = String(repeating: " ", count: widths[i] - cell.count)
+                cells.append(rightAligned.contains(i) ? pad + cell : cell + pad)
+            }
+            lines.append(cells.joined(separator: "   ").replacingOccurrences(of: "\\s+$", with: "", options: .regularExpression))
+            if n == 0 { lines.append(widths.map { String(repeating: "─", count: $0) }.joined(separator: "   ")) }
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func grouped(_ value: Int64) -> String {
+        let digits = String(value.magnitude)
+        var out = ""
+        for (i, c) in digits.enumerated() {
+            if i > 0 && (digits.count - i) % 3 == 0 { out.append(",") }
+            out.append(c)
+        }
+        return (value < 0 ? "-" : "") + out
+    }
+
+    static func rate(_ value: Double) -> String { String(format: "%.1f", value) }
+
+    static func statusNumber(_ key: String) -> Int { Int(key.dropFirst("rejected:".count)) ?? Int.max }
+
+    static func timestamp(_ epoch: Int64) -> String {
+        let stamp = RedisKeys.minuteStamp(epoch)  // yyyyMMddHHmm
+        let c = Array(stamp)
+        let second = epoch - (epoch / 60) * 60
+        return "\(String(c[0..<4]))-\(String(c[4..<6]))-\(String(c[6..<8])) \(String(c[8..<10])):\(String(c[10..<12])):\(second < 10 ? "0" : "")\(second)"
+    }
+}

@@ -1,0 +1,335 @@
+import APNsProtocol
+import Foundation
+import Jobs
+import Testing
+
+@Suite struct JobDecoderTests {
+    let decoder = JobDecoder()
+    let now = Fixtures.now
+
+    /// The reason a message is refused with (fails the test when it is accepted).
+    func reason(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder(), sourceLocation: SourceLocation = #_sourceLocation) -> JobErrorReason? {
+        do {
+            let job = try decoder.decode(bytes, now: now)
+            Issue.record("accepted: \(job.id) from \(Fixtures.string(bytes))", sourceLocation: sourceLocation)
+            return nil
+        } catch {
+            return error.reason
+        }
+    }
+
+    func error(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder()) -> JobError? {
+        do {
+            _ = try decoder.decode(bytes, now: now)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    // MARK: Valid jobs
+
+    @Test func fullJob() throws {
+        let bytes = Fixtures.json(
+            """
+            {
+              "id": "spring-sale:000001",
+              "app": "com.example.shop",
+              "token": "\(Fixtures.tokenHex)",
+              "payload": { "aps": { "alert": "Sale!", "badge": 1, "sound": "default" }, "acme": [1, 2] },
+              "alerts": { "fr": "Soldes !", "de": { "title": "Angebot", "body": "Ausverkauf!" } },
+              "expiry": 1767225600,
+              "priority": 5,
+              "campaign": "spring-sale"
+            }
+            """)
+        let job = try decoder.decode(bytes, now: now)
+        #expect(job.id == "spring-sale:000001")
+        #expect(job.app == "com.example.shop")
+        #expect(job.token == Fixtures.token)
+        #expect(job.payload.aps.alert == .text("Sale!"))
+        #expect(job.payload.aps.badge == 1)
+        #expect(job.payload.aps.sound == "default")
+        #expect(job.payload.custom == [Payload.CustomKey("acme", [1, 2])])
+        #expect(job.alerts.count == 2)
+        #expect(job.alerts["fr"] == .text("Soldes !"))
+        #expect(job.alerts["de"] == .dictionary(AlertDictionary(title: "Angebot", body: "Ausverkauf!")))
+        #expect(job.expiry == 1_767_225_600)
+        #expect(job.priority == .conservePower)
+        #expect(job.campaign == "spring-sale")
+        // The raw-buffer entry point gives the same job.
+        let viaRaw = try bytes.withUnsafeBytes { raw in try decoder.decode(raw, now: now) }
+        #expect(viaRaw.id == job.id && viaRaw.payload == job.payload && viaRaw.alerts == job.alerts)
+    }
+
+    @Test func defaults() throws {
+        let job = try decoder.decode(Fixtures.job(), now: now)
+        #expect(job.expiry == now + 86_400)
+        #expect(job.priority == .immediate)
+        #expect(job.campaign == nil)
+        #expect(job.alerts.isEmpty)
+        let short = try JobDecoder(defaultTimeToLive: 60).decode(Fixtures.job(), now: now)
+        #expect(short.expiry == now + 60)
+        // now + TTL past 2106 saturates instead of wrapping into the past.
+        let late = try JobDecoder().decode(Fixtures.job(), now: UInt32.max - 10)
+        #expect(late.expiry == UInt32.max)
+    }
+
+    @Test func tokenIsCaseInsensitive() throws {
+        let upper = try decoder.decode(Fixtures.job(["token": Fixtures.quoted(Fixtures.tokenHex.uppercased())]), now: now)
+        #expect(upper.token == Fixtures.token)
+        #expect(upper.token.hex == Fixtures.tokenHex)
+    }
+
+    @Test func unknownKeysAreIgnoredAndNullIsAbsent() throws {
+        let job = try decoder.decode(
+            Fixtures.job([
+                "future_key": #"{"anything":[1,2,3]}"#, "trace": #""abc""#, "expiry": "null", "priority": "null",
+                "campaign": "null", "alerts": "null",
+            ]), now: now)
+        #expect(job.expiry == now + 86_400)
+        #expect(job.priority == .immediate)
+        #expect(job.campaign == nil)
+        #expect(job.alerts.isEmpty)
+    }
+
+    /// The payload examples of spec 003 (2 and 5 mended: they have trailing commas / a missing comma).
+    @Test(arguments: [
+        #"{"aps":{"alert":"Message received from Bob"},"acme2":["bang","whiz"]}"#,
+        #"{"aps":{"alert":{"title":"Game Request","body":"Bob wants to play poker","action-loc-key":"PLAY"},"badge":5},"acme1":"bar","acme2":["bang","whiz"]}"#,
+        #"{"aps":{"alert":"You got your emails.","badge":9,"sound":"bingbong.aiff"},"acme1":"bar","acme2":42}"#,
+        #"{"aps":{"alert":{"loc-key":"GAME_PLAY_REQUEST_FORMAT","loc-args":["Jenna","Frank"]},"sound":"chime.aiff"},"acme":"foo"}"#,
+        #"{"aps":{"category":"NEW_MESSAGE_CATEGORY","alert":{"body":"Acme message received from Johnny Appleseed","action-loc-key":"VIEW"},"badge":3}}"#,
+    ])
+    func specExamples(payload: String) throws {
+        let job = try decoder.decode(Fixtures.job(["payload": payload]), now: now)
+        // Compact re-encoding keeps the producer's meaning: parse both and compare.
+        let encoded = try job.encodedPayload(language: nil, encoder: PayloadEncoder())
+        #expect(try Payload(json: JSONParser.parse(encoded)) == job.payload)
+    }
+
+    // MARK: Refusals, one per reason
+
+    /// Example payloads 2 and 5 of spec 003 as printed (not valid JSON) inside a job.
+    @Test func invalidJSON() {
+        let example2 = """
+            {"aps" : {"alert" : {"title" : "Game Request","body" : "Bob wants to play poker","action-loc-key" : "PLAY"},"badge" : 5,},"acme1" : "bar","acme2" : [ "bang", "whiz" ]}
+            """
+        let example5 = """
+            {"aps" : {"category" : "NEW_MESSAGE_CATEGORY" "alert" : {"body" : "Acme message received from Johnny Appleseed","action-loc-key" : "VIEW",},"badge" : 3,},}
+            """
+        #expect(reason(Fixtures.job(["payload": example2])) == .invalidJSON)
+        #expect(reason(Fixtures.job(["payload": example5])) == .invalidJSON)
+        #expect(reason(Fixtures.json("")) == .invalidJSON)
+        #expect(reason(Fixtures.json(#"{"id":"x""#)) == .invalidJSON)
+        #expect(reason(Array(Fixtures.job().dropLast())) == .invalidJSON)
+        #expect(reason(Fixtures.job() + Fixtures.json("{}")) == .invalidJSON)
+        #expect(reason([0x7B, 0x22, 0xFF, 0x22, 0x3A, 0x31, 0x7D]) == .invalidJSON)  // {"\xFF":1}: not UTF-8
+        let e = error(Fixtures.json(#"{"id":"x",}"#))
+        #expect(e?.reason == .invalidJSON)
+        #expect(e?.detail.contains("byte") == true, "the detail says where: \(e?.detail ?? "")")
+    }
+
+    @Test func duplicateKnownKeyIsInvalidJSON() {
+        let bytes = Fixtures.json(#"{"id":"a","id":"b","app":"x","token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#)
+        let e = error(bytes)
+        #expect(e?.reason == .invalidJSON)
+        #expect(e?.detail.contains("\"id\"") == true)
+        // Unknown keys may repeat: they are ignored.
+        let repeated = Fixtures.json(#"{"x":1,"id":"a","x":2,"app":"x","token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#)
+        #expect(throws: Never.self) { try decoder.decode(repeated, now: now) }
+    }
+
+    @Test func notAnObject() {
+        #expect(reason(Fixtures.json("[]")) == .notAnObject)
+        #expect(reason(Fixtures.json(#""a job""#)) == .notAnObject)
+        #expect(reason(Fixtures.json("42")) == .notAnObject)
+        #expect(reason(Fixtures.json("null")) == .notAnObject)
+    }
+
+    @Test func id() throws {
+        #expect(reason(Fixtures.job(["id": nil])) == .missingID)
+        #expect(reason(Fixtures.job(["id": "null"])) == .missingID)
+        #expect(reason(Fixtures.job(["id": "42"])) == .invalidID)
+        #expect(reason(Fixtures.job(["id": #""""#])) == .invalidID)
+        #expect(reason(Fixtures.job(["id": Fixtures.quoted(String(repeating: "x", count: 129))])) == .invalidID)
+        let max = try decoder.decode(Fixtures.job(["id": Fixtures.quoted(String(repeating: "x", count: 128))]), now: now)
+        #expect(max.id.utf8.count == 128)
+        // Bytes, not characters: 64 × "é" is 128 bytes, 65 is 130.
+        #expect(throws: Never.self) { try decoder.decode(Fixtures.job(["id": Fixtures.quoted(String(repeating: "é", count: 64))]), now: now) }
+        let e = error(Fixtures.job(["id": Fixtures.quoted(String(repeating: "é", count: 65))]))
+        #expect(e?.reason == .invalidID)
+        #expect(e?.detail.contains("130") == true)
+    }
+
+    @Test func app() {
+        #expect(reason(Fixtures.job(["app": nil])) == .missingApp)
+        #expect(reason(Fixtures.job(["app": #""""#])) == .missingApp)
+        #expect(reason(Fixtures.job(["app": "7"])) == .missingApp)
+    }
+
+    @Test func token() {
+        #expect(reason(Fixtures.job(["token": nil])) == .invalidToken)
+        #expect(reason(Fixtures.job(["token": "12"])) == .invalidToken)
+        #expect(reason(Fixtures.job(["token": Fixtures.quoted(String(Fixtures.tokenHex.dropLast()))])) == .invalidToken)
+        #expect(reason(Fixtures.job(["token": Fixtures.quoted(Fixtures.tokenHex + "00")])) == .invalidToken)
+        #expect(reason(Fixtures.job(["token": Fixtures.quoted(String(Fixtures.tokenHex.dropLast()) + "g")])) == .invalidToken)
+        #expect(reason(Fixtures.job(["token": Fixtures.quoted(String(repeating: "0a 1b ", count: 11))])) == .invalidToken)
+        let e = error(Fixtures.job(["token": Fixtures.quoted("zz" + String(Fixtures.tokenHex.dropFirst(2)))]))
+        #expect(e == JobError(reason: .invalidToken, detail: "token: device token has a non-hex character at offset 0"))
+    }
+
+    @Test func payload() {
+        #expect(reason(Fixtures.job(["payload": nil])) == .missingPayload)
+        #expect(reason(Fixtures.job(["payload": "null"])) == .missingPayload)
+        #expect(reason(Fixtures.job(["payload": #""{\"aps\":{}}""#])) == .invalidPayload)  // a string holding JSON
+        #expect(reason(Fixtures.job(["payload": "[]"])) == .invalidPayload)
+        // Missing aps.
+        let missingAPS = error(Fixtures.job(["payload": #"{"alert":"hi","acme":1}"#]))
+        #expect(missingAPS == JobError(reason: .invalidPayload, detail: "payload has no aps dictionary"))
+        #expect(reason(Fixtures.job(["payload": #"{"aps":"hi"}"#])) == .invalidPayload)
+        #expect(reason(Fixtures.job(["payload": #"{"aps":{"badge":"1"}}"#])) == .invalidPayload)
+        #expect(reason(Fixtures.job(["payload": #"{"aps":{"badge":-1}}"#])) == .invalidPayload)
+        #expect(reason(Fixtures.job(["payload": #"{"aps":{"alert":7}}"#])) == .invalidPayload)
+        #expect(reason(Fixtures.job(["payload": #"{"aps":{"content-available":2}}"#])) == .invalidPayload)
+        let e = error(Fixtures.job(["payload": #"{"aps":{"alert":{"title":1}}}"#]))
+        #expect(e == JobError(reason: .invalidPayload, detail: "payload.aps.alert.title: expected a string"))
+        // An empty aps is a valid (if pointless) payload.
+        #expect(throws: Never.self) { try decoder.decode(Fixtures.job(["payload": #"{"aps":{}}"#]), now: now) }
+    }
+
+    @Test func priority() throws {
+        #expect(try decoder.decode(Fixtures.job(["priority": "10"]), now: now).priority == .immediate)
+        #expect(try decoder.decode(Fixtures.job(["priority": "5"]), now: now).priority == .conservePower)
+        for bad in ["7", "0", "-10", "10.0", "1e1", #""10""#, "true", "[10]"] {
+            #expect(reason(Fixtures.job(["priority": bad])) == .invalidPriority, "priority \(bad)")
+        }
+    }
+
+    @Test func contentAvailableOnlyWithPriority10() throws {
+        let silent = #"{"aps":{"content-available":1},"acme":"sync"}"#
+        #expect(reason(Fixtures.job(["payload": silent, "priority": "10"])) == .contentAvailableOnlyWithPriority10)
+        // 10 is the default: a silent job must say priority 5.
+        let byDefault = error(Fixtures.job(["payload": silent]))
+        #expect(byDefault?.reason == .contentAvailableOnlyWithPriority10)
+        #expect(byDefault?.detail.contains("default") == true)
+        let ok = try decoder.decode(Fixtures.job(["payload": silent, "priority": "5"]), now: now)
+        #expect(ok.payload.isContentAvailableOnly)
+        // content-available with something to show may go at 10.
+        #expect(throws: Never.self) {
+            try decoder.decode(Fixtures.job(["payload": #"{"aps":{"content-available":1,"badge":2}}"#, "priority": "10"]), now: now)
+        }
+    }
+
+    @Test func expiry() throws {
+        #expect(try decoder.decode(Fixtures.job(["expiry": "0"]), now: now).expiry == 0)
+        #expect(try decoder.decode(Fixtures.job(["expiry": "\(now)"]), now: now).expiry == now)
+        #expect(try decoder.decode(Fixtures.job(["expiry": "4294967295"]), now: now).expiry == UInt32.max)
+        let past = error(Fixtures.job(["expiry": "\(now - 5)"]))
+        #expect(past == JobError(reason: .expired, detail: "expiry \(now - 5) is 5 s in the past (now \(now))"))
+        #expect(reason(Fixtures.job(["expiry": "1"])) == .expired)
+        for bad in ["-1", "1767225600.5", "1.7e9", "4294967296", "99999999999999999999", #""1767225600""#, "false", "{}"] {
+            #expect(reason(Fixtures.job(["expiry": bad])) == .invalidExpiry, "expiry \(bad)")
+        }
+    }
+
+    @Test func alerts() throws {
+        let job = try decoder.decode(
+            Fixtures.job(["alerts": #"{"fr":"Bonjour","pt-BR":{"loc-key":"K","loc-args":["a"]},"de":{"body":"Hallo"}}"#]),
+            now: now)
+        #expect(job.alerts["fr"] == .text("Bonjour"))
+        #expect(job.alerts["pt-BR"] == .dictionary(AlertDictionary(locKey: "K", locArgs: ["a"])))
+        #expect(job.alerts["de"] == .dictionary(AlertDictionary(body: "Hallo")))
+        #expect(try decoder.decode(Fixtures.job(["alerts": "{}"]), now: now).alerts.isEmpty)
+        for bad in ["[]", #""fr""#, "1", #"{"fr":1}"#, #"{"fr":["a"]}"#, #"{"fr":null}"#, #"{"":"x"}"#, #"{"fr":"a","fr":"b"}"#] {
+            #expect(reason(Fixtures.job(["alerts": bad])) == .invalidAlerts, "alerts \(bad)")
+        }
+        let e = error(Fixtures.job(["alerts": #"{"fr":{"title":["x"]}}"#]))
+        #expect(e == JobError(reason: .invalidAlerts, detail: #"alerts["fr"].title: expected a string"#))
+    }
+
+    @Test func campaign() throws {
+        #expect(try decoder.decode(Fixtures.job(["campaign": #""c1""#]), now: now).campaign == "c1")
+        #expect(reason(Fixtures.job(["campaign": "1"])) == .invalidCampaign)
+        #expect(reason(Fixtures.job(["campaign": #""""#])) == .invalidCampaign)
+        #expect(reason(Fixtures.job(["campaign": Fixtures.quoted(String(repeating: "c", count: 129))])) == .invalidCampaign)
+    }
+
+    // MARK: Size
+
+    /// A payload of exactly `size` compact bytes: `{"aps":{"alert":"xxx…"}}`.
+    static func payload(ofSize size: Int) -> String {
+        #"{"aps":{"alert":""# + String(repeating: "x", count: size - 20) + #""}}"#
+    }
+
+    @Test func payloadSizeLimit() throws {
+        #expect(Self.payload(ofSize: 2048).utf8.count == 2048)
+        #expect(throws: Never.self) { try decoder.decode(Fixtures.job(["payload": Self.payload(ofSize: 2048)]), now: now) }
+        let e = error(Fixtures.job(["payload": Self.payload(ofSize: 2049)]))
+        #expect(e == JobError(reason: .payloadTooLarge, detail: "payload is 2049 bytes compact, over the limit of 2048"))
+        // Checked on the compact form: whitespace in the message does not count.
+        let spaced = Self.payload(ofSize: 2048).replacingOccurrences(of: ":", with: " :  ")
+        #expect(throws: Never.self) { try decoder.decode(Fixtures.job(["payload": spaced]), now: now) }
+        // Escapes count as they are written: "\u00e9" in the message is 2 bytes of UTF-8 when compact.
+        let escaped = #"{"aps":{"alert":""# + String(repeating: #"\u00e9"#, count: 1014) + #""}}"#
+        #expect(throws: Never.self) { try decoder.decode(Fixtures.job(["payload": escaped]), now: now) }
+        // Configurable limit (4096 for HTTP/2).
+        let http2 = JobDecoder(payloadLimit: 4096)
+        #expect(throws: Never.self) { try http2.decode(Fixtures.job(["payload": Self.payload(ofSize: 4096)]), now: now) }
+        #expect(reason(Fixtures.job(["payload": Self.payload(ofSize: 4097)]), decoder: http2) == .payloadTooLarge)
+    }
+
+    @Test func largestAlertsVariantMustFit() throws {
+        let small = JobDecoder(payloadLimit: 100)
+        let payload = #"{"aps":{"alert":"short","badge":1},"acme":1}"#  // 44 bytes
+        // "short" (7 bytes as a JSON string) replaced by a 63-byte string: 100 bytes, fits exactly.
+        let fits = #"{"fr":"x","de":""# + String(repeating: "d", count: 61) + #""}"#
+        let job = try small.decode(Fixtures.job(["payload": payload, "alerts": fits]), now: now)
+        #expect(try job.encodedPayload(language: "de", encoder: PayloadEncoder(limit: 100)).count == 100)
+        let over = #"{"fr":"x","de":""# + String(repeating: "d", count: 62) + #""}"#
+        let e = error(Fixtures.job(["payload": payload, "alerts": over]), decoder: small)
+        #expect(e == JobError(reason: .payloadTooLarge, detail: #"payload with the alerts["de"] alert is 101 bytes compact, over the limit of 100"#))
+    }
+
+    /// The decoder counts variant sizes without encoding them; check it against real encodings for
+    /// payloads with and without their own alert and for every kind of alert.
+    @Test(arguments: [
+        #"{"aps":{"alert":"own alert","badge":1},"acme":1}"#,
+        #"{"aps":{"badge":1},"acme":1}"#,
+        #"{"aps":{}}"#,
+        #"{"aps":{"alert":{"title":"T","body":"B","loc-args":["a"]},"sound":"s"}}"#,
+    ])
+    func variantSizeMatchesEncoding(payload: String) throws {
+        let alerts = [
+            #""plain""#, #""quote \" and é and \n""#, #"{"body":"body only"}"#,
+            #"{"title":"T","body":"B","action-loc-key":null,"title-loc-args":["x","y"],"custom":{"k":[1,2.5e3]}}"#,
+        ]
+        for (i, alert) in alerts.enumerated() {
+            let message = Fixtures.job(["payload": payload, "alerts": #"{"xx":\#(alert)}"#])
+            let job = try JobDecoder(payloadLimit: 4096).decode(message, now: now)
+            let size = try job.encodedPayload(language: "xx", encoder: PayloadEncoder(limit: 4096)).count
+            let own = try job.encodedPayload(language: nil, encoder: PayloadEncoder(limit: 4096)).count
+            let largest = max(size, own)
+            #expect(throws: Never.self, "alert \(i) fits \(largest)") {
+                try JobDecoder(payloadLimit: largest).decode(message, now: now)
+            }
+            #expect(reason(message, decoder: JobDecoder(payloadLimit: largest - 1)) == .payloadTooLarge, "alert \(i) at \(largest - 1)")
+        }
+    }
+
+    @Test func firstFailureWinsInDocumentedOrder() {
+        // Bad id and bad token: id is checked first.
+        #expect(reason(Fixtures.job(["id": "1", "token": "2"])) == .invalidID)
+        // Bad priority and expired: priority first.
+        #expect(reason(Fixtures.job(["priority": "7", "expiry": "1"])) == .invalidPriority)
+        // Oversized and silent-at-10: the cheap check first.
+        let big = #"{"aps":{"content-available":1},"pad":""# + String(repeating: "p", count: 3000) + #""}"#
+        #expect(reason(Fixtures.job(["payload": big])) == .contentAvailableOnlyWithPriority10)
+    }
+
+    @Test func errorDescriptionStartsWithTheReason() {
+        let e = JobError(reason: .expired, detail: "expiry 1 is in the past")
+        #expect(e.description == "expired: expiry 1 is in the past")
+        #expect(JobErrorReason.contentAvailableOnlyWithPriority10.rawValue == "priority-10-content-available-only")
+    }
+}
