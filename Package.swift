@@ -176,6 +176,8 @@ let package = Package(
             name: "PipelineTests",
             dependencies: [
                 "Pipeline",
+                "Feedback",
+                "Jobs",
                 "GatewaySimulator",
                 "Kafka",
                 "Redis",

@@ -46,6 +46,8 @@ public struct PipelineConfiguration: Sendable {
         public var shards: Int?
         /// Gateways for this app; the `gateway.addresses` default otherwise.
         public var gateways: [GatewayAddress]?
+        /// Its feedback service; `gateway.feedback_address` otherwise (a sandbox app needs the sandbox one).
+        public var feedbackAddress: GatewayAddress?
 
         public init(bundleID: String, certificate: String, key: String, shards: Int? = nil, gateways: [GatewayAddress]? = nil) {
             self.bundleID = bundleID
@@ -147,6 +149,8 @@ public struct PipelineConfiguration: Sendable {
             if let list = try a.strings("gateways") {
                 gateways = try list.map { try address($0, file: file, key: "\(a.path).gateways") }
             }
+            var feedback: GatewayAddress?
+            if let f = try a.string("feedback_address") { feedback = try address(f, file: file, key: "\(a.path).feedback_address") }
             c.apps.append(
                 App(
                     bundleID: try a.requiredString("bundle_id", "the app's bundle id (its certificate's topic)"),
@@ -154,6 +158,7 @@ public struct PipelineConfiguration: Sendable {
                     key: try a.requiredString("key", "path of the certificate's private key (PEM)"),
                     shards: a.has("shards") ? try a.int("shards", default: 1, range: 1...256) : nil,
                     gateways: gateways))
+            c.apps[c.apps.count - 1].feedbackAddress = feedback
             try a.finish()
         }
         let ids = c.apps.map(\.bundleID)

@@ -1,5 +1,6 @@
 import APNsProtocol
 import APNsTransport
+import Feedback
 import Foundation
 import Jobs
 import Kafka
@@ -275,7 +276,18 @@ public final class PipelineRunner: Service, Sendable {
 
     // MARK: feedback
 
+    /// Polls every app's feedback service at start and then every `feedback.interval_minutes`.
     private func feedbackSchedule(store: PipelineStore) async throws {
-        // Filled in with the feedback poller (issue 6).
+        let c = configuration
+        let apps = c.apps.map { a in
+            let address = a.feedbackAddress ?? c.gateway.feedbackAddress
+            return FeedbackApp(
+                credentials: c.credentials(for: a),
+                endpoint: FeedbackEndpoint(host: address.host, port: address.port, serverHostname: c.gateway.serverHostname))
+        }
+        let poller = FeedbackPoller(store: store, eventLoopGroup: group, logger: logger)
+        await FeedbackSchedule(
+            apps: apps, poller: poller, interval: .seconds(Int64(c.feedbackIntervalMinutes * 60)), logger: logger
+        ).run()
     }
 }

@@ -1,6 +1,8 @@
 import APNsProtocol
+import Feedback
 import Foundation
 import GatewaySimulator
+import Jobs
 import Kafka
 import Pipeline
 import Redis
@@ -13,8 +15,10 @@ struct PipelineTests {
     @Test func campaignsSuppressionDedupAndDeadLetters() async throws {
         let audience = (0..<1000).map(token)
         let invalid = Set(stride(from: 17, to: 1000, by: 100).map(token))  // 10
+        let uninstalled = Set(stride(from: 29, to: 1000, by: 50).map(token))  // 20
         var faults = FaultScript()
         faults.invalidTokens = Set(invalid.map(\.hex))
+        faults.uninstalledTokens = Set(uninstalled.map(\.hex))
         let stack = try await Stack(faults: faults)
         let pipeline = RunningPipeline(stack.configuration())
 
@@ -68,6 +72,46 @@ struct PipelineTests {
             ])
 
 
+        // Feedback: the simulator queued the uninstalled tokens; the poller suppresses them.
+        let poller = FeedbackPoller(store: stack.store, logger: testLogger)
+        let summary = try await poller.poll(
+            FeedbackApp(
+                credentials: .test(app: shop, in: TestCertificates.directory),
+                endpoint: FeedbackEndpoint(host: "127.0.0.1", port: stack.simulator.ports.feedback, serverHostname: "localhost")))
+        #expect(summary.suppressed == 20)
+        #expect(try await stack.hashLength("apns:suppressed:\(shop)") == 30)
+
+        // Five of them re-register after their feedback time (one of them in French): they get campaign B.
+        let reregistered = Array(uninstalled.sorted { $0.hex < $1.hex }.prefix(5))
+        let later = Int(Date().timeIntervalSince1970) + 10
+        try await stack.publishRaw(
+            reregistered.enumerated().map { i, t in
+                #"{"app":"com.example.shop","token":"\#(t.hex)","registered_at":\#(later)\#(i == 0 ? #","language":"fr""# : "")}"#
+            }, topic: "apns.registrations")
+        try await eventually("registrations applied") { try await stack.hashLength("apns:registered:\(shop)") == 5 }
+
+        // Campaign B to the same audience: invalid and still-uninstalled tokens suppressed before sending.
+        try await stack.publish(campaign: "b", template: template, tokens: audience)
+        try await stack.waitSettled("b", count: 1000)
+        let b = try await stack.campaign("b")
+        #expect(b["suppressed"] == 25)
+        #expect(b["accepted"] == 975)
+        let recordedB = stack.recorded(campaign: "b")
+        #expect(recordedB.count == 975 && recordedB.values.allSatisfy { $0 == 1 })
+        #expect(reregistered.allSatisfy { recordedB["b:\($0.hex)"] == 1 }, "re-registered tokens delivered again")
+        #expect(uninstalled.subtracting(reregistered).allSatisfy { recordedB["b:\($0.hex)"] == nil })
+        #expect(invalid.allSatisfy { recordedB["b:\($0.hex)"] == nil })
+        // The French registration picked the French alert: the gateway got exactly the payload that
+        // job encodes for "fr" (and the English one the default).
+        for (i, t) in reregistered.prefix(2).enumerated() {
+            let message = Campaign.job(template: template, campaign: "b", recipient: .init(token: t, language: nil))
+            let job = try JobDecoder().decode(message, now: UInt32(Date().timeIntervalSince1970))
+            let expected = try job.encodedPayload(language: i == 0 ? "fr" : nil, encoder: PayloadEncoder(), jobIDKey: "jid")
+            #expect(String(decoding: expected, as: UTF8.self).contains(i == 0 ? "Bonjour" : "Hello"))
+            let record = stack.simulator.records.first { $0.jobID == "b:\(t.hex)" }
+            #expect(record?.payloadHash == fnv1a64(expected))
+        }
+
         // Campaign A again: nothing is sent twice; invalid tokens are now suppressed before sending.
         try await stack.publish(campaign: "a", template: template, tokens: audience)
         try await stack.waitSettled("a", count: 2000)
@@ -80,7 +124,7 @@ struct PipelineTests {
         try await pipeline.stop()
         // Every message of every partition settled and committed: positions add up to what was published.
         let positions = pipeline.runner.observations.finalCommitPositions
-        #expect(positions.values.reduce(0, +) == 2005, "committed positions \(positions)")
+        #expect(positions.values.reduce(0, +) == 3005, "committed positions \(positions)")
         await stack.stop()
     }
 
@@ -175,4 +219,15 @@ struct PipelineTests {
             }
         }
     }
+}
+
+/// The simulator's payload hash: FNV-1a 64 in 16 hex digits.
+func fnv1a64(_ bytes: [UInt8]) -> String {
+    var h: UInt64 = 0xcbf2_9ce4_8422_2325
+    for b in bytes {
+        h ^= UInt64(b)
+        h &*= 0x0000_0100_0000_01B3
+    }
+    let s = String(h, radix: 16)
+    return String(repeating: "0", count: 16 - s.count) + s
 }

@@ -27,9 +27,11 @@ struct FeedbackCommand: AsyncParsableCommand {
                 """
         )
 
-        @Option(help: "The app's bundle id (= the certificate's topic).") var app: String
-        @Option(help: "The app's provider certificate, PEM.") var cert: String
-        @Option(help: "The certificate's private key, PEM.") var key: String
+        @Option(help: "Take the apps, certificates, feedback address and Redis from this pipeline file (then --app picks one app; default all).")
+        var pipeline: String?
+        @Option(help: "The app's bundle id (= the certificate's topic).") var app: String?
+        @Option(help: "The app's provider certificate, PEM.") var cert: String?
+        @Option(help: "The certificate's private key, PEM.") var key: String?
         @Option(help: "CA bundle (PEM) the service's certificate must chain to; default: the system's roots.") var ca: String?
         @Option(help: "Feedback service host.") var host: String = "feedback.push.apple.com"
         @Option(help: "Feedback service port.") var port: Int = 2196
@@ -42,6 +44,9 @@ struct FeedbackCommand: AsyncParsableCommand {
         @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: String = "info"
 
         func validate() throws {
+            if pipeline == nil && (app == nil || cert == nil || key == nil) {
+                throw ValidationError("give --pipeline FILE, or --app, --cert and --key")
+            }
             guard (1...65_535).contains(port) else { throw ValidationError("--port must be 1…65535") }
             guard batchSize > 0 else { throw ValidationError("--batch-size must be positive") }
             guard readTimeout > 0, redisWait >= 0 else { throw ValidationError("--read-timeout and --redis-wait must be positive") }
@@ -55,33 +60,54 @@ struct FeedbackCommand: AsyncParsableCommand {
                 handler.logLevel = level
                 return handler
             }
+            var targets: [FeedbackApp] = []
+            var redisURL = redis
+            var keyPrefix = prefix
+            if let pipeline {
+                let config = try loadPipeline(pipeline)
+                redisURL = config.redis.url
+                keyPrefix = config.redis.prefix
+                let chosen = config.apps.filter { app == nil || $0.bundleID == app }
+                if chosen.isEmpty { throw ValidationError("\(pipeline): no app \(app ?? "") in apps") }
+                targets = chosen.map { a in
+                    let address = a.feedbackAddress ?? config.gateway.feedbackAddress
+                    return FeedbackApp(
+                        credentials: config.credentials(for: a),
+                        endpoint: FeedbackEndpoint(host: address.host, port: address.port, serverHostname: config.gateway.serverHostname))
+                }
+            } else if let app, let cert, let key {
+                targets = [
+                    FeedbackApp(
+                        app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca,
+                        endpoint: FeedbackEndpoint(host: host, port: port, serverHostname: serverName))
+                ]
+            }
             var redisConfiguration: RedisConfiguration
             do {
-                redisConfiguration = try RedisConfiguration(url: redis)
+                redisConfiguration = try RedisConfiguration(url: redisURL)
             } catch {
                 throw ValidationError("--redis: \(error)")
             }
             redisConfiguration.reconnect.maximumWait = .milliseconds(Int64(redisWait * 1000))
             let client = RedisClient(configuration: redisConfiguration)
-            let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: prefix))
+            let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix))
             var configuration = FeedbackPollerConfiguration()
             configuration.batchSize = batchSize
             configuration.readTimeout = .milliseconds(Int64(readTimeout * 1000))
             let poller = FeedbackPoller(store: store, configuration: configuration)
-            let target = FeedbackApp(
-                app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca,
-                endpoint: FeedbackEndpoint(host: host, port: port, serverHostname: serverName))
-
-            do throws(FeedbackPollError) {
-                let summary = try await poller.poll(target)
-                await client.close()
-                print(Self.render(summary, prefix: prefix))
-            } catch {
-                await client.close()
-                print(Self.render(error.summary, prefix: prefix))
-                FileHandle.standardError.write(Data("error: \(error.stage.rawValue): \(error.underlying)\n  what now: \(error.advice)\n".utf8))
-                throw ExitCode(1)
+            var failed = false
+            for target in targets {
+                do throws(FeedbackPollError) {
+                    let summary = try await poller.poll(target)
+                    print(Self.render(summary, prefix: keyPrefix))
+                } catch {
+                    print(Self.render(error.summary, prefix: keyPrefix))
+                    FileHandle.standardError.write(Data("error: \(error.stage.rawValue): \(error.underlying)\n  what now: \(error.advice)\n".utf8))
+                    failed = true
+                }
             }
+            await client.close()
+            if failed { throw ExitCode(1) }
         }
 
         static func render(_ summary: FeedbackPollSummary, prefix: String) -> String {
