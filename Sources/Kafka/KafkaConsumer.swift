@@ -52,6 +52,12 @@ public struct KafkaConsumerConfiguration: Sendable {
             "auto.offset.reset": autoOffsetReset,
             "enable.partition.eof": "false",
             "session.timeout.ms": "\(sessionMs)",
+            // Resuming a paused partition restarts its fetcher; with librdkafka's defaults (500 ms wait,
+            // 500 ms error back-off) every pause/resume cycle left the consumer idle for most of a second.
+            "fetch.wait.max.ms": "50",
+            // librdkafka's prefetch queue bounds memory while the consumer holds (see `run`).
+            "queued.max.messages.kbytes": "16384",
+            "fetch.error.backoff.ms": "20",
             // Frequent heartbeats: a member learns of a rebalance sooner, so fewer settlements pile up
             // behind commits the group refuses while it rebalances.
             "heartbeat.interval.ms": "\(max(100, min(3000, sessionMs / 3)))",
@@ -349,14 +355,21 @@ final class ConsumerCore: @unchecked Sendable {
                 break
             }
             if resume {
-                let assigned = state.withLock { $0.tracker.trackedPartitions }
-                client.resume(assigned)
-                logger.debug("Kafka consumer buffer drained: partitions resumed")
+                logger.debug("Kafka consumer buffer drained: consuming again")
             }
             if !requests.isEmpty || (ContinuousClock.now - lastCommit).milliseconds >= interval {
                 let result = commitSettled(attempts: requests.isEmpty ? 1 : 5, reason: requests.isEmpty ? "periodic" : "requested")
                 lastCommit = ContinuousClock.now
                 for r in requests { r.resume(with: result) }
+            }
+            // Buffer full: hold, leaving fetched messages in librdkafka's own queue, which stops fetching
+            // at `queued.max.messages.kbytes`. (Pausing the partitions instead purges that queue, and
+            // each resume then left the consumer idle for the better part of a second while it refetched.)
+            // While holding, rebalance events wait too: at most the time the pipeline takes to drain
+            // half the buffer.
+            if state.withLock({ $0.paused }) {
+                usleep(2_000)
+                continue
             }
             let n = client.consumeBatch(queue: queue!, timeoutMs: 100, into: buffer, capacity: capacity)
             if n > 0 { ingest(buffer, count: n) }
@@ -456,8 +469,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         if pauseNow {
-            client.pause(assigned)
-            logger.debug("Kafka consumer buffer full: partitions paused", metadata: ["kafka.partitions": "\(assigned.count)"])
+            logger.debug("Kafka consumer buffer full: holding", metadata: ["kafka.partitions": "\(assigned.count)"])
         }
     }
 
@@ -534,18 +546,16 @@ final class ConsumerCore: @unchecked Sendable {
             } catch {
                 logger.warning("Kafka committed offsets unknown at assignment: no gap check at start", metadata: ["error": "\(error)"])
             }
-            let paused = state.withLock { s -> Bool in
+            state.withLock { s in
                 for tp in partitions {
                     let c = committed[tp] ?? nil
                     s.tracker.startTracking(tp, committed: c)
                     if let c { s.lastCommitted[tp] = c } else { s.lastCommitted[tp] = nil }
                 }
-                return s.paused
             }
             do { try client.applyRebalance(event, list) } catch {
                 logger.error("Kafka assign failed", metadata: ["error": "\(error)"])
             }
-            if paused { client.pause(partitions) }
             logger.info(
                 "Kafka partitions assigned",
                 metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])

@@ -238,20 +238,6 @@ final class RDKafkaClient: @unchecked Sendable {
         return .success(())
     }
 
-    func pause(_ partitions: [TopicPartition]) {
-        guard !partitions.isEmpty else { return }
-        let list = Self.makeList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) })
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        _ = rd_kafka_pause_partitions(handle, list)
-    }
-
-    func resume(_ partitions: [TopicPartition]) {
-        guard !partitions.isEmpty else { return }
-        let list = Self.makeList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) })
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        _ = rd_kafka_resume_partitions(handle, list)
-    }
-
     /// Leaves the group (serving the final revoke through the rebalance callback) and stops fetching.
     func consumerClose() -> rd_kafka_resp_err_t { rd_kafka_consumer_close(handle) }
 

@@ -36,6 +36,11 @@ public struct PipelineConfiguration: Sendable {
         public var url = "redis://127.0.0.1:6379"
         public var prefix = "apns"
         public var dedupTTLHours = 24
+        /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 2 buckets
+        /// per job, so wider buckets mean fewer lookups (and records living up to one width longer).
+        public var dedupBucketHours = 12
+        /// Sets per bucket: keep peak accepted jobs per bucket ÷ sub-buckets under ~400 (compact intsets).
+        public var dedupSubBuckets = 4096
         public var inFlightLeaseSeconds = 600
     }
 
@@ -105,6 +110,8 @@ public struct PipelineConfiguration: Sendable {
         c.redis.url = try r.string("url", default: c.redis.url)
         c.redis.prefix = try r.string("prefix", default: c.redis.prefix)
         c.redis.dedupTTLHours = try r.int("dedup_ttl_hours", default: c.redis.dedupTTLHours, range: 1...24 * 365)
+        c.redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: c.redis.dedupBucketHours, range: 1...24 * 365)
+        c.redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: c.redis.dedupSubBuckets, range: 1...1 << 24)
         c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
         try r.finish()
 

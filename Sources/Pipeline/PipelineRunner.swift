@@ -51,13 +51,20 @@ public final class PipelineRunner: Service, Sendable {
     public func run() async throws {
         let c = configuration
         let bootstrap = try c.kafka.resolvedBootstrapServers()
-        let redis = try RedisClient(url: c.redis.url, logger: logger)
-        try await redis.connect()
         var storeConfig = PipelineStoreConfiguration()
         storeConfig.keyPrefix = c.redis.prefix
         storeConfig.dedupRetention = .seconds(c.redis.dedupTTLHours * 3600)
         storeConfig.inFlightLease = .seconds(c.redis.inFlightLeaseSeconds)
+        storeConfig.dedupBucketWidth = .seconds(c.redis.dedupBucketHours * 3600)
+        storeConfig.dedupSubBuckets = c.redis.dedupSubBuckets
+        // Two connections: the gate's round trips and the settler's overlap instead of queueing behind
+        // each other on one socket.
+        let redis = try RedisClient(url: c.redis.url, logger: logger)
+        let settlerRedis = try RedisClient(url: c.redis.url, logger: logger)
+        try await redis.connect()
+        try await settlerRedis.connect()
         let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
+        let settlerStore = PipelineStore(client: settlerRedis, configuration: storeConfig, logger: logger)
 
         let producer = try KafkaProducer(
             configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: c.kafka.properties), logger: logger)
@@ -66,7 +73,7 @@ public final class PipelineRunner: Service, Sendable {
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: c.kafka.properties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
-                maxBufferedMessages: max(c.kafka.batchSize * 4, 1000)),
+                maxBufferedMessages: max(c.kafka.batchSize * 20, 20_000)),
             logger: logger)
 
         let inbox = self.inbox
@@ -90,7 +97,7 @@ public final class PipelineRunner: Service, Sendable {
             ])
 
         let ingest = Task { try await self.ingest(consumer: consumer, store: store, router: router, deadLetter: deadLetter) }
-        let settler = Task { try await self.settle(store: store, consumer: consumer) }
+        let settler = Task { try await self.settle(store: settlerStore, consumer: consumer) }
         let sidecars = Task {
             try await withThrowingDiscardingTaskGroup { tasks in
                 if let topic = c.kafka.registrationsTopic {
@@ -103,6 +110,7 @@ public final class PipelineRunner: Service, Sendable {
                 if c.feedbackIntervalMinutes > 0 {
                     tasks.addTask { try await self.feedbackSchedule(store: store) }
                 }
+                tasks.addTask { try await self.publishShardStatus(pools: pools, store: settlerStore) }
             }
         }
 
@@ -137,97 +145,124 @@ public final class PipelineRunner: Service, Sendable {
         await consumer.close()  // commits the settled positions
         await producer.close()
         await redis.close()
+        await settlerRedis.close()
         try? await group.shutdownGracefully()
         logger.info("pipeline stopped")
     }
 
     // MARK: ingest
 
-    private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetter: DeadLetter) async throws {
-        let c = configuration
-        let decoder = JobDecoder(payloadLimit: c.gateway.payloadLimit)
-        let encoder = PayloadEncoder(limit: c.gateway.payloadLimit, truncatesAlertBody: c.gateway.truncateAlert)
-        while !Task.isCancelled {
-            guard let batch = await consumer.nextBatch(), !batch.isEmpty else {
-                if Task.isCancelled { break }
-                continue
-            }
-            await budget.acquire(batch.count)
-            observed.withLock { $0.received += batch.count }
-            let now = UInt32(Date().timeIntervalSince1970)
-            var jobs: [(job: Job, message: KafkaConsumerMessage)] = []
-            // Refused messages, with the outcome to count for each (a job that failed to decode has no
-            // id, app or token to speak of).
-            var deadLetters: [(message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)] = []
-            jobs.reserveCapacity(batch.count)
-            for m in batch {
-                do {
-                    jobs.append((try decoder.decode(m.value, now: now), m))
-                } catch {
-                    deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
-                    logger.debug(
-                        "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
-                }
-            }
-            var item = SettlerInbox.Item()
-            item.events.received = batch.count
+    /// A batch from Kafka, decoded: valid jobs, and the refused messages with their reason and outcome
+    /// (a job that failed to decode has no id, app or token to count it under).
+    struct DecodedBatch: Sendable {
+        var messages: [KafkaConsumerMessage]
+        var jobs: [(job: Job, message: KafkaConsumerMessage)]
+        var deadLetters: [(message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)]
+    }
 
-            // Gate: one Redis round trip for the whole batch.
-            let decisions = jobs.isEmpty ? [] : try await store.gate(
-                jobs.map { GateRequest(jobID: $0.job.id, app: $0.job.app, tokenHex: $0.job.token.hex) })
-            var notifications: [PushNotification] = []
-            notifications.reserveCapacity(jobs.count)
-            for (i, (job, message)) in jobs.enumerated() {
-                let outcome = { (kind: Redis.OutcomeKind) in
-                    Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.token.hex, campaign: job.campaign, kind: kind)
+    /// Two stages joined by a hand-off of two batches: Kafka + decoding, then gate + send. Decoding the
+    /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
+    private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetter: DeadLetter) async throws {
+        let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
+        let decoder = JobDecoder(payloadLimit: configuration.gateway.payloadLimit)
+        let decoding = Task {
+            defer { handoff.finish() }
+            while !Task.isCancelled {
+                guard let batch = await consumer.nextBatch(), !batch.isEmpty else {
+                    if Task.isCancelled { break }
+                    continue
                 }
-                switch decisions[i] {
-                case .deduped, .inFlight:
-                    // inFlight: another copy of this job is being sent right now; it settles for both.
-                    item.outcomes.append(outcome(.deduped))
-                    item.refs.append(message.ref)
-                case .suppressed:
-                    item.outcomes.append(outcome(.suppressed))
-                    item.refs.append(message.ref)
-                case .admitted(let language):
-                    do {
-                        let payload = try job.encodedPayload(
-                            language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
-                        notifications.append(
-                            PushNotification(
-                                jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
-                                priority: job.priority, campaign: job.campaign,
-                                tag: Self.tag(partition: message.partition, offset: message.offset)))
+                await budget.acquire(batch.count)
+                observed.withLock { $0.received += batch.count }
+                let now = UInt32(Date().timeIntervalSince1970)
+                var d = DecodedBatch(messages: batch, jobs: [], deadLetters: [])
+                d.jobs.reserveCapacity(batch.count)
+                for m in batch {
+                    do throws(JobError) {
+                        d.jobs.append((try decoder.decode(m.value, now: now), m))
                     } catch {
-                        // e.g. the localized alert makes the payload too large.
-                        deadLetters.append((message, error.reason.rawValue, outcome(.deadLettered)))
+                        d.deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
+                        logger.debug(
+                            "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
                     }
                 }
+                await handoff.put(d)
             }
-            // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle.
-            if !deadLetters.isEmpty {
-                try await deadLetter.send(deadLetters.map { ($0.message, $0.reason) })
-                for d in deadLetters {
-                    item.outcomes.append(d.outcome)
-                    item.refs.append(d.message.ref)
+        }
+        // Stopping: the decoding stage ends at cancellation; batches it already took are still sent.
+        try await withTaskCancellationHandler {
+            while let d = await handoff.next() {
+                try await gateAndSend(d, store: store, router: router, deadLetter: deadLetter)
+            }
+        } onCancel: {
+            decoding.cancel()
+        }
+    }
+
+    private func gateAndSend(_ d: DecodedBatch, store: PipelineStore, router: Router, deadLetter: DeadLetter) async throws {
+        let c = configuration
+        let encoder = PayloadEncoder(limit: c.gateway.payloadLimit, truncatesAlertBody: c.gateway.truncateAlert)
+        let batch = d.messages
+        let jobs = d.jobs
+        var deadLetters = d.deadLetters
+        var item = SettlerInbox.Item()
+        item.events.received = batch.count
+
+        // Gate: one Redis round trip for the whole batch.
+        let decisions = jobs.isEmpty ? [] : try await store.gate(
+            jobs.map { GateRequest(jobID: $0.job.id, app: $0.job.app, tokenHex: $0.job.token.hex) })
+        var notifications: [PushNotification] = []
+        notifications.reserveCapacity(jobs.count)
+        for (i, (job, message)) in jobs.enumerated() {
+            let outcome = { (kind: Redis.OutcomeKind) in
+                Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.token.hex, campaign: job.campaign, kind: kind)
+            }
+            switch decisions[i] {
+            case .deduped, .inFlight:
+                // inFlight: another copy of this job is being sent right now; it settles for both.
+                item.outcomes.append(outcome(.deduped))
+                item.refs.append(message.ref)
+            case .suppressed:
+                item.outcomes.append(outcome(.suppressed))
+                item.refs.append(message.ref)
+            case .admitted(let language):
+                do {
+                    let payload = try job.encodedPayload(
+                        language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
+                    notifications.append(
+                        PushNotification(
+                            jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
+                            priority: job.priority, campaign: job.campaign,
+                            tag: Self.tag(partition: message.partition, offset: message.offset)))
+                } catch {
+                    // e.g. the localized alert makes the payload too large.
+                    deadLetters.append((message, error.reason.rawValue, outcome(.deadLettered)))
                 }
             }
-            inbox.put(item)
-            if !notifications.isEmpty {
-                let orphans = try await router.send(notifications)
-                if !orphans.isEmpty {
-                    // Validated jobs for an app with no certificate here: dead letters, with the reason.
-                    var orphanItem = SettlerInbox.Item()
-                    let byTag = Dictionary(uniqueKeysWithValues: batch.map { (Self.tag(partition: $0.partition, offset: $0.offset), $0) })
-                    try await deadLetter.send(orphans.compactMap { n in byTag[n.tag].map { ($0, "no-certificate-for-app") } })
-                    for n in orphans {
-                        orphanItem.outcomes.append(
-                            Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.token.hex, campaign: n.campaign, kind: .deadLettered))
-                        orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, tag: n.tag))
-                    }
-                    logger.error("jobs for apps without a certificate were dead-lettered", metadata: ["count": "\(orphans.count)"])
-                    inbox.put(orphanItem)
+        }
+        // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle.
+        if !deadLetters.isEmpty {
+            try await deadLetter.send(deadLetters.map { ($0.message, $0.reason) })
+            for d in deadLetters {
+                item.outcomes.append(d.outcome)
+                item.refs.append(d.message.ref)
+            }
+        }
+        inbox.put(item)
+        if !notifications.isEmpty {
+            let orphans = try await router.send(notifications)
+            if !orphans.isEmpty {
+                // Validated jobs for an app with no certificate here: dead letters, with the reason.
+                var orphanItem = SettlerInbox.Item()
+                let byTag = Dictionary(uniqueKeysWithValues: batch.map { (Self.tag(partition: $0.partition, offset: $0.offset), $0) })
+                try await deadLetter.send(orphans.compactMap { n in byTag[n.tag].map { ($0, "no-certificate-for-app") } })
+                for n in orphans {
+                    orphanItem.outcomes.append(
+                        Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.token.hex, campaign: n.campaign, kind: .deadLettered))
+                    orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, tag: n.tag))
                 }
+                logger.error("jobs for apps without a certificate were dead-lettered", metadata: ["count": "\(orphans.count)"])
+                inbox.put(orphanItem)
             }
         }
     }
@@ -275,6 +310,21 @@ public final class PipelineRunner: Service, Sendable {
     }
 
     // MARK: feedback
+
+    /// Writes each shard's state to `apns:shard:<app>:<n>` every few seconds, for dashboards.
+    private func publishShardStatus(pools: [SenderPool], store: PipelineStore) async throws {
+        while !Task.isCancelled {
+            for pool in pools {
+                for s in await pool.statistics() {
+                    try? await store.updateShard(
+                        ShardStatus(
+                            app: s.app, shard: s.index, state: s.state, gateway: s.gateway, connectedSince: s.connectedSince,
+                            lastError: s.lastError))
+                }
+            }
+            try await Task.sleep(for: .seconds(5))
+        }
+    }
 
     /// Polls every app's feedback service at start and then every `feedback.interval_minutes`.
     private func feedbackSchedule(store: PipelineStore) async throws {

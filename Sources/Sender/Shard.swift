@@ -281,6 +281,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         events.replayed += r.discarded.count
         front.append(contentsOf: r.discarded.map(\.item))
         requeueAtFront(front)
+        statistics.lastError = "status \(response.status) for identifier \(response.identifier)"
         if response.status == .shutdown {
             logger.info("gateway shut the connection down (status 10)", metadata: ["identifier": "\(response.identifier)"])
         }
@@ -295,6 +296,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     func connectionError(_ error: any Error, epoch: Int) {
         guard epoch == self.epoch else { return }
+        statistics.lastError = "\(error)"
         logger.warning("gateway connection error", metadata: ["error": "\(error)"])
     }
 
@@ -392,8 +394,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                 case .success(let channel):
                     state = .connected(channel, epoch: connectionEpoch)
                     statistics.connections += 1
+                    statistics.gateway = gateway.description
+                    statistics.connectedSince = Int64(Date().timeIntervalSince1970)
                     pump()
                 case .failure(let error):
+                    statistics.lastError = "connect \(gateway): \(error)"
                     logger.warning(
                         "cannot connect to gateway", metadata: ["gateway": "\(gateway)", "error": "\(error)",
                                                                  "attempt": "\(reconnectAttempt + 1)"])
@@ -451,6 +456,15 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     func currentStatistics() -> EventLoopFuture<ShardStatistics> {
         eventLoop.submit { [self] in
             var s = statistics
+            s.app = app
+            s.index = index
+            switch state {
+            case .idle, .waitingToConnect: s.state = "idle"
+            case .connecting: s.state = "connecting"
+            case .connected: s.state = "connected"
+            case .closing: s.state = "closing"
+            case .stopped: s.state = "stopped"
+            }
             s.queueDepth = queue.count
             s.replayCount = replay.count
             s.replayBytes = replay.bytes
@@ -483,6 +497,15 @@ public enum SenderError: Error, CustomStringConvertible {
 
 /// What a shard has seen, for tests, benchmarks and the shard hash in Redis.
 public struct ShardStatistics: Sendable {
+    public var app = ""
+    public var index = 0
+    /// idle, connecting, connected, closing, stopped.
+    public var state = "idle"
+    /// The gateway of the current (or last) connection.
+    public var gateway: String?
+    /// When the current connection was established (epoch seconds).
+    public var connectedSince: Int64?
+    public var lastError: String?
     public var connections = 0
     public var maxQueueDepth = 0
     public var maxReplayBytes = 0
