@@ -375,7 +375,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         ClientBootstrap(group: eventLoop)
             .connectTimeout(.nanoseconds(Int64(config.connectTimeout * 1e9)))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
-            .channelOption(.writeBufferWaterMark, value: .init(low: 256 * 1024, high: 1024 * 1024))
+            // A shallow local pipe (NIO's outbound buffer, the socket's send buffer): memory per
+            // connection stays small, and less sits behind a bad frame when the gateway errors on it.
+            // (Most of what is in flight then is in the gateway's receive buffer, which we do not control.)
+            .channelOption(.writeBufferWaterMark, value: .init(low: 32 * 1024, high: 128 * 1024))
+            .channelOption(.socketOption(.so_sndbuf), value: 128 * 1024)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(

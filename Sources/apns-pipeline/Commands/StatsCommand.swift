@@ -17,6 +17,7 @@ struct StatsCommand: AsyncParsableCommand {
             """
     )
 
+    @Option(help: "Take Redis's URL and key prefix from this pipeline file.") var pipeline: String?
     @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = "redis://127.0.0.1:6379"
     @Option(help: "Prefix of the Redis keys.") var prefix: String = "apns"
     @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
@@ -32,6 +33,13 @@ struct StatsCommand: AsyncParsableCommand {
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .error
             return handler
+        }
+        var redis = self.redis
+        var prefix = self.prefix
+        if let pipeline {
+            let config = try loadPipeline(pipeline)
+            redis = config.redis.url
+            prefix = config.redis.prefix
         }
         var configuration: RedisConfiguration
         do {
