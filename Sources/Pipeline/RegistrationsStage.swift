@@ -20,7 +20,7 @@ struct RegistrationsStage {
                 properties: configuration.kafka.properties, sessionTimeout: .milliseconds(configuration.kafka.sessionTimeoutMs),
                 maxBatchSize: configuration.kafka.batchSize),
             logger: logger)
-        defer { Task { await consumer.close() } }
+        // Cancelled at shutdown: nextBatch returns nil, then the consumer commits what was applied.
         while !Task.isCancelled {
             guard let batch = await consumer.nextBatch() else { break }
             if batch.isEmpty { continue }
