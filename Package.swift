@@ -154,6 +154,16 @@ let package = Package(
             ]
         ),
 
+        // Helpers the test targets share: a throw-away redis-server, the test certificates.
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "Redis",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/Support"
+        ),
+
         .testTarget(
             name: "APNsProtocolTests",
             dependencies: [
@@ -164,6 +174,7 @@ let package = Package(
         .testTarget(
             name: "SenderTests",
             dependencies: [
+                "TestSupport",
                 "Sender",
                 "GatewaySimulator",
                 "APNsProtocol",
@@ -175,6 +186,7 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
+                "TestSupport",
                 "Pipeline",
                 "Feedback",
                 "Jobs",
@@ -199,6 +211,7 @@ let package = Package(
         .testTarget(
             name: "FeedbackTests",
             dependencies: [
+                "TestSupport",
                 "Feedback",
                 "GatewaySimulator",
                 "Redis",
@@ -212,11 +225,12 @@ let package = Package(
         ),
         .testTarget(
             name: "RedisTests",
-            dependencies: ["Redis"]
+            dependencies: ["TestSupport", "Redis"]
         ),
         .testTarget(
             name: "GatewaySimulatorTests",
             dependencies: [
+                "TestSupport",
                 "GatewaySimulator",
                 "APNsProtocol",
                 "APNsTransport",

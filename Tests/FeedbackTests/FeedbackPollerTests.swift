@@ -5,6 +5,7 @@ import Foundation
 import GatewaySimulator
 import Redis
 import Testing
+import TestSupport
 
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct FeedbackPollerTests {

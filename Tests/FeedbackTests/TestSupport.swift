@@ -10,24 +10,10 @@ import NIOSSL
 import NIOTLS
 import Redis
 import Testing
+import TestSupport
 
-/// The certificates `ops/certs` makes; made on first use when a test runs outside `ops/test`.
-/// (After Tests/GatewaySimulatorTests/TestSupport.swift.)
-enum TestCertificates {
-    static let directory: String = {
-        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        let dir = root.appendingPathComponent(".run/certs").path
-        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
-            try? p.run()
-            p.waitUntilExit()
-        }
-        return dir
-    }()
 
+extension TestCertificates {
     static func credentials(_ app: String) -> ProviderCredentials { .test(app: app, in: directory) }
 }
 

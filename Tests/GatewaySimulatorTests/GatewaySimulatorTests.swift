@@ -4,6 +4,7 @@ import Foundation
 import GatewaySimulator
 import NIOSSL
 import Testing
+import TestSupport
 
 @Suite(.serialized) struct GatewaySimulatorTests {
     @Test func acceptsAndRecordsFramesOfEveryCommand() async throws {

@@ -5,26 +5,8 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import Testing
+import TestSupport
 
-/// The certificates `ops/certs` makes; made on first use when a test runs outside `ops/test`.
-enum TestCertificates {
-    static let directory: String = {
-        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        let dir = root.appendingPathComponent(".run/certs").path
-        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
-            try? p.run()
-            p.waitUntilExit()
-        }
-        return dir
-    }()
-
-    static func pem(_ name: String) -> String { "\(directory)/\(name).pem" }
-    static func key(_ name: String) -> String { "\(directory)/\(name).key" }
-}
 
 let shop = "com.example.shop"
 let news = "com.example.news"

@@ -9,22 +9,8 @@ import Redis
 import Sender
 import ServiceLifecycle
 import Testing
+import TestSupport
 
-enum TestCertificates {
-    static let directory: String = {
-        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
-        let dir = root.appendingPathComponent(".run/certs").path
-        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
-            try? p.run()
-            p.waitUntilExit()
-        }
-        return dir
-    }()
-}
 
 let shop = "com.example.shop"
 

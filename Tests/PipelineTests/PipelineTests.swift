@@ -8,6 +8,7 @@ import Pipeline
 import Redis
 import Sender
 import Testing
+import TestSupport
 
 /// The demo's scenario, smaller, with every count asserted exactly, against real servers.
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))

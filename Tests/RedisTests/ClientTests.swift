@@ -1,6 +1,7 @@
 import Foundation
 import Redis
 import Testing
+import TestSupport
 
 @Suite struct ConfigurationTests {
     @Test func parsesURLs() throws {

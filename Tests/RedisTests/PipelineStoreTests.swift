@@ -1,6 +1,7 @@
 import Foundation
 import Redis
 import Testing
+import TestSupport
 
 private let app = "com.example.shop"
 private func token(_ n: Int) -> String { String(format: "%064X", n) }  // upper-case on purpose: tokens are case-insensitive

@@ -1,4 +1,3 @@
-// Copied from Tests/RedisTests/RedisServer.swift (test targets cannot import each other); keep in step.
 import Foundation
 import Logging
 import Redis
@@ -11,9 +10,9 @@ import Darwin
 #endif
 
 /// A throw-away `redis-server` on a free loopback port, killed when the test ends.
-final class RedisServer: @unchecked Sendable {
+public final class RedisServer: @unchecked Sendable {
     /// `redis-server` on PATH, if installed.
-    static let executable: String? = {
+    public static let executable: String? = {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for directory in path.split(separator: ":") {
             let candidate = "\(directory)/redis-server"
@@ -24,20 +23,20 @@ final class RedisServer: @unchecked Sendable {
 
     /// Tests run when `redis-server` is installed, and also in CI (`CI` set) where its absence must fail
     /// instead of silently skipping.
-    static let available = executable != nil || ProcessInfo.processInfo.environment["CI"] != nil
-    static let skipReason: Comment = "redis-server is not installed (Debian package redis-server): Redis tests skipped; set CI=1 to make this a failure"
+    public static let available = executable != nil || ProcessInfo.processInfo.environment["CI"] != nil
+    public static let skipReason: Comment = "redis-server is not installed (Debian package redis-server): Redis tests skipped; set CI=1 to make this a failure"
 
-    let port: Int
+    public let port: Int
     let directory: String
     let extraArguments: [String]
     private let persistent: Bool
     private var process: Process?
 
-    var url: String { "redis://127.0.0.1:\(port)" }
+    public var url: String { "redis://127.0.0.1:\(port)" }
 
     /// `persistent`: append-only file fsync'ed on every write, so a killed and restarted server keeps
     /// its data (for the restart test). Otherwise nothing is written to disk.
-    init(persistent: Bool = false, extraArguments: [String] = []) async throws {
+    public init(persistent: Bool = false, extraArguments: [String] = []) async throws {
         guard Self.executable != nil else {
             throw TestFailure("redis-server is not installed but CI is set: install Debian's redis-server")
         }
@@ -49,7 +48,7 @@ final class RedisServer: @unchecked Sendable {
         try await start()
     }
 
-    func start() async throws {
+    public func start() async throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.executable!)
         var arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory]
@@ -63,7 +62,7 @@ final class RedisServer: @unchecked Sendable {
     }
 
     /// SIGKILL: a crash, not a shutdown.
-    func kill() {
+    public func kill() {
         guard let process else { return }
         if process.isRunning {
             Glibc.kill(process.processIdentifier, SIGKILL)
@@ -72,7 +71,7 @@ final class RedisServer: @unchecked Sendable {
         self.process = nil
     }
 
-    func stop() {
+    public func stop() {
         kill()
         try? FileManager.default.removeItem(atPath: directory)
     }
@@ -80,7 +79,7 @@ final class RedisServer: @unchecked Sendable {
     deinit { stop() }
 
     /// A client that fails fast enough for tests when something is wrong.
-    func client(path: String = "", maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisClient {
+    public func client(path: String = "", maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisClient {
         var configuration = try RedisConfiguration(url: url + path)
         configuration.reconnect = RedisReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
         var logger = Logger(label: "apns.redis.test")
@@ -118,14 +117,14 @@ final class RedisServer: @unchecked Sendable {
     }
 }
 
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct TestFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 extension RedisClient {
     /// HGETALL as a dictionary of integers (counters).
-    func hashCounters(_ key: String) async throws -> [String: Int64] {
+    public func hashCounters(_ key: String) async throws -> [String: Int64] {
         let reply = try await send(RedisCommand("HGETALL", key))
         var result: [String: Int64] = [:]
         let elements = reply.array ?? []
@@ -135,7 +134,7 @@ extension RedisClient {
         return result
     }
 
-    func info(_ section: String) async throws -> [String: String] {
+    public func info(_ section: String) async throws -> [String: String] {
         let text = try await send(RedisCommand("INFO", section)).string ?? ""
         var result: [String: String] = [:]
         for line in text.split(whereSeparator: \.isNewline) {

@@ -1,0 +1,22 @@
+import Foundation
+
+/// The certificates `ops/certs` makes (test CA, simulator, two demo apps, a rogue CA); made on first use
+/// when a test runs outside `ops/test`, which exports `APNS_CERTS_DIR`.
+public enum TestCertificates {
+    public static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["APNS_CERTS_DIR"] { return dir }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let dir = root.appendingPathComponent(".run/certs").path
+        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
+            try? p.run()
+            p.waitUntilExit()
+        }
+        return dir
+    }()
+
+    public static func pem(_ name: String) -> String { "\(directory)/\(name).pem" }
+    public static func key(_ name: String) -> String { "\(directory)/\(name).key" }
+}
