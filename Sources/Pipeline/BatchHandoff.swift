@@ -16,10 +16,12 @@ final class BatchHandoff<Element: Sendable>: Sendable {
 
     init(capacity: Int) { self.capacity = capacity }
 
-    /// Waits while the hand-off is full.
+    /// Waits while the hand-off is full. After `finish`, elements are dropped (whatever they carry is
+    /// left unsettled, so Kafka redelivers it).
     func put(_ element: Element) async {
         while true {
             let delivered: CheckedContinuation<Element?, Never>?? = state.withLock { s in
+                if s.finished { return .some(nil) }
                 if let c = s.consumer {
                     s.consumer = nil
                     return .some(c)
@@ -39,7 +41,7 @@ final class BatchHandoff<Element: Sendable>: Sendable {
             case .none:
                 await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                     let roomNow = state.withLock { s -> Bool in
-                        if s.items.count < capacity || s.consumer != nil { return true }
+                        if s.finished || s.items.count < capacity || s.consumer != nil { return true }
                         s.producers.append(c)
                         return false
                     }
@@ -51,13 +53,16 @@ final class BatchHandoff<Element: Sendable>: Sendable {
 
     /// The producer is done: `next` returns what is left, then nil.
     func finish() {
-        let consumer = state.withLock { s -> CheckedContinuation<Element?, Never>? in
+        let (consumer, producers) = state.withLock { s -> (CheckedContinuation<Element?, Never>?, [CheckedContinuation<Void, Never>]) in
             s.finished = true
             let c = s.consumer
             s.consumer = nil
-            return c
+            let p = s.producers
+            s.producers = []
+            return (c, p)
         }
         consumer?.resume(returning: nil)
+        for p in producers { p.resume() }  // they see `finished` and drop their element
     }
 
     func next() async -> Element? {

@@ -158,7 +158,12 @@ public final class PipelineRunner: Service, Sendable {
         var messages: [KafkaConsumerMessage]
         var jobs: [(job: Job, message: KafkaConsumerMessage)]
         var deadLetters: [(message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)]
+        /// Jobs gated again because another copy was in flight: not counted as received a second time.
+        var isRetry = false
     }
+
+    /// How long a job whose id is in flight elsewhere waits before it is gated again.
+    static let inFlightRetryDelay: Duration = .milliseconds(500)
 
     /// Two stages joined by a hand-off of two batches: Kafka + decoding, then gate + send. Decoding the
     /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
@@ -192,36 +197,44 @@ public final class PipelineRunner: Service, Sendable {
         // Stopping: the decoding stage ends at cancellation; batches it already took are still sent.
         try await withTaskCancellationHandler {
             while let d = await handoff.next() {
-                try await gateAndSend(d, store: store, router: router, deadLetter: deadLetter)
+                try await gateAndSend(d, store: store, router: router, deadLetter: deadLetter, handoff: handoff)
             }
         } onCancel: {
             decoding.cancel()
         }
     }
 
-    private func gateAndSend(_ d: DecodedBatch, store: PipelineStore, router: Router, deadLetter: DeadLetter) async throws {
+    private func gateAndSend(
+        _ d: DecodedBatch, store: PipelineStore, router: Router, deadLetter: DeadLetter, handoff: BatchHandoff<DecodedBatch>
+    ) async throws {
         let c = configuration
         let encoder = PayloadEncoder(limit: c.gateway.payloadLimit, truncatesAlertBody: c.gateway.truncateAlert)
         let batch = d.messages
         let jobs = d.jobs
         var deadLetters = d.deadLetters
         var item = SettlerInbox.Item()
-        item.events.received = batch.count
+        item.events.received = d.isRetry ? 0 : batch.count
 
         // Gate: one Redis round trip for the whole batch.
         let decisions = jobs.isEmpty ? [] : try await store.gate(
             jobs.map { GateRequest(jobID: $0.job.id, app: $0.job.app, tokenHex: $0.job.token.hex) })
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(jobs.count)
+        var inFlight: [(job: Job, message: KafkaConsumerMessage)] = []
         for (i, (job, message)) in jobs.enumerated() {
             let outcome = { (kind: Redis.OutcomeKind) in
                 Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.token.hex, campaign: job.campaign, kind: kind)
             }
             switch decisions[i] {
-            case .deduped, .inFlight:
-                // inFlight: another copy of this job is being sent right now; it settles for both.
+            case .deduped:
                 item.outcomes.append(outcome(.deduped))
                 item.refs.append(message.ref)
+            case .inFlight:
+                // Another copy is being sent right now (by this process or another one, e.g. across a
+                // rebalance). Settling this message now would lose the job if that sender crashed before
+                // settling its own; so it waits and is gated again: deduped once the other copy is
+                // accepted, admitted if its lease lapsed.
+                inFlight.append((job, message))
             case .suppressed:
                 item.outcomes.append(outcome(.suppressed))
                 item.refs.append(message.ref)
@@ -249,6 +262,13 @@ public final class PipelineRunner: Service, Sendable {
             }
         }
         inbox.put(item)
+        if !inFlight.isEmpty {
+            let retry = DecodedBatch(messages: inFlight.map(\.message), jobs: inFlight, deadLetters: [], isRetry: true)
+            Task {
+                try? await Task.sleep(for: Self.inFlightRetryDelay)
+                await handoff.put(retry)
+            }
+        }
         if !notifications.isEmpty {
             let orphans = try await router.send(notifications)
             if !orphans.isEmpty {

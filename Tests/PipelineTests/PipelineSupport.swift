@@ -62,7 +62,7 @@ final class Stack: @unchecked Sendable {
         c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
         c.gateway.embedJobID = true
         c.gateway.shards = 2
-        c.gateway.shard.settleAfter = 0.3
+        c.gateway.shard.settleAfter = 1.5  // see SenderTestSupport: no self-inflicted sequence_unknown under load
         c.gateway.shard.reconnect.initialDelay = 0.005
         c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
         c.apps = [
