@@ -78,14 +78,14 @@ public final class PipelineRunner: Service, Sendable {
 
         let inbox = self.inbox
         let jobsTopic = c.kafka.jobsTopic
+        // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
+        let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
         let pools = try c.apps.map { app -> SenderPool in
-            var shard = c.gateway.shard
-            shard.reconnect.attemptsPerSecondPerGateway = c.gateway.shard.reconnect.attemptsPerSecondPerGateway
-            return try SenderPool(
+            try SenderPool(
                 configuration: PoolConfiguration(
                     credentials: c.credentials(for: app), gateways: app.gateways ?? c.gateway.addresses,
-                    shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
-                group: group, logger: logger,
+                    shards: app.shards ?? c.gateway.shards, shard: c.gateway.shard, serverHostname: c.gateway.serverHostname),
+                group: group, limiter: limiter, logger: logger,
                 onOutcomes: { batch in inbox.put(Self.settlerItem(batch, topic: jobsTopic)) })
         }
         let router = Router(pools: pools)
@@ -97,7 +97,16 @@ public final class PipelineRunner: Service, Sendable {
             ])
 
         let ingest = Task { try await self.ingest(consumer: consumer, store: store, router: router, deadLetter: deadLetter) }
-        let settler = Task { try await self.settle(store: settlerStore, consumer: consumer) }
+        // If the settler fails (Redis gone for longer than the client waits), nothing settles any more
+        // and the in-flight budget never frees: stop taking jobs, and let the process exit non-zero.
+        let settler = Task {
+            do {
+                try await self.settle(store: settlerStore, consumer: consumer)
+            } catch {
+                ingest.cancel()
+                throw error
+            }
+        }
         let sidecars = Task {
             try await withThrowingDiscardingTaskGroup { tasks in
                 if let topic = c.kafka.registrationsTopic {
@@ -114,12 +123,14 @@ public final class PipelineRunner: Service, Sendable {
             }
         }
 
+        var failure: (any Error)?
         await withGracefulShutdownHandler {
             do {
                 try await ingest.value
             } catch is CancellationError {
             } catch {
-                logger.error("ingest stopped", metadata: ["error": "\(error)"])
+                logger.error("ingest stopped; shutting down", metadata: ["error": "\(error)"])
+                failure = error
             }
         } onGracefulShutdown: {
             self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
@@ -135,7 +146,8 @@ public final class PipelineRunner: Service, Sendable {
         do {
             try await settler.value
         } catch {
-            logger.error("settler stopped", metadata: ["error": "\(error)"])
+            logger.error("settler stopped: outcomes not recorded stay unsettled and are redelivered", metadata: ["error": "\(error)"])
+            failure = failure ?? error
         }
         _ = try? await sidecars.value
         let positions = consumer.commitPositions
@@ -147,6 +159,7 @@ public final class PipelineRunner: Service, Sendable {
         await redis.close()
         await settlerRedis.close()
         try? await group.shutdownGracefully()
+        if let failure { throw failure }
         logger.info("pipeline stopped")
     }
 
