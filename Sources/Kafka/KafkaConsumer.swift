@@ -55,8 +55,6 @@ public struct KafkaConsumerConfiguration: Sendable {
             // Resuming a paused partition restarts its fetcher; with librdkafka's defaults (500 ms wait,
             // 500 ms error back-off) every pause/resume cycle left the consumer idle for most of a second.
             "fetch.wait.max.ms": "50",
-            // librdkafka's prefetch queue bounds memory while the consumer holds (see `run`).
-            "queued.max.messages.kbytes": "16384",
             "fetch.error.backoff.ms": "20",
             // Frequent heartbeats: a member learns of a rebalance sooner, so fewer settlements pile up
             // behind commits the group refuses while it rebalances.
@@ -363,7 +361,8 @@ final class ConsumerCore: @unchecked Sendable {
                 for r in requests { r.resume(with: result) }
             }
             // Buffer full: hold, leaving fetched messages in librdkafka's own queue, which stops fetching
-            // at `queued.max.messages.kbytes`. (Pausing the partitions instead purges that queue, and
+            // at `queued.max.messages.kbytes` (64 MiB by default; set it in `properties` to bound it lower:
+            // 16 MiB cost a third of the throughput here). (Pausing the partitions instead purges that queue, and
             // each resume then left the consumer idle for the better part of a second while it refetched.)
             // While holding, rebalance events wait too: at most the time the pipeline takes to drain
             // half the buffer.
