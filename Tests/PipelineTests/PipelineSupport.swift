@@ -108,6 +108,15 @@ final class Stack: @unchecked Sendable {
         }
     }
 
+    /// Waits for `count` accepted outcomes. (Outcomes count messages, not jobs: a message redelivered
+    /// after a rebalance, when the mock refused the old owner's commit, is counted again as deduped, so
+    /// the settled total can run ahead of the jobs actually done.)
+    func waitAccepted(_ id: String, count: Int64, timeout: Duration = .seconds(120)) async throws {
+        try await eventually("campaign \(id) accepted \(count)", timeout: timeout) {
+            (try await self.campaign(id)["accepted"] ?? 0) >= count
+        }
+    }
+
     /// Simulator records of one campaign: job id → times recorded.
     func recorded(campaign: String) -> [String: Int] {
         var out: [String: Int] = [:]

@@ -145,7 +145,7 @@ struct PipelineTests {
         let settledByFirst = try await stack.campaign("c")["accepted"] ?? 0
         #expect(settledByFirst < 4000, "stopped in the middle")
         let second = RunningPipeline(config)
-        try await stack.waitSettled("c", count: 4000)
+        try await stack.waitAccepted("c", count: 4000)
         try await second.stop()
         let recorded = stack.recorded(campaign: "c")
         #expect(recorded.count == 4000, "nothing lost")
@@ -163,7 +163,7 @@ struct PipelineTests {
         let one = RunningPipeline(config)
         let two = RunningPipeline(config)
         try await stack.publish(campaign: "s", template: template, tokens: audience)
-        try await stack.waitSettled("s", count: 4000)
+        try await stack.waitAccepted("s", count: 4000)
         try await one.stop()
         try await two.stop()
         let recorded = stack.recorded(campaign: "s")
