@@ -152,24 +152,32 @@ enum PayloadFacts {
         return String(repeating: "0", count: 16 - s.count) + s
     }
 
-    /// The string value of a top-level `"jid"` key, found by a byte scan (no JSON parse per notification).
+    /// The string value of a top-level `"jid"` key, found by a byte scan (no JSON parse, and no
+    /// allocation until it is found: this runs for every accepted notification).
     static func jobID(in payload: [UInt8]) -> String? {
-        let needle = Array(#""jid":""#.utf8)
-        guard payload.count > needle.count else { return nil }
-        var i = 0
-        let last = payload.count - needle.count
-        while i <= last {
-            if payload[i] == needle[0] && payload[i + 1] == needle[1] && Array(payload[i..<(i + needle.count)]) == needle {
-                let start = i + needle.count
-                var end = start
-                while end < payload.count && payload[end] != UInt8(ascii: "\"") && payload[end] != UInt8(ascii: "\\") {
-                    end += 1
+        let needle: StaticString = #""jid":""#
+        let n = needle.utf8CodeUnitCount
+        guard payload.count > n else { return nil }
+        return needle.withUTF8Buffer { key -> String? in
+            var i = 0
+            while i <= payload.count - n {
+                var match = true
+                for k in 0..<n where payload[i + k] != key[k] {
+                    match = false
+                    break
                 }
-                guard end < payload.count, payload[end] == UInt8(ascii: "\"") else { return nil }
-                return String(decoding: payload[start..<end], as: UTF8.self)
+                if match {
+                    let start = i + n
+                    var end = start
+                    while end < payload.count && payload[end] != UInt8(ascii: "\"") && payload[end] != UInt8(ascii: "\\") {
+                        end += 1
+                    }
+                    guard end < payload.count, payload[end] == UInt8(ascii: "\"") else { return nil }
+                    return String(decoding: payload[start..<end], as: UTF8.self)
+                }
+                i += 1
             }
-            i += 1
+            return nil
         }
-        return nil
     }
 }

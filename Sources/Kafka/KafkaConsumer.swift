@@ -1,3 +1,4 @@
+import Synchronization
 import CRdKafka
 import Foundation
 import Logging
@@ -207,7 +208,7 @@ final class ConsumerCore: @unchecked Sendable {
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var stats = KafkaConsumerStatistics()
     }
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     init(client: RDKafkaClient, configuration: KafkaConsumerConfiguration, logger: Logger) {
         self.client = client

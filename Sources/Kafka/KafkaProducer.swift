@@ -1,3 +1,4 @@
+import Synchronization
 import CRdKafka
 import Foundation
 import Logging
@@ -43,7 +44,7 @@ final class DeliveryGroup: @unchecked Sendable {
         var failures: [KafkaDeliveryFailure] = []
         var waiters: [CheckedContinuation<Void, Never>] = []
     }
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     /// Before each enqueue attempt (so a delivery report can never precede its count).
     func willEnqueue() { state.withLock { $0.pending += 1 } }
@@ -166,7 +167,7 @@ final class ProducerCore: @unchecked Sendable {
         var spaceWaiters: [CheckedContinuation<Void, Never>] = []
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
     }
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     init(client: RDKafkaClient, logger: Logger, closeTimeout: Duration) {
         self.client = client

@@ -1,3 +1,4 @@
+import Synchronization
 import Logging
 
 /// librdkafka's mock Kafka cluster, served on loopback TCP: real Kafka protocol (produce, fetch,
@@ -25,7 +26,7 @@ public final class MockCluster: @unchecked Sendable {
     public let bootstrapServers: String
     public let brokerCount: Int
     private let logger: Logger
-    private let state: Locked<(host: RDKafkaClient, cluster: OpaquePointer)?>
+    private let state: Mutex<(host: RDKafkaClient, cluster: OpaquePointer)?>
 
     public init(brokers: Int = 3, topics: [Topic] = [], logger: Logger) throws {
         precondition(brokers > 0)
@@ -40,7 +41,7 @@ public final class MockCluster: @unchecked Sendable {
         self.bootstrapServers = RDKafkaClient.mockBootstraps(cluster)
         self.brokerCount = brokers
         self.logger = logger
-        self.state = Locked((host, cluster))
+        self.state = Mutex((host, cluster))
         for topic in topics { try createTopic(topic.name, partitions: topic.partitions) }
         logger.info(
             "Kafka mock cluster started",

@@ -1,3 +1,4 @@
+import Synchronization
 import CRdKafka
 import Foundation
 import Logging
@@ -25,13 +26,13 @@ final class RDKafkaClient: @unchecked Sendable {
         // @unchecked: `logger` and `counters` are immutable or self-locking; `rebalanceHandler` is written
         // once before any callback can fire (see above) and read only from librdkafka's callback.
         let logger: Logger
-        let offsetResets: Locked<Int>
+        let offsetResets: Mutex<Int>
         var rebalanceHandler:
             ((rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)?
 
         init(logger: Logger) {
             self.logger = logger
-            self.offsetResets = Locked(0)
+            self.offsetResets = Mutex(0)
         }
     }
 

@@ -488,13 +488,11 @@ public enum DrainResult: Sendable, Equatable {
 public enum SenderError: Error, CustomStringConvertible {
     case closed(app: String)
     case draining(app: String)
-    case noPool(app: String)
 
     public var description: String {
         switch self {
         case .closed(let app): "sender for \(app) is closed"
         case .draining(let app): "sender for \(app) is draining; no new notifications are taken"
-        case .noPool(let app): "no certificate is configured for app \(app)"
         }
     }
 }
