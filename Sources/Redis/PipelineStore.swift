@@ -141,9 +141,9 @@ public struct PipelineStore: Sendable {
 
     // MARK: Settler
 
-    /// Records a batch of outcomes: dedup records for accepted jobs, suppression for invalid tokens
-    /// (status 8), releases the in-flight leases, and increments totals, the minute bucket, campaigns,
-    /// `rejected:<status>` and shard counters. One round trip.
+    /// Records a batch of outcomes: dedup records for accepted jobs, suppression of the tokens an outcome
+    /// asks to suppress, releases the in-flight leases, and increments totals, the minute bucket,
+    /// campaigns, `rejected:<code>` and shard counters. One round trip.
     ///
     /// Exactly once: the batch's ``SettleBatch/id`` is set as a marker in the same script; applying a
     /// batch whose marker exists changes nothing and returns `false`. So a retry after a lost reply (ours
@@ -164,19 +164,19 @@ public struct PipelineStore: Sendable {
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
         for outcome in batch.outcomes {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
-            if let status = outcome.status { count("rejected:\(status)", 1, campaign: outcome.campaign) }
+            if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
-            switch outcome.kind {
-            case .accepted:
+            if outcome.kind == .accepted {
                 let fingerprint = JobFingerprint(jobID: outcome.jobID)
                 let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
                 writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
-            case .rejected where outcome.status == 8:
-                writes.suppress(keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: batch.settledAt, reason: "invalid-token")
-            default:
-                break
+            }
+            if let suppression = outcome.suppressToken {
+                writes.suppress(
+                    keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: suppression.since ?? batch.settledAt,
+                    reason: suppression.reason)
             }
             // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
             if outcome.kind != .deduped { writes.delete(keys.inFlight(jobID: outcome.jobID)) }

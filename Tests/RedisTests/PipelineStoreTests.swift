@@ -51,7 +51,7 @@ struct GateTests {
 
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
         try await store.settle(SettleBatch(outcomes: [
-            Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, status: 7),
+            Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
             Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
         ]))
         #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(jobID: "a"))) == .integer(0))
@@ -135,9 +135,11 @@ struct SettlerTests {
                 Outcome(jobID: "j1", app: app, tokenHex: token(1), campaign: "c1", kind: .accepted, shard: 0),
                 Outcome(jobID: "j2", app: app, tokenHex: token(2), campaign: "c1", kind: .accepted, shard: 0),
                 Outcome(jobID: "j3", app: app, tokenHex: token(3), kind: .accepted, shard: 1),
-                Outcome(jobID: "j4", app: app, tokenHex: token(4), campaign: "c1", kind: .rejected, status: 8, shard: 0),
-                Outcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, status: 5, shard: 1),
-                Outcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, status: 1, shard: 0),
+                Outcome(
+                    jobID: "j4", app: app, tokenHex: token(4), campaign: "c1", kind: .rejected, code: "8",
+                    suppressToken: TokenSuppression(reason: "invalid-token"), shard: 0),
+                Outcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, code: "5", shard: 1),
+                Outcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, code: "1", shard: 0),
                 Outcome(jobID: "j7", app: app, tokenHex: token(7), kind: .deadLettered),
                 Outcome(jobID: "j8", app: app, tokenHex: token(8), campaign: "c1", kind: .suppressed),
                 Outcome(jobID: "j9", app: app, tokenHex: token(9), kind: .deduped),
@@ -179,7 +181,7 @@ struct SettlerTests {
         let campaign = try await store.readCampaign("c1")
         #expect(campaign.published == 7)
         #expect(campaign.counters[.accepted] == 2)
-        #expect(campaign.counters.rejected(status: 8) == 1)
+        #expect(campaign.counters.rejected(code: "8") == 1)
         let stats = try await store.readStats(lastMinutes: 3, now: Self.now + 60)
         #expect(stats.totals.fields == Self.expectedTotals)
         #expect(stats.minutes.map(\.minute) == ["202512312359", "202601010000", "202601010001"])
@@ -194,10 +196,41 @@ struct SettlerTests {
         let store = PipelineStore(client: try server.client())
         try await store.settle(Self.mixedBatch())
         let suppressed = try await store.client.send(RedisCommand("HGETALL", store.keys.suppressed(app: app)))
-        // Only status 8 suppresses; status 5 (invalid token size) does not.
+        // Only an outcome that asks for it suppresses its token; another refusal does not.
         #expect(suppressed == .array([.bulk(Array(token(4).lowercased().utf8)), .bulk(Array("\(Self.now):invalid-token".utf8))]))
         #expect(try await store.gate([GateRequest(jobID: "new", app: app, tokenHex: token(4))]) == [.suppressed])
         #expect(try await store.gate([GateRequest(jobID: "new5", app: app, tokenHex: token(5))]) == [.admitted(language: nil)])
+    }
+
+    /// An HTTP/2 410 carries the time Apple last knew the token valid: the suppression starts then, so a
+    /// registration after that time lifts it (the feedback rule), one before it does not.
+    @Test func suppressionStartsAtTheAnswersTime() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let since = Self.now - 1_000
+        try await store.settle(
+            SettleBatch(
+                outcomes: [
+                    Outcome(
+                        jobID: "u1", app: app, tokenHex: token(11), kind: .rejected, code: "Unregistered",
+                        suppressToken: TokenSuppression(since: since, reason: "unregistered")),
+                    Outcome(
+                        jobID: "u2", app: app, tokenHex: token(12), kind: .rejected, code: "Unregistered",
+                        suppressToken: TokenSuppression(since: since, reason: "unregistered")),
+                ],
+                settledAt: Self.now))
+        let stored = try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app), token(11).lowercased()))
+        #expect(stored == .bulk(Array("\(since):unregistered".utf8)))
+        #expect(try await store.client.hashCounters("apns:stats")["rejected:Unregistered"] == 2)
+        try await store.applyRegistrations([
+            Registration(app: app, tokenHex: token(11), registeredAt: since + 1),  // after: lifts it
+            Registration(app: app, tokenHex: token(12), registeredAt: since - 1),  // before: does not
+        ])
+        #expect(
+            try await store.gate([
+                GateRequest(jobID: "n11", app: app, tokenHex: token(11)), GateRequest(jobID: "n12", app: app, tokenHex: token(12)),
+            ]) == [.admitted(language: nil), .suppressed])
     }
 
     @Test func replayedBatchIsNotCountedTwice() async throws {
