@@ -98,7 +98,7 @@ let package = Package(
             ]
         ),
 
-        // Jobs as producers publish them (DESIGN §3): decoding and validation, pure.
+        // Jobs as producers publish them (`docs/design.md §3`): decoding and validation, pure.
         .target(name: "Jobs", dependencies: ["APNsProtocol"]),
 
         // The feedback poller: per app, reads the feedback service over TLS and writes suppressions to Redis.

@@ -8,7 +8,7 @@ import Redis
 
 /// Reads one app's feedback service list and suppresses its tokens in Redis.
 ///
-/// Spec 003, "The Feedback Service": connect over TLS with the app's certificate; transmission begins at
+/// Apple's guide, "The Feedback Service": connect over TLS with the app's certificate; transmission begins at
 /// once; read `time u32 | token length u16 | token` tuples until the service closes; the list is cleared
 /// once read. Because the service forgets what it sent, every tuple is written to Redis as it arrives
 /// (``PipelineStore/suppress(_:)``, `<p>:suppressed:<app>` token → `<time>:feedback`, newest time wins)

@@ -1,6 +1,6 @@
 import Logging
 
-/// Polls every configured app's feedback service on an interval (default hourly; spec 003 asks for at
+/// Polls every configured app's feedback service on an interval (default hourly; Apple's "The Feedback Service" asks for at
 /// least daily), for as long as ``run()`` runs. A failed poll is logged with what to do about it and
 /// tried again at the next interval; nothing here throws or crashes.
 ///

@@ -1,6 +1,6 @@
 import APNsTransport
 
-/// Where a feedback service listens (spec 003: `feedback.push.apple.com:2196`, sandbox
+/// Where a feedback service listens (Apple's "The Feedback Service": `feedback.push.apple.com:2196`, sandbox
 /// `feedback.sandbox.push.apple.com:2196`; tests use the gateway simulator on loopback).
 public struct FeedbackEndpoint: Sendable, Hashable, CustomStringConvertible {
     public var host: String

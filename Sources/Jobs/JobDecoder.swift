@@ -1,6 +1,6 @@
 import APNsProtocol
 
-/// Decodes and validates job messages (DESIGN §3): one pass of `JSONParser` over the message, then
+/// Decodes and validates job messages (`docs/design.md §3.1`, reasons §3.2): one pass of `JSONParser` over the message, then
 /// typed reading of each key; no Foundation.
 ///
 /// Rules, checked in this order (the first failure is reported):

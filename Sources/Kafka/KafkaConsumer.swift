@@ -47,7 +47,7 @@ public struct KafkaConsumerConfiguration: Sendable {
             "bootstrap.servers": bootstrapServers,
             "group.id": groupID,
             "client.id": "apns-pipeline",
-            // Offsets are committed by us, from settled positions only (DESIGN §2): never by librdkafka.
+            // Offsets are committed by us, from settled positions only (`docs/design.md §2.1`): never by librdkafka.
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             "auto.offset.reset": autoOffsetReset,
@@ -111,7 +111,7 @@ public struct KafkaConsumerStatistics: Sendable {
 /// assigned partitions when it is full. `nextBatch()` (or `batches`) awaits without blocking a thread.
 ///
 /// The pipeline settles every message it is done with (`settle`), in any order; per partition the
-/// consumer commits the first unsettled offset, periodically, on revoke and on close (DESIGN §2).
+/// consumer commits the first unsettled offset, periodically, on revoke and on close (`docs/design.md §2.1`).
 /// On revoke, buffered messages of the partition are dropped and later settlements of it are ignored
 /// (`settle` returns false): the next owner gets those messages again.
 public final class KafkaConsumer: Sendable {

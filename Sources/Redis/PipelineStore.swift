@@ -3,7 +3,7 @@ import Logging
 
 /// Tuning of the pipeline's Redis state. TTLs are whole seconds on the server.
 public struct PipelineStoreConfiguration: Sendable, Hashable {
-    /// Prefix of every key (DESIGN §4: `apns`).
+    /// Prefix of every key (`docs/design.md §4.1`: `apns`).
     public var keyPrefix: String
     /// How long an accepted job id is remembered (at least this long, at most one bucket width longer).
     public var dedupRetention: Duration

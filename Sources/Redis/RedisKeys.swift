@@ -1,4 +1,4 @@
-/// The Redis key layout: the contract ops dashboards read (DESIGN §4). Every key name the pipeline
+/// The Redis key layout: the contract ops dashboards read (`docs/design.md §4.1`). Every key name the pipeline
 /// writes is spelled here, and only here.
 ///
 /// | key | type | content |

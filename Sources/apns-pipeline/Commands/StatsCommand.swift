@@ -3,7 +3,7 @@ import Foundation
 import Logging
 import Redis
 
-/// `apns-pipeline stats`: the pipeline's counters from Redis (DESIGN §4: `<p>:stats`, the per-minute
+/// `apns-pipeline stats`: the pipeline's counters from Redis (`docs/design.md §4.1`: `<p>:stats`, the per-minute
 /// `<p>:stats:<yyyyMMddHHmm>` buckets, `<p>:campaign:<id>`), with current rates, optionally refreshed
 /// in place.
 struct StatsCommand: AsyncParsableCommand {
