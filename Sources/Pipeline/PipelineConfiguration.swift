@@ -80,7 +80,8 @@ public struct PipelineConfiguration: Sendable {
     public var redis = Redis()
     public var gateway = Gateway()
     public var apps: [App] = []
-    /// Jobs taken from Kafka and not yet settled; beyond it, consumption pauses (back-pressure).
+    /// Jobs taken from Kafka and not yet settled; beyond it, ingest stops taking batches (back-pressure,
+    /// `docs/design.md §1.2`).
     public var maxInFlight = 50_000
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
     public var feedbackIntervalMinutes = 60.0
