@@ -18,7 +18,11 @@
 public struct RedisKeys: Sendable, Hashable {
     public let prefix: String
 
-    public init(prefix: String = "apns") {
+    /// The prefix when none is configured (`redis.prefix`): its one home; commands and the pipeline
+    /// file read it from here.
+    public static let defaultPrefix = "apns"
+
+    public init(prefix: String = RedisKeys.defaultPrefix) {
         self.prefix = prefix
     }
 
