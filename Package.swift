@@ -30,6 +30,10 @@ let package = Package(
         // so it can be fuzzed with `swiftc -sanitize=fuzzer` and reasoned about in isolation.
         .target(name: "APNsProtocol"),
 
+        // `Duration` in the units the C libraries and our logs use: one home for what the standard
+        // library lacks, shared by every module that talks to librdkafka, hiredis or a log.
+        .target(name: "TimeUnits"),
+
         // What the TLS ends (simulator, sender, feedback poller) share: encoders writing into NIO's
         // ByteBuffer, the app topic read from a provider certificate.
         .target(
@@ -80,6 +84,7 @@ let package = Package(
             name: "Kafka",
             dependencies: [
                 "CRdKafka",
+                "TimeUnits",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -94,6 +99,7 @@ let package = Package(
             name: "Redis",
             dependencies: [
                 "CHiredis",
+                "TimeUnits",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -108,6 +114,7 @@ let package = Package(
                 "APNsProtocol",
                 "APNsTransport",
                 "Redis",
+                "TimeUnits",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -146,11 +153,13 @@ let package = Package(
                 "Sender",
                 "Kafka",
                 "Redis",
+                "TimeUnits",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
 

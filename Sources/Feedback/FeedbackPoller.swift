@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import Redis
+import TimeUnits
 
 /// Reads one app's feedback service list and suppresses its tokens in Redis.
 ///
@@ -79,12 +80,12 @@ public struct FeedbackPoller: Sendable {
 
         // 2. Connect.
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
-        let readTimeout = TimeAmount.nanoseconds(configuration.readTimeout.nanoseconds)
+        let readTimeout = TimeAmount(configuration.readTimeout)
         let hostname = app.endpoint.serverHostname
         let readAhead = max(1, configuration.readAhead)
         do {
             channel = try await ClientBootstrap(group: group)
-                .connectTimeout(.nanoseconds(configuration.connectTimeout.nanoseconds))
+                .connectTimeout(TimeAmount(configuration.connectTimeout))
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .connect(host: app.endpoint.host, port: app.endpoint.port) { channel in
                     channel.eventLoop.makeCompletedFuture {

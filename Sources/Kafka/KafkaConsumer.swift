@@ -2,6 +2,7 @@ import Synchronization
 import CRdKafka
 import Foundation
 import Logging
+import TimeUnits
 
 /// Consumer configuration. librdkafka properties pass through unchanged (`properties` wins over what
 /// this struct derives), so production security settings need no code.
@@ -70,12 +71,6 @@ public struct KafkaConsumerConfiguration: Sendable {
         ]
         p.merge(properties) { _, override in override }
         return p
-    }
-}
-
-extension Duration {
-    var milliseconds: Int64 {
-        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import TimeUnits
 
 /// Tuning of the pipeline's Redis state. TTLs are whole seconds on the server.
 ///

@@ -1,6 +1,7 @@
 import CHiredis
 import Foundation
 import Logging
+import TimeUnits
 
 /// A connection to one Redis server, over hiredis.
 ///
@@ -258,12 +259,5 @@ extension RedisReply {
             self = .array(elements)
         default: self = .null
         }
-    }
-}
-
-extension Duration {
-    var milliseconds: Int64 {
-        let parts = components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
     }
 }

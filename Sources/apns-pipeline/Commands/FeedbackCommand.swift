@@ -3,6 +3,7 @@ import Feedback
 import Foundation
 import Logging
 import Redis
+import TimeUnits
 
 /// `apns-pipeline feedback poll`: reads one app's feedback service list once and suppresses its tokens
 /// in Redis (`<prefix>:suppressed:<app>` token → `<time>:feedback`). `run` polls on a schedule; this is
@@ -125,7 +126,7 @@ struct FeedbackCommand: AsyncParsableCommand {
                 ("ended mid-tuple", summary.endedMidTuple ? "yes (partial tuple dropped)" : "no"),
                 ("feedback times", summary.oldestTimestamp == nil ? "–" : "\(time(summary.oldestTimestamp)) … \(time(summary.newestTimestamp))"),
                 ("Redis batches", "\(summary.batches)"),
-                ("duration", "\(summary.duration.components.seconds * 1000 + summary.duration.components.attoseconds / 1_000_000_000_000_000) ms"),
+                ("duration", "\(summary.duration.milliseconds) ms"),
             ]
             let width = rows.map(\.0.count).max() ?? 0
             return rows.map { $0.0.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.1 }.joined(separator: "\n")
