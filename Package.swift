@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "Kafka", targets: ["Kafka"]),
         .library(name: "Jobs", targets: ["Jobs"]),
         .library(name: "Redis", targets: ["Redis"]),
+        // For the benchmark package: the helpers that start throw-away servers, shared with the tests.
+        .library(name: "ProcessSupport", targets: ["ProcessSupport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -167,6 +169,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
+                "ProcessSupport",
                 "Redis",
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -248,5 +251,9 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+
+        // Free port, executable lookup, a child process killed for sure: Foundation only, so both the
+        // tests (through TestSupport) and the benchmark package use it.
+        .target(name: "ProcessSupport", path: "Tests/ProcessSupport"),
     ]
 )

@@ -261,3 +261,16 @@ extension RedisReply {
         }
     }
 }
+
+extension RedisClient {
+    /// `INFO <section>` as field → value (e.g. `used_memory`), for measurements and checks.
+    public func info(_ section: String) async throws -> [String: String] {
+        let text = try await send(RedisCommand("INFO", section)).string ?? ""
+        var result: [String: String] = [:]
+        for line in text.split(whereSeparator: \.isNewline) {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            if parts.count == 2 { result[String(parts[0])] = String(parts[1]) }
+        }
+        return result
+    }
+}
