@@ -1,9 +1,13 @@
 import Foundation
 import Logging
+import TimeUnits
 
 /// Tuning of the pipeline's Redis state. TTLs are whole seconds on the server.
+///
+/// The defaults of `init` are the one home of these settings: the pipeline file's `redis.*` keys
+/// default to them (`PipelineConfiguration.Redis`), so `run`, the commands and the tests agree.
 public struct PipelineStoreConfiguration: Sendable, Hashable {
-    /// Prefix of every key (DESIGN §4: `apns`).
+    /// Prefix of every key (`docs/design.md §4.1`: `apns`).
     public var keyPrefix: String
     /// How long an accepted job id is remembered (at least this long, at most one bucket width longer).
     public var dedupRetention: Duration
@@ -12,7 +16,8 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// buckets mean fewer lookups but more records per bucket.
     public var dedupBucketWidth: Duration
     /// Sets per time bucket. Size it so a set stays below the server's `set-max-intset-entries`
-    /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400.
+    /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400
+    /// (the default, 4096 per 12 h bucket, suits up to ~1.6 million accepted jobs per 12 h).
     /// Beyond that a set still works but converts to a hash table (~7× the memory); the settler logs a
     /// warning when it sees a set above ``dedupSetCapacity``.
     public var dedupSubBuckets: Int
@@ -27,10 +32,10 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     public var minuteBucketRetention: Duration
 
     public init(
-        keyPrefix: String = "apns",
+        keyPrefix: String = RedisKeys.defaultPrefix,
         dedupRetention: Duration = .seconds(86_400),
-        dedupBucketWidth: Duration = .seconds(14_400),
-        dedupSubBuckets: Int = 1024,
+        dedupBucketWidth: Duration = .seconds(43_200),
+        dedupSubBuckets: Int = 4096,
         dedupSetCapacity: Int = 512,
         inFlightLease: Duration = .seconds(600),
         batchMarkerRetention: Duration = .seconds(3600),
@@ -55,7 +60,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
 /// `<p>:dedup:<time bucket>:<sub-bucket>`, which Redis stores as an intset (8 raw bytes per member); the
 /// whole set expires with its time bucket. Measured on Redis 7.0.15 (`used_memory` delta over 100 000
 /// accepted jobs settled through ``settle(_:)``, test `dedupRecordsAreCompact`): 9.5 B/job with ~390
-/// members per set (256 sub-buckets), 10.6 B/job with ~98 (the default 1024). For comparison, same
+/// members per set (256 sub-buckets), 10.6 B/job with ~98 (1024 sub-buckets). For comparison, same
 /// server: 8-byte fields in listpack hashes 14 B/job, one `SET <p>:dedup:<hex> 1 EX ttl` per job 117 B/job.
 public struct PipelineStore: Sendable {
     public let client: RedisClient

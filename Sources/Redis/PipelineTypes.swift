@@ -28,7 +28,7 @@ public enum GateDecision: Sendable, Hashable {
     case suppressed
 }
 
-/// How a job ended. Raw values are the counter field names (DESIGN §4).
+/// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
 public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
     case accepted
     /// Refused by the gateway because the token is invalid (the token is suppressed).
@@ -203,7 +203,7 @@ public struct ShardStatus: Sendable, Hashable {
     }
 }
 
-/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (DESIGN §4).
+/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (`docs/design.md §4.1`).
 public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case received, accepted, rejected, suppressed, deduped
     case deadLettered = "dead_lettered"

@@ -24,11 +24,13 @@ struct GateTests {
         // Records expire: the dedup key has a TTL beyond the retention, and a gate far enough in the
         // future no longer looks at the old bucket.
         let now = PipelineStore.epochNow()
+        let width = store.configuration.dedupBucketWidth.components.seconds
+        let retention = store.configuration.dedupRetention.components.seconds
         let ttl = try await store.client.send(RedisCommand("TTL", store.keys.dedup(
-            bucket: now / 14_400, subBucket: JobFingerprint(jobID: "a").subBucket(of: 1024)))).integer ?? -2
-        #expect(ttl > 86_400 && ttl <= 86_400 + 14_400)
-        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + 86_399) == [.deduped])
-        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + 86_400 + 2 * 14_400) == [.admitted(language: nil)])
+            bucket: now / width, subBucket: JobFingerprint(jobID: "a").subBucket(of: store.configuration.dedupSubBuckets)))).integer ?? -2
+        #expect(ttl > retention && ttl <= retention + width)
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention - 1) == [.deduped])
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention + 2 * width) == [.admitted(language: nil)])
     }
 
     @Test func jobInFlightIsNotAdmittedTwice() async throws {
@@ -319,7 +321,7 @@ struct SettlerTests {
     }
 
     /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.
-    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with the default 1024.
+    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with 1024.
     @Test(arguments: [256, 1024])
     func dedupRecordsAreCompact(subBuckets: Int) async throws {
         let server = try await RedisServer()
@@ -339,7 +341,7 @@ struct SettlerTests {
         let bytesPerJob = Double(after - before) / Double(jobs)
         print("dedup: \(String(format: "%.1f", bytesPerJob)) bytes per accepted job (\(jobs) jobs, \(subBuckets) sub-buckets, used_memory delta)")
         #expect(bytesPerJob > 8 && bytesPerJob < 12)
-        let key = store.keys.dedup(bucket: now / 14_400, subBucket: 0)
+        let key = store.keys.dedup(bucket: now / store.configuration.dedupBucketWidth.components.seconds, subBucket: 0)
         #expect(try await store.client.send(RedisCommand("OBJECT", "ENCODING", key)) == .bulk(Array("intset".utf8)))
         // Every one of them is found again.
         let sample = (0..<200).map { GateRequest(jobID: "campaign-x:\($0 * 499)", app: app, tokenHex: token(1)) }

@@ -8,7 +8,7 @@ import NIOPosix
 import Sender
 import Synchronization
 
-/// `apns-pipeline send`: jobs (DESIGN §3 JSON, one per line) from a file or stdin, through one app's
+/// `apns-pipeline send`: jobs (`docs/design.md §3.1` JSON, one per line) from a file or stdin, through one app's
 /// pool, straight to the gateways — for operators, and for testing without Kafka or Redis.
 struct SendCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
