@@ -6,7 +6,7 @@ import NIOSSL
 import NIOTLS
 
 /// One gateway connection: decodes frames, applies the fault script, records what it accepts, and
-/// answers the first bad frame with an error response before closing (spec 003: "APNs returns an
+/// answers the first bad frame with an error response before closing (Apple's "The Binary Interface and Notification Format": "APNs returns an
 /// error-response packet and closes the connection. Any notifications that you sent after the
 /// malformed notification using the same connection are discarded").
 final class GatewayConnectionHandler: ChannelInboundHandler {

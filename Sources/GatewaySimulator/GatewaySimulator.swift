@@ -6,8 +6,8 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// A binary APNs gateway and feedback service on loopback, faithful to spec 003 and scriptable with
-/// faults. Operators run it with `apns-pipeline gateway-sim`; tests start it in-process.
+/// A binary APNs gateway and feedback service on loopback, faithful to Apple's "The Binary Interface
+/// and Notification Format" and "The Feedback Service", and scriptable with faults. Operators run it with `apns-pipeline gateway-sim`; tests start it in-process.
 ///
 /// Gateway: TLS with a required client certificate from the configured CA; the app topic comes from
 /// the certificate (see `CertificateTopic`); commands 0, 1, 2 in any fragmentation; the first malformed

@@ -5,7 +5,7 @@ import NIOSSL
 import NIOTLS
 
 /// Feedback service connection: once TLS is up, stream the app's tuples and close; the list is
-/// cleared once delivered (spec 003: "The feedback service's list is cleared after you read it").
+/// cleared once delivered (Apple's "The Feedback Service": "The feedback service's list is cleared after you read it").
 final class FeedbackServiceHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer

@@ -142,9 +142,6 @@ public final class KafkaProducer: Sendable {
         if !failures.isEmpty { throw KafkaDeliveryError(failures: failures) }
     }
 
-    /// Messages enqueued and not yet delivered or failed (librdkafka's `outq_len`, includes requests).
-    public var outstanding: Int { Int(core.client.outQueueLength) }
-
     /// Flushes (up to `closeTimeout`, failing what is left), stops the poll thread, destroys the handle.
     public func close() async {
         await core.close()

@@ -42,11 +42,13 @@ public final class PipelineRunner: Service, Sendable {
         budget = InFlightBudget(capacity: configuration.maxInFlight)
     }
 
-    /// Kafka positions travel with each notification as its `tag`: partition in the top 16 bits, offset
-    /// in the low 48 (the jobs topic is the only one the sender sees).
-    static func tag(partition: Int32, offset: Int64) -> UInt64 { UInt64(UInt16(truncatingIfNeeded: partition)) << 48 | UInt64(offset) }
-    static func ref(topic: String, tag: UInt64) -> MessageRef {
-        MessageRef(topic: topic, partition: Int32(tag >> 48), offset: Int64(tag & 0xFFFF_FFFF_FFFF))
+    /// The Kafka position a notification carries through the sender (the jobs topic is the only one
+    /// the sender sees, so the topic is not repeated in every notification).
+    static func position(of message: KafkaConsumerMessage) -> SourcePosition {
+        SourcePosition(partition: message.partition, offset: message.offset)
+    }
+    static func ref(topic: String, position: SourcePosition) -> MessageRef {
+        MessageRef(topic: topic, partition: position.partition, offset: position.offset)
     }
 
     public func run() async throws {
@@ -92,7 +94,7 @@ public final class PipelineRunner: Service, Sendable {
         let jobsTopic = c.kafka.jobsTopic
         // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
         let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
-        let pools = try c.apps.map { app -> SenderPool in
+        let transports = try c.apps.map { app -> any NotificationTransport in
             try SenderPool(
                 configuration: PoolConfiguration(
                     credentials: c.credentials(for: app), gateways: app.gateways ?? c.gateway.addresses,
@@ -100,7 +102,7 @@ public final class PipelineRunner: Service, Sendable {
                 group: group, limiter: limiter, logger: logger,
                 onOutcomes: { batch in inbox.put(Self.settlerItem(batch, topic: jobsTopic)) })
         }
-        let router = Router(pools: pools)
+        let router = Router(transports: transports)
         logger.info(
             "pipeline starting",
             metadata: [
@@ -135,7 +137,7 @@ public final class PipelineRunner: Service, Sendable {
                 if c.feedbackIntervalMinutes > 0 {
                     tasks.addTask { try await self.feedbackSchedule(store: store) }
                 }
-                tasks.addTask { try await self.publishShardStatus(pools: pools, store: settlerStore) }
+                tasks.addTask { try await self.publishShardStatus(transports: transports, store: settlerStore) }
             }
         }
 
@@ -309,8 +311,7 @@ public final class PipelineRunner: Service, Sendable {
                     notifications.append(
                         PushNotification(
                             jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign,
-                            tag: Self.tag(partition: message.partition, offset: message.offset)))
+                            priority: job.priority, campaign: job.campaign, position: Self.position(of: message)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.
                     refused.append((message, error.reason.rawValue, outcome(.deadLettered)))
@@ -340,14 +341,16 @@ public final class PipelineRunner: Service, Sendable {
             if !orphans.isEmpty {
                 // Validated jobs for an app with no certificate here: dead letters, with the reason.
                 var orphanItem = SettlerInbox.Item()
-                let byTag = Dictionary(uniqueKeysWithValues: batch.map { (Self.tag(partition: $0.partition, offset: $0.offset), $0) })
+                let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (Self.position(of: $0), $0) })
                 for n in orphans {
                     orphanItem.outcomes.append(
                         Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.token.hex, campaign: n.campaign, kind: .deadLettered))
-                    orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, tag: n.tag))
+                    if let position = n.position { orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, position: position)) }
                 }
                 logger.error("jobs for apps without a certificate are dead-lettered", metadata: ["count": "\(orphans.count)"])
-                deadLetters.write(orphans.compactMap { n in byTag[n.tag].map { ($0, "no-certificate-for-app") } }, settle: orphanItem)
+                deadLetters.write(
+                    orphans.compactMap { n in n.position.flatMap { byPosition[$0] }.map { ($0, "no-certificate-for-app") } },
+                    settle: orphanItem)
             }
         }
     }
@@ -356,24 +359,30 @@ public final class PipelineRunner: Service, Sendable {
         var item = SettlerInbox.Item()
         item.outcomes.reserveCapacity(batch.outcomes.count)
         for o in batch.outcomes {
-            let kind: Redis.OutcomeKind =
-                switch o.kind {
-                case .accepted: .accepted
-                case .rejected: .rejected
-                case .deadLettered: .deadLettered
-                }
+            // The settler acts on what a rejection means, never on a protocol's status number.
+            let kind: Redis.OutcomeKind
+            var suppression: TokenSuppression?
+            switch o.delivery {
+            case .accepted:
+                kind = .accepted
+            case .rejected(.invalidToken(let since, let reason)):
+                kind = .rejected
+                suppression = TokenSuppression(since: since, reason: reason)
+            case .rejected(.badRequest), .rejected(.transient):
+                kind = .deadLettered
+            }
             item.outcomes.append(
                 Redis.Outcome(
                     jobID: o.jobID, app: o.app, tokenHex: o.token.hex, campaign: o.notification.campaign, kind: kind,
-                    status: o.status?.rawValue, shard: o.shard))
-            item.refs.append(ref(topic: topic, tag: o.notification.tag))
+                    code: o.code, suppressToken: suppression, shard: o.connection))
+            if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
         }
         item.events.replayed = batch.events.replayed
         item.events.ambiguous = batch.events.ambiguous
         item.events.retried = batch.events.retried
         item.events.reconnects = batch.events.reconnects
         if batch.events.replayed > 0 {
-            item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.shard, replayed: batch.events.replayed))
+            item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.connection, replayed: batch.events.replayed))
         }
         return item
     }
@@ -421,10 +430,10 @@ public final class PipelineRunner: Service, Sendable {
     // MARK: feedback
 
     /// Writes each shard's state to `apns:shard:<app>:<n>` every few seconds, for dashboards.
-    private func publishShardStatus(pools: [SenderPool], store: PipelineStore) async throws {
+    private func publishShardStatus(transports: [any NotificationTransport], store: PipelineStore) async throws {
         while !Task.isCancelled {
-            for pool in pools {
-                for s in await pool.statistics() {
+            for transport in transports {
+                for s in await transport.statistics() {
                     try? await store.updateShard(
                         ShardStatus(
                             app: s.app, shard: s.index, state: s.state, gateway: s.gateway, connectedSince: s.connectedSince,

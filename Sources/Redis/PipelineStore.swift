@@ -1,9 +1,13 @@
 import Foundation
 import Logging
+import TimeUnits
 
 /// Tuning of the pipeline's Redis state. TTLs are whole seconds on the server.
+///
+/// The defaults of `init` are the one home of these settings: the pipeline file's `redis.*` keys
+/// default to them (`PipelineConfiguration.Redis`), so `run`, the commands and the tests agree.
 public struct PipelineStoreConfiguration: Sendable, Hashable {
-    /// Prefix of every key (DESIGN §4: `apns`).
+    /// Prefix of every key (`docs/design.md §4.1`: `apns`).
     public var keyPrefix: String
     /// How long an accepted job id is remembered (at least this long, at most one bucket width longer).
     public var dedupRetention: Duration
@@ -12,7 +16,8 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// buckets mean fewer lookups but more records per bucket.
     public var dedupBucketWidth: Duration
     /// Sets per time bucket. Size it so a set stays below the server's `set-max-intset-entries`
-    /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400.
+    /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400
+    /// (the default, 4096 per 12 h bucket, suits up to ~1.6 million accepted jobs per 12 h).
     /// Beyond that a set still works but converts to a hash table (~7× the memory); the settler logs a
     /// warning when it sees a set above ``dedupSetCapacity``.
     public var dedupSubBuckets: Int
@@ -33,10 +38,10 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     public var ownerHeartbeat: Duration
 
     public init(
-        keyPrefix: String = "apns",
+        keyPrefix: String = RedisKeys.defaultPrefix,
         dedupRetention: Duration = .seconds(86_400),
-        dedupBucketWidth: Duration = .seconds(14_400),
-        dedupSubBuckets: Int = 1024,
+        dedupBucketWidth: Duration = .seconds(43_200),
+        dedupSubBuckets: Int = 4096,
         dedupSetCapacity: Int = 512,
         inFlightLease: Duration = .seconds(600),
         batchMarkerRetention: Duration = .seconds(3600),
@@ -65,7 +70,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
 /// `<p>:dedup:<time bucket>:<sub-bucket>`, which Redis stores as an intset (8 raw bytes per member); the
 /// whole set expires with its time bucket. Measured on Redis 7.0.15 (`used_memory` delta over 100 000
 /// accepted jobs settled through ``settle(_:)``, test `dedupRecordsAreCompact`): 9.5 B/job with ~390
-/// members per set (256 sub-buckets), 10.6 B/job with ~98 (the default 1024). For comparison, same
+/// members per set (256 sub-buckets), 10.6 B/job with ~98 (1024 sub-buckets). For comparison, same
 /// server: 8-byte fields in listpack hashes 14 B/job, one `SET <p>:dedup:<hex> 1 EX ttl` per job 117 B/job.
 public struct PipelineStore: Sendable {
     public let client: RedisClient
@@ -171,9 +176,9 @@ public struct PipelineStore: Sendable {
 
     // MARK: Settler
 
-    /// Records a batch of outcomes: dedup records for accepted jobs, suppression for invalid tokens
-    /// (status 8), releases the in-flight leases, and increments totals, the minute bucket, campaigns,
-    /// `rejected:<status>` and shard counters. One round trip.
+    /// Records a batch of outcomes: dedup records for accepted jobs, suppression of the tokens an outcome
+    /// asks to suppress, releases the in-flight leases, and increments totals, the minute bucket,
+    /// campaigns, `rejected:<code>` and shard counters. One round trip.
     ///
     /// Exactly once: the batch's ``SettleBatch/id`` is set as a marker in the same script; applying a
     /// batch whose marker exists changes nothing and returns `false`. So a retry after a lost reply (ours
@@ -194,19 +199,19 @@ public struct PipelineStore: Sendable {
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
         for outcome in batch.outcomes {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
-            if let status = outcome.status { count("rejected:\(status)", 1, campaign: outcome.campaign) }
+            if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
-            switch outcome.kind {
-            case .accepted:
+            if outcome.kind == .accepted {
                 let fingerprint = JobFingerprint(jobID: outcome.jobID)
                 let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
                 writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
-            case .rejected where outcome.status == 8:
-                writes.suppress(keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: batch.settledAt, reason: "invalid-token")
-            default:
-                break
+            }
+            if let suppression = outcome.suppressToken {
+                writes.suppress(
+                    keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: suppression.since ?? batch.settledAt,
+                    reason: suppression.reason)
             }
             // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
             if outcome.kind != .deduped { writes.delete(keys.inFlight(jobID: outcome.jobID)) }

@@ -35,10 +35,10 @@ public enum GateDecision: Sendable, Hashable {
     case suppressed
 }
 
-/// How a job ended. Raw values are the counter field names (DESIGN §4).
+/// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
 public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
     case accepted
-    /// Refused by the gateway: status 8 (invalid token; the token is suppressed) or 2–7.
+    /// Refused by the gateway because the token is invalid (the token is suppressed).
     case rejected
     case suppressed
     case deduped
@@ -52,21 +52,43 @@ public struct Outcome: Sendable, Hashable {
     public var tokenHex: String
     public var campaign: String?
     public var kind: OutcomeKind
-    /// The gateway's error-response status, when there was one (counted as `rejected:<status>`, whether
-    /// the job ended rejected or dead-lettered).
-    public var status: UInt8?
+    /// The gateway's code for a refusal, when there was one: the binary error-response status ("8") or
+    /// the HTTP/2 reason ("Unregistered"). Counted as `rejected:<code>`, whether the job ended rejected or
+    /// dead-lettered; never acted on.
+    public var code: String?
+    /// Suppress the job's token (an invalid-token answer): the settler writes it to
+    /// `…:suppressed:<app>`, so the gate skips the token until it registers again.
+    public var suppressToken: TokenSuppression?
     /// The shard that wrote it to a gateway; counts `sent` on `…:shard:<app>:<n>` for accepted,
     /// rejected and dead-lettered jobs.
     public var shard: Int?
 
-    public init(jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, status: UInt8? = nil, shard: Int? = nil) {
+    public init(
+        jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
+        suppressToken: TokenSuppression? = nil, shard: Int? = nil
+    ) {
         self.jobID = jobID
         self.app = app
         self.tokenHex = tokenHex
         self.campaign = campaign
         self.kind = kind
-        self.status = status
+        self.code = code
+        self.suppressToken = suppressToken
         self.shard = shard
+    }
+}
+
+/// A token to suppress because of a settled outcome.
+public struct TokenSuppression: Sendable, Hashable {
+    /// Epoch seconds from which the token is invalid (HTTP/2's 410 `timestamp`); nil = the batch's
+    /// settle time. A registration newer than this lifts the suppression.
+    public var since: Int64?
+    /// Stored with the time (`<epoch>:<reason>`), e.g. `invalid-token`, `unregistered`.
+    public var reason: String
+
+    public init(since: Int64? = nil, reason: String) {
+        self.since = since
+        self.reason = reason
     }
 }
 
@@ -199,7 +221,7 @@ public struct ShardStatus: Sendable, Hashable {
     }
 }
 
-/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (DESIGN §4).
+/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (`docs/design.md §4.1`).
 public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case received, accepted, rejected, suppressed, deduped
     case deadLettered = "dead_lettered"
@@ -224,7 +246,8 @@ public struct Counters: Sendable, Hashable {
 
     public subscript(field: CounterField) -> Int64 { fields[field.rawValue] ?? 0 }
 
-    public func rejected(status: UInt8) -> Int64 { fields["rejected:\(status)"] ?? 0 }
+    /// `rejected:<code>`: a binary status number ("8") or an HTTP/2 reason ("Unregistered").
+    public func rejected(code: String) -> Int64 { fields["rejected:\(code)"] ?? 0 }
 }
 
 /// Totals and recent per-minute counters.

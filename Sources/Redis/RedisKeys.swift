@@ -1,4 +1,4 @@
-/// The Redis key layout: the contract ops dashboards read (DESIGN §4). Every key name the pipeline
+/// The Redis key layout: the contract ops dashboards read (`docs/design.md §4.1`). Every key name the pipeline
 /// writes is spelled here, and only here.
 ///
 /// | key | type | content |
@@ -19,7 +19,11 @@
 public struct RedisKeys: Sendable, Hashable {
     public let prefix: String
 
-    public init(prefix: String = "apns") {
+    /// The prefix when none is configured (`redis.prefix`): its one home; commands and the pipeline
+    /// file read it from here.
+    public static let defaultPrefix = "apns"
+
+    public init(prefix: String = RedisKeys.defaultPrefix) {
         self.prefix = prefix
     }
 

@@ -3,7 +3,7 @@ import Testing
 
 @Suite struct ProduceConsumeTests {
     /// Thousands of messages through real TCP: every one consumed once, per-partition offsets contiguous,
-    /// per-key order kept; the bounded buffer pauses the partitions and resumes them.
+    /// per-key order kept; the bounded buffer fills, the consumer holds, and consumes again.
     @Test func produceAndConsumeWithBackPressure() async throws {
         let cluster = try MockCluster(brokers: 3, topics: [.init(name: "jobs", partitions: 4)], logger: Support.logger)
         defer { cluster.stop() }
@@ -42,7 +42,7 @@ import Testing
         }
         let first = try #require(await Support.nextBatch(consumer))
         take(first)
-        // Stop consuming: the buffer fills up and the partitions must be paused, with the buffer bounded.
+        // Stop consuming: the buffer fills up and the consumer must hold, with the buffer bounded.
         try await Support.eventually("consumer pauses") { consumer.statistics.pauses >= 1 }
         let stats = consumer.statistics
         #expect(stats.messagesReceived - first.count <= maxBuffered + 50)

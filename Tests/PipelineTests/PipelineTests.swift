@@ -328,6 +328,25 @@ struct PipelineTests {
         #expect(c.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
     }
 
+    /// A file that sets nothing gets the defaults of the components themselves: each default has one home.
+    @Test func defaultsComeFromTheirHome() throws {
+        let apps = "apps:\n  - bundle_id: x\n    certificate: \(TestCertificates.directory)/\(shop).pem\n    key: \(TestCertificates.directory)/\(shop).key\n"
+        let c = try PipelineConfiguration.load(file: try write(apps))
+        let store = PipelineStoreConfiguration()
+        #expect(c.redis.prefix == RedisKeys.defaultPrefix && store.keyPrefix == RedisKeys.defaultPrefix)
+        #expect(c.redis.url == RedisConfiguration.defaultURL)
+        #expect(Duration.seconds(c.redis.dedupTTLHours * 3600) == store.dedupRetention)
+        #expect(Duration.seconds(c.redis.dedupBucketHours * 3600) == store.dedupBucketWidth)
+        #expect(c.redis.dedupSubBuckets == store.dedupSubBuckets)
+        #expect(Duration.seconds(c.redis.inFlightLeaseSeconds) == store.inFlightLease)
+        #expect(c.gateway.payloadLimit == PayloadLimits.default.command2)
+        #expect(Duration.seconds(c.feedbackIntervalMinutes * 60) == FeedbackSchedule.defaultInterval)
+        let shard = ShardConfiguration()
+        #expect(c.gateway.shard.linger == shard.linger && c.gateway.shard.settleAfter == shard.settleAfter)
+        #expect(c.gateway.shard.reconnect.initialDelay == shard.reconnect.initialDelay)
+        #expect(c.gateway.shard.reconnect.maximumDelay == shard.reconnect.maximumDelay)
+    }
+
     @Test func errorsNameFileKeyAndExpectation() throws {
         let cert = "\(TestCertificates.directory)/\(shop).pem"
         let key = "\(TestCertificates.directory)/\(shop).key"
@@ -341,6 +360,19 @@ struct PipelineTests {
             ("apps:\n  - bundle_id: x\n    certificate: /nonexistent.pem\n    key: \(key)\n", "apps[0].certificate", "no such file"),
             ("gateway:\n  addresses: [nohost]\n" + apps, "gateway.addresses", "expected host:port"),
             ("apps:\n  - certificate: \(cert)\n    key: \(key)\n", "apps[0].bundle_id", "missing"),
+            // Every numeric key has a range, reported like the whole numbers' ranges.
+            ("gateway:\n  linger_ms: 2000\n" + apps, "gateway.linger_ms", "expected a number in 0…1000, found \"2000\""),
+            ("gateway:\n  linger_ms: -1\n" + apps, "gateway.linger_ms", "expected a number in 0…1000, found \"-1\""),
+            ("gateway:\n  settle_after_ms: 0\n" + apps, "gateway.settle_after_ms", "expected a number in 1…3600000, found \"0\""),
+            ("gateway:\n  drain_timeout_s: soon\n" + apps, "gateway.drain_timeout_s", "expected a number in 0…3600, found \"soon\""),
+            ("gateway:\n  connect_timeout_s: 0\n" + apps, "gateway.connect_timeout_s", "expected a number in 0.1…600, found \"0\""),
+            ("gateway:\n  reconnect:\n    initial_ms: 0\n" + apps, "gateway.reconnect.initial_ms", "expected a number in 1…60000, found \"0\""),
+            ("gateway:\n  reconnect:\n    max_ms: 10\n" + apps, "gateway.reconnect.max_ms",
+             "expected a number ≥ gateway.reconnect.initial_ms (50), found \"10\""),
+            ("gateway:\n  reconnect:\n    attempts_per_second_per_gateway: 0\n" + apps, "gateway.reconnect.attempts_per_second_per_gateway",
+             "expected a number in 0.1…10000, found \"0\""),
+            ("feedback:\n  interval_minutes: 2000\n" + apps, "feedback.interval_minutes", "expected a number in 0…1440, found \"2000\""),
+            ("redis:\n  dedup_sub_buckets: 0\n" + apps, "redis.dedup_sub_buckets", "expected a whole number in 1…16777216, found \"0\""),
         ]
         for (yaml, key, problem) in cases {
             let path = try write(yaml)

@@ -38,7 +38,7 @@ import Testing
         #expect(invalidJobs.count == 1_000)
         let rejected = outcomes.filter { $0.kind == .rejected }
         #expect(Set(rejected.map(\.jobID)) == invalidJobs, "every invalid token reported, nothing else rejected")
-        #expect(rejected.allSatisfy { $0.status == .invalidToken })
+        #expect(rejected.allSatisfy { $0.rejection == .invalidToken(since: nil, reason: "invalid-token") && $0.code == "8" })
         #expect(outcomes.filter { $0.kind == .deadLettered }.isEmpty)
         #expect(outcomes.filter { $0.kind == .accepted }.count == jobs - 1_000)
         #expect(events.sequenceUnknown == 0)
