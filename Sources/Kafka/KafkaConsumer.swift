@@ -171,6 +171,7 @@ public final class KafkaConsumer: Sendable {
     /// revoke's retry of it inside close), also when nothing was left to attempt because the partitions
     /// were lost (Kafka unreachable for longer than the session) after a failed attempt. Either way
     /// settled positions were not stored: the next owner of those partitions gets their messages again.
+    /// A commit refused because the group was rebalancing is not reported (the group's hand-over).
     public var finalCommitError: KafkaError? { core.finalCommitError }
 }
 
@@ -618,8 +619,16 @@ final class ConsumerCore: @unchecked Sendable {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("Kafka consumer close", metadata: ["error": "\(KafkaError(err, "close").message)"])
         }
-        // See `KafkaConsumer.finalCommitError`.
-        state.withLock { $0.finalCommitError = $0.lastCommitError }
+        // See `KafkaConsumer.finalCommitError`. A commit refused because the group is rebalancing (another
+        // member joining or leaving as this one stops) is the group's normal hand-over, not a failure:
+        // the other members get those messages and dedup keeps them from devices.
+        let handOver: Set<Int32> = [
+            RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS.rawValue, RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION.rawValue,
+            RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID.rawValue,
+        ]
+        state.withLock { s in
+            s.finalCommitError = s.lastCommitError.flatMap { handOver.contains($0.code) ? nil : $0 }
+        }
         if let queue { client.destroyQueue(queue) }
         queue = nil
         client.destroy()
