@@ -166,6 +166,12 @@ public final class KafkaConsumer: Sendable {
     /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle.
     /// Pending and later `nextBatch()` calls return nil.
     public func close() async { await core.close() }
+
+    /// After `close()`: the error of the last commit attempted if it failed (the final one, or the
+    /// revoke's retry of it inside close), also when nothing was left to attempt because the partitions
+    /// were lost (Kafka unreachable for longer than the session) after a failed attempt. Either way
+    /// settled positions were not stored: the next owner of those partitions gets their messages again.
+    public var finalCommitError: KafkaError? { core.finalCommitError }
 }
 
 /// The consumer's state and poll thread.
@@ -193,8 +199,13 @@ final class ConsumerCore: @unchecked Sendable {
         var finished = false
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var stats = KafkaConsumerStatistics()
+        /// The error of the last commit attempted, nil once one succeeds.
+        var lastCommitError: KafkaError?
+        var finalCommitError: KafkaError?
     }
     private let state = Mutex(State())
+
+    var finalCommitError: KafkaError? { state.withLock { $0.finalCommitError } }
 
     init(client: RDKafkaClient, configuration: KafkaConsumerConfiguration, logger: Logger) {
         self.client = client
@@ -499,6 +510,7 @@ final class ConsumerCore: @unchecked Sendable {
             case .success:
                 state.withLock { s in
                     for (tp, pos) in positions { s.lastCommitted[tp] = max(pos, s.lastCommitted[tp] ?? pos) }
+                    s.lastCommitError = nil
                 }
                 logger.trace("Kafka offsets committed", metadata: ["reason": "\(reason)", "kafka.partitions": "\(positions.count)"])
                 return .success(())
@@ -511,7 +523,10 @@ final class ConsumerCore: @unchecked Sendable {
                     Thread.sleep(forTimeInterval: 0.1)
                     continue
                 }
-                state.withLock { $0.stats.commitFailures += 1 }
+                state.withLock {
+                    $0.stats.commitFailures += 1
+                    $0.lastCommitError = error
+                }
                 logger.log(
                     level: reason == "periodic" && retriable ? .debug : .warning, "Kafka commit failed",
                     metadata: ["reason": "\(reason)", "error": "\(error.message)", "attempts": "\(attempt)"])
@@ -603,6 +618,8 @@ final class ConsumerCore: @unchecked Sendable {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("Kafka consumer close", metadata: ["error": "\(KafkaError(err, "close").message)"])
         }
+        // See `KafkaConsumer.finalCommitError`.
+        state.withLock { $0.finalCommitError = $0.lastCommitError }
         if let queue { client.destroyQueue(queue) }
         queue = nil
         client.destroy()

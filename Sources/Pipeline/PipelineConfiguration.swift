@@ -21,6 +21,12 @@ public struct PipelineConfiguration: Sendable {
         public var registrationsTopic: String? = "apns.registrations"
         public var batchSize = 1000
         public var sessionTimeoutMs = 10_000
+        /// The dead-letter producer's `message.max.bytes`: a dead letter larger than this is written
+        /// without its body (size and hash in headers). Keep it at or below the topic's `max.message.bytes`.
+        public var deadLetterMaxBytes = 1_000_000
+        /// The dead-letter producer's `message.timeout.ms`: one write attempt fails (counted, logged,
+        /// retried with back-off) after this long.
+        public var deadLetterTimeoutMs = 30_000
         /// librdkafka properties passed through unchanged (security.protocol, sasl.*, ssl.*, …).
         public var properties: [String: String] = [:]
 
@@ -49,6 +55,8 @@ public struct PipelineConfiguration: Sendable {
         /// Sets per bucket: keep peak accepted jobs per bucket ÷ sub-buckets under ~400 (compact intsets).
         public var dedupSubBuckets = storeDefaults.dedupSubBuckets
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
+        /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
+        public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
     }
 
     /// How an app's notifications reach Apple.
@@ -181,6 +189,11 @@ public struct PipelineConfiguration: Sendable {
         if try k.bool("consume_registrations", default: true) == false { c.kafka.registrationsTopic = nil }
         c.kafka.batchSize = try k.int("batch_size", default: c.kafka.batchSize, range: 1...100_000)
         c.kafka.sessionTimeoutMs = try k.int("session_timeout_ms", default: c.kafka.sessionTimeoutMs, range: 1000...300_000)
+        // librdkafka's own range for message.max.bytes.
+        c.kafka.deadLetterMaxBytes = try k.int(
+            "dead_letter_max_bytes", default: c.kafka.deadLetterMaxBytes, range: 1000...1_000_000_000)
+        c.kafka.deadLetterTimeoutMs = try k.int(
+            "dead_letter_timeout_ms", default: c.kafka.deadLetterTimeoutMs, range: 1000...900_000)
         c.kafka.properties = try k.stringMap("properties")
         try k.finish()
 
@@ -191,6 +204,7 @@ public struct PipelineConfiguration: Sendable {
         c.redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: c.redis.dedupBucketHours, range: 1...24 * 365)
         c.redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: c.redis.dedupSubBuckets, range: 1...1 << 24)
         c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
+        c.redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: c.redis.ownerHeartbeatSeconds, range: 2...600)
         try r.finish()
 
         let g = try root.section("gateway")

@@ -30,6 +30,12 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     public var batchMarkerRetention: Duration
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
+    /// The process that holds the leases this store's gate takes: its heartbeat key must live (see
+    /// ``beat()``) or other processes take its leases over. One per process; random by default.
+    public var leaseOwner: String
+    /// How long a heartbeat lives without being refreshed: a crashed process's leases are void this long
+    /// after its last beat. Refresh well within it (the runner beats every quarter of it).
+    public var ownerHeartbeat: Duration
 
     public init(
         keyPrefix: String = RedisKeys.defaultPrefix,
@@ -39,7 +45,9 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
         dedupSetCapacity: Int = 512,
         inFlightLease: Duration = .seconds(600),
         batchMarkerRetention: Duration = .seconds(3600),
-        minuteBucketRetention: Duration = .seconds(86_400)
+        minuteBucketRetention: Duration = .seconds(86_400),
+        leaseOwner: String = UUID().uuidString.lowercased(),
+        ownerHeartbeat: Duration = .seconds(10)
     ) {
         self.keyPrefix = keyPrefix
         self.dedupRetention = dedupRetention
@@ -49,6 +57,8 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
         self.inFlightLease = inFlightLease
         self.batchMarkerRetention = batchMarkerRetention
         self.minuteBucketRetention = minuteBucketRetention
+        self.leaseOwner = leaseOwner
+        self.ownerHeartbeat = ownerHeartbeat
     }
 }
 
@@ -89,8 +99,10 @@ public struct PipelineStore: Sendable {
     public func gate(_ requests: [GateRequest], now: Int64 = PipelineStore.epochNow()) async throws -> [GateDecision] {
         if requests.isEmpty { return [] }
         var arguments = RedisArguments()
-        arguments.append(Self.newBatchID())  // lease owner: the same across retries of this call
+        arguments.append(configuration.leaseOwner)
+        arguments.append(Self.newBatchID())  // the gate call: the same across retries of this call
         arguments.append(max(1, configuration.inFlightLease.milliseconds))
+        arguments.append(keys.ownerPrefix)
         let buckets = dedupBucketsToCheck(now: now)
         arguments.append(buckets.count)
         for bucket in buckets { arguments.append(keys.dedupPrefix(bucket: bucket)) }
@@ -128,10 +140,28 @@ public struct PipelineStore: Sendable {
             case 2: decisions.append(.deduped)
             case 3: decisions.append(.inFlight)
             case 4: decisions.append(.suppressed)
+            case 5: decisions.append(.takenOver(language: flat[index * 2 + 1].string))
+            case 6: decisions.append(.inFlightElsewhere(owner: flat[index * 2 + 1].string ?? "?"))
             default: throw RedisError.unexpectedReply("gate: bad decision \(flat[index * 2])")
             }
         }
         return decisions
+    }
+
+    // MARK: Lease owner
+
+    /// Writes (or refreshes) this process's heartbeat, `<p>:owner:<leaseOwner>`, living
+    /// ``PipelineStoreConfiguration/ownerHeartbeat``. While it lives, this process's leases hold.
+    public func beat(description: String = "") async throws {
+        _ = try await client.send(
+            RedisCommand(
+                "SET", keys.owner(configuration.leaseOwner), description.isEmpty ? "alive" : description, "PX",
+                String(max(1, configuration.ownerHeartbeat.milliseconds))))
+    }
+
+    /// Removes the heartbeat (graceful stop): whatever this process still leases is void at once.
+    public func endHeartbeat() async throws {
+        _ = try await client.send(RedisCommand("DEL", keys.owner(configuration.leaseOwner)))
     }
 
     /// Buckets that may hold a live record: those whose expiry (end + retention) is after `now`, plus the
@@ -192,6 +222,13 @@ public struct PipelineStore: Sendable {
         count(CounterField.ambiguous.rawValue, Int64(events.ambiguous))
         count(CounterField.retried.rawValue, Int64(events.retried))
         count(CounterField.reconnects.rawValue, Int64(events.reconnects))
+        count(CounterField.resentAfterCrash.rawValue, Int64(events.resentAfterCrash))
+        count(CounterField.inFlightWaits.rawValue, Int64(events.inFlightWaits))
+        for (campaign, e) in batch.campaignEvents {
+            for (field, n) in [(CounterField.resentAfterCrash, e.resentAfterCrash), (.ambiguous, e.ambiguous)] where n != 0 {
+                writes.increment(keys.campaign(campaign), field.rawValue, Int64(n))
+            }
+        }
         for shardEvent in batch.shardEvents where shardEvent.replayed != 0 {
             writes.increment(keys.shard(app: shardEvent.app, shard: shardEvent.shard), "replayed", Int64(shardEvent.replayed))
         }
@@ -235,6 +272,18 @@ public struct PipelineStore: Sendable {
         var writes = Writes(marker: keys.batch(Self.newBatchID()), markerTTL: configuration.batchMarkerRetention.components.seconds)
         writes.increment(keys.campaign(campaign), "published", Int64(count))
         _ = try await apply(writes, operation: "published")
+    }
+
+    /// Adds to counters of the totals and of the current minute (not exactly once: for events counted
+    /// outside a settle batch, such as failed dead-letter writes).
+    public func increment(_ field: CounterField, by delta: Int64, now: Int64 = PipelineStore.epochNow()) async throws {
+        guard delta != 0 else { return }
+        var writes = Writes()
+        let minuteKey = keys.stats(minuteOf: now)
+        writes.increment(keys.stats, field.rawValue, delta)
+        writes.increment(minuteKey, field.rawValue, delta)
+        writes.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
+        _ = try await apply(writes, operation: "increment")
     }
 
     /// Writes a shard's connection state (idempotent).

@@ -18,11 +18,18 @@ public enum GateDecision: Sendable, Hashable {
     /// Send it; the token's registered language (for `alerts[language]`), if any. The job now holds an
     /// in-flight lease until it is settled (or the lease expires).
     case admitted(language: String?)
+    /// Send it: the lease was held by a process whose heartbeat lapsed (it crashed between gate and
+    /// settle), and is now this one's. That process may have written the job already: a possible
+    /// duplicate, counted `resent_after_crash` (and `ambiguous`). The job holds the lease as for ``admitted(language:)``.
+    case takenOver(language: String?)
     /// Settled as accepted before: do not send; settle it as ``OutcomeKind/deduped``.
     case deduped
     /// Another copy of this job id is between gate and settle right now: do not send it (the other copy
     /// settles the id); not a settled state.
     case inFlight
+    /// Another live process (`owner`, its heartbeat present) holds this job id's lease: do not send it;
+    /// gate it again later (deduped once that copy is accepted, taken over if that process dies).
+    case inFlightElsewhere(owner: String)
     /// The token is suppressed (feedback or invalid token) and has not registered since: settle it as
     /// ``OutcomeKind/suppressed``.
     case suppressed
@@ -97,13 +104,22 @@ public struct PipelineEvents: Sendable, Hashable {
     public var retried: Int
     /// Gateway reconnects.
     public var reconnects: Int
+    /// Jobs admitted by taking over the lease of a process that died (``GateDecision/takenOver(language:)``).
+    public var resentAfterCrash: Int
+    /// Jobs that had to wait because another live process held their lease (counted once per job).
+    public var inFlightWaits: Int
 
-    public init(received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0) {
+    public init(
+        received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0,
+        resentAfterCrash: Int = 0, inFlightWaits: Int = 0
+    ) {
         self.received = received
         self.replayed = replayed
         self.ambiguous = ambiguous
         self.retried = retried
         self.reconnects = reconnects
+        self.resentAfterCrash = resentAfterCrash
+        self.inFlightWaits = inFlightWaits
     }
 
     public static let none = PipelineEvents()
@@ -131,6 +147,8 @@ public struct SettleBatch: Sendable, Hashable {
     public var outcomes: [Outcome]
     public var events: PipelineEvents
     public var shardEvents: [ShardEvents]
+    /// Per campaign: `resentAfterCrash` and `ambiguous` added to `…:campaign:<id>` (the totals come from ``events``).
+    public var campaignEvents: [String: PipelineEvents] = [:]
     /// Epoch seconds: the minute bucket, the dedup bucket and the invalid-token suppression time.
     public var settledAt: Int64
 
@@ -208,6 +226,13 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case received, accepted, rejected, suppressed, deduped
     case deadLettered = "dead_lettered"
     case replayed, ambiguous, retried, reconnects
+    /// Dead-letter writes that failed (per message and attempt); the source message stays unsettled
+    /// and the write is retried with back-off.
+    case deadLetterFailures = "dead_letter_failures"
+    /// Jobs admitted after taking over a dead process's lease: the crash duplicate window (also in `ambiguous`).
+    case resentAfterCrash = "resent_after_crash"
+    /// Jobs that waited on another live process's lease (once per job).
+    case inFlightWaits = "in_flight_waits"
 }
 
 /// The fields of one counters hash, as read.

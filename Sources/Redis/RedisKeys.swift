@@ -11,7 +11,8 @@
 /// | `<p>:registered:<app>` | HASH | token hex → `<epoch>` |
 /// | `<p>:lang:<app>` | HASH | token hex → language |
 /// | `<p>:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
-/// | `<p>:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL) |
+/// | `<p>:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL): `<owner>/<gate call>` |
+/// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process (PX TTL, refreshed) |
 /// | `<p>:batch:<id>` | STRING | marker of an applied settle batch (EX 1 h): exactly-once counting |
 ///
 /// Token hex is stored lower-case.
@@ -36,6 +37,9 @@ public struct RedisKeys: Sendable, Hashable {
     public func language(app: String) -> String { "\(prefix):lang:\(app)" }
     public func inFlight(jobID: String) -> String { "\(prefix):inflight:\(jobID)" }
     public func batch(_ id: String) -> String { "\(prefix):batch:\(id)" }
+    /// `<p>:owner:`; the owner id follows (the gate script appends it).
+    public var ownerPrefix: String { "\(prefix):owner:" }
+    public func owner(_ id: String) -> String { ownerPrefix + id }
     /// `<p>:dedup:<bucket>:`; the sub-bucket number follows (the gate script appends it).
     public func dedupPrefix(bucket: Int64) -> String { "\(prefix):dedup:\(bucket):" }
     public func dedup(bucket: Int64, subBucket: Int) -> String { dedupPrefix(bucket: bucket) + String(subBucket) }

@@ -182,6 +182,13 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         let identifier = nextIdentifier
         nextIdentifier &+= 1
         drain?.probeIdentifier = identifier
+        // A probe sent again on a new connection gets a fresh timeout.
+        drain?.timeout?.cancel()
+        drain?.timeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
+            drain?.timedOut = true
+            logger.warning("drain probe not answered in time; settling by time instead", metadata: ["identifier": "\(identifier)"])
+            finishDrainIfSettled()
+        }
         var frame = ByteBufferAllocator().buffer(capacity: 48)
         frame.putByte(2)
         frame.putUInt32BE(35 + 7)
@@ -427,11 +434,8 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             if let existing = drain { return existing.promise.futureResult }
             let promise = eventLoop.makePromise(of: DrainResult.self)
             drain = DrainState(promise: promise)
-            drain?.timeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
-                drain?.timedOut = true
-                logger.warning("drain probe not answered in time; settling by time instead")
-                finishDrainIfSettled()
-            }
+            // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
+            // what is still queued may take longer than the timeout, and is not the gateway being silent.
             if queue.isEmpty && replay.isEmpty {
                 finish(.nothingToDrain)
             } else {

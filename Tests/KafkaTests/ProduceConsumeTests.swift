@@ -85,3 +85,29 @@ import Testing
         await #expect(throws: KafkaError.self) { try await producer.send(topic: "small", key: nil, value: [1]) }
     }
 }
+
+@Suite struct ProducerFailureTests {
+    /// A message librdkafka refuses at enqueue (larger than `message.max.bytes`) is reported once, and
+    /// the rest of the batch is still delivered.
+    @Test func aRefusedMessageIsReportedOnce() async throws {
+        let cluster = try MockCluster(brokers: 1, topics: [.init(name: "jobs", partitions: 1)], logger: Support.logger)
+        defer { cluster.stop() }
+        let producer = try KafkaProducer(
+            configuration: .init(bootstrapServers: cluster.bootstrapServers, properties: ["message.max.bytes": "10000"]),
+            logger: Support.logger)
+        let messages = [
+            KafkaProducerMessage(topic: "jobs", key: nil, value: Support.bytes("small")),
+            KafkaProducerMessage(topic: "jobs", key: nil, value: [UInt8](repeating: 0x41, count: 20_000)),
+            KafkaProducerMessage(topic: "jobs", key: nil, value: Support.bytes("small too")),
+        ]
+        do {
+            try await producer.sendBatch(messages)
+            Issue.record("the oversized message was not refused")
+        } catch let error as KafkaDeliveryError {
+            #expect(error.failures.count == 1, "\(error.failures)")
+            #expect(error.failures.first?.error.isMessageTooLarge == true, "\(error)")
+            #expect(error.failures.first?.value.count == 20_000)
+        }
+        await producer.close()
+    }
+}

@@ -64,6 +64,49 @@ struct GateTests {
         #expect(after == [.admitted(language: nil), .deduped])
     }
 
+    /// Issue 10 (2): a lease names its owner process; while the owner's heartbeat lives its lease holds
+    /// (for other processes and for the owner's other batches), once the heartbeat is gone (the process
+    /// died) the next gate takes the lease over at once.
+    @Test func leaseOfADeadOwnerIsTakenOver() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let client = try server.client()
+        var a = PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "owner-a", ownerHeartbeat: .seconds(600))
+        let storeA = PipelineStore(client: client, configuration: a)
+        a.leaseOwner = "owner-b"
+        let storeB = PipelineStore(client: client, configuration: a)
+        try await storeA.beat()
+        try await storeB.beat()
+        let job = [GateRequest(jobID: "j", app: app, tokenHex: token(1))]
+        #expect(try await storeA.gate(job) == [.admitted(language: nil)])
+        #expect(try await storeB.gate(job) == [.inFlightElsewhere(owner: "owner-a")], "A is alive")
+        #expect(try await storeA.gate(job) == [.inFlight], "another batch of A")
+        let lease = try await client.send(RedisCommand("GET", storeA.keys.inFlight(jobID: "j"))).string ?? ""
+        #expect(lease.hasPrefix("owner-a/"))
+
+        // A dies: its heartbeat is gone (here at once; after a crash, when its TTL runs out).
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
+        #expect(try await storeB.gate(job) == [.takenOver(language: nil)])
+        let taken = try await client.send(RedisCommand("GET", storeA.keys.inFlight(jobID: "j"))).string ?? ""
+        #expect(taken.hasPrefix("owner-b/"))
+        let pttl = try await client.send(RedisCommand("PTTL", storeA.keys.inFlight(jobID: "j"))).integer ?? -2
+        #expect(pttl > 590_000, "a full lease for the new holder")
+        #expect(try await storeB.gate(job) == [.inFlight], "now B's, in flight for B's other batches")
+
+        // Settled and counted: resent_after_crash in the totals and the campaign.
+        var batch = SettleBatch(
+            outcomes: [Outcome(jobID: "j", app: app, tokenHex: token(1), campaign: "c", kind: .accepted)],
+            events: PipelineEvents(ambiguous: 1))
+        batch.events.resentAfterCrash = 1
+        batch.campaignEvents = ["c": PipelineEvents(ambiguous: 1, resentAfterCrash: 1)]
+        try await storeB.settle(batch)
+        let stats = try await storeB.readStats().totals
+        #expect(stats[.resentAfterCrash] == 1 && stats[.ambiguous] == 1)
+        let campaign = try await storeB.readCampaign("c").counters
+        #expect(campaign[.resentAfterCrash] == 1 && campaign[.ambiguous] == 1)
+        #expect(try await storeB.gate(job) == [.deduped])
+    }
+
     @Test func suppressionThenRegistration() async throws {
         let server = try await RedisServer()
         defer { server.stop() }

@@ -136,6 +136,29 @@ import Testing
         try await sim.stop()
     }
 
+    /// Issue 10 (5): the drain timeout runs from when the probe is written, not from the start of the
+    /// drain. A slow reader makes sending what is queued take longer than the drain timeout; the probe,
+    /// written last, is then answered well within it, so the drain is proved by the probe. (Timed from
+    /// the start of the drain, the shard had given up on the probe before writing it, and settled by time.)
+    @Test func drainTimeoutRunsFromTheProbe() async throws {
+        var faults = FaultScript()
+        faults.slowReadBytes = 4096
+        faults.slowReadIntervalMillis = 10
+        let sim = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        var shard = testShardConfiguration()
+        shard.settleAfter = 0.001  // settling by time beats the probe's answer whenever it is allowed to
+        shard.drainTimeout = 2
+        let pool = try makePool(simulators: [sim], shards: 1, shard: shard, log: log)
+        for start in stride(from: 0, to: 12_000, by: 1000) {
+            try await pool.send((start..<(start + 1000)).map { job($0, token: $0) })
+        }
+        let results = await pool.drainAndClose()
+        #expect(results == [.provedByProbe])
+        #expect(log.count == 12_000)
+        try await sim.stop()
+    }
+
     @Test func unreachableGatewayBacksOffAndRecovers() async throws {
         // The first gateway refuses connections for a while; the shard backs off, then gets through.
         var faults = FaultScript()
