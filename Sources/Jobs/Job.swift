@@ -15,10 +15,17 @@ public struct Job: Sendable {
     public var expiry: UInt32
     public var priority: Priority
     public var campaign: String?
+    /// HTTP/2 `apns-collapse-id`: notifications with the same id replace each other on the device.
+    /// 1…64 UTF-8 bytes. The binary interface has no such field.
+    public var collapseID: String?
+    /// HTTP/2 `apns-push-type`; nil lets the transport infer it (background for a payload that shows
+    /// nothing, else alert).
+    public var pushType: APNsPushType?
 
     public init(
         id: String, app: String, token: DeviceToken, payload: Payload, alerts: [String: Alert] = [:],
-        expiry: UInt32, priority: Priority = .immediate, campaign: String? = nil
+        expiry: UInt32, priority: Priority = .immediate, campaign: String? = nil, collapseID: String? = nil,
+        pushType: APNsPushType? = nil
     ) {
         self.id = id
         self.app = app
@@ -28,6 +35,8 @@ public struct Job: Sendable {
         self.expiry = expiry
         self.priority = priority
         self.campaign = campaign
+        self.collapseID = collapseID
+        self.pushType = pushType
     }
 
     /// The alert for a device registered with `language`: `alerts[language]`, else the alert of its

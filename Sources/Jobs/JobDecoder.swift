@@ -17,6 +17,10 @@ import APNsProtocol
 /// - `expiry` (optional, default `now + defaultTimeToLive`): a whole number in 0…2³²−1
 ///   (`invalid-expiry`), 0 = do not store, otherwise not before `now` (`expired`);
 /// - `campaign` (optional): a string of 1…128 UTF-8 bytes (`invalid-campaign`);
+/// - `collapse_id` (optional): a string of 1…64 UTF-8 bytes (`invalid-collapse-id`);
+/// - `push_type` (optional): one of Apple's `apns-push-type` values (`invalid-push-type`); `background`
+///   makes the default priority 5, and must come with priority 5 and an `aps` holding only
+///   `content-available` (`invalid-push-type`);
 /// - priority 10 with an `aps` holding only `content-available` (`priority-10-content-available-only`;
 ///   the default priority is 10, so such a job must say `"priority": 5`);
 /// - the compact payload, and the payload with each `alerts` variant in place of its alert, fit
@@ -29,6 +33,8 @@ public struct JobDecoder: Sendable {
 
     public static let maxIDBytes = 128
     public static let maxCampaignBytes = 128
+    /// Apple: "The value of this key must not exceed 64 bytes."
+    public static let maxCollapseIDBytes = 64
 
     public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400) {
         self.payloadLimit = payloadLimit
@@ -57,6 +63,8 @@ public struct JobDecoder: Sendable {
         var expiry: JSONValue?
         var priority: JSONValue?
         var campaign: JSONValue?
+        var collapseID: JSONValue?
+        var pushType: JSONValue?
         for (key, value) in members {
             switch key {
             case "id": try Self.take(&id, value, key)
@@ -67,6 +75,8 @@ public struct JobDecoder: Sendable {
             case "expiry": try Self.take(&expiry, value, key)
             case "priority": try Self.take(&priority, value, key)
             case "campaign": try Self.take(&campaign, value, key)
+            case "collapse_id": try Self.take(&collapseID, value, key)
+            case "push_type": try Self.take(&pushType, value, key)
             default: continue  // unknown keys: ignored (forward compatible)
             }
         }
@@ -122,8 +132,19 @@ public struct JobDecoder: Sendable {
             localized = try Self.readAlerts(alertsValue)
         }
 
+        // push type (before priority: a background push defaults to priority 5)
+        var jobPushType: APNsPushType?
+        if let pushTypeValue = pushType.flatMap(Self.nonNull) {
+            guard case .string(let name) = pushTypeValue, let known = APNsPushType(rawValue: name) else {
+                throw JobError(
+                    .invalidPushType,
+                    "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.text(pushTypeValue))")
+            }
+            jobPushType = known
+        }
+
         // priority
-        var jobPriority = Priority.immediate
+        var jobPriority = jobPushType == .background ? Priority.conservePower : Priority.immediate
         if let priorityValue = priority.flatMap(Self.nonNull) {
             switch priorityValue {
             case .number("10"): jobPriority = .immediate
@@ -162,6 +183,30 @@ public struct JobDecoder: Sendable {
             campaignName = name
         }
 
+        // collapse id
+        var jobCollapseID: String?
+        if let collapseValue = collapseID.flatMap(Self.nonNull) {
+            guard case .string(let text) = collapseValue else {
+                throw JobError(.invalidCollapseID, "collapse_id must be a string, got \(Self.kind(collapseValue))")
+            }
+            let n = text.utf8.count
+            guard n >= 1, n <= Self.maxCollapseIDBytes else {
+                throw JobError(.invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
+            }
+            jobCollapseID = text
+        }
+
+        // push type against priority and payload (Apple refuses a background push otherwise)
+        if jobPushType == .background {
+            if jobPriority != .conservePower {
+                throw JobError(.invalidPushType, "a background push (push_type \"background\") must have priority 5")
+            }
+            if !typedPayload.isContentAvailableOnly {
+                throw JobError(
+                    .invalidPushType, "a background push (push_type \"background\") must have an aps holding only content-available")
+            }
+        }
+
         // priority against payload
         if jobPriority == .immediate && typedPayload.isContentAvailableOnly {
             throw JobError(
@@ -174,7 +219,7 @@ public struct JobDecoder: Sendable {
 
         return Job(
             id: jobID, app: appName, token: deviceToken, payload: typedPayload, alerts: localized, expiry: jobExpiry,
-            priority: jobPriority, campaign: campaignName)
+            priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
     }
 
     /// The compact payload and its largest alerts variant must fit the limit. Sizes are counted, not

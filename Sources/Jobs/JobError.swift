@@ -53,6 +53,11 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case invalidAlerts = "invalid-alerts"
     /// `campaign` is not a string of 1…128 UTF-8 bytes.
     case invalidCampaign = "invalid-campaign"
+    /// `collapse_id` is not a string of 1…64 UTF-8 bytes (HTTP/2 `apns-collapse-id`).
+    case invalidCollapseID = "invalid-collapse-id"
+    /// `push_type` is not one of Apple's `apns-push-type` values, or does not fit the job: a `background`
+    /// push must have priority 5 and a payload that shows nothing (only content-available).
+    case invalidPushType = "invalid-push-type"
     /// Registration: `registered_at` missing or not a whole number of epoch seconds (UInt32).
     case invalidRegisteredAt = "invalid-registered-at"
     /// Registration: `language` is not a string of at most 64 UTF-8 bytes.

@@ -59,22 +59,91 @@ public struct PipelineConfiguration: Sendable {
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
     }
 
+    /// How an app's notifications reach Apple.
+    public enum Transport: String, Sendable, CaseIterable {
+        /// Apple's HTTP/2 provider API: the only one Apple runs since March 2021.
+        case http2
+        /// The legacy binary interface (commands 0/1/2 on port 2195) and its feedback service.
+        case binary
+    }
+
+    /// Which of Apple's environments an app's device tokens belong to (a development build's tokens
+    /// are sandbox tokens, and production refuses them).
+    public enum Environment: String, Sendable, CaseIterable {
+        case production, sandbox
+    }
+
+    /// How the pipeline proves it may send for an app.
+    public enum Authentication: Sendable, Equatable {
+        /// A provider client certificate (PEM) and its private key: binary apps, or HTTP/2 certificate auth.
+        case certificate(certificate: String, key: String)
+        /// HTTP/2 token auth: the team's signing key (`.p8`, PKCS#8 PEM), its key id and the team id.
+        case token(keyFile: String, keyID: String, teamID: String)
+    }
+
     public struct App: Sendable {
         public var bundleID: String
-        public var certificate: String
-        public var key: String
+        public var transport: Transport
+        public var environment: Environment = .production
+        public var authentication: Authentication
+        /// Connections for this app (binary: shards); `gateway.shards` / `http2.connections` otherwise.
         public var shards: Int?
-        /// Gateways for this app; the `gateway.addresses` default otherwise.
+        /// Binary: gateways for this app (`gateway.addresses` otherwise). HTTP/2: hosts for this app
+        /// (`http2.hosts`, else Apple's hosts of the app's environment).
         public var gateways: [GatewayAddress]?
-        /// Its feedback service; `gateway.feedback_address` otherwise (a sandbox app needs the sandbox one).
+        /// Binary: its feedback service; `gateway.feedback_address` otherwise (a sandbox app needs the sandbox one).
         public var feedbackAddress: GatewayAddress?
 
+        /// A binary app with a provider certificate.
         public init(bundleID: String, certificate: String, key: String, shards: Int? = nil, gateways: [GatewayAddress]? = nil) {
+            self.init(bundleID: bundleID, transport: .binary, authentication: .certificate(certificate: certificate, key: key), shards: shards, gateways: gateways)
+        }
+
+        public init(
+            bundleID: String, transport: Transport, environment: Environment = .production, authentication: Authentication,
+            shards: Int? = nil, gateways: [GatewayAddress]? = nil
+        ) {
             self.bundleID = bundleID
-            self.certificate = certificate
-            self.key = key
+            self.transport = transport
+            self.environment = environment
+            self.authentication = authentication
             self.shards = shards
             self.gateways = gateways
+        }
+
+        /// The files this app's credentials are read from (checked at start), with their keys.
+        var credentialFiles: [(key: String, path: String)] {
+            switch authentication {
+            case .certificate(let certificate, let key): [("certificate", certificate), ("key", key)]
+            case .token(let keyFile, _, _): [("token.key", keyFile)]
+            }
+        }
+    }
+
+    /// Settings of the HTTP/2 provider API connections, shared by every `transport: http2` app.
+    public struct HTTP2: Sendable {
+        /// Where to connect instead of Apple's hosts (the simulator); nil: Apple's, by each app's environment.
+        public var hosts: [GatewayAddress]?
+        public var serverHostname: String?
+        /// PEM roots the server's certificate must chain to; nil: the system's (Apple's hosts).
+        public var ca: String?
+        public var connections = 4
+        public var streamCap = 1000
+        public var batchBytes = 64 * 1024
+        public var linger = 0.002
+        public var queueCapacity = 8192
+        public var requestTimeout = 10.0
+        public var pingInterval = 30.0
+        public var maxAttempts = 3
+        public var reconnect = ReconnectPolicy()
+
+        /// Apple's hosts for an environment ("api.push.apple.com:443"; port 2197 is the alternative
+        /// where 443 is blocked).
+        public static func appleHosts(_ environment: Environment) -> [GatewayAddress] {
+            switch environment {
+            case .production: HTTP2TransportConfiguration.production
+            case .sandbox: HTTP2TransportConfiguration.sandbox
+            }
         }
     }
 
@@ -94,6 +163,7 @@ public struct PipelineConfiguration: Sendable {
     public var kafka = Kafka()
     public var redis = Redis()
     public var gateway = Gateway()
+    public var http2 = HTTP2()
     public var apps: [App] = []
     /// Jobs taken from Kafka and not yet settled; beyond it, ingest stops taking batches (back-pressure,
     /// `docs/design.md §1.2`).
@@ -178,26 +248,35 @@ public struct PipelineConfiguration: Sendable {
         c.gateway.shard = s
         try g.finish()
 
+        let h = try root.section("http2")
+        if let list = try h.strings("hosts") {
+            c.http2.hosts = try list.map { try address($0, file: file, key: "http2.hosts") }
+        }
+        c.http2.serverHostname = try h.string("server_hostname")
+        c.http2.ca = try h.string("ca")
+        c.http2.connections = try h.int("connections", default: c.http2.connections, range: 1...256)
+        c.http2.streamCap = try h.int("stream_cap", default: c.http2.streamCap, range: 1...100_000)
+        c.http2.batchBytes = try h.int("batch_bytes", default: c.http2.batchBytes, range: 512...(16 << 20))
+        c.http2.linger = try h.double("linger_ms", default: c.http2.linger * 1000, range: 0...1000) / 1000
+        c.http2.queueCapacity = try h.int("queue_capacity", default: c.http2.queueCapacity, range: 1...10_000_000)
+        c.http2.requestTimeout = try h.double("request_timeout_s", default: c.http2.requestTimeout, range: 0.1...3600)
+        c.http2.pingInterval = try h.double("ping_interval_s", default: c.http2.pingInterval, range: 0.1...3600)
+        c.http2.maxAttempts = try h.int("max_attempts", default: c.http2.maxAttempts, range: 1...100)
+        let hr = try h.section("reconnect")
+        c.http2.reconnect.initialDelay = try hr.double("initial_ms", default: c.http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
+        c.http2.reconnect.maximumDelay = try hr.double("max_ms", default: c.http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        c.http2.reconnect.attemptsPerSecondPerGateway = try hr.double(
+            "attempts_per_second_per_host", default: c.http2.reconnect.attemptsPerSecondPerGateway, range: 0.01...100_000)
+        try hr.finish()
+        try h.finish()
+
         let appSections = try root.sections("apps")
         if appSections.isEmpty {
-            throw ConfigurationError(file: file, key: "apps", problem: "expected a list of apps (bundle_id, certificate, key)")
+            throw ConfigurationError(
+                file: file, key: "apps", problem: "expected a list of apps (bundle_id, and a token or a certificate + key)")
         }
         for a in appSections {
-            var gateways: [GatewayAddress]?
-            if let list = try a.strings("gateways") {
-                gateways = try list.map { try address($0, file: file, key: "\(a.path).gateways") }
-            }
-            var feedback: GatewayAddress?
-            if let f = try a.string("feedback_address") { feedback = try address(f, file: file, key: "\(a.path).feedback_address") }
-            c.apps.append(
-                App(
-                    bundleID: try a.requiredString("bundle_id", "the app's bundle id (its certificate's topic)"),
-                    certificate: try a.requiredString("certificate", "path of the provider certificate (PEM)"),
-                    key: try a.requiredString("key", "path of the certificate's private key (PEM)"),
-                    shards: a.has("shards") ? try a.int("shards", default: 1, range: 1...256) : nil,
-                    gateways: gateways))
-            c.apps[c.apps.count - 1].feedbackAddress = feedback
-            try a.finish()
+            c.apps.append(try app(a, file: file))
         }
         let ids = c.apps.map(\.bundleID)
         if Set(ids).count != ids.count {
@@ -220,14 +299,71 @@ public struct PipelineConfiguration: Sendable {
 
         // Files must be there now, not at the first notification.
         for (i, app) in c.apps.enumerated() {
-            for (key, path) in [("certificate", app.certificate), ("key", app.key)] where !FileManager.default.fileExists(atPath: path) {
+            for (key, path) in app.credentialFiles where !FileManager.default.fileExists(atPath: path) {
                 throw ConfigurationError(file: file, key: "apps[\(i)].\(key)", problem: "no such file: \(path)")
             }
         }
-        if let ca = c.gateway.ca, !FileManager.default.fileExists(atPath: ca) {
-            throw ConfigurationError(file: file, key: "gateway.ca", problem: "no such file: \(ca)")
+        for (key, path) in [("gateway.ca", c.gateway.ca), ("http2.ca", c.http2.ca)] {
+            if let path, !FileManager.default.fileExists(atPath: path) {
+                throw ConfigurationError(file: file, key: key, problem: "no such file: \(path)")
+            }
         }
         return c
+    }
+
+    /// One entry of `apps`. `transport` (default http2) decides which keys apply: a binary app needs a
+    /// certificate and key; an HTTP/2 app a `token` (key, key_id, team_id) or a certificate and key.
+    private static func app(_ a: ConfigSection, file: String) throws -> App {
+        let bundleID = try a.requiredString("bundle_id", "the app's bundle id (its topic)")
+        let transportName = try a.string("transport", default: Transport.http2.rawValue)
+        guard let transport = Transport(rawValue: transportName) else {
+            throw ConfigurationError(file: file, key: "\(a.path).transport", problem: "expected http2 or binary, found \"\(transportName)\"")
+        }
+        let environmentName = try a.string("environment", default: Environment.production.rawValue)
+        guard let environment = Environment(rawValue: environmentName) else {
+            throw ConfigurationError(
+                file: file, key: "\(a.path).environment", problem: "expected production or sandbox, found \"\(environmentName)\"")
+        }
+        let authentication: Authentication
+        if a.has("token") {
+            guard transport == .http2 else {
+                throw ConfigurationError(
+                    file: file, key: "\(a.path).token", problem: "token authentication is for transport: http2; a binary app needs a certificate and key")
+            }
+            if a.has("certificate") || a.has("key") {
+                throw ConfigurationError(
+                    file: file, key: "\(a.path)", problem: "give either token or certificate + key, not both")
+            }
+            let t = try a.section("token")
+            authentication = .token(
+                keyFile: try t.requiredString("key", "path of the team's signing key (.p8, PKCS#8 PEM)"),
+                keyID: try t.requiredString("key_id", "the signing key's id (10 characters, from the developer account)"),
+                teamID: try t.requiredString("team_id", "the team id that owns the key"))
+            try t.finish()
+        } else {
+            authentication = .certificate(
+                certificate: try a.requiredString(
+                    "certificate", transport == .http2 ? "path of the provider certificate (PEM), or a token section" : "path of the provider certificate (PEM)"),
+                key: try a.requiredString("key", "path of the certificate's private key (PEM)"))
+        }
+        let connectionsKey = transport == .binary ? "shards" : "connections"
+        for (wrong, right) in [("connections", "shards"), ("shards", "connections")] where wrong != connectionsKey && a.has(wrong) {
+            throw ConfigurationError(
+                file: file, key: "\(a.path).\(wrong)", problem: "a \(transport.rawValue) app counts its connections in `\(right)`")
+        }
+        let addressesKey = transport == .binary ? "gateways" : "hosts"
+        var gateways: [GatewayAddress]?
+        if let list = try a.strings(addressesKey) {
+            gateways = try list.map { try address($0, file: file, key: "\(a.path).\(addressesKey)") }
+        }
+        var app = App(
+            bundleID: bundleID, transport: transport, environment: environment, authentication: authentication,
+            shards: a.has(connectionsKey) ? try a.int(connectionsKey, default: 1, range: 1...256) : nil, gateways: gateways)
+        if transport == .binary, let f = try a.string("feedback_address") {
+            app.feedbackAddress = try address(f, file: file, key: "\(a.path).feedback_address")
+        }
+        try a.finish()
+        return app
     }
 
     private static func address(_ text: String, file: String, key: String) throws -> GatewayAddress {
@@ -237,7 +373,49 @@ public struct PipelineConfiguration: Sendable {
         return a
     }
 
-    public func credentials(for app: App) -> ProviderCredentials {
-        ProviderCredentials(app: app.bundleID, certificatePath: app.certificate, privateKeyPath: app.key, trustRootsPath: gateway.ca)
+    /// The certificate credentials of a binary app (nil for a token-auth app).
+    public func credentials(for app: App) -> ProviderCredentials? {
+        guard case .certificate(let certificate, let key) = app.authentication else { return nil }
+        return ProviderCredentials(
+            app: app.bundleID, certificatePath: certificate, privateKeyPath: key,
+            trustRootsPath: app.transport == .binary ? gateway.ca : http2.ca)
+    }
+
+    /// The payload limit of a job for `app`: Apple's per push type on HTTP/2 (4096, 5120 for voip), the
+    /// configured `gateway.payload_limit` on the binary interface.
+    public func payloadLimit(app: App?, pushType: APNsPushType?) -> Int {
+        guard let app, app.transport == .http2 else { return gateway.payloadLimit }
+        return (pushType ?? .alert).maxPayloadBytes
+    }
+
+    /// The largest payload any app here takes: what the decoder lets through before the per-app check.
+    public var largestPayloadLimit: Int {
+        apps.map { $0.transport == .http2 ? APNsPushType.voip.maxPayloadBytes : gateway.payloadLimit }.max() ?? gateway.payloadLimit
+    }
+
+    /// The HTTP/2 transport's configuration for an app (nil for a binary app).
+    public func http2Configuration(for app: App) throws -> HTTP2TransportConfiguration? {
+        guard app.transport == .http2 else { return nil }
+        let authentication: HTTP2Authentication
+        switch app.authentication {
+        case .certificate:
+            authentication = .certificate(credentials(for: app)!)
+        case .token(let keyFile, let keyID, let teamID):
+            authentication = try .token(keyFile: keyFile, keyID: keyID, teamID: teamID, trustRootsPath: http2.ca)
+        }
+        var t = HTTP2TransportConfiguration(
+            app: app.bundleID, authentication: authentication,
+            hosts: app.gateways ?? http2.hosts ?? HTTP2.appleHosts(app.environment))
+        t.connections = app.shards ?? http2.connections
+        t.streamCap = http2.streamCap
+        t.batchBytes = http2.batchBytes
+        t.linger = http2.linger
+        t.queueCapacity = http2.queueCapacity
+        t.requestTimeout = http2.requestTimeout
+        t.pingInterval = http2.pingInterval
+        t.maxAttempts = http2.maxAttempts
+        t.reconnect = http2.reconnect
+        t.serverHostname = http2.serverHostname
+        return t
     }
 }

@@ -94,25 +94,34 @@ public final class PipelineRunner: Service, Sendable {
         let jobsTopic = c.kafka.jobsTopic
         // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
         let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
+        let http2Limiter = ConnectionLimiter(attemptsPerSecond: c.http2.reconnect.attemptsPerSecondPerGateway)
+        let onOutcomes: OutcomeHandler = { batch in
+            let share = Self.settlerShare(batch, topic: jobsTopic)
+            inbox.put(share.item)
+            // Jobs the gateway refused settle once their dead letters are stored.
+            if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
+        }
         let transports = try c.apps.map { app -> any NotificationTransport in
-            try SenderPool(
-                configuration: PoolConfiguration(
-                    credentials: c.credentials(for: app), gateways: app.gateways ?? c.gateway.addresses,
-                    shards: app.shards ?? c.gateway.shards, shard: c.gateway.shard, serverHostname: c.gateway.serverHostname),
-                group: group, limiter: limiter, logger: logger,
-                onOutcomes: { batch in
-                    let share = Self.settlerShare(batch, topic: jobsTopic)
-                    inbox.put(share.item)
-                    // Jobs the gateway refused settle once their dead letters are stored.
-                    if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
-                })
+            switch app.transport {
+            case .binary:
+                return try SenderPool(
+                    configuration: PoolConfiguration(
+                        credentials: c.credentials(for: app)!, gateways: app.gateways ?? c.gateway.addresses,
+                        shards: app.shards ?? c.gateway.shards, shard: c.gateway.shard, serverHostname: c.gateway.serverHostname),
+                    group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
+            case .http2:
+                return try HTTP2Transport(
+                    configuration: c.http2Configuration(for: app)!, group: group, limiter: http2Limiter, logger: logger,
+                    onOutcomes: onOutcomes)
+            }
         }
         let router = Router(transports: transports)
         logger.info(
             "pipeline starting",
             metadata: [
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
-                "apps": "\(c.apps.map(\.bundleID).joined(separator: ","))", "owner": "\(owner)", "redis": "\((try? RedisConfiguration(url: c.redis.url))?.redactedURL ?? "?")",
+                "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
+                "redis": "\((try? RedisConfiguration(url: c.redis.url))?.redactedURL ?? "?")",
             ])
 
         // The heartbeat lives before the first lease is taken; other processes void this one's leases
@@ -139,7 +148,7 @@ public final class PipelineRunner: Service, Sendable {
                         ).run()
                     }
                 }
-                if c.feedbackIntervalMinutes > 0 {
+                if c.feedbackIntervalMinutes > 0, c.apps.contains(where: { $0.transport == .binary }) {
                     tasks.addTask { try await self.feedbackSchedule(store: store) }
                 }
                 tasks.addTask { try await self.publishShardStatus(transports: transports, store: settlerStore) }
@@ -223,7 +232,9 @@ public final class PipelineRunner: Service, Sendable {
     /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
     private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter) async throws {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
-        let decoder = JobDecoder(payloadLimit: configuration.gateway.payloadLimit)
+        // Apple's limits differ by transport and push type: the decoder lets the largest through, and
+        // each job is held to its own app's limit when its payload is encoded (gateAndSend).
+        let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit)
         let decoding = Task {
             defer { handoff.finish() }
             while !Task.isCancelled {
@@ -262,7 +273,7 @@ public final class PipelineRunner: Service, Sendable {
         _ d: DecodedBatch, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>
     ) async throws {
         let c = configuration
-        let encoder = PayloadEncoder(limit: c.gateway.payloadLimit, truncatesAlertBody: c.gateway.truncateAlert)
+        let apps = Dictionary(uniqueKeysWithValues: c.apps.map { ($0.bundleID, $0) })
         let batch = d.messages
         let jobs = d.jobs
         var refused = d.deadLetters
@@ -311,12 +322,15 @@ public final class PipelineRunner: Service, Sendable {
                     }
                 }
                 do {
+                    let encoder = PayloadEncoder(
+                        limit: c.payloadLimit(app: apps[job.app], pushType: job.pushType), truncatesAlertBody: c.gateway.truncateAlert)
                     let payload = try job.encodedPayload(
                         language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
                     notifications.append(
                         PushNotification(
                             jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, position: Self.position(of: message)))
+                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID,
+                            pushType: job.pushType?.rawValue, position: Self.position(of: message)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.
                     refused.append((message, error.reason.rawValue, outcome(.deadLettered)))
@@ -514,10 +528,13 @@ public final class PipelineRunner: Service, Sendable {
     /// Polls every app's feedback service at start and then every `feedback.interval_minutes`.
     private func feedbackSchedule(store: PipelineStore) async throws {
         let c = configuration
-        let apps = c.apps.map { a in
+        // Binary apps only: Apple's feedback service belongs to the binary interface (HTTP/2's 410
+        // answers replace it).
+        let apps = c.apps.compactMap { a -> FeedbackApp? in
+            guard a.transport == .binary, let credentials = c.credentials(for: a) else { return nil }
             let address = a.feedbackAddress ?? c.gateway.feedbackAddress
             return FeedbackApp(
-                credentials: c.credentials(for: a),
+                credentials: credentials,
                 endpoint: FeedbackEndpoint(host: address.host, port: address.port, serverHostname: c.gateway.serverHostname))
         }
         let poller = FeedbackPoller(store: store, eventLoopGroup: group, logger: logger)

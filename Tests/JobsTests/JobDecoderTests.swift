@@ -255,6 +255,31 @@ import Testing
         #expect(reason(Fixtures.job(["campaign": Fixtures.quoted(String(repeating: "c", count: 129))])) == .invalidCampaign)
     }
 
+    @Test func collapseID() throws {
+        #expect(try decoder.decode(Fixtures.job([:]), now: now).collapseID == nil)
+        #expect(try decoder.decode(Fixtures.job(["collapse_id": #""score-42""#]), now: now).collapseID == "score-42")
+        let sixtyFour = String(repeating: "é", count: 32)  // 64 UTF-8 bytes: the most Apple takes
+        #expect(try decoder.decode(Fixtures.job(["collapse_id": Fixtures.quoted(sixtyFour)]), now: now).collapseID == sixtyFour)
+        for bad in [Fixtures.quoted(sixtyFour + "x"), #""""#, "42", "[]"] {
+            #expect(reason(Fixtures.job(["collapse_id": bad])) == .invalidCollapseID, "collapse_id \(bad)")
+        }
+    }
+
+    @Test func pushType() throws {
+        #expect(try decoder.decode(Fixtures.job([:]), now: now).pushType == nil)
+        #expect(try decoder.decode(Fixtures.job(["push_type": #""alert""#]), now: now).pushType == .alert)
+        #expect(try decoder.decode(Fixtures.job(["push_type": #""voip""#]), now: now).pushType == .voip)
+        for bad in [#""Alert""#, #""push""#, "1", #""""#] {
+            #expect(reason(Fixtures.job(["push_type": bad])) == .invalidPushType, "push_type \(bad)")
+        }
+        // background: priority 5 by default, and a payload that shows nothing.
+        let silent = #"{"aps":{"content-available":1}}"#
+        let background = try decoder.decode(Fixtures.job(["push_type": #""background""#, "payload": silent]), now: now)
+        #expect(background.priority == .conservePower && background.pushType == .background)
+        #expect(reason(Fixtures.job(["push_type": #""background""#, "payload": silent, "priority": "10"])) == .invalidPushType)
+        #expect(reason(Fixtures.job(["push_type": #""background""#])) == .invalidPushType, "an alert is not a background push")
+    }
+
     // MARK: Size
 
     /// A payload of exactly `size` compact bytes: `{"aps":{"alert":"xxx…"}}`.

@@ -314,18 +314,53 @@ struct PipelineTests {
         return path
     }
 
-    @Test func theShippedFilesLoad() throws {
-        // Paths in the shipped file are relative to the repository's top; point them at the certificates.
+    /// Paths in the shipped files are relative to the repository's top; point them at the certificates.
+    func loadShipped(_ name: String) throws -> PipelineConfiguration {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-        let text = try String(contentsOfFile: root + "/Pipelines/default.yaml", encoding: .utf8)
+        let text = try String(contentsOfFile: root + "/Pipelines/\(name)", encoding: .utf8)
             .replacingOccurrences(of: ".run/certs", with: TestCertificates.directory)
-        let c = try PipelineConfiguration.load(file: try write(text))
+        return try PipelineConfiguration.load(file: try write(text))
+    }
+
+    @Test func theShippedFilesLoad() throws {
+        let c = try loadShipped("default.yaml")
         #expect(c.apps.map(\.bundleID) == ["com.example.shop", "com.example.news"])
-        #expect(c.gateway.shard.settleAfter == 0.25)
-        #expect(c.maxInFlight == 100_000)
+        #expect(c.apps.map(\.transport) == [.http2, .http2])
+        #expect(c.apps[0].authentication == .token(
+            keyFile: "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8", keyID: "TESTKEY123", teamID: "TESTTEAM01"))
+        guard case .certificate = c.apps[1].authentication else {
+            Issue.record("com.example.news uses certificate auth")
+            return
+        }
+        #expect(c.http2.hosts == [GatewayAddress(host: "127.0.0.1", port: 2197)])
         #expect(c.apps[1].shards == 2)
+        #expect(c.maxInFlight == 100_000)
         #expect(c.kafka.sessionTimeoutMs == 6000)
-        #expect(c.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
+        // HTTP/2 apps are held to Apple's limits; the decoder lets the largest (voip) through.
+        #expect(c.payloadLimit(app: c.apps[0], pushType: nil) == 4096)
+        #expect(c.payloadLimit(app: c.apps[0], pushType: .voip) == 5120)
+        #expect(c.largestPayloadLimit == 5120)
+        let h = try #require(try c.http2Configuration(for: c.apps[1]))
+        #expect(h.connections == 2 && h.hosts == [GatewayAddress(host: "127.0.0.1", port: 2197)] && h.serverHostname == "localhost")
+
+        let b = try loadShipped("binary.yaml")
+        #expect(b.apps.map(\.transport) == [.binary, .binary])
+        #expect(b.gateway.shard.settleAfter == 0.25)
+        #expect(b.apps[1].shards == 2)
+        #expect(b.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
+        #expect(b.payloadLimit(app: b.apps[0], pushType: nil) == 2048)
+        #expect(try b.http2Configuration(for: b.apps[0]) == nil)
+    }
+
+    /// Without `http2.hosts`, an app's environment picks Apple's hosts.
+    @Test func environmentPicksApplesHosts() throws {
+        let key = "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8"
+        let token = "    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n"
+        let path = try write(
+            "apps:\n  - bundle_id: a\n" + token + "  - bundle_id: b\n    environment: sandbox\n" + token)
+        let c = try PipelineConfiguration.load(file: path)
+        #expect(try c.http2Configuration(for: c.apps[0])?.hosts == [GatewayAddress(host: "api.push.apple.com", port: 443)])
+        #expect(try c.http2Configuration(for: c.apps[1])?.hosts == [GatewayAddress(host: "api.sandbox.push.apple.com", port: 443)])
     }
 
     /// A file that sets nothing gets the defaults of the components themselves: each default has one home.
@@ -373,6 +408,19 @@ struct PipelineTests {
              "expected a number in 0.1…10000, found \"0\""),
             ("feedback:\n  interval_minutes: 2000\n" + apps, "feedback.interval_minutes", "expected a number in 0…1440, found \"2000\""),
             ("redis:\n  dedup_sub_buckets: 0\n" + apps, "redis.dedup_sub_buckets", "expected a whole number in 1…16777216, found \"0\""),
+            ("apps:\n  - bundle_id: x\n    transport: carrier-pigeon\n    certificate: \(cert)\n    key: \(key)\n",
+             "apps[0].transport", "expected http2 or binary"),
+            ("apps:\n  - bundle_id: x\n    environment: staging\n    certificate: \(cert)\n    key: \(key)\n",
+             "apps[0].environment", "expected production or sandbox"),
+            ("apps:\n  - bundle_id: x\n    token:\n      key: /nonexistent.p8\n      key_id: K\n      team_id: T\n",
+             "apps[0].token.key", "no such file"),
+            ("apps:\n  - bundle_id: x\n    token:\n      key: \(key)\n      team_id: T\n", "apps[0].token.key_id", "missing"),
+            ("apps:\n  - bundle_id: x\n    transport: binary\n    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n",
+             "apps[0].token", "token authentication is for transport: http2"),
+            ("apps:\n  - bundle_id: x\n    shards: 3\n    certificate: \(cert)\n    key: \(key)\n", "apps[0].shards",
+             "counts its connections in `connections`"),
+            ("http2:\n  hosts: [nohost]\n" + apps, "http2.hosts", "expected host:port"),
+            ("http2:\n  stream_cap: 0\n" + apps, "http2.stream_cap", "expected a whole number"),
         ]
         for (yaml, key, problem) in cases {
             let path = try write(yaml)

@@ -75,7 +75,7 @@ import Testing
         // The letter is a job message the pipeline would take again.
         let job = try JobDecoder(payloadLimit: 4096).decode(letter.value, now: 0)
         #expect(job.id == "bad" && job.app == "com.example.shop" && job.token == Self.token && job.campaign == "c")
-        #expect(job.priority == .immediate)
+        #expect(job.collapseID == "score-42" && job.pushType == .alert && job.priority == .immediate)
         #expect(job.payload.aps.alert == .text("Bonjour"))
     }
 }

@@ -68,12 +68,15 @@ struct FeedbackCommand: AsyncParsableCommand {
                 let config = try loadPipeline(pipeline)
                 redisURL = config.redis.url
                 keyPrefix = config.redis.prefix
-                let chosen = config.apps.filter { app == nil || $0.bundleID == app }
-                if chosen.isEmpty { throw ValidationError("\(pipeline): no app \(app ?? "") in apps") }
-                targets = chosen.map { a in
+                // The feedback service exists only beside the binary interface; HTTP/2 apps learn of
+                // dead tokens from 410 answers instead.
+                let chosen = config.apps.filter { (app == nil || $0.bundleID == app) && $0.transport == .binary }
+                if chosen.isEmpty { throw ValidationError("\(pipeline): no binary app \(app ?? "") in apps (HTTP/2 apps have no feedback service)") }
+                targets = chosen.compactMap { a in
+                    guard let credentials = config.credentials(for: a) else { return nil }
                     let address = a.feedbackAddress ?? config.gateway.feedbackAddress
                     return FeedbackApp(
-                        credentials: config.credentials(for: a),
+                        credentials: credentials,
                         endpoint: FeedbackEndpoint(host: address.host, port: address.port, serverHostname: config.gateway.serverHostname))
                 }
             } else if let app, let cert, let key {

@@ -1,0 +1,158 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import HTTP2Simulator
+import Jobs
+import Kafka
+import Pipeline
+import Redis
+import Sender
+import Testing
+import TestSupport
+
+/// The pipeline over Apple's HTTP/2 provider API: Kafka (mock cluster) → Redis → the HTTP/2 simulator
+/// over TLS with token auth, every count exact. The binary-interface story of `PipelineTests`, told
+/// with 400 and 410 answers instead of status 8 and the feedback service.
+@Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
+struct HTTP2PipelineTests {
+    static func simulator(_ faults: HTTP2FaultScript) async throws -> HTTP2Simulator {
+        var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+        config.faults = faults
+        config.keepRecordsInMemory = true
+        let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenKeyPath)
+        config.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
+        let sim = try HTTP2Simulator(configuration: config)
+        try await sim.start()
+        return sim
+    }
+
+    /// The stack's configuration with one HTTP/2 app, token auth, pointed at `sim`.
+    static func configuration(_ stack: Stack, _ sim: HTTP2Simulator) -> PipelineConfiguration {
+        var c = stack.configuration()
+        c.apps = [
+            .init(
+                bundleID: shop, transport: .http2,
+                authentication: .token(
+                    keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
+        ]
+        c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: sim.port)]
+        c.http2.serverHostname = "localhost"
+        c.http2.ca = "\(TestCertificates.directory)/ca.pem"
+        c.http2.connections = 2
+        c.http2.reconnect.initialDelay = 0.005
+        c.http2.reconnect.attemptsPerSecondPerGateway = 1000
+        return c
+    }
+
+    static func recorded(_ sim: HTTP2Simulator, campaign: String) -> [String: Int] {
+        sim.records.reduce(into: [:]) { counts, r in
+            if let id = r.jobID, id.hasPrefix("\(campaign):") { counts[id, default: 0] += 1 }
+        }
+    }
+
+    @Test func campaignsSuppressionByAnswersDedupAndDeadLetters() async throws {
+        let audience = (0..<1000).map(token)
+        let invalid = Set(stride(from: 17, to: 1000, by: 100).map(token))  // 10: 400 BadDeviceToken
+        let uninstalled = Set(stride(from: 29, to: 1000, by: 50).map(token))  // 20: 410 Unregistered
+        // Apple's 410 timestamp: when it last knew the token valid (here an hour ago).
+        let unregisteredAt = Int64(Date().timeIntervalSince1970) - 3600
+        var faults = HTTP2FaultScript()
+        faults.invalidTokens = Set(invalid.map(\.hex))
+        faults.uninstalledTokens = Set(uninstalled.map(\.hex))
+        faults.unregisteredTimestampMillis = unregisteredAt * 1000
+        faults.shutdownEvery = 400  // GOAWAY now and then: streams above it are resent, never twice
+        let stack = try await Stack()
+        let sim = try await Self.simulator(faults)
+        let pipeline = RunningPipeline(Self.configuration(stack, sim))
+
+        // Campaign A, with HTTP/2 fields and malformed ones among it.
+        try await stack.publish(campaign: "a", template: template, tokens: audience)
+        let good = token(5000).hex
+        try await stack.publishRaw([
+            #"{"id":"h1","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"alert":"x"}},"collapse_id":"\#(String(repeating: "c", count: 65))"}"#,
+            #"{"id":"h2","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"alert":"x"}},"push_type":"background"}"#,
+            #"{"id":"h3","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"alert":"\#(String(repeating: "x", count: 4100))"}}}"#,
+            #"{"id":"h4","app":"com.example.shop","token":"\#(good)","payload":{"aps":{"alert":"x"}},"collapse_id":"score-42","push_type":"alert","priority":5}"#,
+        ])
+        try await stack.waitSettled("a", count: 1000)
+        try await eventually("3 dead letters counted, h4 accepted") {
+            let totals = try await stack.store.readStats().totals
+            return totals[.deadLettered] == 3 && totals[.accepted] == 971
+        }
+
+        var a = try await stack.campaign("a")
+        #expect(a["accepted"] == 970)
+        #expect(a["rejected"] == 30)
+        #expect(a["rejected:BadDeviceToken"] == 10)
+        #expect(a["rejected:Unregistered"] == 20)
+        let recordedA = Self.recorded(sim, campaign: "a")
+        #expect(recordedA.count == 970)
+        #expect(recordedA.values.allSatisfy { $0 == 1 }, "every accepted job recorded exactly once, GOAWAY or not")
+        #expect(Set(recordedA.keys) == Set(audience.filter { !invalid.contains($0) && !uninstalled.contains($0) }.map { "a:\($0.hex)" }))
+        #expect(sim.totals.goAways > 0, "the GOAWAY fault fired")
+        // h4's HTTP/2 fields reached the gateway.
+        let h4 = sim.records.first { $0.jobID == "h4" }
+        #expect(h4?.collapseID == "score-42" && h4?.pushType == "alert" && h4?.priority == 5)
+        #expect(h4?.auth.contains(TestCertificates.tokenTeamID) == true, "token auth: \(h4?.auth ?? "-")")
+
+        // Both kinds of dead token are suppressed at once; a 410 from Apple's timestamp.
+        #expect(try await stack.hashLength("apns:suppressed:\(shop)") == 30)
+        let stamp = try await stack.store.client.send(
+            RedisCommand("HGET", "apns:suppressed:\(shop)", uninstalled.first!.hex.lowercased())).string
+        #expect(stamp?.hasPrefix("\(unregisteredAt):") == true, "410 suppression time \(stamp ?? "-")")
+
+        // Five uninstalled tokens register again after their 410 time (but before now): lifted. An
+        // invalid token registering at the same time is not: its suppression is from when it was refused.
+        let reregistered = Array(uninstalled.sorted { $0.hex < $1.hex }.prefix(5))
+        let invalidOne = invalid.sorted { $0.hex < $1.hex }[0]
+        let registeredAt = unregisteredAt + 10
+        try await stack.publishRaw(
+            (reregistered + [invalidOne]).map { t in #"{"app":"com.example.shop","token":"\#(t.hex)","registered_at":\#(registeredAt)}"# },
+            topic: "apns.registrations")
+        try await eventually("registrations applied") { try await stack.hashLength("apns:registered:\(shop)") == 6 }
+
+        // Campaign B to the same audience: the dead tokens suppressed before sending, the re-registered sent.
+        try await stack.publish(campaign: "b", template: template, tokens: audience)
+        try await stack.waitSettled("b", count: 1000)
+        let b = try await stack.campaign("b")
+        #expect(b["suppressed"] == 25)
+        #expect(b["accepted"] == 975)
+        let recordedB = Self.recorded(sim, campaign: "b")
+        #expect(recordedB.count == 975 && recordedB.values.allSatisfy { $0 == 1 })
+        #expect(reregistered.allSatisfy { recordedB["b:\($0.hex)"] == 1 }, "re-registered tokens delivered again")
+        #expect(recordedB["b:\(invalidOne.hex)"] == nil)
+
+        // Campaign A again: nothing accepted before is sent twice.
+        try await stack.publish(campaign: "a", template: template, tokens: audience)
+        try await stack.waitSettled("a", count: 2000)
+        a = try await stack.campaign("a")
+        #expect(a["deduped"] == 970)
+        #expect(a["suppressed"] == 25)
+        #expect(a["accepted"] == 975, "970 the first time, and the 5 re-registered tokens now")
+        #expect(Self.recorded(sim, campaign: "a").values.allSatisfy { $0 == 1 })
+
+        // Dead letters, with their reasons.
+        let dlq = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
+                sessionTimeout: .seconds(6)), logger: testLogger)
+        var reasons: [String: String] = [:]
+        try await eventually("3 dead letters read") {
+            if let batch = await dlq.nextBatch() {
+                for m in batch {
+                    let id = String(decoding: m.value, as: UTF8.self).split(separator: "\"")[3]
+                    reasons[String(id)] = m.headers.first(named: "reason")?.stringValue
+                }
+            }
+            return reasons.count >= 3
+        }
+        await dlq.close()
+        #expect(reasons == ["h1": "invalid-collapse-id", "h2": "invalid-push-type", "h3": "payload-too-large"])
+
+        try await pipeline.stop()
+        let positions = pipeline.runner.observations.finalCommitPositions
+        #expect(positions.values.reduce(0, +) == 3004, "committed positions \(positions)")
+        try await sim.stop()
+        await stack.stop()
+    }
+}
