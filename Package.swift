@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "APNsProtocol", targets: ["APNsProtocol"]),
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "GatewaySimulator", targets: ["GatewaySimulator"]),
+        .library(name: "HTTP2Simulator", targets: ["HTTP2Simulator"]),
         .library(name: "Sender", targets: ["Sender"]),
         .library(name: "Kafka", targets: ["Kafka"]),
         .library(name: "Jobs", targets: ["Jobs"]),
@@ -21,6 +22,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
@@ -37,13 +40,15 @@ let package = Package(
         .target(name: "TimeUnits"),
 
         // What the TLS ends (simulator, sender, feedback poller) share: encoders writing into NIO's
-        // ByteBuffer, the app topic read from a provider certificate.
+        // ByteBuffer, the app topic read from a provider certificate, provider tokens (ES256 JWTs with
+        // swift-crypto).
         .target(
             name: "APNsTransport",
             dependencies: [
                 "APNsProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
 
@@ -56,6 +61,24 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // The HTTP/2 provider API simulator (SwiftNIO + swift-nio-http2 + swift-nio-ssl, ALPN h2).
+        .target(
+            name: "HTTP2Simulator",
+            dependencies: [
+                "APNsProtocol",
+                "APNsTransport",
+                "GatewaySimulator",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -150,6 +173,7 @@ let package = Package(
                 "APNsProtocol",
                 "Feedback",
                 "GatewaySimulator",
+                "HTTP2Simulator",
                 "Jobs",
                 "Pipeline",
                 "Sender",
@@ -165,13 +189,21 @@ let package = Package(
             ]
         ),
 
-        // Helpers the test targets share: a throw-away redis-server, the test certificates.
+        // Helpers the test targets share: a throw-away redis-server, the test certificates, a small
+        // HTTP/2 client over TLS (for the HTTP/2 simulator's tests and the HTTP/2 sender's).
         .target(
             name: "TestSupport",
             dependencies: [
                 "ProcessSupport",
                 "Redis",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             path: "Tests/Support"
         ),
@@ -238,6 +270,32 @@ let package = Package(
         .testTarget(
             name: "RedisTests",
             dependencies: ["TestSupport", "Redis"]
+        ),
+        .testTarget(
+            name: "APNsTransportTests",
+            dependencies: [
+                "TestSupport",
+                "APNsTransport",
+                "APNsProtocol",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "HTTP2SimulatorTests",
+            dependencies: [
+                "TestSupport",
+                "HTTP2Simulator",
+                "GatewaySimulator",
+                "APNsProtocol",
+                "APNsTransport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ]
         ),
         .testTarget(
             name: "GatewaySimulatorTests",
