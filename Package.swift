@@ -19,6 +19,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
@@ -38,6 +40,8 @@ let package = Package(
                 "APNsProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
@@ -55,7 +59,8 @@ let package = Package(
             ]
         ),
 
-        // The sharded sender: per-app pools of TLS gateway connections, batching, replay, drain proof.
+        // The sender: per-app transports behind one seam. Binary: pools of TLS gateway connections,
+        // batching, replay, drain proof. HTTP/2: connections driven at the frame level (swift-nio-http2).
         .target(
             name: "Sender",
             dependencies: [
@@ -65,6 +70,9 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -176,6 +184,7 @@ let package = Package(
             dependencies: [
                 "TestSupport",
                 "Sender",
+                .product(name: "Crypto", package: "swift-crypto"),
                 "GatewaySimulator",
                 "APNsProtocol",
                 "APNsTransport",
