@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "Kafka", targets: ["Kafka"]),
         .library(name: "Jobs", targets: ["Jobs"]),
         .library(name: "Redis", targets: ["Redis"]),
+        // For the benchmark package: the helpers that start throw-away servers, shared with the tests.
+        .library(name: "ProcessSupport", targets: ["ProcessSupport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -31,6 +33,10 @@ let package = Package(
         // Pure protocol code: wire formats, device tokens, payloads. Standard library only, no I/O,
         // so it can be fuzzed with `swiftc -sanitize=fuzzer` and reasoned about in isolation.
         .target(name: "APNsProtocol"),
+
+        // `Duration` in the units the C libraries and our logs use: one home for what the standard
+        // library lacks, shared by every module that talks to librdkafka, hiredis or a log.
+        .target(name: "TimeUnits"),
 
         // What the TLS ends (simulator, sender, feedback poller) share: encoders writing into NIO's
         // ByteBuffer, the app topic read from a provider certificate.
@@ -88,6 +94,7 @@ let package = Package(
             name: "Kafka",
             dependencies: [
                 "CRdKafka",
+                "TimeUnits",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -102,11 +109,12 @@ let package = Package(
             name: "Redis",
             dependencies: [
                 "CHiredis",
+                "TimeUnits",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
-        // Jobs as producers publish them (DESIGN §3): decoding and validation, pure.
+        // Jobs as producers publish them (`docs/design.md §3`): decoding and validation, pure.
         .target(name: "Jobs", dependencies: ["APNsProtocol"]),
 
         // The feedback poller: per app, reads the feedback service over TLS and writes suppressions to Redis.
@@ -116,6 +124,7 @@ let package = Package(
                 "APNsProtocol",
                 "APNsTransport",
                 "Redis",
+                "TimeUnits",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -154,11 +163,13 @@ let package = Package(
                 "Sender",
                 "Kafka",
                 "Redis",
+                "TimeUnits",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
 
@@ -166,6 +177,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
+                "ProcessSupport",
                 "Redis",
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -248,5 +260,9 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
+
+        // Free port, executable lookup, a child process killed for sure: Foundation only, so both the
+        // tests (through TestSupport) and the benchmark package use it.
+        .target(name: "ProcessSupport", path: "Tests/ProcessSupport"),
     ]
 )

@@ -24,6 +24,7 @@ let package = Package(
                 .product(name: "Jobs", package: "apns-pipeline"),
                 .product(name: "Kafka", package: "apns-pipeline"),
                 .product(name: "Redis", package: "apns-pipeline"),
+                .product(name: "ProcessSupport", package: "apns-pipeline"),
                 .product(name: "MallocInterposerSwift", package: "malloc-interposer"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -1,4 +1,4 @@
-/// A device token: 32 opaque bytes that APNs gave a device (spec 003, "Token Generation and Dispersal"),
+/// A device token: 32 opaque bytes that APNs gave a device (Apple's guide, "Token Generation and Dispersal"),
 /// carried around as 64 hex characters.
 ///
 /// Stored inline as four words, so a token costs no heap allocation to keep, hash or encode.

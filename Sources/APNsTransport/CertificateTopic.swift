@@ -1,7 +1,7 @@
 /// Reads the app topic (bundle id) out of a provider certificate's subject.
 ///
 /// Apple's provider certificates say `UID=<bundle id>` and `CN=Apple Push Services: <bundle id>` in
-/// their subject (spec 003, "Trust Components": "the topic is the bundle ID of the client app").
+/// their subject (Apple's guide, "Trust Components": "the topic is the bundle ID of the client app").
 /// The topic is the UID when present; otherwise the CN with the "Apple Push Services: " prefix removed.
 ///
 /// A small DER walk rather than a certificate library: it only needs the subject's attributes, and

@@ -5,10 +5,11 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import Redis
+import TimeUnits
 
 /// Reads one app's feedback service list and suppresses its tokens in Redis.
 ///
-/// Spec 003, "The Feedback Service": connect over TLS with the app's certificate; transmission begins at
+/// Apple's guide, "The Feedback Service": connect over TLS with the app's certificate; transmission begins at
 /// once; read `time u32 | token length u16 | token` tuples until the service closes; the list is cleared
 /// once read. Because the service forgets what it sent, every tuple is written to Redis as it arrives
 /// (``PipelineStore/suppress(_:)``, `<p>:suppressed:<app>` token → `<time>:feedback`, newest time wins)
@@ -79,12 +80,12 @@ public struct FeedbackPoller: Sendable {
 
         // 2. Connect.
         let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
-        let readTimeout = TimeAmount.nanoseconds(configuration.readTimeout.nanoseconds)
+        let readTimeout = TimeAmount(configuration.readTimeout)
         let hostname = app.endpoint.serverHostname
         let readAhead = max(1, configuration.readAhead)
         do {
             channel = try await ClientBootstrap(group: group)
-                .connectTimeout(.nanoseconds(configuration.connectTimeout.nanoseconds))
+                .connectTimeout(TimeAmount(configuration.connectTimeout))
                 .channelOption(.socketOption(.tcp_nodelay), value: 1)
                 .connect(host: app.endpoint.host, port: app.endpoint.port) { channel in
                     channel.eventLoop.makeCompletedFuture {

@@ -1,7 +1,7 @@
 import Logging
 
-/// Polls every configured app's feedback service on an interval (default hourly; spec 003 asks for at
-/// least daily), for as long as ``run()`` runs. A failed poll is logged with what to do about it and
+/// Polls every configured app's feedback service on an interval (default hourly; Apple's "The Feedback
+/// Service" asks for at least daily), for as long as ``run()`` runs. A failed poll is logged with what to do about it and
 /// tried again at the next interval; nothing here throws or crashes.
 ///
 /// Polls of one round run one app after the other: the service is cheap to read, and one connection at
@@ -14,10 +14,13 @@ public struct FeedbackSchedule: Sendable {
     public let poller: FeedbackPoller
     private let logger: Logger
 
+    /// The interval when none is configured (`feedback.interval_minutes`): its one home.
+    public static let defaultInterval: Duration = .seconds(3600)
+
     public init(
         apps: [FeedbackApp],
         poller: FeedbackPoller,
-        interval: Duration = .seconds(3600),
+        interval: Duration = FeedbackSchedule.defaultInterval,
         pollAtStart: Bool = true,
         logger: Logger = Logger(label: "apns.feedback.schedule")
     ) {

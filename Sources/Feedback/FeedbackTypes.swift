@@ -1,6 +1,7 @@
 import APNsTransport
+import TimeUnits
 
-/// Where a feedback service listens (spec 003: `feedback.push.apple.com:2196`, sandbox
+/// Where a feedback service listens (Apple's "The Feedback Service": `feedback.push.apple.com:2196`, sandbox
 /// `feedback.sandbox.push.apple.com:2196`; tests use the gateway simulator on loopback).
 public struct FeedbackEndpoint: Sendable, Hashable, CustomStringConvertible {
     public var host: String
@@ -164,17 +165,4 @@ public struct FeedbackPollError: Error, CustomStringConvertible {
 public struct FeedbackReadTimeout: Error, CustomStringConvertible {
     public var timeout: Duration
     public var description: String { "no data from the feedback service for \(timeout.milliseconds) ms" }
-}
-
-extension Duration {
-    /// Whole milliseconds (rounded down).
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-
-    var nanoseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
-    }
 }

@@ -6,7 +6,7 @@ import NIOSSL
 import NIOTLS
 
 /// One gateway connection: decodes frames, applies the fault script, records what it accepts, and
-/// answers the first bad frame with an error response before closing (spec 003: "APNs returns an
+/// answers the first bad frame with an error response before closing (Apple's "The Binary Interface and Notification Format": "APNs returns an
 /// error-response packet and closes the connection. Any notifications that you sent after the
 /// malformed notification using the same connection are discarded").
 final class GatewayConnectionHandler: ChannelInboundHandler {
@@ -33,6 +33,9 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
         core.register(id, channel: channel, handler: self)
     }
 
+    /// The TLS handshake completed on this connection.
+    private var handshakeDone = false
+
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
 
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
@@ -41,6 +44,7 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
         if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls {
             let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
             app = (try? certificate?.toDERBytes()).flatMap { CertificateTopic.topic(fromDER: $0) }
+            handshakeDone = true
             core.count { $0.connections += 1 }
             core.logger.debug("gateway connection", metadata: ["connection": "\(id)", "app": "\(app ?? "-")"])
         }
@@ -48,7 +52,13 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOSSLError || error is BoringSSLError { core.count { $0.handshakeFailures += 1 } }
+        // A TLS error after a good handshake (a client closing without close_notify: uncleanShutdown) is
+        // not a handshake failure.
+        if !handshakeDone, error is NIOSSLError || error is BoringSSLError {
+            core.count { $0.handshakeFailures += 1 }
+        } else if let e = error as? NIOSSLError, case .uncleanShutdown = e {
+            core.count { $0.uncleanCloses += 1 }
+        }
         context.close(promise: nil)
     }
 

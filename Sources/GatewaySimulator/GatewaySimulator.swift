@@ -6,8 +6,8 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// A binary APNs gateway and feedback service on loopback, faithful to spec 003 and scriptable with
-/// faults. Operators run it with `apns-pipeline gateway-sim`; tests start it in-process.
+/// A binary APNs gateway and feedback service on loopback, faithful to Apple's "The Binary Interface
+/// and Notification Format" and "The Feedback Service", and scriptable with faults. Operators run it with `apns-pipeline gateway-sim`; tests start it in-process.
 ///
 /// Gateway: TLS with a required client certificate from the configured CA; the app topic comes from
 /// the certificate (see `CertificateTopic`); commands 0, 1, 2 in any fragmentation; the first malformed
@@ -132,7 +132,10 @@ public struct SimulatorTotals: Sendable, Equatable, Encodable {
     public var abruptDrops = 0
     public var connections = 0
     public var refusedConnections = 0
+    /// TLS errors before the handshake completed (no certificate, an untrusted one…).
     public var handshakeFailures = 0
+    /// Clients that closed without close_notify after a good handshake (e.g. a killed process).
+    public var uncleanCloses = 0
     public var feedbackConnections = 0
     public var feedbackTuplesServed = 0
 
@@ -144,6 +147,7 @@ public struct SimulatorTotals: Sendable, Equatable, Encodable {
         case connections
         case refusedConnections = "refused_connections"
         case handshakeFailures = "handshake_failures"
+        case uncleanCloses = "unclean_closes"
         case feedbackConnections = "feedback_connections"
         case feedbackTuplesServed = "feedback_tuples_served"
     }
@@ -159,6 +163,7 @@ public struct SimulatorTotals: Sendable, Equatable, Encodable {
         try c.encode(connections, forKey: .connections)
         try c.encode(refusedConnections, forKey: .refusedConnections)
         try c.encode(handshakeFailures, forKey: .handshakeFailures)
+        try c.encode(uncleanCloses, forKey: .uncleanCloses)
         try c.encode(feedbackConnections, forKey: .feedbackConnections)
         try c.encode(feedbackTuplesServed, forKey: .feedbackTuplesServed)
     }

@@ -5,12 +5,15 @@ import NIOSSL
 import NIOTLS
 
 /// Feedback service connection: once TLS is up, stream the app's tuples and close; the list is
-/// cleared once delivered (spec 003: "The feedback service's list is cleared after you read it").
+/// cleared once delivered (Apple's "The Feedback Service": "The feedback service's list is cleared after you read it").
 final class FeedbackServiceHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
     private let core: SimulatorCore
+
+    /// The TLS handshake completed (a TLS error after it is no handshake failure).
+    private var handshakeDone = false
 
     init(core: SimulatorCore) { self.core = core }
 
@@ -19,6 +22,7 @@ final class FeedbackServiceHandler: ChannelInboundHandler {
             context.fireUserInboundEventTriggered(event)
             return
         }
+        handshakeDone = true
         let certificate = try? context.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
         guard let app = (try? certificate?.toDERBytes()).flatMap({ CertificateTopic.topic(fromDER: $0) }) else {
             context.close(promise: nil)
@@ -45,7 +49,11 @@ final class FeedbackServiceHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {}  // the client has nothing to say
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        if error is NIOSSLError || error is BoringSSLError { core.count { $0.handshakeFailures += 1 } }
+        if !handshakeDone, error is NIOSSLError || error is BoringSSLError {
+            core.count { $0.handshakeFailures += 1 }
+        } else if let e = error as? NIOSSLError, case .uncleanShutdown = e {
+            core.count { $0.uncleanCloses += 1 }
+        }
         context.close(promise: nil)
     }
 }

@@ -1,6 +1,6 @@
 import APNsProtocol
 
-/// A validated notification job (DESIGN §3), as decoded from one Kafka message by `JobDecoder`.
+/// A validated notification job (`docs/design.md §3.1`), as decoded from one Kafka message by `JobDecoder`.
 public struct Job: Sendable {
     /// Idempotency key (dedup): 1…128 UTF-8 bytes.
     public var id: String

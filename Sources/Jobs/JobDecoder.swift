@@ -1,6 +1,6 @@
 import APNsProtocol
 
-/// Decodes and validates job messages (DESIGN §3): one pass of `JSONParser` over the message, then
+/// Decodes and validates job messages (`docs/design.md §3.1`, reasons §3.2): one pass of `JSONParser` over the message, then
 /// typed reading of each key; no Foundation.
 ///
 /// Rules, checked in this order (the first failure is reported):
@@ -23,14 +23,14 @@ import APNsProtocol
 ///   `payloadLimit` (`payload-too-large`).
 public struct JobDecoder: Sendable {
     /// Checked on the compact encoding of the payload (2048 for the binary interface, 4096 for HTTP/2).
-    public var payloadLimit: Int = 2048
+    public var payloadLimit: Int = PayloadLimits.default.command2
     /// Expiry of a job that gives none: `now` plus this.
     public var defaultTimeToLive: UInt32 = 86_400
 
     public static let maxIDBytes = 128
     public static let maxCampaignBytes = 128
 
-    public init(payloadLimit: Int = 2048, defaultTimeToLive: UInt32 = 86_400) {
+    public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400) {
         self.payloadLimit = payloadLimit
         self.defaultTimeToLive = defaultTimeToLive
     }

@@ -1,6 +1,6 @@
 import APNsProtocol
 
-/// A device (re-)registration (DESIGN §3, topic `…registrations`): lifts a suppression older than
+/// A device (re-)registration (`docs/design.md §3.3`, topic `…registrations`): lifts a suppression older than
 /// `registeredAt` and records the device's language.
 public struct RegistrationEvent: Sendable, Equatable {
     public var app: String

@@ -2,6 +2,7 @@ import Synchronization
 import CRdKafka
 import Foundation
 import Logging
+import TimeUnits
 
 /// Consumer configuration. librdkafka properties pass through unchanged (`properties` wins over what
 /// this struct derives), so production security settings need no code.
@@ -16,8 +17,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var sessionTimeout: Duration
     /// Most messages per batch handed out by `nextBatch()`.
     public var maxBatchSize: Int
-    /// Bound of the buffer of fetched, not yet handed out messages. When reached, the assigned
-    /// partitions are paused; they are resumed when the buffer is half drained.
+    /// Bound of the buffer of fetched, not yet handed out messages. When reached, the poll thread holds
+    /// (stops polling; librdkafka's own queue then fills and stops fetching) until the buffer is half
+    /// drained. The partitions are not paused: see `ConsumerCore.run`.
     public var maxBufferedMessages: Int
     /// How often settled positions are committed (also on revoke and on close).
     public var commitInterval: Duration
@@ -47,14 +49,15 @@ public struct KafkaConsumerConfiguration: Sendable {
             "bootstrap.servers": bootstrapServers,
             "group.id": groupID,
             "client.id": "apns-pipeline",
-            // Offsets are committed by us, from settled positions only (DESIGN §2): never by librdkafka.
+            // Offsets are committed by us, from settled positions only (`docs/design.md §2.1`): never by librdkafka.
             "enable.auto.commit": "false",
             "enable.auto.offset.store": "false",
             "auto.offset.reset": autoOffsetReset,
             "enable.partition.eof": "false",
             "session.timeout.ms": "\(sessionMs)",
-            // Resuming a paused partition restarts its fetcher; with librdkafka's defaults (500 ms wait,
-            // 500 ms error back-off) every pause/resume cycle left the consumer idle for most of a second.
+            // Short fetch waits and error back-offs. Chosen when the consumer still paused and resumed its
+            // partitions (each resume restarted a fetcher, which with librdkafka's defaults of 500 ms left
+            // the consumer idle for most of a second); kept because the benchmark figures were measured with them.
             "fetch.wait.max.ms": "50",
             "fetch.error.backoff.ms": "20",
             // Frequent heartbeats: a member learns of a rebalance sooner, so fewer settlements pile up
@@ -68,12 +71,6 @@ public struct KafkaConsumerConfiguration: Sendable {
         ]
         p.merge(properties) { _, override in override }
         return p
-    }
-}
-
-extension Duration {
-    var milliseconds: Int64 {
-        components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000
     }
 }
 
@@ -100,6 +97,7 @@ public struct KafkaConsumerStatistics: Sendable {
     /// gets them again. The mock cluster refuses commits while a group is joining, which is when the
     /// eager protocol revokes, so with it this is the messages settled since the last periodic commit.
     public var settledButUncommittedAtRevoke: Int64 = 0
+    /// Times the buffer filled and the poll thread held (the name is older than the holding).
     public var pauses = 0
     public var assignedPartitions: [TopicPartition] = []
 }
@@ -107,11 +105,12 @@ public struct KafkaConsumerStatistics: Sendable {
 /// A Kafka group consumer that hands out batches and commits settled positions.
 ///
 /// A thread of the consumer's own polls librdkafka (`rd_kafka_consume_batch_queue` on the consumer
-/// queue, which also serves rebalances and logs), copies messages into a bounded buffer and pauses the
-/// assigned partitions when it is full. `nextBatch()` (or `batches`) awaits without blocking a thread.
+/// queue, which also serves rebalances and logs), copies messages into a bounded buffer and stops
+/// polling while it is full (back-pressure, `docs/design.md §1.2`). `nextBatch()` awaits without
+/// blocking a thread.
 ///
 /// The pipeline settles every message it is done with (`settle`), in any order; per partition the
-/// consumer commits the first unsettled offset, periodically, on revoke and on close (DESIGN §2).
+/// consumer commits the first unsettled offset, periodically, on revoke and on close (`docs/design.md §2.1`).
 /// On revoke, buffered messages of the partition are dropped and later settlements of it are ignored
 /// (`settle` returns false): the next owner gets those messages again.
 public final class KafkaConsumer: Sendable {
@@ -146,19 +145,6 @@ public final class KafkaConsumer: Sendable {
         await core.nextBatch()
     }
 
-    /// The batches as an async sequence (ends when the consumer is closed).
-    public var batches: Batches { Batches(consumer: self) }
-
-    public struct Batches: AsyncSequence, Sendable {
-        public typealias Element = [KafkaConsumerMessage]
-        let consumer: KafkaConsumer
-        public struct AsyncIterator: AsyncIteratorProtocol {
-            let consumer: KafkaConsumer
-            public mutating func next() async -> [KafkaConsumerMessage]? { await consumer.nextBatch() }
-        }
-        public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(consumer: consumer) }
-    }
-
     /// Settles messages (any order). Returns how many were accepted: a message of a partition revoked
     /// since it was handed out, or already settled, is not.
     @discardableResult
@@ -180,6 +166,12 @@ public final class KafkaConsumer: Sendable {
     /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle.
     /// Pending and later `nextBatch()` calls return nil.
     public func close() async { await core.close() }
+
+    /// After `close()`: the error of the last commit attempted if it failed (the final one, or the
+    /// revoke's retry of it inside close), also when nothing was left to attempt because the partitions
+    /// were lost (Kafka unreachable for longer than the session) after a failed attempt. Either way
+    /// settled positions were not stored: the next owner of those partitions gets their messages again.
+    public var finalCommitError: KafkaError? { core.finalCommitError }
 }
 
 /// The consumer's state and poll thread.
@@ -207,8 +199,13 @@ final class ConsumerCore: @unchecked Sendable {
         var finished = false
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var stats = KafkaConsumerStatistics()
+        /// The error of the last commit attempted, nil once one succeeds.
+        var lastCommitError: KafkaError?
+        var finalCommitError: KafkaError?
     }
     private let state = Mutex(State())
+
+    var finalCommitError: KafkaError? { state.withLock { $0.finalCommitError } }
 
     init(client: RDKafkaClient, configuration: KafkaConsumerConfiguration, logger: Logger) {
         self.client = client
@@ -513,6 +510,7 @@ final class ConsumerCore: @unchecked Sendable {
             case .success:
                 state.withLock { s in
                     for (tp, pos) in positions { s.lastCommitted[tp] = max(pos, s.lastCommitted[tp] ?? pos) }
+                    s.lastCommitError = nil
                 }
                 logger.trace("Kafka offsets committed", metadata: ["reason": "\(reason)", "kafka.partitions": "\(positions.count)"])
                 return .success(())
@@ -525,7 +523,10 @@ final class ConsumerCore: @unchecked Sendable {
                     Thread.sleep(forTimeInterval: 0.1)
                     continue
                 }
-                state.withLock { $0.stats.commitFailures += 1 }
+                state.withLock {
+                    $0.stats.commitFailures += 1
+                    $0.lastCommitError = error
+                }
                 logger.log(
                     level: reason == "periodic" && retriable ? .debug : .warning, "Kafka commit failed",
                     metadata: ["reason": "\(reason)", "error": "\(error.message)", "attempts": "\(attempt)"])
@@ -617,6 +618,8 @@ final class ConsumerCore: @unchecked Sendable {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("Kafka consumer close", metadata: ["error": "\(KafkaError(err, "close").message)"])
         }
+        // See `KafkaConsumer.finalCommitError`.
+        state.withLock { $0.finalCommitError = $0.lastCommitError }
         if let queue { client.destroyQueue(queue) }
         queue = nil
         client.destroy()

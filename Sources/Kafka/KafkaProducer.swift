@@ -132,17 +132,15 @@ public final class KafkaProducer: Sendable {
     /// failed are all reported in the thrown `KafkaDeliveryError`; the others were delivered.
     public func sendBatch(_ messages: [KafkaProducerMessage]) async throws {
         let group = DeliveryGroup()
-        var refused: [KafkaDeliveryFailure] = []
         for message in messages {
-            if let failure = try await core.enqueue(message, group: group) { refused.append(failure) }
+            // A refused message is recorded in the group's failures by `enqueue` itself (returned too,
+            // for `send`): collecting the returned one as well would report it twice.
+            _ = try await core.enqueue(message, group: group)
         }
         await group.drained()
-        let failures = refused + group.takeFailures()
+        let failures = group.takeFailures()
         if !failures.isEmpty { throw KafkaDeliveryError(failures: failures) }
     }
-
-    /// Messages enqueued and not yet delivered or failed (librdkafka's `outq_len`, includes requests).
-    public var outstanding: Int { Int(core.client.outQueueLength) }
 
     /// Flushes (up to `closeTimeout`, failing what is left), stops the poll thread, destroys the handle.
     public func close() async {

@@ -136,6 +136,12 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible {
         kind == .rdkafka ? String(cString: rd_kafka_err2name(rd_kafka_resp_err_t(rawValue: code))) : "\(kind)"
     }
 
+    /// The message is larger than the producer's `message.max.bytes` (refused at enqueue) or the
+    /// broker's limit (refused at delivery): retrying the same bytes cannot succeed.
+    public var isMessageTooLarge: Bool {
+        kind == .rdkafka && code == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue
+    }
+
     public var description: String { "KafkaError(\(message))" }
 }
 

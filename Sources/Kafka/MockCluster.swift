@@ -59,6 +59,16 @@ public final class MockCluster: @unchecked Sendable {
         logger.debug("Kafka mock topic created", metadata: ["kafka.topic": "\(name)", "kafka.partitions": "\(partitions)"])
     }
 
+    /// Makes every request for `topic` fail with the broker error `code` (e.g. 29,
+    /// TOPIC_AUTHORIZATION_FAILED) until called again with 0: a topic that refuses writes, for tests of
+    /// what the pipeline does when its dead-letter topic is unusable.
+    public func setTopicError(_ topic: String, code: Int32) {
+        state.withLock { s in
+            guard let s else { return }
+            RDKafkaClient.mockSetTopicError(s.cluster, name: topic, code: code)
+        }
+    }
+
     /// Closes the listeners and frees the data. Idempotent. Clients still connected see broker-down errors.
     public func stop() {
         let s = state.withLock { s -> (host: RDKafkaClient, cluster: OpaquePointer)? in

@@ -450,5 +450,9 @@ extension RDKafkaClient {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "mock topic create \(name)") }
     }
 
+    static func mockSetTopicError(_ cluster: OpaquePointer, name: String, code: Int32) {
+        rd_kafka_mock_topic_set_error(cluster, name, rd_kafka_resp_err_t(rawValue: code))
+    }
+
     static func mockDestroy(_ cluster: OpaquePointer) { rd_kafka_mock_cluster_destroy(cluster) }
 }

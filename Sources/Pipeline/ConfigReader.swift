@@ -94,9 +94,17 @@ final class ConfigSection {
     func double(_ key: String, default value: Double, range: ClosedRange<Double> = 0...Double.greatestFiniteMagnitude) throws -> Double {
         guard let n = node(key) else { return value }
         guard case .scalar(let s) = n, let d = Double(s.string), range.contains(d) else {
-            throw fail(key, "a number ≥ \(range.lowerBound)", n)
+            let expected = range.upperBound == .greatestFiniteMagnitude
+                ? "a number ≥ \(Self.text(range.lowerBound))"
+                : "a number in \(Self.text(range.lowerBound))…\(Self.text(range.upperBound))"
+            throw fail(key, expected, n)
         }
         return d
+    }
+
+    /// `2`, not `2.0`, in messages about whole bounds.
+    static func text(_ value: Double) -> String {
+        value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }
 
     func bool(_ key: String, default value: Bool) throws -> Bool {

@@ -2,8 +2,9 @@ import Synchronization
 
 /// How many jobs may be taken from Kafka and not yet settled. Ingest acquires before it processes a
 /// batch; the settler releases as outcomes are recorded. When the budget is spent, ingest stops asking
-/// Kafka for more, the consumer's bounded buffer fills and its partitions pause: back-pressure reaches
-/// Kafka and nothing buffers without bound.
+/// Kafka for more, the consumer's bounded buffer fills and its poll thread holds, and librdkafka's queue
+/// fills and stops fetching: back-pressure reaches Kafka and nothing buffers without bound
+/// (`docs/design.md §1.2`).
 final class InFlightBudget: Sendable {
     private struct State {
         var available: Int

@@ -1,6 +1,12 @@
+import APNsProtocol
 import APNsTransport
+import Feedback
 import Foundation
+import Redis
 import Sender
+
+/// The Redis defaults' home (see `PipelineConfiguration.Redis`).
+private let storeDefaults = PipelineStoreConfiguration()
 
 /// Everything `apns-pipeline run` needs, read from `Pipelines/NAME.yaml`. Each section is documented in
 /// `Pipelines/default.yaml`; relative paths are relative to the directory the command runs in.
@@ -15,6 +21,12 @@ public struct PipelineConfiguration: Sendable {
         public var registrationsTopic: String? = "apns.registrations"
         public var batchSize = 1000
         public var sessionTimeoutMs = 10_000
+        /// The dead-letter producer's `message.max.bytes`: a dead letter larger than this is written
+        /// without its body (size and hash in headers). Keep it at or below the topic's `max.message.bytes`.
+        public var deadLetterMaxBytes = 1_000_000
+        /// The dead-letter producer's `message.timeout.ms`: one write attempt fails (counted, logged,
+        /// retried with back-off) after this long.
+        public var deadLetterTimeoutMs = 30_000
         /// librdkafka properties passed through unchanged (security.protocol, sasl.*, ssl.*, …).
         public var properties: [String: String] = [:]
 
@@ -32,16 +44,19 @@ public struct PipelineConfiguration: Sendable {
         }
     }
 
+    /// Defaults come from their one home, `PipelineStoreConfiguration` (and `RedisConfiguration`).
     public struct Redis: Sendable {
-        public var url = "redis://127.0.0.1:6379"
-        public var prefix = "apns"
-        public var dedupTTLHours = 24
+        public var url = RedisConfiguration.defaultURL
+        public var prefix = storeDefaults.keyPrefix
+        public var dedupTTLHours = Int(storeDefaults.dedupRetention.components.seconds / 3600)
         /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 2 buckets
         /// per job, so wider buckets mean fewer lookups (and records living up to one width longer).
-        public var dedupBucketHours = 12
+        public var dedupBucketHours = Int(storeDefaults.dedupBucketWidth.components.seconds / 3600)
         /// Sets per bucket: keep peak accepted jobs per bucket ÷ sub-buckets under ~400 (compact intsets).
-        public var dedupSubBuckets = 4096
-        public var inFlightLeaseSeconds = 600
+        public var dedupSubBuckets = storeDefaults.dedupSubBuckets
+        public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
+        /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
+        public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
     }
 
     public struct App: Sendable {
@@ -65,10 +80,10 @@ public struct PipelineConfiguration: Sendable {
 
     public struct Gateway: Sendable {
         public var addresses: [GatewayAddress] = [.production]
-        public var feedbackAddress = GatewayAddress(host: "feedback.push.apple.com", port: 2196)
+        public var feedbackAddress = GatewayAddress(host: FeedbackEndpoint.production.host, port: FeedbackEndpoint.production.port)
         public var serverHostname: String?
         public var ca: String?
-        public var payloadLimit = 2048
+        public var payloadLimit = PayloadLimits.default.command2
         public var truncateAlert = false
         /// Dev/test only: adds the job id to each payload as `jid`, so the simulator records it.
         public var embedJobID = false
@@ -80,10 +95,11 @@ public struct PipelineConfiguration: Sendable {
     public var redis = Redis()
     public var gateway = Gateway()
     public var apps: [App] = []
-    /// Jobs taken from Kafka and not yet settled; beyond it, consumption pauses (back-pressure).
+    /// Jobs taken from Kafka and not yet settled; beyond it, ingest stops taking batches (back-pressure,
+    /// `docs/design.md §1.2`).
     public var maxInFlight = 50_000
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
-    public var feedbackIntervalMinutes = 60.0
+    public var feedbackIntervalMinutes = FeedbackSchedule.defaultInterval / .seconds(60)
     public var logLevel = "info"
 
     public init() {}
@@ -103,6 +119,11 @@ public struct PipelineConfiguration: Sendable {
         if try k.bool("consume_registrations", default: true) == false { c.kafka.registrationsTopic = nil }
         c.kafka.batchSize = try k.int("batch_size", default: c.kafka.batchSize, range: 1...100_000)
         c.kafka.sessionTimeoutMs = try k.int("session_timeout_ms", default: c.kafka.sessionTimeoutMs, range: 1000...300_000)
+        // librdkafka's own range for message.max.bytes.
+        c.kafka.deadLetterMaxBytes = try k.int(
+            "dead_letter_max_bytes", default: c.kafka.deadLetterMaxBytes, range: 1000...1_000_000_000)
+        c.kafka.deadLetterTimeoutMs = try k.int(
+            "dead_letter_timeout_ms", default: c.kafka.deadLetterTimeoutMs, range: 1000...900_000)
         c.kafka.properties = try k.stringMap("properties")
         try k.finish()
 
@@ -113,6 +134,7 @@ public struct PipelineConfiguration: Sendable {
         c.redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: c.redis.dedupBucketHours, range: 1...24 * 365)
         c.redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: c.redis.dedupSubBuckets, range: 1...1 << 24)
         c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
+        c.redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: c.redis.ownerHeartbeatSeconds, range: 2...600)
         try r.finish()
 
         let g = try root.section("gateway")
@@ -124,25 +146,34 @@ public struct PipelineConfiguration: Sendable {
         }
         c.gateway.serverHostname = try g.string("server_hostname")
         c.gateway.ca = try g.string("ca")
-        c.gateway.payloadLimit = try g.int("payload_limit", default: 2048, range: 1...65_535)
-        c.gateway.truncateAlert = try g.bool("truncate_alert", default: false)
-        c.gateway.embedJobID = try g.bool("embed_job_id", default: false)
+        c.gateway.payloadLimit = try g.int("payload_limit", default: c.gateway.payloadLimit, range: 1...65_535)
+        c.gateway.truncateAlert = try g.bool("truncate_alert", default: c.gateway.truncateAlert)
+        c.gateway.embedJobID = try g.bool("embed_job_id", default: c.gateway.embedJobID)
         c.gateway.shards = try g.int("shards", default: c.gateway.shards, range: 1...256)
         var s = ShardConfiguration()
         s.batchBytes = try g.int("batch_bytes", default: s.batchBytes, range: 512...(16 << 20))
-        s.linger = try g.double("linger_ms", default: s.linger * 1000) / 1000
+        // Every number has a range, so a wrong unit (seconds for milliseconds) or a stray minus sign is an
+        // error at start with the key, not a pipeline that stalls or hammers a gateway.
+        s.linger = try g.double("linger_ms", default: s.linger * 1000, range: 0...1000) / 1000
         s.queueCapacity = try g.int("queue_capacity", default: s.queueCapacity, range: 1...10_000_000)
         s.settleAfter = try g.double("settle_after_ms", default: s.settleAfter * 1000, range: 1...3_600_000) / 1000
         s.replayMaxCount = try g.int("replay_max_count", default: s.replayMaxCount, range: 16...100_000_000)
         s.replayMaxBytes = try g.int("replay_max_mb", default: s.replayMaxBytes >> 20, range: 1...65_536) << 20
         s.maxAttempts = try g.int("max_attempts", default: s.maxAttempts, range: 1...100)
-        s.drainTimeout = try g.double("drain_timeout_s", default: s.drainTimeout)
-        s.connectTimeout = try g.double("connect_timeout_s", default: s.connectTimeout)
+        s.drainTimeout = try g.double("drain_timeout_s", default: s.drainTimeout, range: 0...3600)
+        s.connectTimeout = try g.double("connect_timeout_s", default: s.connectTimeout, range: 0.1...600)
         let rc = try g.section("reconnect")
-        s.reconnect.initialDelay = try rc.double("initial_ms", default: s.reconnect.initialDelay * 1000) / 1000
-        s.reconnect.maximumDelay = try rc.double("max_ms", default: s.reconnect.maximumDelay * 1000) / 1000
+        let initialMs = try rc.double("initial_ms", default: s.reconnect.initialDelay * 1000, range: 1...60_000)
+        let maxMs = try rc.double("max_ms", default: s.reconnect.maximumDelay * 1000, range: 1...3_600_000)
+        if maxMs < initialMs {
+            throw ConfigurationError(
+                file: file, key: "gateway.reconnect.max_ms",
+                problem: "expected a number ≥ gateway.reconnect.initial_ms (\(ConfigSection.text(initialMs))), found \"\(ConfigSection.text(maxMs))\"")
+        }
+        s.reconnect.initialDelay = initialMs / 1000
+        s.reconnect.maximumDelay = maxMs / 1000
         s.reconnect.attemptsPerSecondPerGateway = try rc.double(
-            "attempts_per_second_per_gateway", default: s.reconnect.attemptsPerSecondPerGateway)
+            "attempts_per_second_per_gateway", default: s.reconnect.attemptsPerSecondPerGateway, range: 0.1...10_000)
         try rc.finish()
         c.gateway.shard = s
         try g.finish()

@@ -23,6 +23,7 @@ public final class PipelineRunner: Service, Sendable {
     private let budget: InFlightBudget
     private let inbox = SettlerInbox()
     private let observed = Mutex(Observed())
+    private let waitLog = LeaseWaitLog()
 
     /// What this instance did, for tests and operators.
     public struct Observed: Sendable {
@@ -41,11 +42,13 @@ public final class PipelineRunner: Service, Sendable {
         budget = InFlightBudget(capacity: configuration.maxInFlight)
     }
 
-    /// Kafka positions travel with each notification as its `tag`: partition in the top 16 bits, offset
-    /// in the low 48 (the jobs topic is the only one the sender sees).
-    static func tag(partition: Int32, offset: Int64) -> UInt64 { UInt64(UInt16(truncatingIfNeeded: partition)) << 48 | UInt64(offset) }
-    static func ref(topic: String, tag: UInt64) -> MessageRef {
-        MessageRef(topic: topic, partition: Int32(tag >> 48), offset: Int64(tag & 0xFFFF_FFFF_FFFF))
+    /// The Kafka position a notification carries through the sender (the jobs topic is the only one
+    /// the sender sees, so the topic is not repeated in every notification).
+    static func position(of message: KafkaConsumerMessage) -> SourcePosition {
+        SourcePosition(partition: message.partition, offset: message.offset)
+    }
+    static func ref(topic: String, position: SourcePosition) -> MessageRef {
+        MessageRef(topic: topic, partition: position.partition, offset: position.offset)
     }
 
     public func run() async throws {
@@ -57,6 +60,9 @@ public final class PipelineRunner: Service, Sendable {
         storeConfig.inFlightLease = .seconds(c.redis.inFlightLeaseSeconds)
         storeConfig.dedupBucketWidth = .seconds(c.redis.dedupBucketHours * 3600)
         storeConfig.dedupSubBuckets = c.redis.dedupSubBuckets
+        storeConfig.ownerHeartbeat = .seconds(c.redis.ownerHeartbeatSeconds)
+        // This process's identity as a lease holder (logged, and on its heartbeat key).
+        let owner = storeConfig.leaseOwner
         // Two connections: the gate's round trips and the settler's overlap instead of queueing behind
         // each other on one socket.
         let redis = try RedisClient(url: c.redis.url, logger: logger)
@@ -66,9 +72,17 @@ public final class PipelineRunner: Service, Sendable {
         let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
         let settlerStore = PipelineStore(client: settlerRedis, configuration: storeConfig, logger: logger)
 
+        // This producer writes dead letters only: its size limit is the pipeline file's, whatever
+        // `kafka.properties` says for the consumers.
+        var producerProperties = c.kafka.properties
+        producerProperties["message.max.bytes"] = String(c.kafka.deadLetterMaxBytes)
+        // How long one dead-letter write may take before it is reported failed and retried (librdkafka
+        // retries inside it; its default, 300 s, would hide an unusable DLQ for five minutes).
+        producerProperties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
         let producer = try KafkaProducer(
-            configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: c.kafka.properties), logger: logger)
-        let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic)
+            configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: producerProperties), logger: logger)
+        let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
+        let deadLetters = DeadLetterWriter(deadLetter: deadLetter, store: store, inbox: inbox, logger: logger)
         let consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: c.kafka.properties,
@@ -80,7 +94,7 @@ public final class PipelineRunner: Service, Sendable {
         let jobsTopic = c.kafka.jobsTopic
         // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
         let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
-        let pools = try c.apps.map { app -> SenderPool in
+        let transports = try c.apps.map { app -> any NotificationTransport in
             try SenderPool(
                 configuration: PoolConfiguration(
                     credentials: c.credentials(for: app), gateways: app.gateways ?? c.gateway.addresses,
@@ -88,15 +102,19 @@ public final class PipelineRunner: Service, Sendable {
                 group: group, limiter: limiter, logger: logger,
                 onOutcomes: { batch in inbox.put(Self.settlerItem(batch, topic: jobsTopic)) })
         }
-        let router = Router(pools: pools)
+        let router = Router(transports: transports)
         logger.info(
             "pipeline starting",
             metadata: [
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
-                "apps": "\(c.apps.map(\.bundleID).joined(separator: ","))", "redis": "\((try? RedisConfiguration(url: c.redis.url))?.redactedURL ?? "?")",
+                "apps": "\(c.apps.map(\.bundleID).joined(separator: ","))", "owner": "\(owner)", "redis": "\((try? RedisConfiguration(url: c.redis.url))?.redactedURL ?? "?")",
             ])
 
-        let ingest = Task { try await self.ingest(consumer: consumer, store: store, router: router, deadLetter: deadLetter) }
+        // The heartbeat lives before the first lease is taken; other processes void this one's leases
+        // once it stops beating (a crash), without waiting out the lease.
+        try await store.beat(description: Self.ownerDescription)
+        let heartbeat = Task { await self.beatHeartbeat(store: settlerStore) }
+        let ingest = Task { try await self.ingest(consumer: consumer, store: store, router: router, deadLetters: deadLetters) }
         // If the settler fails (Redis gone for longer than the client waits), nothing settles any more
         // and the in-flight budget never frees: stop taking jobs, and let the process exit non-zero.
         let settler = Task {
@@ -119,7 +137,7 @@ public final class PipelineRunner: Service, Sendable {
                 if c.feedbackIntervalMinutes > 0 {
                     tasks.addTask { try await self.feedbackSchedule(store: store) }
                 }
-                tasks.addTask { try await self.publishShardStatus(pools: pools, store: settlerStore) }
+                tasks.addTask { try await self.publishShardStatus(transports: transports, store: settlerStore) }
             }
         }
 
@@ -138,6 +156,8 @@ public final class PipelineRunner: Service, Sendable {
         }
         ingest.cancel()
         _ = try? await ingest.value
+        // Dead letters still failing are abandoned: their messages stay unsettled, so are redelivered.
+        await deadLetters.finish()
         sidecars.cancel()
         // Drain: every shard proves what it sent (probe), outcomes flow to the settler.
         let drained = await router.drainAndClose()
@@ -150,11 +170,27 @@ public final class PipelineRunner: Service, Sendable {
             failure = failure ?? error
         }
         _ = try? await sidecars.value
+        heartbeat.cancel()
+        await heartbeat.value
+        // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
+        do {
+            try await settlerStore.endHeartbeat()
+        } catch {
+            logger.warning("could not remove the heartbeat; it lapses on its own", metadata: ["owner": "\(owner)", "error": "\(error)"])
+        }
         let positions = consumer.commitPositions
         observed.withLock { o in
             for (tp, offset) in positions where tp.topic == c.kafka.jobsTopic { o.finalCommitPositions[tp.partition] = offset }
         }
         await consumer.close()  // commits the settled positions
+        if let error = consumer.finalCommitError {
+            // Nothing is lost (the messages come again, and dedup keeps accepted ones from being sent
+            // twice), but a clean exit would hide that Kafka was unreachable: exit non-zero.
+            logger.error(
+                "final Kafka commit failed: settled messages will be consumed again by the next process",
+                metadata: ["error": "\(error.message)"])
+            failure = failure ?? error
+        }
         await producer.close()
         await redis.close()
         await settlerRedis.close()
@@ -180,7 +216,7 @@ public final class PipelineRunner: Service, Sendable {
 
     /// Two stages joined by a hand-off of two batches: Kafka + decoding, then gate + send. Decoding the
     /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
-    private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetter: DeadLetter) async throws {
+    private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter) async throws {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
         let decoder = JobDecoder(payloadLimit: configuration.gateway.payloadLimit)
         let decoding = Task {
@@ -210,7 +246,7 @@ public final class PipelineRunner: Service, Sendable {
         // Stopping: the decoding stage ends at cancellation; batches it already took are still sent.
         try await withTaskCancellationHandler {
             while let d = await handoff.next() {
-                try await gateAndSend(d, store: store, router: router, deadLetter: deadLetter, handoff: handoff)
+                try await gateAndSend(d, store: store, router: router, deadLetters: deadLetters, handoff: handoff)
             }
         } onCancel: {
             decoding.cancel()
@@ -218,13 +254,13 @@ public final class PipelineRunner: Service, Sendable {
     }
 
     private func gateAndSend(
-        _ d: DecodedBatch, store: PipelineStore, router: Router, deadLetter: DeadLetter, handoff: BatchHandoff<DecodedBatch>
+        _ d: DecodedBatch, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>
     ) async throws {
         let c = configuration
         let encoder = PayloadEncoder(limit: c.gateway.payloadLimit, truncatesAlertBody: c.gateway.truncateAlert)
         let batch = d.messages
         let jobs = d.jobs
-        var deadLetters = d.deadLetters
+        var refused = d.deadLetters
         var item = SettlerInbox.Item()
         item.events.received = d.isRetry ? 0 : batch.count
 
@@ -242,6 +278,14 @@ public final class PipelineRunner: Service, Sendable {
             case .deduped:
                 item.outcomes.append(outcome(.deduped))
                 item.refs.append(message.ref)
+            case .inFlightElsewhere(let holder):
+                // As below, but the copy belongs to another live process: say so (a long wait here is a
+                // stuck process, or a job published twice across processes).
+                inFlight.append((job, message))
+                if !d.isRetry {
+                    item.events.inFlightWaits += 1
+                    waitLog.note(jobID: job.id, holder: holder, logger: logger)
+                }
             case .inFlight:
                 // Another copy is being sent right now (by this process or another one, e.g. across a
                 // rebalance). Settling this message now would lose the job if that sender crashed before
@@ -251,30 +295,40 @@ public final class PipelineRunner: Service, Sendable {
             case .suppressed:
                 item.outcomes.append(outcome(.suppressed))
                 item.refs.append(message.ref)
-            case .admitted(let language):
+            case .admitted(let language), .takenOver(let language):
+                if case .takenOver = decisions[i] {
+                    // The dead process may have written it: the crash duplicate window, counted.
+                    item.events.resentAfterCrash += 1
+                    item.events.ambiguous += 1
+                    if let campaign = job.campaign {
+                        item.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
+                        item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += 1
+                    }
+                }
                 do {
                     let payload = try job.encodedPayload(
                         language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
                     notifications.append(
                         PushNotification(
                             jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign,
-                            tag: Self.tag(partition: message.partition, offset: message.offset)))
+                            priority: job.priority, campaign: job.campaign, position: Self.position(of: message)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.
-                    deadLetters.append((message, error.reason.rawValue, outcome(.deadLettered)))
+                    refused.append((message, error.reason.rawValue, outcome(.deadLettered)))
                 }
             }
         }
-        // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle.
-        if !deadLetters.isEmpty {
-            try await deadLetter.send(deadLetters.map { ($0.message, $0.reason) })
-            for d in deadLetters {
-                item.outcomes.append(d.outcome)
-                item.refs.append(d.message.ref)
-            }
-        }
         inbox.put(item)
+        // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle; a
+        // write that fails is retried in the background while the valid jobs go on.
+        if !refused.isEmpty {
+            var settled = SettlerInbox.Item()
+            for d in refused {
+                settled.outcomes.append(d.outcome)
+                settled.refs.append(d.message.ref)
+            }
+            deadLetters.write(refused.map { ($0.message, $0.reason) }, settle: settled)
+        }
         if !inFlight.isEmpty {
             let retry = DecodedBatch(messages: inFlight.map(\.message), jobs: inFlight, deadLetters: [], isRetry: true)
             Task {
@@ -287,15 +341,16 @@ public final class PipelineRunner: Service, Sendable {
             if !orphans.isEmpty {
                 // Validated jobs for an app with no certificate here: dead letters, with the reason.
                 var orphanItem = SettlerInbox.Item()
-                let byTag = Dictionary(uniqueKeysWithValues: batch.map { (Self.tag(partition: $0.partition, offset: $0.offset), $0) })
-                try await deadLetter.send(orphans.compactMap { n in byTag[n.tag].map { ($0, "no-certificate-for-app") } })
+                let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (Self.position(of: $0), $0) })
                 for n in orphans {
                     orphanItem.outcomes.append(
                         Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.token.hex, campaign: n.campaign, kind: .deadLettered))
-                    orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, tag: n.tag))
+                    if let position = n.position { orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, position: position)) }
                 }
-                logger.error("jobs for apps without a certificate were dead-lettered", metadata: ["count": "\(orphans.count)"])
-                inbox.put(orphanItem)
+                logger.error("jobs for apps without a certificate are dead-lettered", metadata: ["count": "\(orphans.count)"])
+                deadLetters.write(
+                    orphans.compactMap { n in n.position.flatMap { byPosition[$0] }.map { ($0, "no-certificate-for-app") } },
+                    settle: orphanItem)
             }
         }
     }
@@ -304,24 +359,30 @@ public final class PipelineRunner: Service, Sendable {
         var item = SettlerInbox.Item()
         item.outcomes.reserveCapacity(batch.outcomes.count)
         for o in batch.outcomes {
-            let kind: Redis.OutcomeKind =
-                switch o.kind {
-                case .accepted: .accepted
-                case .rejected: .rejected
-                case .deadLettered: .deadLettered
-                }
+            // The settler acts on what a rejection means, never on a protocol's status number.
+            let kind: Redis.OutcomeKind
+            var suppression: TokenSuppression?
+            switch o.delivery {
+            case .accepted:
+                kind = .accepted
+            case .rejected(.invalidToken(let since, let reason)):
+                kind = .rejected
+                suppression = TokenSuppression(since: since, reason: reason)
+            case .rejected(.badRequest), .rejected(.transient):
+                kind = .deadLettered
+            }
             item.outcomes.append(
                 Redis.Outcome(
                     jobID: o.jobID, app: o.app, tokenHex: o.token.hex, campaign: o.notification.campaign, kind: kind,
-                    status: o.status?.rawValue, shard: o.shard))
-            item.refs.append(ref(topic: topic, tag: o.notification.tag))
+                    code: o.code, suppressToken: suppression, shard: o.connection))
+            if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
         }
         item.events.replayed = batch.events.replayed
         item.events.ambiguous = batch.events.ambiguous
         item.events.retried = batch.events.retried
         item.events.reconnects = batch.events.reconnects
         if batch.events.replayed > 0 {
-            item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.shard, replayed: batch.events.replayed))
+            item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.connection, replayed: batch.events.replayed))
         }
         return item
     }
@@ -331,9 +392,10 @@ public final class PipelineRunner: Service, Sendable {
     /// One Redis round trip per gathered batch, then the Kafka offsets, then the in-flight budget.
     private func settle(store: PipelineStore, consumer: KafkaConsumer) async throws {
         while let item = await inbox.take() {
-            if !item.outcomes.isEmpty || item.events != PipelineEvents() {
-                try await store.settle(
-                    SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents))
+            if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
+                var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
+                batch.campaignEvents = item.campaignEvents
+                try await store.settle(batch)
             }
             if !item.refs.isEmpty {
                 _ = consumer.settle(item.refs)
@@ -342,13 +404,36 @@ public final class PipelineRunner: Service, Sendable {
         }
     }
 
+    // MARK: heartbeat
+
+    /// `host pid` on the heartbeat key, so an operator can tell which process holds a lease.
+    static let ownerDescription = "\(ProcessInfo.processInfo.hostName) pid \(ProcessInfo.processInfo.processIdentifier)"
+
+    /// Refreshes the heartbeat four times per lifetime until cancelled. A refresh that fails is logged and
+    /// retried at the next tick; if Redis stays away longer than the heartbeat lives, other processes may
+    /// take this one's leases over (and count what they resend), which is why it beats this often.
+    private func beatHeartbeat(store: PipelineStore) async {
+        let interval = store.configuration.ownerHeartbeat / 4
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            if Task.isCancelled { break }
+            do {
+                try await store.beat(description: Self.ownerDescription)
+            } catch {
+                logger.warning(
+                    "heartbeat not refreshed: if it lapses, other processes take over this one's leases",
+                    metadata: ["owner": "\(store.configuration.leaseOwner)", "error": "\(error)"])
+            }
+        }
+    }
+
     // MARK: feedback
 
     /// Writes each shard's state to `apns:shard:<app>:<n>` every few seconds, for dashboards.
-    private func publishShardStatus(pools: [SenderPool], store: PipelineStore) async throws {
+    private func publishShardStatus(transports: [any NotificationTransport], store: PipelineStore) async throws {
         while !Task.isCancelled {
-            for pool in pools {
-                for s in await pool.statistics() {
+            for transport in transports {
+                for s in await transport.statistics() {
                     try? await store.updateShard(
                         ShardStatus(
                             app: s.app, shard: s.index, state: s.state, gateway: s.gateway, connectedSince: s.connectedSince,
@@ -372,5 +457,32 @@ public final class PipelineRunner: Service, Sendable {
         await FeedbackSchedule(
             apps: apps, poller: poller, interval: .seconds(Int64(c.feedbackIntervalMinutes * 60)), logger: logger
         ).run()
+    }
+}
+
+/// Logs jobs waiting on another live process's lease, at most once per interval (a rebalance can make
+/// thousands wait at once): how many since the last line, one example job and holder.
+final class LeaseWaitLog: Sendable {
+    private let state = Mutex<(count: Int, last: ContinuousClock.Instant?)>((0, nil))
+    private let interval: Duration
+
+    init(interval: Duration = .seconds(10)) {
+        self.interval = interval
+    }
+
+    func note(jobID: String, holder: String, logger: Logger) {
+        let now = ContinuousClock.now
+        let report = state.withLock { s -> Int? in
+            s.count += 1
+            if let last = s.last, now - last < interval { return nil }
+            s.last = now
+            defer { s.count = 0 }
+            return s.count
+        }
+        if let report {
+            logger.warning(
+                "jobs wait on another live process's in-flight lease",
+                metadata: ["jobs": "\(report)", "example.job": "\(jobID)", "example.owner": "\(holder)"])
+        }
     }
 }

@@ -11,6 +11,7 @@ final class SettlerInbox: Sendable {
         var refs: [MessageRef] = []
         var events = PipelineEvents()
         var shardEvents: [ShardEvents] = []
+        var campaignEvents: [String: PipelineEvents] = [:]
     }
 
     private struct State {
@@ -31,6 +32,12 @@ final class SettlerInbox: Sendable {
             s.pending.events.ambiguous += item.events.ambiguous
             s.pending.events.retried += item.events.retried
             s.pending.events.reconnects += item.events.reconnects
+            s.pending.events.resentAfterCrash += item.events.resentAfterCrash
+            s.pending.events.inFlightWaits += item.events.inFlightWaits
+            for (campaign, e) in item.campaignEvents {
+                s.pending.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += e.resentAfterCrash
+                s.pending.campaignEvents[campaign, default: PipelineEvents()].ambiguous += e.ambiguous
+            }
             s.pending.shardEvents.append(contentsOf: item.shardEvents)
             s.count += 1
             let w = s.waiter

@@ -1,9 +1,13 @@
 import Foundation
 import Logging
+import TimeUnits
 
 /// Tuning of the pipeline's Redis state. TTLs are whole seconds on the server.
+///
+/// The defaults of `init` are the one home of these settings: the pipeline file's `redis.*` keys
+/// default to them (`PipelineConfiguration.Redis`), so `run`, the commands and the tests agree.
 public struct PipelineStoreConfiguration: Sendable, Hashable {
-    /// Prefix of every key (DESIGN §4: `apns`).
+    /// Prefix of every key (`docs/design.md §4.1`: `apns`).
     public var keyPrefix: String
     /// How long an accepted job id is remembered (at least this long, at most one bucket width longer).
     public var dedupRetention: Duration
@@ -12,7 +16,8 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// buckets mean fewer lookups but more records per bucket.
     public var dedupBucketWidth: Duration
     /// Sets per time bucket. Size it so a set stays below the server's `set-max-intset-entries`
-    /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400.
+    /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400
+    /// (the default, 4096 per 12 h bucket, suits up to ~1.6 million accepted jobs per 12 h).
     /// Beyond that a set still works but converts to a hash table (~7× the memory); the settler logs a
     /// warning when it sees a set above ``dedupSetCapacity``.
     public var dedupSubBuckets: Int
@@ -25,16 +30,24 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     public var batchMarkerRetention: Duration
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
+    /// The process that holds the leases this store's gate takes: its heartbeat key must live (see
+    /// ``beat()``) or other processes take its leases over. One per process; random by default.
+    public var leaseOwner: String
+    /// How long a heartbeat lives without being refreshed: a crashed process's leases are void this long
+    /// after its last beat. Refresh well within it (the runner beats every quarter of it).
+    public var ownerHeartbeat: Duration
 
     public init(
-        keyPrefix: String = "apns",
+        keyPrefix: String = RedisKeys.defaultPrefix,
         dedupRetention: Duration = .seconds(86_400),
-        dedupBucketWidth: Duration = .seconds(14_400),
-        dedupSubBuckets: Int = 1024,
+        dedupBucketWidth: Duration = .seconds(43_200),
+        dedupSubBuckets: Int = 4096,
         dedupSetCapacity: Int = 512,
         inFlightLease: Duration = .seconds(600),
         batchMarkerRetention: Duration = .seconds(3600),
-        minuteBucketRetention: Duration = .seconds(86_400)
+        minuteBucketRetention: Duration = .seconds(86_400),
+        leaseOwner: String = UUID().uuidString.lowercased(),
+        ownerHeartbeat: Duration = .seconds(10)
     ) {
         self.keyPrefix = keyPrefix
         self.dedupRetention = dedupRetention
@@ -44,6 +57,8 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
         self.inFlightLease = inFlightLease
         self.batchMarkerRetention = batchMarkerRetention
         self.minuteBucketRetention = minuteBucketRetention
+        self.leaseOwner = leaseOwner
+        self.ownerHeartbeat = ownerHeartbeat
     }
 }
 
@@ -55,7 +70,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
 /// `<p>:dedup:<time bucket>:<sub-bucket>`, which Redis stores as an intset (8 raw bytes per member); the
 /// whole set expires with its time bucket. Measured on Redis 7.0.15 (`used_memory` delta over 100 000
 /// accepted jobs settled through ``settle(_:)``, test `dedupRecordsAreCompact`): 9.5 B/job with ~390
-/// members per set (256 sub-buckets), 10.6 B/job with ~98 (the default 1024). For comparison, same
+/// members per set (256 sub-buckets), 10.6 B/job with ~98 (1024 sub-buckets). For comparison, same
 /// server: 8-byte fields in listpack hashes 14 B/job, one `SET <p>:dedup:<hex> 1 EX ttl` per job 117 B/job.
 public struct PipelineStore: Sendable {
     public let client: RedisClient
@@ -84,8 +99,10 @@ public struct PipelineStore: Sendable {
     public func gate(_ requests: [GateRequest], now: Int64 = PipelineStore.epochNow()) async throws -> [GateDecision] {
         if requests.isEmpty { return [] }
         var arguments = RedisArguments()
-        arguments.append(Self.newBatchID())  // lease owner: the same across retries of this call
+        arguments.append(configuration.leaseOwner)
+        arguments.append(Self.newBatchID())  // the gate call: the same across retries of this call
         arguments.append(max(1, configuration.inFlightLease.milliseconds))
+        arguments.append(keys.ownerPrefix)
         let buckets = dedupBucketsToCheck(now: now)
         arguments.append(buckets.count)
         for bucket in buckets { arguments.append(keys.dedupPrefix(bucket: bucket)) }
@@ -123,10 +140,28 @@ public struct PipelineStore: Sendable {
             case 2: decisions.append(.deduped)
             case 3: decisions.append(.inFlight)
             case 4: decisions.append(.suppressed)
+            case 5: decisions.append(.takenOver(language: flat[index * 2 + 1].string))
+            case 6: decisions.append(.inFlightElsewhere(owner: flat[index * 2 + 1].string ?? "?"))
             default: throw RedisError.unexpectedReply("gate: bad decision \(flat[index * 2])")
             }
         }
         return decisions
+    }
+
+    // MARK: Lease owner
+
+    /// Writes (or refreshes) this process's heartbeat, `<p>:owner:<leaseOwner>`, living
+    /// ``PipelineStoreConfiguration/ownerHeartbeat``. While it lives, this process's leases hold.
+    public func beat(description: String = "") async throws {
+        _ = try await client.send(
+            RedisCommand(
+                "SET", keys.owner(configuration.leaseOwner), description.isEmpty ? "alive" : description, "PX",
+                String(max(1, configuration.ownerHeartbeat.milliseconds))))
+    }
+
+    /// Removes the heartbeat (graceful stop): whatever this process still leases is void at once.
+    public func endHeartbeat() async throws {
+        _ = try await client.send(RedisCommand("DEL", keys.owner(configuration.leaseOwner)))
     }
 
     /// Buckets that may hold a live record: those whose expiry (end + retention) is after `now`, plus the
@@ -141,9 +176,9 @@ public struct PipelineStore: Sendable {
 
     // MARK: Settler
 
-    /// Records a batch of outcomes: dedup records for accepted jobs, suppression for invalid tokens
-    /// (status 8), releases the in-flight leases, and increments totals, the minute bucket, campaigns,
-    /// `rejected:<status>` and shard counters. One round trip.
+    /// Records a batch of outcomes: dedup records for accepted jobs, suppression of the tokens an outcome
+    /// asks to suppress, releases the in-flight leases, and increments totals, the minute bucket,
+    /// campaigns, `rejected:<code>` and shard counters. One round trip.
     ///
     /// Exactly once: the batch's ``SettleBatch/id`` is set as a marker in the same script; applying a
     /// batch whose marker exists changes nothing and returns `false`. So a retry after a lost reply (ours
@@ -164,19 +199,19 @@ public struct PipelineStore: Sendable {
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
         for outcome in batch.outcomes {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
-            if let status = outcome.status { count("rejected:\(status)", 1, campaign: outcome.campaign) }
+            if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
-            switch outcome.kind {
-            case .accepted:
+            if outcome.kind == .accepted {
                 let fingerprint = JobFingerprint(jobID: outcome.jobID)
                 let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
                 writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
-            case .rejected where outcome.status == 8:
-                writes.suppress(keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: batch.settledAt, reason: "invalid-token")
-            default:
-                break
+            }
+            if let suppression = outcome.suppressToken {
+                writes.suppress(
+                    keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: suppression.since ?? batch.settledAt,
+                    reason: suppression.reason)
             }
             // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
             if outcome.kind != .deduped { writes.delete(keys.inFlight(jobID: outcome.jobID)) }
@@ -187,6 +222,13 @@ public struct PipelineStore: Sendable {
         count(CounterField.ambiguous.rawValue, Int64(events.ambiguous))
         count(CounterField.retried.rawValue, Int64(events.retried))
         count(CounterField.reconnects.rawValue, Int64(events.reconnects))
+        count(CounterField.resentAfterCrash.rawValue, Int64(events.resentAfterCrash))
+        count(CounterField.inFlightWaits.rawValue, Int64(events.inFlightWaits))
+        for (campaign, e) in batch.campaignEvents {
+            for (field, n) in [(CounterField.resentAfterCrash, e.resentAfterCrash), (.ambiguous, e.ambiguous)] where n != 0 {
+                writes.increment(keys.campaign(campaign), field.rawValue, Int64(n))
+            }
+        }
         for shardEvent in batch.shardEvents where shardEvent.replayed != 0 {
             writes.increment(keys.shard(app: shardEvent.app, shard: shardEvent.shard), "replayed", Int64(shardEvent.replayed))
         }
@@ -230,6 +272,18 @@ public struct PipelineStore: Sendable {
         var writes = Writes(marker: keys.batch(Self.newBatchID()), markerTTL: configuration.batchMarkerRetention.components.seconds)
         writes.increment(keys.campaign(campaign), "published", Int64(count))
         _ = try await apply(writes, operation: "published")
+    }
+
+    /// Adds to counters of the totals and of the current minute (not exactly once: for events counted
+    /// outside a settle batch, such as failed dead-letter writes).
+    public func increment(_ field: CounterField, by delta: Int64, now: Int64 = PipelineStore.epochNow()) async throws {
+        guard delta != 0 else { return }
+        var writes = Writes()
+        let minuteKey = keys.stats(minuteOf: now)
+        writes.increment(keys.stats, field.rawValue, delta)
+        writes.increment(minuteKey, field.rawValue, delta)
+        writes.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
+        _ = try await apply(writes, operation: "increment")
     }
 
     /// Writes a shard's connection state (idempotent).

@@ -18,20 +18,27 @@ public enum GateDecision: Sendable, Hashable {
     /// Send it; the token's registered language (for `alerts[language]`), if any. The job now holds an
     /// in-flight lease until it is settled (or the lease expires).
     case admitted(language: String?)
+    /// Send it: the lease was held by a process whose heartbeat lapsed (it crashed between gate and
+    /// settle), and is now this one's. That process may have written the job already: a possible
+    /// duplicate, counted `resent_after_crash` (and `ambiguous`). The job holds the lease as for ``admitted(language:)``.
+    case takenOver(language: String?)
     /// Settled as accepted before: do not send; settle it as ``OutcomeKind/deduped``.
     case deduped
     /// Another copy of this job id is between gate and settle right now: do not send it (the other copy
     /// settles the id); not a settled state.
     case inFlight
+    /// Another live process (`owner`, its heartbeat present) holds this job id's lease: do not send it;
+    /// gate it again later (deduped once that copy is accepted, taken over if that process dies).
+    case inFlightElsewhere(owner: String)
     /// The token is suppressed (feedback or invalid token) and has not registered since: settle it as
     /// ``OutcomeKind/suppressed``.
     case suppressed
 }
 
-/// How a job ended. Raw values are the counter field names (DESIGN §4).
+/// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
 public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
     case accepted
-    /// Refused by the gateway: status 8 (invalid token; the token is suppressed) or 2–7.
+    /// Refused by the gateway because the token is invalid (the token is suppressed).
     case rejected
     case suppressed
     case deduped
@@ -45,21 +52,43 @@ public struct Outcome: Sendable, Hashable {
     public var tokenHex: String
     public var campaign: String?
     public var kind: OutcomeKind
-    /// The gateway's error-response status, when there was one (counted as `rejected:<status>`, whether
-    /// the job ended rejected or dead-lettered).
-    public var status: UInt8?
+    /// The gateway's code for a refusal, when there was one: the binary error-response status ("8") or
+    /// the HTTP/2 reason ("Unregistered"). Counted as `rejected:<code>`, whether the job ended rejected or
+    /// dead-lettered; never acted on.
+    public var code: String?
+    /// Suppress the job's token (an invalid-token answer): the settler writes it to
+    /// `…:suppressed:<app>`, so the gate skips the token until it registers again.
+    public var suppressToken: TokenSuppression?
     /// The shard that wrote it to a gateway; counts `sent` on `…:shard:<app>:<n>` for accepted,
     /// rejected and dead-lettered jobs.
     public var shard: Int?
 
-    public init(jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, status: UInt8? = nil, shard: Int? = nil) {
+    public init(
+        jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
+        suppressToken: TokenSuppression? = nil, shard: Int? = nil
+    ) {
         self.jobID = jobID
         self.app = app
         self.tokenHex = tokenHex
         self.campaign = campaign
         self.kind = kind
-        self.status = status
+        self.code = code
+        self.suppressToken = suppressToken
         self.shard = shard
+    }
+}
+
+/// A token to suppress because of a settled outcome.
+public struct TokenSuppression: Sendable, Hashable {
+    /// Epoch seconds from which the token is invalid (HTTP/2's 410 `timestamp`); nil = the batch's
+    /// settle time. A registration newer than this lifts the suppression.
+    public var since: Int64?
+    /// Stored with the time (`<epoch>:<reason>`), e.g. `invalid-token`, `unregistered`.
+    public var reason: String
+
+    public init(since: Int64? = nil, reason: String) {
+        self.since = since
+        self.reason = reason
     }
 }
 
@@ -75,13 +104,22 @@ public struct PipelineEvents: Sendable, Hashable {
     public var retried: Int
     /// Gateway reconnects.
     public var reconnects: Int
+    /// Jobs admitted by taking over the lease of a process that died (``GateDecision/takenOver(language:)``).
+    public var resentAfterCrash: Int
+    /// Jobs that had to wait because another live process held their lease (counted once per job).
+    public var inFlightWaits: Int
 
-    public init(received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0) {
+    public init(
+        received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0,
+        resentAfterCrash: Int = 0, inFlightWaits: Int = 0
+    ) {
         self.received = received
         self.replayed = replayed
         self.ambiguous = ambiguous
         self.retried = retried
         self.reconnects = reconnects
+        self.resentAfterCrash = resentAfterCrash
+        self.inFlightWaits = inFlightWaits
     }
 
     public static let none = PipelineEvents()
@@ -109,6 +147,8 @@ public struct SettleBatch: Sendable, Hashable {
     public var outcomes: [Outcome]
     public var events: PipelineEvents
     public var shardEvents: [ShardEvents]
+    /// Per campaign: `resentAfterCrash` and `ambiguous` added to `…:campaign:<id>` (the totals come from ``events``).
+    public var campaignEvents: [String: PipelineEvents] = [:]
     /// Epoch seconds: the minute bucket, the dedup bucket and the invalid-token suppression time.
     public var settledAt: Int64
 
@@ -181,11 +221,18 @@ public struct ShardStatus: Sendable, Hashable {
     }
 }
 
-/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (DESIGN §4).
+/// The counter fields of `…:stats`, `…:stats:<minute>` and `…:campaign:<id>` (`docs/design.md §4.1`).
 public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case received, accepted, rejected, suppressed, deduped
     case deadLettered = "dead_lettered"
     case replayed, ambiguous, retried, reconnects
+    /// Dead-letter writes that failed (per message and attempt); the source message stays unsettled
+    /// and the write is retried with back-off.
+    case deadLetterFailures = "dead_letter_failures"
+    /// Jobs admitted after taking over a dead process's lease: the crash duplicate window (also in `ambiguous`).
+    case resentAfterCrash = "resent_after_crash"
+    /// Jobs that waited on another live process's lease (once per job).
+    case inFlightWaits = "in_flight_waits"
 }
 
 /// The fields of one counters hash, as read.
@@ -199,7 +246,8 @@ public struct Counters: Sendable, Hashable {
 
     public subscript(field: CounterField) -> Int64 { fields[field.rawValue] ?? 0 }
 
-    public func rejected(status: UInt8) -> Int64 { fields["rejected:\(status)"] ?? 0 }
+    /// `rejected:<code>`: a binary status number ("8") or an HTTP/2 reason ("Unregistered").
+    public func rejected(code: String) -> Int64 { fields["rejected:\(code)"] ?? 0 }
 }
 
 /// Totals and recent per-minute counters.

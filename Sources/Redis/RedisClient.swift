@@ -1,6 +1,7 @@
 import CHiredis
 import Foundation
 import Logging
+import TimeUnits
 
 /// A connection to one Redis server, over hiredis.
 ///
@@ -261,9 +262,15 @@ extension RedisReply {
     }
 }
 
-extension Duration {
-    var milliseconds: Int64 {
-        let parts = components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
+extension RedisClient {
+    /// `INFO <section>` as field → value (e.g. `used_memory`), for measurements and checks.
+    public func info(_ section: String) async throws -> [String: String] {
+        let text = try await send(RedisCommand("INFO", section)).string ?? ""
+        var result: [String: String] = [:]
+        for line in text.split(whereSeparator: \.isNewline) {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            if parts.count == 2 { result[String(parts[0])] = String(parts[1]) }
+        }
+        return result
     }
 }

@@ -5,6 +5,9 @@ import Foundation
 /// Parsed from `redis://[user:password@]host:port[/db]`. There is no `rediss://`: hiredis 0.14 has no TLS,
 /// so run Redis on loopback or a private network (or behind a TLS tunnel such as stunnel).
 public struct RedisConfiguration: Sendable, Hashable {
+    /// The server when none is configured (`redis.url`, `--redis`): its one home.
+    public static let defaultURL = "redis://127.0.0.1:6379"
+
     public var host: String
     public var port: Int
     /// ACL user (Redis 6+). With a password but no user, `AUTH <password>` uses the `default` user.

@@ -1,4 +1,4 @@
-/// The Redis key layout: the contract ops dashboards read (DESIGN §4). Every key name the pipeline
+/// The Redis key layout: the contract ops dashboards read (`docs/design.md §4.1`). Every key name the pipeline
 /// writes is spelled here, and only here.
 ///
 /// | key | type | content |
@@ -11,14 +11,19 @@
 /// | `<p>:registered:<app>` | HASH | token hex → `<epoch>` |
 /// | `<p>:lang:<app>` | HASH | token hex → language |
 /// | `<p>:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
-/// | `<p>:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL) |
+/// | `<p>:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL): `<owner>/<gate call>` |
+/// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process (PX TTL, refreshed) |
 /// | `<p>:batch:<id>` | STRING | marker of an applied settle batch (EX 1 h): exactly-once counting |
 ///
 /// Token hex is stored lower-case.
 public struct RedisKeys: Sendable, Hashable {
     public let prefix: String
 
-    public init(prefix: String = "apns") {
+    /// The prefix when none is configured (`redis.prefix`): its one home; commands and the pipeline
+    /// file read it from here.
+    public static let defaultPrefix = "apns"
+
+    public init(prefix: String = RedisKeys.defaultPrefix) {
         self.prefix = prefix
     }
 
@@ -32,6 +37,9 @@ public struct RedisKeys: Sendable, Hashable {
     public func language(app: String) -> String { "\(prefix):lang:\(app)" }
     public func inFlight(jobID: String) -> String { "\(prefix):inflight:\(jobID)" }
     public func batch(_ id: String) -> String { "\(prefix):batch:\(id)" }
+    /// `<p>:owner:`; the owner id follows (the gate script appends it).
+    public var ownerPrefix: String { "\(prefix):owner:" }
+    public func owner(_ id: String) -> String { ownerPrefix + id }
     /// `<p>:dedup:<bucket>:`; the sub-bucket number follows (the gate script appends it).
     public func dedupPrefix(bucket: Int64) -> String { "\(prefix):dedup:\(bucket):" }
     public func dedup(bucket: Int64, subBucket: Int) -> String { dedupPrefix(bucket: bucket) + String(subBucket) }

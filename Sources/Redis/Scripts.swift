@@ -3,23 +3,29 @@
 /// mix of per-app and global keys in one call, means these scripts target a single Redis server or
 /// primary, not Redis Cluster.)
 enum Scripts {
-    /// Gate. ARGV: owner, lease-ms, #buckets, bucket-prefix…, #apps, (suppressed-key registered-key
-    /// lang-key)…, then per job: lease-key app-index token member sub-bucket.
-    /// Returns a flat array: per job a code (1 admitted, 2 deduped, 3 in flight, 4 suppressed) and the
-    /// language (nil unless admitted with one).
+    /// Gate. ARGV: owner, call, lease-ms, heartbeat-prefix, #buckets, bucket-prefix…, #apps,
+    /// (suppressed-key registered-key lang-key)…, then per job: lease-key app-index token member sub-bucket.
+    /// Returns a flat array: per job a code (1 admitted, 2 deduped, 3 in flight in this process,
+    /// 4 suppressed, 5 admitted by taking over the lease of a dead process, 6 in flight in another live
+    /// process) and a value: the language for 1 and 5 (nil when none), the lease holder for 6.
     ///
-    /// The lease holds the gate call's owner id: if the reply of this call is lost and the call is
-    /// retried, its own leases are recognised (and refreshed) instead of reporting its jobs as in flight.
+    /// A lease's value is `<owner>/<call>`: the owner is the process (its heartbeat key
+    /// `<heartbeat-prefix><owner>` lives while the process does), the call is this gate call, so a retry
+    /// of the call after a lost reply recognises (and refreshes) its own leases, while another batch of
+    /// the same process holding the id is still in flight. A lease whose owner's heartbeat is gone is
+    /// void: that process died between gate and settle, and its job is taken over at once instead of
+    /// waiting out the lease.
     static let gate = RedisScript(#"""
-        local owner, leaseMs = ARGV[1], ARGV[2]
-        local i = 3
+        local owner, call, leaseMs, heartbeatPrefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+        local mine = owner .. '/' .. call
+        local i = 5
         local nb = tonumber(ARGV[i]); i = i + 1
         local buckets = {}
         for b = 1, nb do buckets[b] = ARGV[i]; i = i + 1 end
         local na = tonumber(ARGV[i]); i = i + 1
         local apps = {}
         for a = 1, na do apps[a] = { ARGV[i], ARGV[i + 1], ARGV[i + 2] }; i = i + 3 end
-        local out, admittedInBatch = {}, {}
+        local out, admittedInBatch, alive = {}, {}, {}
         while i <= #ARGV do
           local lease, app, token, member, sub = ARGV[i], apps[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
           i = i + 5
@@ -30,11 +36,32 @@ enum Scripts {
           if code == 1 then
             if admittedInBatch[lease] then
               code = 3
-            elseif not redis.call('SET', lease, owner, 'NX', 'PX', leaseMs) then
-              if redis.call('GET', lease) == owner then redis.call('PEXPIRE', lease, leaseMs) else code = 3 end
+            elseif not redis.call('SET', lease, mine, 'NX', 'PX', leaseMs) then
+              local held = redis.call('GET', lease)
+              if held == mine then
+                -- A retry of this very call (its reply was lost): its own lease.
+                redis.call('PEXPIRE', lease, leaseMs)
+              else
+                local holder = held and string.match(held, '^([^/]+)/')
+                if not holder or holder == owner then
+                  -- Another batch of this process (or a lease of unknown form): in flight.
+                  code = 3
+                else
+                  -- Another process's lease: void if its heartbeat lapsed (it died). NOTE: the heartbeat
+                  -- key is not in the lease's hash slot, so this read is cross-slot under Redis Cluster
+                  -- (issue 15 reworks the key layout).
+                  if alive[holder] == nil then alive[holder] = redis.call('EXISTS', heartbeatPrefix .. holder) == 1 end
+                  if alive[holder] then
+                    code = 6; lang = holder
+                  else
+                    redis.call('SET', lease, mine, 'PX', leaseMs)
+                    code = 5
+                  end
+                end
+              end
             end
           end
-          if code == 1 then
+          if code == 1 or code == 5 then
             local s = redis.call('HGET', app[1], token)
             if s then
               local t = tonumber(string.match(s, '^(%d+)'))
@@ -44,7 +71,7 @@ enum Scripts {
               if not (t and rt and rt > t) then code = 4; redis.call('DEL', lease) end
             end
           end
-          if code == 1 then
+          if code == 1 or code == 5 then
             admittedInBatch[lease] = true
             lang = redis.call('HGET', app[3], token)
           end

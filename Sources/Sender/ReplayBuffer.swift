@@ -3,7 +3,7 @@ import NIOCore
 
 /// The notifications written on one connection and not yet known to be accepted, in send order.
 ///
-/// The binary interface never acknowledges success (spec 003: "If you send a notification that is
+/// The binary interface never acknowledges success (Apple's "The Binary Interface and Notification Format": "If you send a notification that is
 /// accepted by APNs, nothing is returned"), so a sender must keep what it wrote until it can tell:
 /// - an error response for identifier X means everything before X was processed (accepted), X failed,
 ///   and everything after X "is discarded, and must be resent";

@@ -46,7 +46,7 @@ public struct ShardConfiguration: Sendable {
     public init() {}
 }
 
-/// Exponential back-off with full jitter and a cap (spec 003: "APNs treats rapid connection and
+/// Exponential back-off with full jitter and a cap (Apple's "Best Practices for Managing Connections": "APNs treats rapid connection and
 /// disconnection as a denial-of-service attack").
 public struct ReconnectPolicy: Sendable {
     public var initialDelay = 0.05

@@ -5,9 +5,10 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 
-/// One app's connections: `shards` TLS connections to its gateways, each a `Shard`. Notifications
-/// route to a shard by a stable hash of their token, so one token's notifications keep their order.
-public final class SenderPool: Sendable {
+/// The binary transport of one app: `shards` TLS connections to its gateways, each a `Shard`.
+/// Notifications route to a shard by a stable hash of their token, so one token's notifications keep
+/// their order.
+public final class SenderPool: NotificationTransport {
     public let configuration: PoolConfiguration
     private let shards: [Shard]
 
@@ -30,6 +31,7 @@ public final class SenderPool: Sendable {
     }
 
     public var app: String { configuration.app }
+    public var protocolName: String { "binary" }
 
     /// The shard a token goes to.
     public func shardIndex(for token: DeviceToken) -> Int {
@@ -64,39 +66,3 @@ public final class SenderPool: Sendable {
     }
 }
 
-/// Routes notifications to the pool of their app (one certificate = one topic).
-public final class Router: Sendable {
-    public let pools: [String: SenderPool]
-
-    public init(pools: [SenderPool]) {
-        self.pools = Dictionary(uniqueKeysWithValues: pools.map { ($0.app, $0) })
-    }
-
-    /// Sends through each app's pool. Notifications for an app without a pool are returned, untouched,
-    /// for the caller to dead-letter ("no certificate for app").
-    public func send(_ notifications: [PushNotification]) async throws -> [PushNotification] {
-        if pools.count == 1, let (app, pool) = pools.first, notifications.allSatisfy({ $0.app == app }) {
-            try await pool.send(notifications)
-            return []
-        }
-        var byApp: [String: [PushNotification]] = [:]
-        var orphans: [PushNotification] = []
-        for n in notifications {
-            if pools[n.app] != nil { byApp[n.app, default: []].append(n) } else { orphans.append(n) }
-        }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for (app, part) in byApp {
-                let pool = pools[app]!
-                group.addTask { try await pool.send(part) }
-            }
-            try await group.waitForAll()
-        }
-        return orphans
-    }
-
-    public func drainAndClose() async -> [String: [DrainResult]] {
-        var out: [String: [DrainResult]] = [:]
-        for (app, pool) in pools { out[app] = await pool.drainAndClose() }
-        return out
-    }
-}

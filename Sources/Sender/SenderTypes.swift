@@ -1,7 +1,22 @@
 import APNsProtocol
 
-/// One notification to send: what the sender needs and nothing else. The payload is already encoded
-/// and checked against the limit; `tag` is the caller's (the pipeline keeps its Kafka position there).
+/// Where a notification came from: its job's Kafka partition and offset. The sender never reads it; it
+/// travels with the notification so the settler can commit the offset once the outcome is recorded.
+/// (The sender does not depend on the Kafka module; the pipeline maps this to its `MessageRef`.)
+public struct SourcePosition: Sendable, Hashable, CustomStringConvertible {
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(partition: Int32, offset: Int64) {
+        self.partition = partition
+        self.offset = offset
+    }
+
+    public var description: String { "\(partition)@\(offset)" }
+}
+
+/// One notification to send: what a transport needs and nothing else. The payload is already encoded
+/// and checked against the limit.
 public struct PushNotification: Sendable {
     public var jobID: String
     public var app: String
@@ -10,11 +25,16 @@ public struct PushNotification: Sendable {
     public var expiry: UInt32
     public var priority: Priority
     public var campaign: String?
-    public var tag: UInt64
+    /// HTTP/2 `apns-collapse-id` (≤ 64 bytes); the binary interface has no such field and ignores it.
+    public var collapseID: String?
+    /// HTTP/2 `apns-push-type` (`alert`, `background`, …); nil lets the transport infer it from the payload.
+    public var pushType: String?
+    /// The job's Kafka position, when it came from Kafka (`send` reads files and has none).
+    public var position: SourcePosition?
 
     public init(
         jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
-        campaign: String? = nil, tag: UInt64 = 0
+        campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
     ) {
         self.jobID = jobID
         self.app = app
@@ -23,28 +43,83 @@ public struct PushNotification: Sendable {
         self.expiry = expiry
         self.priority = priority
         self.campaign = campaign
-        self.tag = tag
+        self.collapseID = collapseID
+        self.pushType = pushType
+        self.position = position
     }
 }
 
-/// What became of a notification.
-public enum OutcomeKind: String, Sendable, Hashable {
-    /// Processed by the gateway (proved by a later error, a status 10, a drain probe, or `settle_after`).
+/// Why a gateway refused a notification, as a meaning the settler can act on. Each transport maps its
+/// own answers onto these (binary: error-response statuses; HTTP/2: status and `reason`), so nothing
+/// after the transport ever looks at a protocol's status number.
+public enum Rejection: Sendable, Hashable {
+    /// The device token is not (or no longer) valid for this app: the job is rejected and the token
+    /// suppressed. `since`: epoch seconds from which the token is invalid (HTTP/2's 410 `timestamp`), so a
+    /// registration newer than that lifts the suppression; nil means "from when it is settled".
+    case invalidToken(since: Int64?, reason: String)
+    /// The request itself was refused (malformed, too large, bad topic…): validation should have caught
+    /// it. Dead-lettered with the reason, and counted.
+    case badRequest(reason: String)
+    /// Failed for a passing cause (processing error, overload) as many times as allowed: dead-lettered
+    /// with the reason.
+    case transient(reason: String)
+
+    public var reason: String {
+        switch self {
+        case .invalidToken(_, let reason), .badRequest(let reason), .transient(let reason): reason
+        }
+    }
+}
+
+/// How a transport's attempt to deliver a notification ended.
+public enum Delivery: Sendable, Hashable {
+    /// The gateway took it (binary: proved by a later error, a status 10, a drain probe or `settleAfter`;
+    /// HTTP/2: answered 200).
     case accepted
-    /// Status 8: the token is invalid; it should be suppressed.
+    case rejected(Rejection)
+}
+
+/// What became of a notification, in the pipeline's counting terms (the raw values are the counter
+/// field names of the Redis contract).
+public enum OutcomeKind: String, Sendable, Hashable {
+    case accepted
+    /// The token is invalid: the job is rejected and the token suppressed.
     case rejected
-    /// Given up: status 2–7 (validation should have caught it), or 1/255 after the allowed attempts.
+    /// Given up: a bad request, or a transient failure after the allowed attempts.
     case deadLettered = "dead_lettered"
 }
 
 public struct Outcome: Sendable {
     public var notification: PushNotification
-    public var kind: OutcomeKind
-    /// The gateway's status when the outcome came from an error response.
-    public var status: ErrorStatus?
+    public var delivery: Delivery
+    /// The protocol's own code for a rejection, as a counter label only (`rejected:<code>`): the binary
+    /// error-response status ("8"), or the HTTP/2 reason ("Unregistered"). Never acted on.
+    public var code: String?
     /// How many times it was written to a gateway (replays included).
     public var attempts: Int
-    public var shard: Int
+    /// The shard (binary) or connection (HTTP/2) that wrote it last.
+    public var connection: Int
+
+    public init(notification: PushNotification, delivery: Delivery, code: String? = nil, attempts: Int, connection: Int) {
+        self.notification = notification
+        self.delivery = delivery
+        self.code = code
+        self.attempts = attempts
+        self.connection = connection
+    }
+
+    public var kind: OutcomeKind {
+        switch delivery {
+        case .accepted: .accepted
+        case .rejected(.invalidToken): .rejected
+        case .rejected(.badRequest), .rejected(.transient): .deadLettered
+        }
+    }
+
+    public var rejection: Rejection? {
+        if case .rejected(let r) = delivery { return r }
+        return nil
+    }
 
     public var jobID: String { notification.jobID }
     public var app: String { notification.app }
@@ -53,15 +128,16 @@ public struct Outcome: Sendable {
 
 /// Counts of what happened besides outcomes, delivered with each batch (add them up).
 public struct SenderEvents: Sendable, Equatable {
-    /// Notifications resent because the gateway discarded them after an error (or a status 10).
+    /// Notifications resent because the gateway discarded them unprocessed (binary: after an error or a
+    /// status 10; HTTP/2: streams above a GOAWAY's last-stream-id, refused streams).
     public var replayed = 0
-    /// Notifications resent because their connection dropped with no error response: they may have
+    /// Notifications resent because their connection dropped with no answer for them: they may have
     /// been processed, so they may arrive twice.
     public var ambiguous = 0
-    /// Status 1 / 255 retries.
+    /// Retries after a transient failure (binary status 1 / 255; HTTP/2 429, 500, 503).
     public var retried = 0
     public var reconnects = 0
-    /// Error responses naming an identifier no longer in the replay buffer.
+    /// Binary only: error responses naming an identifier no longer in the replay buffer.
     public var sequenceUnknown = 0
     public var writes = 0
     public var framesWritten = 0
@@ -83,13 +159,22 @@ public struct SenderEvents: Sendable, Equatable {
     public var isEmpty: Bool { self == SenderEvents() }
 }
 
-/// A batch of outcomes from one shard, with the events since its last batch.
+/// A batch of outcomes from one connection (a binary shard, an HTTP/2 connection), with the events
+/// since its last batch.
 public struct OutcomeBatch: Sendable {
     public var app: String
-    public var shard: Int
+    /// The shard or connection index within the app's transport.
+    public var connection: Int
     public var outcomes: [Outcome]
     public var events: SenderEvents
+
+    public init(app: String, connection: Int, outcomes: [Outcome], events: SenderEvents) {
+        self.app = app
+        self.connection = connection
+        self.outcomes = outcomes
+        self.events = events
+    }
 }
 
-/// Where outcome batches go. Called on the shard's event loop: return quickly (hand the batch over).
+/// Where outcome batches go. Called on a connection's event loop: return quickly (hand the batch over).
 public typealias OutcomeHandler = @Sendable (OutcomeBatch) -> Void

@@ -182,6 +182,13 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         let identifier = nextIdentifier
         nextIdentifier &+= 1
         drain?.probeIdentifier = identifier
+        // A probe sent again on a new connection gets a fresh timeout.
+        drain?.timeout?.cancel()
+        drain?.timeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
+            drain?.timedOut = true
+            logger.warning("drain probe not answered in time; settling by time instead", metadata: ["identifier": "\(identifier)"])
+            finishDrainIfSettled()
+        }
         var frame = ByteBufferAllocator().buffer(capacity: 48)
         frame.putByte(2)
         frame.putUInt32BE(35 + 7)
@@ -206,7 +213,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             let settled = replay.settleExpired(now: now, settleAfter: settleAfterNanos)
             if !settled.isEmpty {
                 connectionWasUseful = true
-                for e in settled { record(e.item, .accepted, status: nil) }
+                for e in settled { record(e.item, .accepted) }
             }
             scheduleSettle()
             pump()
@@ -215,14 +222,16 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         }
     }
 
-    private func record(_ p: Pending, _ kind: OutcomeKind, status: ErrorStatus?) {
+    private func record(_ p: Pending, _ delivery: Delivery, status: ErrorStatus? = nil) {
         pendingOutcomes.append(
-            Outcome(notification: p.notification, kind: kind, status: status, attempts: p.attempts, shard: index))
+            Outcome(
+                notification: p.notification, delivery: delivery, code: status.map { String($0.rawValue) },
+                attempts: p.attempts, connection: index))
     }
 
     private func emit() {
         guard !pendingOutcomes.isEmpty || !events.isEmpty else { return }
-        let batch = OutcomeBatch(app: app, shard: index, outcomes: pendingOutcomes, events: events)
+        let batch = OutcomeBatch(app: app, connection: index, outcomes: pendingOutcomes, events: events)
         pendingOutcomes = []
         events = SenderEvents()
         onOutcomes(batch)
@@ -240,7 +249,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         connectionWasUseful = true
         if let probe = drain?.probeIdentifier, response.identifier == probe {
             // Everything before the probe was processed: the drain proof.
-            for e in replay.acceptAll() { record(e.item, .accepted, status: nil) }
+            for e in replay.acceptAll() { record(e.item, .accepted) }
             drain?.answered = true
             statistics.drainsProvedByProbe += 1
             closeConnection()
@@ -250,7 +259,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         }
         drain?.probeIdentifier = nil  // if one was sent, the gateway discarded it with the rest
         let r = replay.resolve(response)
-        for e in r.accepted { record(e.item, .accepted, status: nil) }
+        for e in r.accepted { record(e.item, .accepted) }
         if r.sequenceUnknown {
             events.sequenceUnknown += 1
             logger.error(
@@ -260,22 +269,22 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         var front: [Pending] = []
         if let failed = r.failed {
             var p = failed.item
-            switch response.status {
-            case .invalidToken:
-                record(p, .rejected, status: response.status)
-            case .processingError, .unknown:
+            switch BinaryVerdict(response.status) {
+            case .rejected(let rejection):
+                if case .badRequest = rejection {
+                    logger.warning(
+                        "gateway refused a notification as malformed",
+                        metadata: ["status": "\(response.status)", "job": "\(p.notification.jobID)"])
+                }
+                record(p, .rejected(rejection), status: response.status)
+            case .retry(let reason):
                 p.processingFailures += 1
                 if p.processingFailures < config.maxAttempts {
                     events.retried += 1
                     front.append(p)
                 } else {
-                    record(p, .deadLettered, status: response.status)
+                    record(p, .rejected(.transient(reason: reason)), status: response.status)
                 }
-            default:
-                // 2–7: the frame was malformed; validation before sending should have caught it.
-                logger.warning(
-                    "gateway refused a notification as malformed", metadata: ["status": "\(response.status)", "job": "\(p.notification.jobID)"])
-                record(p, .deadLettered, status: response.status)
             }
         }
         events.replayed += r.discarded.count
@@ -425,11 +434,8 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             if let existing = drain { return existing.promise.futureResult }
             let promise = eventLoop.makePromise(of: DrainResult.self)
             drain = DrainState(promise: promise)
-            drain?.timeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
-                drain?.timedOut = true
-                logger.warning("drain probe not answered in time; settling by time instead")
-                finishDrainIfSettled()
-            }
+            // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
+            // what is still queued may take longer than the timeout, and is not the gateway being silent.
             if queue.isEmpty && replay.isEmpty {
                 finish(.nothingToDrain)
             } else {

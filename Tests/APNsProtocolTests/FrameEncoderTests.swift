@@ -1,7 +1,7 @@
 import APNsProtocol
 import Testing
 
-/// Byte-exact vectors, worked out by hand from spec 003 ("The Binary Interface and Notification Format",
+/// Byte-exact vectors, worked out by hand from Apple's guide ("The Binary Interface and Notification Format",
 /// "Legacy Information", Figure 5-2, Figure 5-3). All integers big endian.
 @Suite struct FrameEncoderTests {
     /// Payload with multi-byte UTF-8: `{"aps":{"alert":"café ☕"}}`

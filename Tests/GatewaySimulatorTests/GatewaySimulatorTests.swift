@@ -160,6 +160,19 @@ import TestSupport
         }
     }
 
+    /// Issue 10 (5): a client that closes without close_notify after a good handshake (a killed sender)
+    /// is not a handshake failure; it is counted as an unclean close.
+    @Test func closingWithoutCloseNotifyIsNoHandshakeFailure() async throws {
+        try await withSimulator { sim in
+            let client = try await RawTLSClient.connect(port: sim.ports.gateway, certificate: shop)
+            try await client.send(frame(1))
+            try await eventually("accepted") { sim.totals.accepted == 1 }
+            try await client.closeWithoutCloseNotify()
+            try await eventually("unclean close seen") { sim.totals.uncleanCloses == 1 }
+            #expect(sim.totals.handshakeFailures == 0)
+        }
+    }
+
     @Test func lyingFrameLengthIsAnsweredNotAllocated() async throws {
         try await withSimulator { sim in
             let client = try await RawTLSClient.connect(port: sim.ports.gateway, certificate: shop)

@@ -81,6 +81,21 @@ final class RawTLSClient: Sendable {
 
     func close() async { try? await channel.close() }
 
+    /// Closes the TCP connection under TLS, without close_notify (what a killed process does): the close
+    /// is issued by a handler nearer the socket than the TLS handler, so TLS never sees it.
+    func closeWithoutCloseNotify() async throws {
+        let channel = self.channel
+        try await channel.eventLoop.submit {
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(SocketCloser(), position: .first)
+            try sync.context(handlerType: SocketCloser.self).close(promise: nil)
+        }.get()
+    }
+
+    private final class SocketCloser: ChannelOutboundHandler {
+        typealias OutboundIn = Any
+    }
+
     final class Collector: ChannelInboundHandler {
         typealias InboundIn = ByteBuffer
         var received: [UInt8] = []

@@ -25,7 +25,7 @@ import Testing
             payload: #"{"aps":{"alert":"Sale","badge":1},"acme":1}"#,
             alerts: #"{"fr":"Soldes","pt":{"title":"Promoção","body":"Tudo"},"de":{"body":"Ausverkauf"}}"#)
         #expect(try encoded(job, "fr") == #"{"aps":{"alert":"Soldes","badge":1},"acme":1}"#)
-        // An alert dictionary replaces the string; a body-only dictionary is sent as a string (spec 003).
+        // An alert dictionary replaces the string; a body-only dictionary is sent as a string (Apple's "The Notification Payload").
         #expect(try encoded(job, "pt") == #"{"aps":{"alert":{"title":"Promoção","body":"Tudo"},"badge":1},"acme":1}"#)
         #expect(try encoded(job, "de") == #"{"aps":{"alert":"Ausverkauf","badge":1},"acme":1}"#)
         // Region or script subtags fall back to the primary language.

@@ -93,7 +93,7 @@ import Testing
         #expect(job.alerts.isEmpty)
     }
 
-    /// The payload examples of spec 003 (2 and 5 mended: they have trailing commas / a missing comma).
+    /// The payload examples of Apple's "Examples of JSON Payloads" (2 and 5 mended: they have trailing commas / a missing comma).
     @Test(arguments: [
         #"{"aps":{"alert":"Message received from Bob"},"acme2":["bang","whiz"]}"#,
         #"{"aps":{"alert":{"title":"Game Request","body":"Bob wants to play poker","action-loc-key":"PLAY"},"badge":5},"acme1":"bar","acme2":["bang","whiz"]}"#,
@@ -110,7 +110,7 @@ import Testing
 
     // MARK: Refusals, one per reason
 
-    /// Example payloads 2 and 5 of spec 003 as printed (not valid JSON) inside a job.
+    /// Example payloads 2 and 5 of Apple's "Examples of JSON Payloads" as printed (not valid JSON) inside a job.
     @Test func invalidJSON() {
         let example2 = """
             {"aps" : {"alert" : {"title" : "Game Request","body" : "Bob wants to play poker","action-loc-key" : "PLAY"},"badge" : 5,},"acme1" : "bar","acme2" : [ "bang", "whiz" ]}

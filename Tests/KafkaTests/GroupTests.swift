@@ -80,7 +80,7 @@ import Testing
     }
 
     /// Settled messages are not redelivered after a restart; unsettled ones are — from the first
-    /// unsettled offset of each partition on (committed offsets are positions, DESIGN §2).
+    /// unsettled offset of each partition on (committed offsets are positions, `docs/design.md §2.1`).
     @Test func unsettledMessagesAreRedeliveredAfterRestart() async throws {
         let cluster = try MockCluster(brokers: 1, topics: [.init(name: "jobs", partitions: 2)], logger: Support.logger)
         defer { cluster.stop() }

@@ -3,7 +3,7 @@ import Testing
 
 @Suite struct ProduceConsumeTests {
     /// Thousands of messages through real TCP: every one consumed once, per-partition offsets contiguous,
-    /// per-key order kept; the bounded buffer pauses the partitions and resumes them.
+    /// per-key order kept; the bounded buffer fills, the consumer holds, and consumes again.
     @Test func produceAndConsumeWithBackPressure() async throws {
         let cluster = try MockCluster(brokers: 3, topics: [.init(name: "jobs", partitions: 4)], logger: Support.logger)
         defer { cluster.stop() }
@@ -42,7 +42,7 @@ import Testing
         }
         let first = try #require(await Support.nextBatch(consumer))
         take(first)
-        // Stop consuming: the buffer fills up and the partitions must be paused, with the buffer bounded.
+        // Stop consuming: the buffer fills up and the consumer must hold, with the buffer bounded.
         try await Support.eventually("consumer pauses") { consumer.statistics.pauses >= 1 }
         let stats = consumer.statistics
         #expect(stats.messagesReceived - first.count <= maxBuffered + 50)
@@ -83,5 +83,31 @@ import Testing
         try await producer.sendBatch([good])
         await producer.close()
         await #expect(throws: KafkaError.self) { try await producer.send(topic: "small", key: nil, value: [1]) }
+    }
+}
+
+@Suite struct ProducerFailureTests {
+    /// A message librdkafka refuses at enqueue (larger than `message.max.bytes`) is reported once, and
+    /// the rest of the batch is still delivered.
+    @Test func aRefusedMessageIsReportedOnce() async throws {
+        let cluster = try MockCluster(brokers: 1, topics: [.init(name: "jobs", partitions: 1)], logger: Support.logger)
+        defer { cluster.stop() }
+        let producer = try KafkaProducer(
+            configuration: .init(bootstrapServers: cluster.bootstrapServers, properties: ["message.max.bytes": "10000"]),
+            logger: Support.logger)
+        let messages = [
+            KafkaProducerMessage(topic: "jobs", key: nil, value: Support.bytes("small")),
+            KafkaProducerMessage(topic: "jobs", key: nil, value: [UInt8](repeating: 0x41, count: 20_000)),
+            KafkaProducerMessage(topic: "jobs", key: nil, value: Support.bytes("small too")),
+        ]
+        do {
+            try await producer.sendBatch(messages)
+            Issue.record("the oversized message was not refused")
+        } catch let error as KafkaDeliveryError {
+            #expect(error.failures.count == 1, "\(error.failures)")
+            #expect(error.failures.first?.error.isMessageTooLarge == true, "\(error)")
+            #expect(error.failures.first?.value.count == 20_000)
+        }
+        await producer.close()
     }
 }

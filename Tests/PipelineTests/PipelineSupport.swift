@@ -172,3 +172,94 @@ func token(_ i: Int) -> DeviceToken {
 
 let template: JSONValue = try! JSONParser.parse(
     #"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello","badge":1}},"alerts":{"fr":"Bonjour"},"priority":10}"#)
+
+/// `apns-pipeline run` as a real process (the binary built next to this test bundle), for what an
+/// in-process runner cannot show: `kill -9`.
+final class PipelineProcess: @unchecked Sendable {
+    /// The built `apns-pipeline`, next to the test bundle (`swift build --build-tests` builds both), or
+    /// `APNS_PIPELINE_BIN`.
+    static let binary: String? = {
+        if let path = ProcessInfo.processInfo.environment["APNS_PIPELINE_BIN"] { return path }
+        var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        // On Linux the test runner is `<build>/debug/apns-pipelinePackageTests.xctest`; elsewhere a bundle.
+        for _ in 0..<4 {
+            let candidate = dir.appendingPathComponent("apns-pipeline").path
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+            dir = dir.deletingLastPathComponent()
+        }
+        return nil
+    }()
+
+    let process: Process
+
+    init(pipelineFile: String, logFile: String) throws {
+        guard let binary = Self.binary else { throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)") }
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["run", "--pipeline", pipelineFile]
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
+        log.seekToEndOfFile()
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+    }
+
+    /// SIGKILL: no drain, no settle, no commit, no heartbeat removal: a crash.
+    func crash() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// SIGTERM, then the exit status once it stopped.
+    func stop() async -> Int32 {
+        process.terminate()
+        while process.isRunning { try? await Task.sleep(for: .milliseconds(50)) }
+        return process.terminationStatus
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+extension Stack {
+    /// A pipeline file for a `run` process against this stack.
+    func pipelineFile(group: String = "apns-pipeline", settleAfterMs: Int = 1500, maxInFlight: Int = 2000) throws -> String {
+        let d = TestCertificates.directory
+        let yaml = """
+            kafka:
+              bootstrap_servers: "\(cluster.bootstrapServers)"
+              group: \(group)
+              batch_size: 500
+              session_timeout_ms: 6000
+            redis:
+              url: \(redis.url)
+            gateway:
+              addresses: ["127.0.0.1:\(simulator.ports.gateway)"]
+              feedback_address: "127.0.0.1:\(simulator.ports.feedback)"
+              server_hostname: localhost
+              ca: \(d)/ca.pem
+              embed_job_id: true
+              shards: 2
+              settle_after_ms: \(settleAfterMs)
+              reconnect:
+                initial_ms: 5
+                attempts_per_second_per_gateway: 1000
+            apps:
+              - bundle_id: \(shop)
+                certificate: \(d)/\(shop).pem
+                key: \(d)/\(shop).key
+            pipeline:
+              max_in_flight: \(maxInFlight)
+            feedback:
+              interval_minutes: 0
+            logging:
+              level: warning
+
+            """
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+}

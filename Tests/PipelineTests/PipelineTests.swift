@@ -155,6 +155,138 @@ struct PipelineTests {
         await stack.stop()
     }
 
+    /// Issue 10 (1): a job message too large for the dead-letter topic costs one dead letter without
+    /// its body, never the pipeline; the valid jobs behind it are delivered.
+    @Test func poisonMessageCostsOneDeadLetterNotThePipeline() async throws {
+        let stack = try await Stack()
+        let pipeline = RunningPipeline(stack.configuration())
+        // A producer allowed to publish ~1 MiB messages (the pipeline's DLQ producer keeps the default).
+        let big = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(
+                bootstrapServers: stack.cluster.bootstrapServers, properties: ["message.max.bytes": "4000000"]),
+            logger: testLogger)
+        func job(_ id: String, alertBytes: Int) -> [UInt8] {
+            Array(#"{"id":"\#(id)","app":"com.example.shop","token":"\#(token(9000).hex)","payload":{"aps":{"alert":""#.utf8)
+                + [UInt8](repeating: 0x78, count: alertBytes) + Array(#""}}}"#.utf8)
+        }
+        let large = job("large", alertBytes: 900_000)  // fits the DLQ: dead-lettered with its body
+        let huge = job("huge", alertBytes: 1 << 20)  // does not
+        try await stack.publish(campaign: "p1", template: template, tokens: (0..<300).map(token))
+        try await big.sendBatch([
+            KafkaProducerMessage(topic: "apns.jobs", partition: 0, key: nil, value: large),
+            KafkaProducerMessage(topic: "apns.jobs", partition: 0, key: nil, value: huge),
+        ])
+        await big.close()
+        try await stack.publish(campaign: "p2", template: template, tokens: (300..<600).map(token))
+        try await stack.waitAccepted("p1", count: 300, timeout: .seconds(60))
+        try await stack.waitAccepted("p2", count: 300, timeout: .seconds(60))
+        try await eventually("2 dead letters counted") { try await stack.store.readStats().totals[.deadLettered] == 2 }
+        #expect(try await stack.store.readStats().totals[.deadLetterFailures] == 0)
+
+        let dlq = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
+                sessionTimeout: .seconds(6)), logger: testLogger)
+        var letters: [KafkaConsumerMessage] = []
+        try await eventually("2 dead letters read") {
+            if let batch = await dlq.nextBatch() { letters += batch }
+            return letters.count >= 2
+        }
+        await dlq.close()
+        #expect(letters.count == 2, "one dead letter each")
+        let withBody = try #require(letters.first { !$0.value.isEmpty })
+        #expect(withBody.value == large)
+        #expect(withBody.headers.first(named: "body-omitted") == nil)
+        let bodyless = try #require(letters.first { $0.value.isEmpty })
+        #expect(bodyless.headers.first(named: "reason")?.stringValue == "payload-too-large")
+        #expect(bodyless.headers.first(named: "original-size")?.stringValue == String(huge.count))
+        #expect(bodyless.headers.first(named: "body-fnv1a64")?.stringValue == fnv1a64(huge))
+        #expect(bodyless.headers.first(named: "source-topic")?.stringValue == "apns.jobs")
+        #expect(bodyless.headers.first(named: "source-partition")?.stringValue == "0")
+        #expect(bodyless.headers.first(named: "body-omitted") != nil)
+        let sourceOffset = try #require(bodyless.headers.first(named: "source-offset")?.stringValue.flatMap { Int64($0) })
+        #expect(withBody.headers.first(named: "source-offset")?.stringValue == String(sourceOffset - 1))
+
+        // Still running: a stop is graceful, and every message (the two poison ones included) committed.
+        try await pipeline.stop()
+        #expect(pipeline.runner.observations.finalCommitPositions.values.reduce(0, +) == 602)
+        #expect(stack.recorded(campaign: "p2").count == 300)
+        await stack.stop()
+    }
+
+    /// Issue 10 (1): a dead-letter topic that refuses writes costs retries (counted, logged), not the
+    /// pipeline: valid jobs go on, the refused message stays unsettled until its letter is stored.
+    @Test func failingDeadLetterWritesAreRetriedAndCounted() async throws {
+        let stack = try await Stack()
+        stack.cluster.setTopicError("apns.jobs.dlq", code: 29)  // TOPIC_AUTHORIZATION_FAILED
+        var config = stack.configuration()
+        config.kafka.deadLetterTimeoutMs = 1000
+        let pipeline = RunningPipeline(config)
+        try await stack.publishRaw([#"{"id":"bad","app":"com.example.shop","token":"abc","payload":{"aps":{}}}"#])
+        try await stack.publish(campaign: "d", template: template, tokens: (0..<300).map(token))
+        try await stack.waitAccepted("d", count: 300, timeout: .seconds(60))
+        try await eventually("dead-letter failures counted") {
+            try await stack.store.readStats().totals[.deadLetterFailures] >= 2
+        }
+        #expect(try await stack.store.readStats().totals[.deadLettered] == 0, "not settled before it is stored")
+        stack.cluster.setTopicError("apns.jobs.dlq", code: 0)
+        try await eventually("dead letter stored and settled") { try await stack.store.readStats().totals[.deadLettered] == 1 }
+        try await pipeline.stop()
+        #expect(pipeline.runner.observations.finalCommitPositions.values.reduce(0, +) == 301)
+        await stack.stop()
+    }
+
+    /// Issue 10 (2, 3): `kill -9` of a `run` process mid-campaign, then a new one: the dead process's
+    /// leases are void once its heartbeat lapses (seconds), not after the 600 s lease; every job is
+    /// delivered, and what may have gone out twice is counted (`resent_after_crash`, also `ambiguous`).
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func killedProcessLeasesAreTakenOverInSeconds() async throws {
+        let stack = try await Stack()
+        let audience = (0..<6000).map(token)
+        try await stack.publish(campaign: "k", template: template, tokens: audience)
+        let file = try stack.pipelineFile()
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("run-\(UUID().uuidString).log").path
+        let first = try PipelineProcess(pipelineFile: file, logFile: log)
+        try await eventually("the first process accepted some", timeout: .seconds(60)) {
+            (try await stack.campaign("k")["accepted"] ?? 0) >= 1000
+        }
+        first.crash()
+        let killed = ContinuousClock.now
+        let leased = try await stack.store.client.send(RedisCommand("KEYS", "apns:inflight:k:*")).array?.count ?? 0
+        #expect(leased > 0, "the crash left leases behind")
+        let second = try PipelineProcess(pipelineFile: file, logFile: log)
+        // The deadline is far below the 600 s lease: only a takeover can meet it.
+        try await stack.waitAccepted("k", count: 6000, timeout: .seconds(90))
+        let recovery = ContinuousClock.now - killed
+        #expect(await second.stop() == 0)
+
+        let recorded = stack.recorded(campaign: "k")
+        #expect(recorded.count == 6000, "nothing lost")
+        let duplicates = recorded.values.filter { $0 > 1 }.count
+        let totals = try await stack.store.readStats().totals
+        let campaign = try await stack.campaign("k")
+        #expect(totals[.resentAfterCrash] > 0, "leases were taken over")
+        #expect(Int64(duplicates) <= totals[.resentAfterCrash], "every duplicate is in the counted window")
+        #expect(campaign["resent_after_crash"] == totals[.resentAfterCrash])
+        #expect(totals[.ambiguous] >= totals[.resentAfterCrash])
+        print("kill -9: \(leased) leases left, recovered in \(recovery), resent_after_crash \(totals[.resentAfterCrash]), duplicates \(duplicates), in_flight_waits \(totals[.inFlightWaits])")
+        await stack.stop()
+    }
+
+    /// Issue 10 (5): Kafka gone, then SIGTERM: the pipeline drains and settles, but the final commit
+    /// cannot be stored, and `run` must say so and fail (it exited 0 before).
+    @Test func finalCommitFailureFailsTheRun() async throws {
+        let stack = try await Stack()
+        try await stack.publish(campaign: "f", template: template, tokens: (0..<6000).map(token))
+        let pipeline = RunningPipeline(stack.configuration())
+        try await stack.waitAccepted("f", count: 500, timeout: .seconds(60))
+        // Jobs still in flight settle after this: positions that can no longer be committed.
+        stack.cluster.stop()
+        try await Task.sleep(for: .seconds(2))
+        await #expect(throws: KafkaError.self) { try await pipeline.stop() }
+        await stack.stop()
+    }
+
     /// Two `run` instances in one consumer group share the partitions and together send each job once.
     @Test func twoInstancesShareTheWork() async throws {
         let stack = try await Stack()
@@ -196,6 +328,25 @@ struct PipelineTests {
         #expect(c.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
     }
 
+    /// A file that sets nothing gets the defaults of the components themselves: each default has one home.
+    @Test func defaultsComeFromTheirHome() throws {
+        let apps = "apps:\n  - bundle_id: x\n    certificate: \(TestCertificates.directory)/\(shop).pem\n    key: \(TestCertificates.directory)/\(shop).key\n"
+        let c = try PipelineConfiguration.load(file: try write(apps))
+        let store = PipelineStoreConfiguration()
+        #expect(c.redis.prefix == RedisKeys.defaultPrefix && store.keyPrefix == RedisKeys.defaultPrefix)
+        #expect(c.redis.url == RedisConfiguration.defaultURL)
+        #expect(Duration.seconds(c.redis.dedupTTLHours * 3600) == store.dedupRetention)
+        #expect(Duration.seconds(c.redis.dedupBucketHours * 3600) == store.dedupBucketWidth)
+        #expect(c.redis.dedupSubBuckets == store.dedupSubBuckets)
+        #expect(Duration.seconds(c.redis.inFlightLeaseSeconds) == store.inFlightLease)
+        #expect(c.gateway.payloadLimit == PayloadLimits.default.command2)
+        #expect(Duration.seconds(c.feedbackIntervalMinutes * 60) == FeedbackSchedule.defaultInterval)
+        let shard = ShardConfiguration()
+        #expect(c.gateway.shard.linger == shard.linger && c.gateway.shard.settleAfter == shard.settleAfter)
+        #expect(c.gateway.shard.reconnect.initialDelay == shard.reconnect.initialDelay)
+        #expect(c.gateway.shard.reconnect.maximumDelay == shard.reconnect.maximumDelay)
+    }
+
     @Test func errorsNameFileKeyAndExpectation() throws {
         let cert = "\(TestCertificates.directory)/\(shop).pem"
         let key = "\(TestCertificates.directory)/\(shop).key"
@@ -204,10 +355,24 @@ struct PipelineTests {
             ("gateway:\n  shards: many\n" + apps, "gateway.shards", "expected a whole number"),
             ("gateway:\n  shardz: 4\n" + apps, "gateway.shardz", "unknown key"),
             ("kafka: [1, 2]\n" + apps, "kafka", "expected a mapping"),
+            ("kafka:\n  dead_letter_max_bytes: 999\n" + apps, "kafka.dead_letter_max_bytes", "expected a whole number in 1000…1000000000"),
             ("redis:\n  url: redis://x\n", "apps", "expected a list of apps"),
             ("apps:\n  - bundle_id: x\n    certificate: /nonexistent.pem\n    key: \(key)\n", "apps[0].certificate", "no such file"),
             ("gateway:\n  addresses: [nohost]\n" + apps, "gateway.addresses", "expected host:port"),
             ("apps:\n  - certificate: \(cert)\n    key: \(key)\n", "apps[0].bundle_id", "missing"),
+            // Every numeric key has a range, reported like the whole numbers' ranges.
+            ("gateway:\n  linger_ms: 2000\n" + apps, "gateway.linger_ms", "expected a number in 0…1000, found \"2000\""),
+            ("gateway:\n  linger_ms: -1\n" + apps, "gateway.linger_ms", "expected a number in 0…1000, found \"-1\""),
+            ("gateway:\n  settle_after_ms: 0\n" + apps, "gateway.settle_after_ms", "expected a number in 1…3600000, found \"0\""),
+            ("gateway:\n  drain_timeout_s: soon\n" + apps, "gateway.drain_timeout_s", "expected a number in 0…3600, found \"soon\""),
+            ("gateway:\n  connect_timeout_s: 0\n" + apps, "gateway.connect_timeout_s", "expected a number in 0.1…600, found \"0\""),
+            ("gateway:\n  reconnect:\n    initial_ms: 0\n" + apps, "gateway.reconnect.initial_ms", "expected a number in 1…60000, found \"0\""),
+            ("gateway:\n  reconnect:\n    max_ms: 10\n" + apps, "gateway.reconnect.max_ms",
+             "expected a number ≥ gateway.reconnect.initial_ms (50), found \"10\""),
+            ("gateway:\n  reconnect:\n    attempts_per_second_per_gateway: 0\n" + apps, "gateway.reconnect.attempts_per_second_per_gateway",
+             "expected a number in 0.1…10000, found \"0\""),
+            ("feedback:\n  interval_minutes: 2000\n" + apps, "feedback.interval_minutes", "expected a number in 0…1440, found \"2000\""),
+            ("redis:\n  dedup_sub_buckets: 0\n" + apps, "redis.dedup_sub_buckets", "expected a whole number in 1…16777216, found \"0\""),
         ]
         for (yaml, key, problem) in cases {
             let path = try write(yaml)

@@ -24,11 +24,13 @@ struct GateTests {
         // Records expire: the dedup key has a TTL beyond the retention, and a gate far enough in the
         // future no longer looks at the old bucket.
         let now = PipelineStore.epochNow()
+        let width = store.configuration.dedupBucketWidth.components.seconds
+        let retention = store.configuration.dedupRetention.components.seconds
         let ttl = try await store.client.send(RedisCommand("TTL", store.keys.dedup(
-            bucket: now / 14_400, subBucket: JobFingerprint(jobID: "a").subBucket(of: 1024)))).integer ?? -2
-        #expect(ttl > 86_400 && ttl <= 86_400 + 14_400)
-        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + 86_399) == [.deduped])
-        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + 86_400 + 2 * 14_400) == [.admitted(language: nil)])
+            bucket: now / width, subBucket: JobFingerprint(jobID: "a").subBucket(of: store.configuration.dedupSubBuckets)))).integer ?? -2
+        #expect(ttl > retention && ttl <= retention + width)
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention - 1) == [.deduped])
+        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention + 2 * width) == [.admitted(language: nil)])
     }
 
     @Test func jobInFlightIsNotAdmittedTwice() async throws {
@@ -51,7 +53,7 @@ struct GateTests {
 
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
         try await store.settle(SettleBatch(outcomes: [
-            Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, status: 7),
+            Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
             Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
         ]))
         #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(jobID: "a"))) == .integer(0))
@@ -60,6 +62,49 @@ struct GateTests {
             GateRequest(jobID: "b", app: app, tokenHex: token(2)),
         ])
         #expect(after == [.admitted(language: nil), .deduped])
+    }
+
+    /// Issue 10 (2): a lease names its owner process; while the owner's heartbeat lives its lease holds
+    /// (for other processes and for the owner's other batches), once the heartbeat is gone (the process
+    /// died) the next gate takes the lease over at once.
+    @Test func leaseOfADeadOwnerIsTakenOver() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let client = try server.client()
+        var a = PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "owner-a", ownerHeartbeat: .seconds(600))
+        let storeA = PipelineStore(client: client, configuration: a)
+        a.leaseOwner = "owner-b"
+        let storeB = PipelineStore(client: client, configuration: a)
+        try await storeA.beat()
+        try await storeB.beat()
+        let job = [GateRequest(jobID: "j", app: app, tokenHex: token(1))]
+        #expect(try await storeA.gate(job) == [.admitted(language: nil)])
+        #expect(try await storeB.gate(job) == [.inFlightElsewhere(owner: "owner-a")], "A is alive")
+        #expect(try await storeA.gate(job) == [.inFlight], "another batch of A")
+        let lease = try await client.send(RedisCommand("GET", storeA.keys.inFlight(jobID: "j"))).string ?? ""
+        #expect(lease.hasPrefix("owner-a/"))
+
+        // A dies: its heartbeat is gone (here at once; after a crash, when its TTL runs out).
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
+        #expect(try await storeB.gate(job) == [.takenOver(language: nil)])
+        let taken = try await client.send(RedisCommand("GET", storeA.keys.inFlight(jobID: "j"))).string ?? ""
+        #expect(taken.hasPrefix("owner-b/"))
+        let pttl = try await client.send(RedisCommand("PTTL", storeA.keys.inFlight(jobID: "j"))).integer ?? -2
+        #expect(pttl > 590_000, "a full lease for the new holder")
+        #expect(try await storeB.gate(job) == [.inFlight], "now B's, in flight for B's other batches")
+
+        // Settled and counted: resent_after_crash in the totals and the campaign.
+        var batch = SettleBatch(
+            outcomes: [Outcome(jobID: "j", app: app, tokenHex: token(1), campaign: "c", kind: .accepted)],
+            events: PipelineEvents(ambiguous: 1))
+        batch.events.resentAfterCrash = 1
+        batch.campaignEvents = ["c": PipelineEvents(ambiguous: 1, resentAfterCrash: 1)]
+        try await storeB.settle(batch)
+        let stats = try await storeB.readStats().totals
+        #expect(stats[.resentAfterCrash] == 1 && stats[.ambiguous] == 1)
+        let campaign = try await storeB.readCampaign("c").counters
+        #expect(campaign[.resentAfterCrash] == 1 && campaign[.ambiguous] == 1)
+        #expect(try await storeB.gate(job) == [.deduped])
     }
 
     @Test func suppressionThenRegistration() async throws {
@@ -135,9 +180,11 @@ struct SettlerTests {
                 Outcome(jobID: "j1", app: app, tokenHex: token(1), campaign: "c1", kind: .accepted, shard: 0),
                 Outcome(jobID: "j2", app: app, tokenHex: token(2), campaign: "c1", kind: .accepted, shard: 0),
                 Outcome(jobID: "j3", app: app, tokenHex: token(3), kind: .accepted, shard: 1),
-                Outcome(jobID: "j4", app: app, tokenHex: token(4), campaign: "c1", kind: .rejected, status: 8, shard: 0),
-                Outcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, status: 5, shard: 1),
-                Outcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, status: 1, shard: 0),
+                Outcome(
+                    jobID: "j4", app: app, tokenHex: token(4), campaign: "c1", kind: .rejected, code: "8",
+                    suppressToken: TokenSuppression(reason: "invalid-token"), shard: 0),
+                Outcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, code: "5", shard: 1),
+                Outcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, code: "1", shard: 0),
                 Outcome(jobID: "j7", app: app, tokenHex: token(7), kind: .deadLettered),
                 Outcome(jobID: "j8", app: app, tokenHex: token(8), campaign: "c1", kind: .suppressed),
                 Outcome(jobID: "j9", app: app, tokenHex: token(9), kind: .deduped),
@@ -179,7 +226,7 @@ struct SettlerTests {
         let campaign = try await store.readCampaign("c1")
         #expect(campaign.published == 7)
         #expect(campaign.counters[.accepted] == 2)
-        #expect(campaign.counters.rejected(status: 8) == 1)
+        #expect(campaign.counters.rejected(code: "8") == 1)
         let stats = try await store.readStats(lastMinutes: 3, now: Self.now + 60)
         #expect(stats.totals.fields == Self.expectedTotals)
         #expect(stats.minutes.map(\.minute) == ["202512312359", "202601010000", "202601010001"])
@@ -194,10 +241,41 @@ struct SettlerTests {
         let store = PipelineStore(client: try server.client())
         try await store.settle(Self.mixedBatch())
         let suppressed = try await store.client.send(RedisCommand("HGETALL", store.keys.suppressed(app: app)))
-        // Only status 8 suppresses; status 5 (invalid token size) does not.
+        // Only an outcome that asks for it suppresses its token; another refusal does not.
         #expect(suppressed == .array([.bulk(Array(token(4).lowercased().utf8)), .bulk(Array("\(Self.now):invalid-token".utf8))]))
         #expect(try await store.gate([GateRequest(jobID: "new", app: app, tokenHex: token(4))]) == [.suppressed])
         #expect(try await store.gate([GateRequest(jobID: "new5", app: app, tokenHex: token(5))]) == [.admitted(language: nil)])
+    }
+
+    /// An HTTP/2 410 carries the time Apple last knew the token valid: the suppression starts then, so a
+    /// registration after that time lifts it (the feedback rule), one before it does not.
+    @Test func suppressionStartsAtTheAnswersTime() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let since = Self.now - 1_000
+        try await store.settle(
+            SettleBatch(
+                outcomes: [
+                    Outcome(
+                        jobID: "u1", app: app, tokenHex: token(11), kind: .rejected, code: "Unregistered",
+                        suppressToken: TokenSuppression(since: since, reason: "unregistered")),
+                    Outcome(
+                        jobID: "u2", app: app, tokenHex: token(12), kind: .rejected, code: "Unregistered",
+                        suppressToken: TokenSuppression(since: since, reason: "unregistered")),
+                ],
+                settledAt: Self.now))
+        let stored = try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app), token(11).lowercased()))
+        #expect(stored == .bulk(Array("\(since):unregistered".utf8)))
+        #expect(try await store.client.hashCounters("apns:stats")["rejected:Unregistered"] == 2)
+        try await store.applyRegistrations([
+            Registration(app: app, tokenHex: token(11), registeredAt: since + 1),  // after: lifts it
+            Registration(app: app, tokenHex: token(12), registeredAt: since - 1),  // before: does not
+        ])
+        #expect(
+            try await store.gate([
+                GateRequest(jobID: "n11", app: app, tokenHex: token(11)), GateRequest(jobID: "n12", app: app, tokenHex: token(12)),
+            ]) == [.admitted(language: nil), .suppressed])
     }
 
     @Test func replayedBatchIsNotCountedTwice() async throws {
@@ -286,7 +364,7 @@ struct SettlerTests {
     }
 
     /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.
-    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with the default 1024.
+    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with 1024.
     @Test(arguments: [256, 1024])
     func dedupRecordsAreCompact(subBuckets: Int) async throws {
         let server = try await RedisServer()
@@ -306,7 +384,7 @@ struct SettlerTests {
         let bytesPerJob = Double(after - before) / Double(jobs)
         print("dedup: \(String(format: "%.1f", bytesPerJob)) bytes per accepted job (\(jobs) jobs, \(subBuckets) sub-buckets, used_memory delta)")
         #expect(bytesPerJob > 8 && bytesPerJob < 12)
-        let key = store.keys.dedup(bucket: now / 14_400, subBucket: 0)
+        let key = store.keys.dedup(bucket: now / store.configuration.dedupBucketWidth.components.seconds, subBucket: 0)
         #expect(try await store.client.send(RedisCommand("OBJECT", "ENCODING", key)) == .bulk(Array("intset".utf8)))
         // Every one of them is found again.
         let sample = (0..<200).map { GateRequest(jobID: "campaign-x:\($0 * 499)", app: app, tokenHex: token(1)) }

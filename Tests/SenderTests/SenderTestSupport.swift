@@ -70,7 +70,7 @@ func job(_ n: Int, token tokenNumber: Int) -> PushNotification {
     return PushNotification(
         jobID: id, app: shop, token: testToken(tokenNumber),
         payload: Array(#"{"aps":{"alert":"hello \#(n)"},"jid":"\#(id)"}"#.utf8), expiry: 0, priority: .immediate,
-        tag: UInt64(n))
+        position: SourcePosition(partition: 0, offset: Int64(n)))
 }
 
 /// Waits until `condition` holds or fails the test after `seconds` (a guard against hangs, not a timing assertion).

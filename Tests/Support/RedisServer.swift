@@ -1,25 +1,13 @@
 import Foundation
 import Logging
+import ProcessSupport
 import Redis
 import Testing
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// A throw-away `redis-server` on a free loopback port, killed when the test ends.
 public final class RedisServer: @unchecked Sendable {
     /// `redis-server` on PATH, if installed.
-    public static let executable: String? = {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        for directory in path.split(separator: ":") {
-            let candidate = "\(directory)/redis-server"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        return nil
-    }()
+    public static let executable: String? = executablePath("redis-server")
 
     /// Tests run when `redis-server` is installed, and also in CI (`CI` set) where its absence must fail
     /// instead of silently skipping.
@@ -30,7 +18,7 @@ public final class RedisServer: @unchecked Sendable {
     let directory: String
     let extraArguments: [String]
     private let persistent: Bool
-    private var process: Process?
+    private var process: ChildProcess?
 
     public var url: String { "redis://127.0.0.1:\(port)" }
 
@@ -40,7 +28,7 @@ public final class RedisServer: @unchecked Sendable {
         guard Self.executable != nil else {
             throw TestFailure("redis-server is not installed but CI is set: install Debian's redis-server")
         }
-        port = try Self.freePort()
+        port = try freeLoopbackPort()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("redis-test-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.persistent = persistent
@@ -49,26 +37,16 @@ public final class RedisServer: @unchecked Sendable {
     }
 
     public func start() async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.executable!)
         var arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory]
         arguments += persistent ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]
-        process.arguments = arguments + extraArguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = process
+        process = try ChildProcess(executable: Self.executable!, arguments: arguments + extraArguments)
         try await waitForPing()
     }
 
     /// SIGKILL: a crash, not a shutdown.
     public func kill() {
-        guard let process else { return }
-        if process.isRunning {
-            Glibc.kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-        self.process = nil
+        process?.kill()
+        process = nil
     }
 
     public func stop() {
@@ -96,25 +74,6 @@ public final class RedisServer: @unchecked Sendable {
         } catch RedisError.server(let message) where message.hasPrefix("NOAUTH") {}
         await probe.close()
     }
-
-    /// Binds port 0 to let the kernel pick a free port, then releases it for redis-server.
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestFailure("socket() failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                bind(fd, socketAddress, length) == 0 && getsockname(fd, socketAddress, &length) == 0
-            }
-        }
-        guard bound else { throw TestFailure("bind() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
 public struct TestFailure: Error, CustomStringConvertible {
@@ -130,16 +89,6 @@ extension RedisClient {
         let elements = reply.array ?? []
         for index in stride(from: 0, to: elements.count, by: 2) {
             result[elements[index].string!] = elements[index + 1].integer!
-        }
-        return result
-    }
-
-    public func info(_ section: String) async throws -> [String: String] {
-        let text = try await send(RedisCommand("INFO", section)).string ?? ""
-        var result: [String: String] = [:]
-        for line in text.split(whereSeparator: \.isNewline) {
-            let parts = line.split(separator: ":", maxSplits: 1)
-            if parts.count == 2 { result[String(parts[0])] = String(parts[1]) }
         }
         return result
     }

@@ -2,7 +2,7 @@ import APNsProtocol
 import Foundation
 import Jobs
 
-/// `apns-bench decode`: decode + validate of job messages (DESIGN §3) with `JSONParser`/`JobDecoder`,
+/// `apns-bench decode`: decode + validate of job messages (`docs/design.md §3.1`) with `JSONParser`/`JobDecoder`,
 /// against Foundation's `JSONDecoder` decoding an equivalent `Codable` struct (the usual quick way),
 /// measured in the same run.
 enum JobsBenchmark {
@@ -11,7 +11,7 @@ enum JobsBenchmark {
     /// A realistic job: alert, badge, sound, a custom key, alerts in 2 languages, expiry, priority, campaign.
     static func job(_ i: Int) -> [UInt8] { jobAndKey(i).value }
 
-    /// The job and its Kafka key (the token hex, DESIGN §3). Distinct id and token per `i`.
+    /// The job and its Kafka key (the token hex, `docs/design.md §3.1`). Distinct id and token per `i`.
     static func jobAndKey(_ i: Int) -> (key: [UInt8], value: [UInt8]) {
         // Pseudo-random tokens (splitmix64), as real ones are: they don't compress.
         var state = UInt64(truncatingIfNeeded: i)

@@ -117,7 +117,7 @@ enum KafkaBenchmark {
         }
         for (name, result) in [("KafkaConsumer", ours), ("KafkaConsumer + JobDecoder", decoding)] {
             print(
-                "\(name): \(result.batches.formatted()) batches, \(String(format: "%.2f", result.waited)) s waiting in nextBatch() after assignment, buffer full (partitions paused) \(result.pauses) times")
+                "\(name): \(result.batches.formatted()) batches, \(String(format: "%.2f", result.waited)) s waiting in nextBatch() after assignment, buffer full (consumer held) \(result.pauses) times")
         }
         if decoding.decoded != decoding.seen { failures.append("JobDecoder refused \(decoding.seen - decoding.decoded) jobs") }
 

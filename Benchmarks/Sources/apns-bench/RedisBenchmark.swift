@@ -1,4 +1,5 @@
 import Foundation
+import ProcessSupport
 import Redis
 
 #if canImport(Glibc)
@@ -141,7 +142,7 @@ struct BenchError: Error, CustomStringConvertible {
 final class LocalRedis: @unchecked Sendable {
     let host: String
     let port: Int
-    private let process: Process?
+    private let process: ChildProcess?
     private let directory: String?
 
     var url: String { "redis://\(host):\(port)" }
@@ -161,7 +162,7 @@ final class LocalRedis: @unchecked Sendable {
         directory = nil
     }
 
-    private init(port: Int, process: Process, directory: String) {
+    private init(port: Int, process: ChildProcess, directory: String) {
         host = "127.0.0.1"
         self.port = port
         self.process = process
@@ -169,16 +170,13 @@ final class LocalRedis: @unchecked Sendable {
     }
 
     static func start() async throws -> LocalRedis {
-        let port = try freePort()
+        let port = try freeLoopbackPort()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-bench-redis-\(getpid())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try which("redis-server"))
-        process.arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory]
-        process.environment = childEnvironment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(
+            executable: try which("redis-server"),
+            arguments: ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory],
+            environment: childEnvironment)
         let server = LocalRedis(port: port, process: process, directory: directory)
         // Until it accepts connections: `connect()` fails fast (no retry, no log), so poll it.
         let probe = RedisClient(configuration: RedisConfiguration(host: "127.0.0.1", port: port))
@@ -200,51 +198,14 @@ final class LocalRedis: @unchecked Sendable {
     }
 
     func stop() {
-        // SIGKILL: a child started from a Swift concurrency thread inherits its blocked signals, SIGTERM
-        // included, and would never exit; the data is throw-away anyway.
-        if let process, process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        process?.kill()  // the data is throw-away
         if let directory { try? FileManager.default.removeItem(atPath: directory) }
     }
 
     static func which(_ name: String) throws -> String {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        for directory in path.split(separator: ":") + ["/usr/sbin", "/usr/bin"] {
-            let candidate = "\(directory)/\(name)"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        guard let path = executablePath(name, extraDirectories: ["/usr/sbin", "/usr/bin"]) else {
+            throw BenchError("\(name) not found on PATH (Debian package redis-server / redis-tools)")
         }
-        throw BenchError("\(name) not found on PATH (Debian package redis-server / redis-tools)")
-    }
-
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw BenchError("socket() failed") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                bind(fd, socketAddress, length) == 0 && getsockname(fd, socketAddress, &length) == 0
-            }
-        }
-        guard bound else { throw BenchError("bind() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-}
-
-extension RedisClient {
-    func info(_ section: String) async throws -> [String: String] {
-        let text = try await send(RedisCommand("INFO", section)).string ?? ""
-        var result: [String: String] = [:]
-        for line in text.split(whereSeparator: \.isNewline) {
-            let parts = line.split(separator: ":", maxSplits: 1)
-            if parts.count == 2 { result[String(parts[0])] = String(parts[1]) }
-        }
-        return result
+        return path
     }
 }

@@ -1,4 +1,4 @@
-/// A notification payload: the `aps` dictionary (spec 003, Table 3-1) plus custom top-level keys.
+/// A notification payload: the `aps` dictionary (Apple's "The Notification Payload", Table 3-1) plus custom top-level keys.
 ///
 /// Build one in code, or read one from a job's JSON with `Payload(json:)`; `PayloadEncoder` turns it
 /// into the compact bytes that go on the wire, checking the size limit.

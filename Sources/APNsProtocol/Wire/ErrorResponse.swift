@@ -1,4 +1,4 @@
-/// An error-response packet: `08 | status u8 | identifier u32` (spec 003, Figure 5-2 and Table 5-1).
+/// An error-response packet: `08 | status u8 | identifier u32` (Apple's "The Binary Interface and Notification Format", Figure 5-2 and Table 5-1).
 /// After writing one, the gateway closes the connection and discards everything sent after `identifier`.
 public struct ErrorResponse: Hashable, Sendable, CustomStringConvertible {
     public static let command: UInt8 = 8

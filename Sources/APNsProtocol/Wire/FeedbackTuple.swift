@@ -1,4 +1,4 @@
-/// One entry of the feedback service: `time u32 | token length u16 | token` (spec 003, Figure 5-3).
+/// One entry of the feedback service: `time u32 | token length u16 | token` (Apple's "The Feedback Service", Figure 5-3).
 /// "A timestamp … indicating when APNs determined that the app no longer exists on the device."
 public struct FeedbackTuple: Hashable, Sendable {
     /// Seconds since 1970-01-01 UTC (a four-byte `time_t` in network order).

@@ -1,4 +1,4 @@
-/// Encoders for the three notification formats of the binary interface (spec 003, "The Binary Interface
+/// Encoders for the three notification formats of the binary interface (Apple's "The Binary Interface
 /// and Notification Format" and "Legacy Information"). All integers are big endian ("network order").
 ///
 /// They only append to a caller-provided `ByteSink`: no intermediate arrays, no allocation of their own.

@@ -1,6 +1,7 @@
 /// Payload size limits a gateway enforces, per format.
 ///
-/// Spec 003: "In iOS 8, the previous size limit of 256 bytes for a push payload has been increased to
+/// Apple's guide ("Pushing a Remote Notification or Scheduling a Local Notification with Custom
+/// Actions"): "In iOS 8, the previous size limit of 256 bytes for a push payload has been increased to
 /// 2 kilobytes"; the legacy appendix still says 256 for the enhanced format. Both are configurable;
 /// 2048 is the default for all formats.
 public struct PayloadLimits: Sendable, Hashable {
@@ -61,8 +62,8 @@ public struct FrameRejection: Error, Sendable, Hashable, CustomStringConvertible
     }
 
     /// The error-response packet a gateway writes for this rejection, or nil for command 0, whose
-    /// malformations are answered by closing the connection only (spec 003, "Enhanced Notification
-    /// Format": "With the simple format … APNs responds by severing the connection").
+    /// malformations are answered by closing the connection only (Apple's "Legacy Information",
+    /// "Enhanced Notification Format": "With the simple format … APNs responds by severing the connection").
     public var errorResponse: ErrorResponse? {
         command == 0 ? nil : ErrorResponse(status: status, identifier: identifier ?? 0)
     }

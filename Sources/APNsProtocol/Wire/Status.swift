@@ -1,4 +1,4 @@
-/// The status byte of an error-response packet (spec 003, Table 5-1 "Codes in error-response packet").
+/// The status byte of an error-response packet (Apple's "The Binary Interface and Notification Format", Table 5-1 "Codes in error-response packet").
 ///
 /// A struct over the raw byte rather than a closed enum: a gateway may send a code the table does not
 /// list (there is no 9, for instance), and that must be kept and reported, never crash the reader.

@@ -44,11 +44,7 @@ struct CampaignCommand: AsyncParsableCommand {
             let bootstrap = try config.kafka.resolvedBootstrapServers()
             let producer = try KafkaProducer(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
-            let redis = try RedisClient(url: config.redis.url, logger: logger)
-            try await redis.connect()
-            var storeConfig = PipelineStoreConfiguration()
-            storeConfig.keyPrefix = config.redis.prefix
-            let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
+            let (redis, store) = try await openStore(config, logger: logger)
 
             let total = audience.recipients.count
             let progress = Progress(total: total, label: "publishing \(campaign)", enabled: !quiet)
@@ -81,11 +77,7 @@ struct CampaignCommand: AsyncParsableCommand {
 
         func run() async throws {
             let config = try loadPipeline(pipeline)
-            let redis = try RedisClient(url: config.redis.url, logger: quietLogger())
-            try await redis.connect()
-            var storeConfig = PipelineStoreConfiguration()
-            storeConfig.keyPrefix = config.redis.prefix
-            let store = PipelineStore(client: redis, configuration: storeConfig, logger: quietLogger())
+            let (redis, store) = try await openStore(config, logger: quietLogger())
             repeat {
                 let p = try await store.readCampaign(campaign)
                 let table = CampaignCommand.render(p)
@@ -108,11 +100,7 @@ struct CampaignCommand: AsyncParsableCommand {
 
         func run() async throws {
             let config = try loadPipeline(pipeline)
-            let redis = try RedisClient(url: config.redis.url, logger: quietLogger())
-            try await redis.connect()
-            var storeConfig = PipelineStoreConfiguration()
-            storeConfig.keyPrefix = config.redis.prefix
-            let store = PipelineStore(client: redis, configuration: storeConfig, logger: quietLogger())
+            let (redis, store) = try await openStore(config, logger: quietLogger())
             let deadline = Date().addingTimeInterval(timeout)
             var progress: Progress?
             while true {
@@ -150,55 +138,5 @@ struct CampaignCommand: AsyncParsableCommand {
         let pct = published > 0 ? Double(settled) / Double(published) * 100 : 0
         lines.append(row("settled", String(format: "%.1f%%", pct)))
         return lines.joined(separator: "\n")
-    }
-}
-
-func loadPipeline(_ path: String) throws -> PipelineConfiguration {
-    do {
-        return try PipelineConfiguration.load(file: path)
-    } catch let error as ConfigurationError {
-        throw ValidationError("\(error)")
-    }
-}
-
-func quietLogger() -> Logger {
-    var l = Logger(label: "apns", factory: { StreamLogHandler.standardError(label: $0) })
-    l.logLevel = .warning
-    return l
-}
-
-/// A progress bar with count, rate and ETA, on stderr, redrawn in place.
-final class Progress {
-    let total: Int
-    let label: String
-    let enabled: Bool
-    let start = Date()
-
-    init(total: Int, label: String, enabled: Bool) {
-        self.total = total
-        self.label = label
-        self.enabled = enabled && isatty(2) != 0 || enabled && ProcessInfo.processInfo.environment["APNS_PROGRESS"] == "1"
-    }
-
-    func update(_ done: Int) {
-        guard enabled else { return }
-        last = done
-        let elapsed = max(0.001, Date().timeIntervalSince(start))
-        let rate = Double(done) / elapsed
-        let fraction = total > 0 ? Double(done) / Double(total) : 1
-        let width = 30
-        let filled = Int(fraction * Double(width))
-        let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
-        let eta = rate > 0 ? Double(total - done) / rate : 0
-        let line = String(format: "\r%@ %@ %d/%d  %.0f/s  ETA %.0fs ", label, bar, done, total, rate, eta)
-        FileHandle.standardError.write(Data(line.utf8))
-    }
-
-    private var last = -1
-
-    func finish() {
-        guard enabled else { return }
-        if last != total { update(total) }
-        FileHandle.standardError.write(Data("\n".utf8))
     }
 }

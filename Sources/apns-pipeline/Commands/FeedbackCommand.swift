@@ -3,6 +3,7 @@ import Feedback
 import Foundation
 import Logging
 import Redis
+import TimeUnits
 
 /// `apns-pipeline feedback poll`: reads one app's feedback service list once and suppresses its tokens
 /// in Redis (`<prefix>:suppressed:<app>` token → `<time>:feedback`). `run` polls on a schedule; this is
@@ -33,13 +34,13 @@ struct FeedbackCommand: AsyncParsableCommand {
         @Option(help: "The app's provider certificate, PEM.") var cert: String?
         @Option(help: "The certificate's private key, PEM.") var key: String?
         @Option(help: "CA bundle (PEM) the service's certificate must chain to; default: the system's roots.") var ca: String?
-        @Option(help: "Feedback service host.") var host: String = "feedback.push.apple.com"
-        @Option(help: "Feedback service port.") var port: Int = 2196
+        @Option(help: "Feedback service host.") var host: String = FeedbackEndpoint.production.host
+        @Option(help: "Feedback service port.") var port: Int = FeedbackEndpoint.production.port
         @Option(help: "Name to verify the service's certificate against (default: the host).") var serverName: String?
-        @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = "redis://127.0.0.1:6379"
-        @Option(help: "Prefix of the Redis keys.") var prefix: String = "apns"
-        @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = 500
-        @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double = 60
+        @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
+        @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
+        @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = FeedbackPollerConfiguration().batchSize
+        @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double = FeedbackPollerConfiguration().readTimeout / .seconds(1)
         @Option(help: "Seconds to keep retrying Redis before giving up.") var redisWait: Double = 30
         @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: String = "info"
 
@@ -125,7 +126,7 @@ struct FeedbackCommand: AsyncParsableCommand {
                 ("ended mid-tuple", summary.endedMidTuple ? "yes (partial tuple dropped)" : "no"),
                 ("feedback times", summary.oldestTimestamp == nil ? "–" : "\(time(summary.oldestTimestamp)) … \(time(summary.newestTimestamp))"),
                 ("Redis batches", "\(summary.batches)"),
-                ("duration", "\(summary.duration.components.seconds * 1000 + summary.duration.components.attoseconds / 1_000_000_000_000_000) ms"),
+                ("duration", "\(summary.duration.milliseconds) ms"),
             ]
             let width = rows.map(\.0.count).max() ?? 0
             return rows.map { $0.0.padding(toLength: width, withPad: " ", startingAt: 0) + "  " + $0.1 }.joined(separator: "\n")

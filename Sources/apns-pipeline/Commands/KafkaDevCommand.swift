@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Kafka
 import Logging
+import Pipeline
 
 /// `apns-pipeline kafka-dev`: librdkafka's mock Kafka cluster on loopback TCP, for development, tests
 /// and the demo (`ops/test`, `ops/demo`). Real Kafka protocol, no broker to install.
@@ -23,7 +24,12 @@ struct KafkaDevCommand: AsyncParsableCommand {
     @Option(help: "Write the bootstrap servers to this file (atomically) once the cluster is ready.")
     var bootstrapFile: String?
 
-    static let defaultTopics = ["apns.jobs:8", "apns.jobs.dlq:1", "apns.registrations:2"]
+    /// The pipeline's default topics (`PipelineConfiguration.Kafka`), so `kafka-dev` with no `--topic`
+    /// serves what `run` with no `kafka.*_topic` keys reads.
+    static let defaultTopics: [String] = {
+        let kafka = PipelineConfiguration().kafka
+        return ["\(kafka.jobsTopic):8", "\(kafka.deadLetterTopic):1"] + (kafka.registrationsTopic.map { ["\($0):2"] } ?? [])
+    }()
 
     func validate() throws {
         guard brokers > 0 else { throw ValidationError("--brokers must be at least 1") }

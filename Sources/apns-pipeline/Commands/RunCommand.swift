@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import Pipeline
 import ServiceLifecycle
+import UnixSignals
 
 /// `apns-pipeline run --pipeline Pipelines/NAME.yaml`: the long-running service.
 struct RunCommand: AsyncParsableCommand {
@@ -18,12 +19,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "The pipeline file.") var pipeline: String = "Pipelines/default.yaml"
 
     func run() async throws {
-        let config: PipelineConfiguration
-        do {
-            config = try PipelineConfiguration.load(file: pipeline)
-        } catch let error as ConfigurationError {
-            throw ValidationError("\(error)")
-        }
+        let config = try loadPipeline(pipeline)
         let level = Logger.Level(rawValue: config.logLevel) ?? .info
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)
@@ -33,7 +29,7 @@ struct RunCommand: AsyncParsableCommand {
         let logger = Logger(label: "apns.pipeline")
         // A second SIGTERM/SIGINT while draining: leave now. Installed beside service-lifecycle's own
         // handling of the first, which starts the graceful shutdown.
-        let second = SecondSignal()
+        let second = await SecondSignal.arm()
         let runner = PipelineRunner(configuration: config, logger: logger)
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
@@ -43,32 +39,25 @@ struct RunCommand: AsyncParsableCommand {
     }
 }
 
-/// Exits the process on the second SIGTERM/SIGINT.
-final class SecondSignal: @unchecked Sendable {
-    private var sources: [any DispatchSourceSignal] = []
-    private let lock = NSLock()
-    private var seen = 0
+/// Exits the process on the second SIGTERM/SIGINT (the first starts the service group's graceful
+/// shutdown). swift-service-lifecycle's `UnixSignalsSequence` does the trapping.
+struct SecondSignal {
+    private let watcher: Task<Void, Never>
 
-    init() {
-        let queue = DispatchQueue(label: "apns.second-signal")
-        for s in [SIGTERM, SIGINT] {
-            let source = DispatchSource.makeSignalSource(signal: s, queue: queue)
-            source.setEventHandler { [weak self] in self?.fired() }
-            source.resume()
-            sources.append(source)
-        }
+    /// Returns once the handlers are registered, so no signal after it is missed.
+    static func arm() async -> SecondSignal {
+        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
+        return SecondSignal(watcher: Task {
+            var seen = 0
+            for await _ in signals {
+                seen += 1
+                if seen >= 2 {
+                    FileHandle.standardError.write(Data("second signal: exiting now; unsettled jobs will be redelivered\n".utf8))
+                    exit(130)
+                }
+            }
+        })
     }
 
-    private func fired() {
-        lock.lock()
-        seen += 1
-        let n = seen
-        lock.unlock()
-        if n >= 2 {
-            FileHandle.standardError.write(Data("second signal: exiting now; unsettled jobs will be redelivered\n".utf8))
-            exit(130)
-        }
-    }
-
-    func disarm() { for s in sources { s.cancel() } }
+    func disarm() { watcher.cancel() }
 }

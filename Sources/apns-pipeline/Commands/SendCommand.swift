@@ -8,7 +8,7 @@ import NIOPosix
 import Sender
 import Synchronization
 
-/// `apns-pipeline send`: jobs (DESIGN §3 JSON, one per line) from a file or stdin, through one app's
+/// `apns-pipeline send`: jobs (`docs/design.md §3.1` JSON, one per line) from a file or stdin, through one app's
 /// pool, straight to the gateways — for operators, and for testing without Kafka or Redis.
 struct SendCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -39,7 +39,7 @@ struct SendCommand: AsyncParsableCommand {
         var shard = ShardConfiguration()
         shard.settleAfter = settleAfter
         let summary = Summary()
-        let pool: SenderPool
+        let pool: any NotificationTransport
         do {
             pool = try SenderPool(
                 configuration: PoolConfiguration(
@@ -89,7 +89,7 @@ struct SendCommand: AsyncParsableCommand {
             summary.sent()
             return PushNotification(
                 jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
-                campaign: job.campaign, tag: UInt64(number))
+                campaign: job.campaign)
         } catch {
             summary.refuse(line: number, reason: error.reason.rawValue, detail: error.detail)
             return nil
@@ -126,7 +126,8 @@ struct SendCommand: AsyncParsableCommand {
         struct State {
             var sent = 0
             var outcomes: [String: Int] = [:]
-            var statuses: [UInt8: Int] = [:]
+            /// Refusals by the gateway's code (binary status, HTTP/2 reason) and what they meant.
+            var codes: [String: Int] = [:]
             var events = SenderEvents()
             var refused: [String: Int] = [:]
             var examples: [String] = []
@@ -138,9 +139,11 @@ struct SendCommand: AsyncParsableCommand {
             state.withLock { s in
                 for o in b.outcomes {
                     s.outcomes[o.kind.rawValue, default: 0] += 1
-                    if let st = o.status { s.statuses[st.rawValue, default: 0] += 1 }
-                    if o.kind != .accepted, s.examples.count < 10 {
-                        s.examples.append("  \(o.kind.rawValue) \(o.jobID) token \(o.token.hex) status \(o.status.map { "\($0)" } ?? "-")")
+                    if let rejection = o.rejection {
+                        s.codes["\(o.code ?? "-") (\(rejection.reason))", default: 0] += 1
+                        if s.examples.count < 10 {
+                            s.examples.append("  \(o.kind.rawValue) \(o.jobID) token \(o.token.hex): \(rejection.reason)")
+                        }
                     }
                 }
                 s.events += b.events
@@ -156,7 +159,7 @@ struct SendCommand: AsyncParsableCommand {
             state.withLock { s in
                 var out = ["sent \(s.sent)"]
                 for k in ["accepted", "rejected", "dead_lettered"] { out.append("  \(k): \(s.outcomes[k] ?? 0)") }
-                for (st, n) in s.statuses.sorted(by: { $0.key < $1.key }) { out.append("  status \(ErrorStatus(rawValue: st)): \(n)") }
+                for (code, n) in s.codes.sorted(by: { $0.key < $1.key }) { out.append("  \(code): \(n)") }
                 out.append("refused before sending: \(s.refused.values.reduce(0, +))")
                 for (r, n) in s.refused.sorted(by: { $0.key < $1.key }) { out.append("  \(r): \(n)") }
                 out.append(

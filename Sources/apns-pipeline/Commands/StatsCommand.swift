@@ -3,7 +3,7 @@ import Foundation
 import Logging
 import Redis
 
-/// `apns-pipeline stats`: the pipeline's counters from Redis (DESIGN §4: `<p>:stats`, the per-minute
+/// `apns-pipeline stats`: the pipeline's counters from Redis (`docs/design.md §4.1`: `<p>:stats`, the per-minute
 /// `<p>:stats:<yyyyMMddHHmm>` buckets, `<p>:campaign:<id>`), with current rates, optionally refreshed
 /// in place.
 struct StatsCommand: AsyncParsableCommand {
@@ -18,8 +18,8 @@ struct StatsCommand: AsyncParsableCommand {
     )
 
     @Option(help: "Take Redis's URL and key prefix from this pipeline file.") var pipeline: String?
-    @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = "redis://127.0.0.1:6379"
-    @Option(help: "Prefix of the Redis keys.") var prefix: String = "apns"
+    @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
+    @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
     @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
     @Flag(help: "Refresh in place until interrupted.") var watch = false
     @Option(help: "Seconds between refreshes with --watch.") var interval: Double = 1

@@ -1,0 +1,62 @@
+/// The seam between the pipeline and a way of talking to APNs. A transport owns one app's connections
+/// (binary: shards with replay buffers; HTTP/2: connections with streams), and reports what became of
+/// each notification through the `OutcomeHandler` it was built with, in transport-neutral terms
+/// (`Outcome`, `Rejection`), so the router, `send` and `run` never know which protocol is behind it.
+public protocol NotificationTransport: Sendable {
+    /// The bundle id (topic) this transport sends for.
+    var app: String { get }
+    /// `binary` or `http2`: for logs, the shard status hash and metrics labels.
+    var protocolName: String { get }
+
+    /// Takes notifications for sending; returns when the transport has room again (back-pressure: a
+    /// full transport makes the caller wait, it never drops). Outcomes arrive later, through the handler.
+    func send(_ notifications: [PushNotification]) async throws
+
+    /// Stops taking notifications, finishes what it holds (every outcome reported), closes its connections.
+    func drainAndClose() async -> [DrainResult]
+
+    /// One entry per connection (shard), for dashboards and tests.
+    func statistics() async -> [ShardStatistics]
+}
+
+/// Routes notifications to the transport of their app (one certificate or token topic per app).
+public final class Router: Sendable {
+    public let transports: [String: any NotificationTransport]
+
+    public init(transports: [any NotificationTransport]) {
+        self.transports = Dictionary(uniqueKeysWithValues: transports.map { ($0.app, $0) })
+    }
+
+    /// Sends through each app's transport. Notifications for an app without one are returned, untouched,
+    /// for the caller to dead-letter ("no credentials for app").
+    public func send(_ notifications: [PushNotification]) async throws -> [PushNotification] {
+        if transports.count == 1, let (app, transport) = transports.first, notifications.allSatisfy({ $0.app == app }) {
+            try await transport.send(notifications)
+            return []
+        }
+        var byApp: [String: [PushNotification]] = [:]
+        var orphans: [PushNotification] = []
+        for n in notifications {
+            if transports[n.app] != nil { byApp[n.app, default: []].append(n) } else { orphans.append(n) }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (app, part) in byApp {
+                let transport = transports[app]!
+                group.addTask { try await transport.send(part) }
+            }
+            try await group.waitForAll()
+        }
+        return orphans
+    }
+
+    public func drainAndClose() async -> [String: [DrainResult]] {
+        await withTaskGroup(of: (String, [DrainResult]).self) { group in
+            for (app, transport) in transports {
+                group.addTask { (app, await transport.drainAndClose()) }
+            }
+            var out: [String: [DrainResult]] = [:]
+            for await (app, results) in group { out[app] = results }
+            return out
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Pipeline
+import Redis
+
+// Helpers every subcommand may use: reading a pipeline file, a quiet logger, Redis from a pipeline
+// file, a progress bar.
+
+/// Reads a pipeline file; a file that cannot be used is a usage error naming the file, key and problem.
+func loadPipeline(_ path: String) throws -> PipelineConfiguration {
+    do {
+        return try PipelineConfiguration.load(file: path)
+    } catch let error as ConfigurationError {
+        throw ValidationError("\(error)")
+    }
+}
+
+/// Warnings and errors only, on stderr: for commands whose stdout is their result.
+func quietLogger() -> Logger {
+    var l = Logger(label: "apns", factory: { StreamLogHandler.standardError(label: $0) })
+    l.logLevel = .warning
+    return l
+}
+
+/// A connected client for the pipeline file's Redis, and the store on it with the file's key prefix.
+func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> (RedisClient, PipelineStore) {
+    let redis = try RedisClient(url: config.redis.url, logger: logger)
+    try await redis.connect()
+    let store = PipelineStore(client: redis, configuration: PipelineStoreConfiguration(keyPrefix: config.redis.prefix), logger: logger)
+    return (redis, store)
+}
+
+/// A progress bar with count, rate and ETA, on stderr, redrawn in place.
+final class Progress {
+    let total: Int
+    let label: String
+    let enabled: Bool
+    let start = Date()
+
+    init(total: Int, label: String, enabled: Bool) {
+        self.total = total
+        self.label = label
+        self.enabled = enabled && isatty(2) != 0 || enabled && ProcessInfo.processInfo.environment["APNS_PROGRESS"] == "1"
+    }
+
+    func update(_ done: Int) {
+        guard enabled else { return }
+        last = done
+        let elapsed = max(0.001, Date().timeIntervalSince(start))
+        let rate = Double(done) / elapsed
+        let fraction = total > 0 ? Double(done) / Double(total) : 1
+        let width = 30
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: width - filled)
+        let eta = rate > 0 ? Double(total - done) / rate : 0
+        let line = String(format: "\r%@ %@ %d/%d  %.0f/s  ETA %.0fs ", label, bar, done, total, rate, eta)
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    private var last = -1
+
+    func finish() {
+        guard enabled else { return }
+        if last != total { update(total) }
+        FileHandle.standardError.write(Data("\n".utf8))
+    }
+}

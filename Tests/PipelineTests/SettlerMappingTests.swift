@@ -1,0 +1,48 @@
+import APNsProtocol
+import Kafka
+import Redis
+import Sender
+import Testing
+
+@testable import Pipeline
+
+/// The settler acts on what a transport's rejection means, whichever protocol produced it.
+@Suite struct SettlerMappingTests {
+    static let token = try! DeviceToken(hex: String(repeating: "ab", count: 32))
+
+    static func outcome(_ id: String, _ delivery: Delivery, code: String? = nil, offset: Int64) -> Sender.Outcome {
+        Sender.Outcome(
+            notification: PushNotification(
+                jobID: id, app: "com.example.shop", token: token, payload: [], expiry: 0, priority: .immediate, campaign: "c",
+                position: SourcePosition(partition: 3, offset: offset)),
+            delivery: delivery, code: code, attempts: 1, connection: 2)
+    }
+
+    @Test func rejectionsBecomeOutcomesByMeaning() {
+        var events = SenderEvents()
+        events.replayed = 4
+        events.ambiguous = 1
+        let batch = OutcomeBatch(
+            app: "com.example.shop", connection: 2,
+            outcomes: [
+                Self.outcome("ok", .accepted, offset: 10),
+                Self.outcome("bin8", .rejected(.invalidToken(since: nil, reason: "invalid-token")), code: "8", offset: 11),
+                Self.outcome("h410", .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered")), code: "Unregistered", offset: 12),
+                Self.outcome("bad", .rejected(.badRequest(reason: "BadTopic")), code: "BadTopic", offset: 13),
+                Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14),
+            ],
+            events: events)
+        let item = PipelineRunner.settlerItem(batch, topic: "jobs")
+        #expect(item.outcomes.map(\.kind) == [.accepted, .rejected, .rejected, .deadLettered, .deadLettered])
+        #expect(item.outcomes.map(\.suppressToken) == [
+            nil, TokenSuppression(since: nil, reason: "invalid-token"), TokenSuppression(since: 1_700_000_000, reason: "unregistered"),
+            nil, nil,
+        ])
+        #expect(item.outcomes.map(\.code) == [nil, "8", "Unregistered", "BadTopic", "ServiceUnavailable"])
+        #expect(item.outcomes.allSatisfy { $0.shard == 2 && $0.campaign == "c" && $0.tokenHex == Self.token.hex })
+        #expect(item.refs.map(\.offset) == [10, 11, 12, 13, 14])
+        #expect(item.refs.allSatisfy { $0.topic == "jobs" && $0.partition == 3 })
+        #expect(item.events.replayed == 4 && item.events.ambiguous == 1)
+        #expect(item.shardEvents == [ShardEvents(app: "com.example.shop", shard: 2, replayed: 4)])
+    }
+}
