@@ -103,7 +103,7 @@ public final class HTTP2Transport: NotificationTransport {
             if shared.inTransit.load(ordering: .sequentiallyConsistent) == 0, await allEmpty() { break }
             try? await Task.sleep(for: .milliseconds(10))
         }
-        return connections.map { _ in .nothingToDrain }
+        return connections.map { _ in .allAnswered }
     }
 
     private func allEmpty() async -> Bool {
