@@ -49,6 +49,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
@@ -84,7 +85,8 @@ let package = Package(
             ]
         ),
 
-        // The sharded sender: per-app pools of TLS gateway connections, batching, replay, drain proof.
+        // The sender: per-app transports behind one seam. Binary: pools of TLS gateway connections,
+        // batching, replay, drain proof. HTTP/2: connections driven at the frame level (swift-nio-http2).
         .target(
             name: "Sender",
             dependencies: [
@@ -94,6 +96,9 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -220,6 +225,7 @@ let package = Package(
             dependencies: [
                 "TestSupport",
                 "Sender",
+                .product(name: "Crypto", package: "swift-crypto"),
                 "GatewaySimulator",
                 "APNsProtocol",
                 "APNsTransport",
@@ -235,6 +241,7 @@ let package = Package(
                 "Feedback",
                 "Jobs",
                 "GatewaySimulator",
+                "HTTP2Simulator",
                 "Kafka",
                 "Redis",
                 "Sender",

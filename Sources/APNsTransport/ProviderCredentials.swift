@@ -28,10 +28,12 @@ public struct ProviderCredentials: Sendable, Hashable {
     }
 
     /// A client TLS context: client certificate presented, server certificate and hostname verified.
+    /// `applicationProtocols`: ALPN offers (`["h2"]` for the HTTP/2 provider API; none for binary).
     /// Throws (with the file named) when a file cannot be read.
-    public func makeClientContext() throws -> NIOSSLContext {
+    public func makeClientContext(applicationProtocols: [String] = []) throws -> NIOSSLContext {
         var tls = TLSConfiguration.makeClientConfiguration()
         tls.certificateVerification = .fullVerification
+        tls.applicationProtocols = applicationProtocols
         if let trustRootsPath { tls.trustRoots = .file(trustRootsPath) }
         do {
             tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }

@@ -489,6 +489,8 @@ public enum DrainResult: Sendable, Equatable {
     /// The probe went unanswered; everything was settled by `settleAfter`.
     case settledByTime
     case nothingToDrain
+    /// HTTP/2: every request had its answer (no probe or timer needed).
+    case allAnswered
 }
 
 public enum SenderError: Error, CustomStringConvertible {

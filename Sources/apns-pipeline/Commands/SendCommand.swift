@@ -19,36 +19,68 @@ struct SendCommand: AsyncParsableCommand {
 
     @Argument(help: "File of jobs, one per line; '-' or nothing reads stdin.") var input: String = "-"
     @Option(help: "App bundle id (jobs for other apps are refused).") var app: String
-    @Option(help: "Provider certificate (PEM).") var cert: String
-    @Option(help: "Its private key (PEM).") var key: String
+    @Option(name: .customLong("protocol"), help: "binary (legacy gateway) or http2 (Apple's provider API).")
+    var transport: String = "binary"
+    @Option(help: "Provider certificate (PEM); with --protocol http2, or use --token-key.") var cert: String?
+    @Option(help: "Its private key (PEM).") var key: String?
+    @Option(help: "HTTP/2 token auth: the team's .p8 signing key (PKCS#8 PEM).") var tokenKey: String?
+    @Option(help: "HTTP/2 token auth: the key's id (kid).") var keyID: String?
+    @Option(help: "HTTP/2 token auth: the team id (iss).") var teamID: String?
+    @Option(help: "HTTP/2: streams per connection at most.") var streams: Int = 1000
     @Option(help: "CA bundle the gateway's certificate must chain to (default: system roots).") var ca: String?
-    @Option(help: "Gateway host:port (repeatable).") var gateway: [String] = ["gateway.push.apple.com:2195"]
+    @Option(help: "Gateway host:port (repeatable; default: Apple's production host for the protocol).") var gateway: [String] = []
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
     @Option(help: "Connections (shards).") var shards: Int = 4
     @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = 1
-    @Option(help: "Payload limit in bytes.") var payloadLimit: Int = 2048
+    @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
     @Flag(help: "Add the job id to each payload as `jid` (for the simulator's records).") var embedJobID = false
 
     func run() async throws {
         var logger = Logger(label: "apns.send", factory: { StreamLogHandler.standardError(label: $0) })
         logger.logLevel = .warning
-        let gateways = try gateway.map { g -> GatewayAddress in
+        guard transport == "binary" || transport == "http2" else { throw ValidationError("--protocol: binary or http2") }
+        let http2 = transport == "http2"
+        var gateways = try gateway.map { g -> GatewayAddress in
             guard let a = GatewayAddress(g) else { throw ValidationError("--gateway \(g): expected host:port") }
             return a
         }
-        var shard = ShardConfiguration()
-        shard.settleAfter = settleAfter
+        if gateways.isEmpty { gateways = http2 ? HTTP2TransportConfiguration.production : [.production] }
         let summary = Summary()
         let pool: any NotificationTransport
         do {
-            pool = try SenderPool(
-                configuration: PoolConfiguration(
-                    credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
-                    gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname),
-                group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: { summary.add($0) })
+            if http2 {
+                let auth: HTTP2Authentication
+                if let tokenKey {
+                    guard let keyID, let teamID else { throw ValidationError("--token-key needs --key-id and --team-id") }
+                    auth = try .token(keyFile: tokenKey, keyID: keyID, teamID: teamID, trustRootsPath: ca)
+                } else if let cert, let key {
+                    auth = .certificate(ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca))
+                } else {
+                    throw ValidationError("--protocol http2 needs --token-key (with --key-id, --team-id) or --cert and --key")
+                }
+                var configuration = HTTP2TransportConfiguration(app: app, authentication: auth, hosts: gateways)
+                configuration.connections = shards
+                configuration.streamCap = streams
+                configuration.serverHostname = serverHostname
+                pool = try HTTP2Transport(
+                    configuration: configuration, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
+                    onOutcomes: { summary.add($0) })
+            } else {
+                guard let cert, let key else { throw ValidationError("--protocol binary needs --cert and --key") }
+                var shard = ShardConfiguration()
+                shard.settleAfter = settleAfter
+                pool = try SenderPool(
+                    configuration: PoolConfiguration(
+                        credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
+                        gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname),
+                    group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: { summary.add($0) })
+            }
+        } catch let error as ValidationError {
+            throw error
         } catch {
             throw ValidationError("\(error)")
         }
+        let payloadLimit = self.payloadLimit ?? (http2 ? 4096 : 2048)
 
         let handle: FileHandle
         if input == "-" {

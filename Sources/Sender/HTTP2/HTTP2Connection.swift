@@ -1,0 +1,415 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// A notification with its request head, built (and validated) once when it is submitted.
+struct HTTP2Job: Sendable {
+    var notification: PushNotification
+    var head: HTTP2Request
+}
+
+/// One HTTP/2 connection of an app's transport, across its reconnects: drives an
+/// `HTTP2ConnectionStateMachine` on one event loop and carries out its actions (connect, write and
+/// flush frames, report outcomes, reroute, ping, close). Every entry point hops to `eventLoop` first;
+/// events from a channel carry its epoch, so nothing from a replaced channel reaches the machine.
+final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined to `eventLoop`
+    typealias Machine = HTTP2ConnectionStateMachine<HTTP2Job>
+
+    let index: Int
+    let eventLoop: any EventLoop
+    private let configuration: HTTP2TransportConfiguration
+    private let sslContext: NIOSSLContext
+    private let host: GatewayAddress
+    private let limiter: ConnectionLimiter
+    private let onOutcomes: OutcomeHandler
+    /// Hands requests to another connection of the transport (never called while draining).
+    private let reroute: @Sendable ([Machine.Request], _ from: Int) -> Void
+    private var logger: Logger
+
+    private var machine: Machine
+    private var channel: (any Channel)?
+    private var context: ChannelHandlerContext?
+    private var epoch = 0
+    private var waiters = CircularBuffer<EventLoopPromise<Void>>()
+    private var drainPromises: [EventLoopPromise<Void>] = []
+    private var tickTask: RepeatedTask?
+    private var lingerTask: Scheduled<Void>?
+    private var unflushedBytes = 0
+    private var inRead = false
+    private var pendingOutcomes: [Outcome] = []
+    /// Writes and frames since the last outcome batch.
+    private var ioEvents = SenderEvents()
+    private var token: ProviderTokenCache.Token?
+    private var connectingSince: NIODeadline?
+    private(set) var statistics = ShardStatistics()
+
+    /// Whether the transport should route new work here (read from other threads).
+    let acceptsWork = Atomic<Bool>(true)
+
+    init(
+        index: Int, eventLoop: any EventLoop, configuration: HTTP2TransportConfiguration, sslContext: NIOSSLContext,
+        limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler,
+        reroute: @escaping @Sendable ([Machine.Request], Int) -> Void
+    ) {
+        self.index = index
+        self.eventLoop = eventLoop
+        self.configuration = configuration
+        self.sslContext = sslContext
+        self.host = configuration.hosts[index % configuration.hosts.count]  // spread evenly over the hosts
+        self.limiter = limiter
+        self.onOutcomes = onOutcomes
+        self.reroute = reroute
+        self.logger = logger
+        self.logger[metadataKey: "app"] = "\(configuration.app)"
+        self.logger[metadataKey: "connection"] = "\(index)"
+        self.logger[metadataKey: "host"] = "\(host)"
+        self.machine = Machine(configuration: configuration.machineConfiguration())
+        statistics.app = configuration.app
+        statistics.index = index
+        statistics.gateway = host.description
+    }
+
+    private var now: Double { Double(NIODeadline.now().uptimeNanoseconds) / 1e9 }
+
+    // MARK: entry points (any thread)
+
+    /// Queues notifications; invalid ones settle at once as bad requests. The future completes when
+    /// the queue is back within its capacity (back-pressure).
+    func submit(_ batch: [PushNotification]) -> EventLoopFuture<Void> {
+        eventLoop.flatSubmit { [self] in
+            if machine.draining { return eventLoop.makeFailedFuture(SenderError.draining(app: configuration.app)) }
+            var jobs: [HTTP2Job] = []
+            jobs.reserveCapacity(batch.count)
+            for n in batch {
+                do throws(HTTP2Request.Invalid) {
+                    jobs.append(HTTP2Job(notification: n, head: try HTTP2Request(n)))
+                } catch {
+                    pendingOutcomes.append(
+                        Outcome(notification: n, delivery: .rejected(.badRequest(reason: error.reason)), code: error.reason,
+                                attempts: 0, connection: index))
+                }
+            }
+            apply(machine.enqueue(jobs, now: now))
+            statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
+            if machine.hasRoom { return eventLoop.makeSucceededVoidFuture() }
+            let promise = eventLoop.makePromise(of: Void.self)
+            waiters.append(promise)
+            statistics.callerWaits += 1
+            return promise.futureResult
+        }
+    }
+
+    /// Requests another connection gave up on (refused credentials, a 5xx retry elsewhere).
+    func adopt(_ requests: [Machine.Request], then taken: @escaping @Sendable () -> Void) {
+        eventLoop.execute { [self] in
+            apply(machine.adopt(requests, now: now))
+            taken()
+        }
+    }
+
+    /// Nothing held and the connection closed (after a drain).
+    func isDrained() -> EventLoopFuture<Bool> {
+        eventLoop.submit { [self] in machine.isEmpty && machine.phase == .closed }
+    }
+
+    /// Completes when every request this connection holds has an answer and the connection is closed.
+    func drain() -> EventLoopFuture<Void> {
+        eventLoop.flatSubmit { [self] in
+            let promise = eventLoop.makePromise(of: Void.self)
+            drainPromises.append(promise)
+            apply(machine.drain(now: now))
+            return promise.futureResult
+        }
+    }
+
+    func currentStatistics() -> EventLoopFuture<ShardStatistics> {
+        eventLoop.submit { [self] in
+            var s = statistics
+            s.queueDepth = machine.queue.count
+            s.replayCount = machine.inFlight.count
+            s.state = stateName
+            return s
+        }
+    }
+
+    private var stateName: String {
+        switch machine.phase {
+        case .idle: "idle"
+        case .connecting: "connecting"
+        case .active: machine.suspended ? "stopped" : "connected"
+        case .goingAway, .closing: "closing"
+        case .waitingToReconnect: machine.suspended ? "stopped" : "waiting"
+        case .closed: "closed"
+        }
+    }
+
+    // MARK: events from the channel (on the event loop)
+
+    func channelReady(epoch: Int, context: ChannelHandlerContext) {
+        guard epoch == self.epoch else { return }
+        self.context = context
+        statistics.connections += 1
+        statistics.connectedSince = Int64(Date().timeIntervalSince1970)
+        logger.debug("connected")
+        apply(machine.connected(now: now))
+    }
+
+    func protocolMismatch(epoch: Int, negotiated: String?) {
+        guard epoch == self.epoch else { return }
+        statistics.lastError = "server did not negotiate h2 (ALPN: \(negotiated ?? "none"))"
+        logger.error("server did not negotiate HTTP/2", metadata: ["alpn": "\(negotiated ?? "none")"])
+    }
+
+    func answer(epoch: Int, streamID: HTTP2StreamID, status: Int, body: ByteBuffer?) {
+        guard epoch == self.epoch else { return }
+        var reason: String?
+        var timestamp: Int64?
+        if status != 200, let body, body.readableBytes > 0 {
+            // A body that does not decode still settles the request, by its status alone.
+            if let decoded = try? APNsErrorBody(decoding: body.readableBytesView) {
+                reason = decoded.reasonText
+                timestamp = decoded.timestamp
+            }
+        }
+        inRead = true
+        apply(machine.response(streamID: UInt32(Int32(streamID)), status: status, reason: reason, timestamp: timestamp, now: now))
+    }
+
+    func reset(epoch: Int, streamID: HTTP2StreamID, code: HTTP2ErrorCode) {
+        guard epoch == self.epoch else { return }
+        inRead = true
+        apply(machine.reset(streamID: UInt32(Int32(streamID)), refused: code == .refusedStream, now: now))
+    }
+
+    func goAway(epoch: Int, lastStreamID: HTTP2StreamID, code: HTTP2ErrorCode, debug: ByteBuffer?) {
+        guard epoch == self.epoch else { return }
+        let reason = debug.flatMap { try? APNsErrorBody(decoding: $0.readableBytesView) }?.reasonText
+        logger.info("GOAWAY", metadata: ["last_stream": "\(lastStreamID)", "code": "\(code)", "reason": "\(reason ?? "-")"])
+        statistics.lastError = "GOAWAY \(code)" + (reason.map { " \($0)" } ?? "")
+        inRead = true
+        apply(machine.goAway(lastStreamID: UInt32(Int32(lastStreamID)), now: now))
+    }
+
+    func settings(epoch: Int, maxConcurrentStreams: Int?) {
+        guard epoch == self.epoch else { return }
+        inRead = true
+        apply(machine.settings(maxConcurrentStreams: maxConcurrentStreams, now: now))
+    }
+
+    func pingAnswered(epoch: Int) {
+        guard epoch == self.epoch else { return }
+        machine.pingAnswered(now: now)
+    }
+
+    func readComplete(epoch: Int) {
+        guard epoch == self.epoch else { return }
+        inRead = false
+        publishOutcomes()
+        flushIfDue(force: unflushedBytes > 0 && lingerTask == nil && configuration.linger <= 0)
+    }
+
+    func channelError(epoch: Int, error: any Error) {
+        guard epoch == self.epoch else { return }
+        statistics.lastError = "\(error)"
+        logger.warning("connection error", metadata: ["error": "\(error)"])
+    }
+
+    func channelClosed(epoch: Int) {
+        guard epoch == self.epoch else { return }
+        self.epoch += 1  // anything still in flight from this channel is stale from now on
+        channel = nil
+        context = nil
+        unflushedBytes = 0
+        lingerTask?.cancel()
+        lingerTask = nil
+        inRead = false
+        apply(machine.closed(now: now))
+    }
+
+    // MARK: carrying out actions
+
+    private func apply(_ action: Machine.Action) {
+        if action.connect { connect() }
+        if action.renewToken { renewToken() }
+        if !action.writes.isEmpty { write(action.writes) }
+        for s in action.settled {
+            pendingOutcomes.append(
+                Outcome(notification: s.request.job.notification, delivery: s.delivery, code: s.code,
+                        attempts: s.request.attempts, connection: index))
+        }
+        if !action.reroute.isEmpty { reroute(action.reroute, index) }
+        if action.ping, let context {
+            context.writeAndFlush(NIOAny(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 1), ack: false))), promise: nil)
+        }
+        if let reason = action.credentialsRefused {
+            // Loud: nothing more goes out on this connection until `authFailureDelay` has passed, and
+            // with every connection refused the whole app stops (its jobs wait, nothing is lost).
+            statistics.lastError = "credentials refused: \(reason)"
+            logger.error(
+                "APNs refused the provider credentials; this connection stops sending",
+                metadata: ["reason": "\(reason)", "retry_in_seconds": "\(configuration.authFailureDelay)"])
+        }
+        if action.close {
+            flushIfDue(force: true)
+            channel?.close(promise: nil)
+        }
+        if action.drained {
+            tickTask?.cancel()
+            tickTask = nil
+            for p in drainPromises { p.succeed() }
+            drainPromises.removeAll()
+        }
+        acceptsWork.store(machine.acceptsWork, ordering: .relaxed)
+        if machine.hasRoom { while let w = waiters.popFirst() { w.succeed() } }
+        if !inRead { publishOutcomes() }
+    }
+
+    private func publishOutcomes() {
+        var events = machine.takeEvents()
+        events += ioEvents
+        ioEvents = SenderEvents()
+        guard !pendingOutcomes.isEmpty || !events.isEmpty else { return }
+        let batch = OutcomeBatch(app: configuration.app, connection: index, outcomes: pendingOutcomes, events: events)
+        pendingOutcomes.removeAll(keepingCapacity: true)
+        onOutcomes(batch)
+    }
+
+    private func connect() {
+        if tickTask == nil {
+            // One timer per connection drives retries that are due, reconnects, deadlines and PINGs.
+            tickTask = eventLoop.scheduleRepeatedTask(initialDelay: .milliseconds(20), delay: .milliseconds(20)) { [self] _ in
+                apply(machine.tick(now: now))
+            }
+        }
+        epoch += 1
+        let epoch = self.epoch
+        let wait = limiter.reserve(host)
+        eventLoop.scheduleTask(in: .nanoseconds(Int64(max(0, wait) * 1e9))) { [self] in
+            guard epoch == self.epoch else { return }
+            open(epoch: epoch)
+        }
+    }
+
+    private func open(epoch: Int) {
+        let hostname = configuration.serverHostname ?? host.host
+        let sslContext = self.sslContext
+        let bootstrap = ClientBootstrap(group: eventLoop)
+            .connectTimeout(.nanoseconds(Int64(configuration.connectTimeout * 1e9)))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { [self] channel in
+                do {
+                    let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
+                    let settings: HTTP2Settings = [
+                        HTTP2Setting(parameter: .enablePush, value: 0),
+                        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+                    ]
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(tls)
+                    try sync.addHandler(NIOHTTP2Handler(mode: .client, initialSettings: settings))
+                    try sync.addHandler(HTTP2FrameHandler(connection: self, epoch: epoch))
+                    return channel.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
+            }
+        bootstrap.connect(host: host.host, port: host.port).whenComplete { [self] result in
+            guard epoch == self.epoch else {
+                if case .success(let c) = result { c.close(promise: nil) }
+                return
+            }
+            switch result {
+            case .success(let c):
+                channel = c
+            case .failure(let error):
+                statistics.lastError = "\(error)"
+                logger.warning("connect failed", metadata: ["error": "\(error)"])
+                self.epoch += 1
+                apply(machine.connectFailed(now: now))
+            }
+        }
+    }
+
+    private func renewToken() {
+        guard case .token(let cache, _) = configuration.authentication, let rejected = token else { return }
+        do {
+            try cache.renew(rejectedIssuedAt: rejected.issuedAt)
+            token = nil  // read again before the next write
+        } catch {
+            logger.error("provider token renewal failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The `authorization` value for the next requests (token authentication), from the shared cache.
+    private func bearer() -> String? {
+        guard case .token(let cache, _) = configuration.authentication else { return nil }
+        do {
+            let t = try cache.current()
+            token = t
+            return "bearer " + t.value
+        } catch {
+            logger.error("cannot make a provider token", metadata: ["error": "\(error)"])
+            return nil
+        }
+    }
+
+    private func write(_ writes: [Machine.Write]) {
+        guard let context else { return }
+        let authority = configuration.serverHostname ?? host.host
+        let authorization = bearer()
+        var bytes = 0
+        for w in writes {
+            let head = w.request.job.head
+            var headers = HPACKHeaders()
+            headers.reserveCapacity(12)
+            headers.add(name: ":method", value: "POST")
+            headers.add(name: ":scheme", value: "https")
+            headers.add(name: ":path", value: head.path)
+            headers.add(name: ":authority", value: authority)
+            if let authorization { headers.add(name: APNsHeader.authorization, value: authorization, indexing: .neverIndexed) }
+            headers.add(name: APNsHeader.topic, value: head.topic)
+            headers.add(name: APNsHeader.id, value: head.apnsID, indexing: .nonIndexable)
+            headers.add(name: APNsHeader.expiration, value: head.expiration)
+            headers.add(name: APNsHeader.priority, value: head.priority)
+            headers.add(name: APNsHeader.pushType, value: head.pushType.rawValue)
+            if let c = head.collapseID { headers.add(name: APNsHeader.collapseID, value: c) }
+            let stream = HTTP2StreamID(Int(w.streamID))
+            let payload = w.request.job.notification.payload
+            let body = context.channel.allocator.buffer(bytes: payload)
+            context.write(NIOAny(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers)))), promise: nil)
+            context.write(NIOAny(HTTP2Frame(streamID: stream, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
+            // What the wire will carry, roughly: the payload plus the (mostly HPACK-indexed) headers.
+            bytes += payload.count + 9 * 2 + 64
+        }
+        unflushedBytes += bytes
+        ioEvents.framesWritten += writes.count
+        ioEvents.bytesWritten += bytes
+        // Streams open at most (the binary sender's replay high-water mark, for the same dashboard field).
+        statistics.maxReplayCount = max(statistics.maxReplayCount, machine.inFlight.count)
+        flushIfDue(force: false)
+    }
+
+    /// Flushes when `batchBytes` are waiting, else within `linger`: the frames of many streams leave
+    /// in one write, as the binary sender's Nagle-style batching.
+    private func flushIfDue(force: Bool) {
+        guard unflushedBytes > 0, let context else { return }
+        if force || unflushedBytes >= configuration.batchBytes || configuration.linger <= 0 {
+            lingerTask?.cancel()
+            lingerTask = nil
+            unflushedBytes = 0
+            ioEvents.writes += 1
+            context.flush()
+        } else if lingerTask == nil {
+            lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(configuration.linger * 1e9))) { [self] in
+                lingerTask = nil
+                flushIfDue(force: true)
+            }
+        }
+    }
+}

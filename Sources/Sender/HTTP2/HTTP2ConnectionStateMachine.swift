@@ -1,0 +1,465 @@
+/// The logic of one HTTP/2 connection to APNs across its reconnects: which requests are written on
+/// which stream, how many streams may be open, what each answer, reset, GOAWAY or drop means for the
+/// requests, and when to connect, ping, close or reroute. A value type with no I/O: events in, actions
+/// out (as swift-nio's own state machines); `HTTP2Connection` drives it on one event loop. Times are
+/// seconds on a monotonic clock, passed in with the events that need them, so tests choose them.
+///
+/// Rules (DESIGN §2b):
+/// - permits = min(the server's SETTINGS_MAX_CONCURRENT_STREAMS, `streamCap`), but 1 until the first
+///   answer that shows the credentials were accepted: a refused credential then costs one request,
+///   not a window of them;
+/// - streams above a GOAWAY's last-stream-id and REFUSED_STREAM resets were never processed: resent,
+///   counted `replayed`; streams unanswered when the connection dies, or reset otherwise, may have been
+///   processed: resent, counted `ambiguous` (the only duplicate window);
+/// - a request unanswered after `requestTimeout`, or a PING unanswered as long, means the connection is
+///   stuck: it is closed (so its streams count as ambiguous) and reopened;
+/// - a drain finishes when every request has an answer; there is nothing to prove by time.
+struct HTTP2ConnectionStateMachine<Job> {
+    struct Configuration {
+        var streamCap = 1000
+        var queueCapacity = 8192
+        var requestTimeout = 10.0
+        var pingInterval = 30.0
+        /// 500 / 503 (and unknown 5xx): answers allowed before the job is dead-lettered as transient.
+        var maxAttempts = 3
+        /// 429 TooManyRequests: answers allowed before the job is dead-lettered as transient.
+        var maxRateLimitedAttempts = 10
+        /// Back-off for 429 and the jittered delay before a 5xx retry.
+        var retry = ReconnectPolicy()
+        var reconnect = ReconnectPolicy()
+        /// How long a connection whose credentials were refused waits before trying again.
+        var authFailureDelay = 60.0
+    }
+
+    /// A job in this connection's hands, with its history (it travels along when rerouted).
+    struct Request {
+        var job: Job
+        /// Times written to a connection.
+        var attempts = 0
+        /// 500 / 503 answers so far.
+        var failures = 0
+        /// 429 TooManyRequests answers so far.
+        var rateLimited = 0
+        /// Already resent once after 403 ExpiredProviderToken.
+        var renewedToken = false
+
+        init(job: Job) { self.job = job }
+    }
+
+    struct Settled {
+        var request: Request
+        var delivery: Delivery
+        var code: String?
+    }
+
+    struct Write {
+        var streamID: UInt32
+        var request: Request
+    }
+
+    /// What the driver does after an event, in field order.
+    struct Action {
+        /// Open a connection now.
+        var connect = false
+        /// Requests to write (HEADERS + DATA each) on the current connection, then flush.
+        var writes: [Write] = []
+        /// Requests finished for good: report their outcomes.
+        var settled: [Settled] = []
+        /// Requests to hand to another connection of the app (5xx retries, refused credentials).
+        var reroute: [Request] = []
+        /// Renew the provider token before writing `writes` (403 ExpiredProviderToken).
+        var renewToken = false
+        var ping = false
+        /// Close the current connection (its unanswered streams come back through `closed`).
+        var close = false
+        /// The credentials were refused with this reason: log it loudly.
+        var credentialsRefused: String?
+        /// The drain asked for is complete: nothing queued, nothing unanswered, connection closed.
+        var drained = false
+    }
+
+    enum Phase: Equatable {
+        /// No connection and no work.
+        case idle
+        case connecting
+        case active
+        /// GOAWAY received (or stream ids ran out): no new streams; closes once the rest are answered.
+        case goingAway
+        /// Close requested; waiting for `closed`.
+        case closing
+        case waitingToReconnect(at: Double)
+        /// Drained and closed; new work reopens it.
+        case closed
+    }
+
+    struct InFlight {
+        var request: Request
+        var sentAt: Double
+    }
+
+    let configuration: Configuration
+    private(set) var phase = Phase.idle
+    private(set) var queue = FIFO<Request>()
+    private(set) var inFlight: [UInt32: InFlight] = [:]
+    /// Retries waiting for their time (429 back-off, 5xx jitter); `elsewhere` ones are rerouted when due.
+    private(set) var delayed: [(due: Double, request: Request, elsewhere: Bool)] = []
+    private(set) var events = SenderEvents()
+    private(set) var draining = false
+    /// The credentials were refused: no writes until the connection is reopened after `authFailureDelay`.
+    private(set) var suspended = false
+    private var authenticated = false
+    private var serverMaxStreams: Int?
+    /// The id of the next stream opened (internal so tests can start near the end of the id space).
+    var nextStreamID: UInt32 = 1
+    private var lastRead = 0.0
+    private var pingSentAt: Double?
+    private var lastDeadlineCheck = -Double.infinity
+    private var reconnectAttempt = 0
+    private var random: any RandomNumberGenerator
+
+    /// Stream ids are 31 bits and never reused on a connection: past this, the connection is retired.
+    static var lastUsableStreamID: UInt32 { UInt32(Int32.max) - 2 }
+
+    init(configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator()) {
+        self.configuration = configuration
+        self.random = random
+    }
+
+    /// Streams this connection may have open now.
+    var permits: Int {
+        guard authenticated else { return 1 }
+        return max(1, min(serverMaxStreams ?? configuration.streamCap, configuration.streamCap))
+    }
+
+    /// Whether the pool should give this connection new work.
+    var acceptsWork: Bool { !suspended && phase != .closed }
+
+    /// Whether the caller's queue is within its bound (back-pressure).
+    var hasRoom: Bool { queue.count <= configuration.queueCapacity }
+
+    var isEmpty: Bool { queue.isEmpty && inFlight.isEmpty && delayed.isEmpty }
+
+    /// Counters since the last call.
+    mutating func takeEvents() -> SenderEvents {
+        defer { events = SenderEvents() }
+        return events
+    }
+
+    // MARK: work arriving
+
+    mutating func enqueue(_ jobs: some Sequence<Job>, now: Double) -> Action {
+        adopt(jobs.map { Request(job: $0) }, now: now)
+    }
+
+    /// Requests from the caller or rerouted from another connection (with their history).
+    mutating func adopt(_ requests: [Request], now: Double) -> Action {
+        for r in requests { queue.append(r) }
+        var action = Action()
+        wakeUp(now: now, into: &action)
+        pump(now: now, into: &action)
+        return action
+    }
+
+    // MARK: the connection
+
+    mutating func connected(now: Double) -> Action {
+        guard phase == .connecting else { return Action(close: true) }
+        phase = .active
+        authenticated = false
+        serverMaxStreams = nil
+        nextStreamID = 1
+        lastRead = now
+        pingSentAt = nil
+        var action = Action()
+        pump(now: now, into: &action)
+        return action
+    }
+
+    mutating func connectFailed(now: Double) -> Action {
+        guard phase == .connecting else { return Action() }
+        return afterConnection(now: now)
+    }
+
+    /// The server's SETTINGS (nil: it did not name a limit).
+    mutating func settings(maxConcurrentStreams: Int?, now: Double) -> Action {
+        lastRead = now
+        if let maxConcurrentStreams { serverMaxStreams = maxConcurrentStreams }
+        var action = Action()
+        pump(now: now, into: &action)
+        return action
+    }
+
+    mutating func pingAnswered(now: Double) {
+        lastRead = now
+        pingSentAt = nil
+    }
+
+    /// A complete answer on `streamID` (status from HEADERS, reason and timestamp from the body).
+    mutating func response(streamID: UInt32, status: Int, reason: String?, timestamp: Int64?, now: Double) -> Action {
+        lastRead = now
+        var action = Action()
+        // An answer for a stream already given up on (reset, timed out) is ignored: its request was
+        // resent, and settling it twice would count it twice.
+        guard var request = inFlight.removeValue(forKey: streamID)?.request else { return action }
+        let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
+        let code = HTTP2Verdict.code(status: status, reason: reason)
+        switch verdict {
+        case .accepted:
+            noteAuthenticated()
+            action.settled.append(Settled(request: request, delivery: .accepted, code: nil))
+        case .rejected(let rejection):
+            noteAuthenticated()
+            action.settled.append(Settled(request: request, delivery: .rejected(rejection), code: code))
+        case .renewProviderToken where !request.renewedToken:
+            request.renewedToken = true
+            events.retried += 1
+            queue.prepend(request)
+            action.renewToken = true
+        case .renewProviderToken, .stopConnection:
+            queue.prepend(request)
+            suspend(reason: code, into: &action)
+        case .retryLater:
+            noteAuthenticated()
+            request.rateLimited += 1
+            if request.rateLimited >= configuration.maxRateLimitedAttempts {
+                action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: code)), code: code))
+            } else {
+                events.retried += 1
+                let delay = configuration.retry.delay(attempt: request.rateLimited - 1, random: &random)
+                delayed.append((now + delay, request, false))
+            }
+        case .retryElsewhere:
+            noteAuthenticated()
+            request.failures += 1
+            if request.failures >= configuration.maxAttempts {
+                action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: code)), code: code))
+            } else {
+                events.retried += 1
+                let delay = configuration.retry.delay(attempt: request.failures - 1, random: &random)
+                delayed.append((now + delay, request, true))
+            }
+        }
+        finishIfGoingAway(into: &action)
+        pump(now: now, into: &action)
+        checkDrained(into: &action)
+        return action
+    }
+
+    /// RST_STREAM from the server. REFUSED_STREAM means "not processed" (RFC 9113 §8.7); any other code
+    /// leaves it open whether the request was processed.
+    mutating func reset(streamID: UInt32, refused: Bool, now: Double) -> Action {
+        lastRead = now
+        var action = Action()
+        guard let request = inFlight.removeValue(forKey: streamID)?.request else { return action }
+        if refused { events.replayed += 1 } else { events.ambiguous += 1 }
+        queue.prepend(request)
+        finishIfGoingAway(into: &action)
+        pump(now: now, into: &action)
+        return action
+    }
+
+    /// GOAWAY: streams above `lastStreamID` were not and will not be processed, so they are resent
+    /// without risk; the ones at or below it still get their answers.
+    mutating func goAway(lastStreamID: UInt32, now: Double) -> Action {
+        lastRead = now
+        var action = Action()
+        let unprocessed = inFlight.keys.filter { $0 > lastStreamID }.sorted()
+        for id in unprocessed.reversed() {
+            if let r = inFlight.removeValue(forKey: id)?.request { queue.prepend(r) }
+        }
+        events.replayed += unprocessed.count
+        if phase == .active { phase = .goingAway }
+        finishIfGoingAway(into: &action)
+        return action
+    }
+
+    /// The connection is gone (closed by either side, or failed).
+    mutating func closed(now: Double) -> Action {
+        switch phase {
+        case .active, .goingAway, .closing, .connecting: break
+        default: return Action()
+        }
+        // Unanswered streams may have been processed: resent, and counted as possible duplicates.
+        let unanswered = inFlight.keys.sorted()
+        for id in unanswered.reversed() {
+            if let r = inFlight.removeValue(forKey: id)?.request { queue.prepend(r) }
+        }
+        events.ambiguous += unanswered.count
+        return afterConnection(now: now)
+    }
+
+    /// Called every so often by the driver: retries that are due, reconnects, deadlines, PINGs.
+    mutating func tick(now: Double) -> Action {
+        var action = Action()
+        if !delayed.isEmpty {
+            var due: [Request] = []
+            var elsewhere: [Request] = []
+            delayed.removeAll { entry in
+                guard entry.due <= now else { return false }
+                if entry.elsewhere && !draining { elsewhere.append(entry.request) } else { due.append(entry.request) }
+                return true
+            }
+            for r in due { queue.append(r) }
+            action.reroute += elsewhere
+        }
+        if case .waitingToReconnect(let at) = phase, at <= now {
+            phase = .idle
+            suspended = false
+        }
+        wakeUp(now: now, into: &action)
+        if phase == .active || phase == .goingAway {
+            // Scanning every open stream is not free: twice a second is plenty for a deadline of seconds.
+            var stuck = pingSentAt.map { now - $0 >= configuration.requestTimeout } ?? false
+            if !stuck, now - lastDeadlineCheck >= 0.5 {
+                lastDeadlineCheck = now
+                stuck = inFlight.values.contains { now - $0.sentAt >= configuration.requestTimeout }
+            }
+            if stuck {
+                phase = .closing
+                action.close = true
+                return action
+            }
+            if pingSentAt == nil, now - lastRead >= configuration.pingInterval {
+                pingSentAt = now
+                action.ping = true
+            }
+        }
+        pump(now: now, into: &action)
+        checkDrained(into: &action)
+        return action
+    }
+
+    /// Stop taking new work from the caller once everything held has an answer, then close.
+    mutating func drain(now: Double) -> Action {
+        draining = true
+        var action = Action()
+        checkDrained(into: &action)
+        return action
+    }
+
+    // MARK: internals
+
+    private mutating func noteAuthenticated() {
+        authenticated = true
+        reconnectAttempt = 0
+    }
+
+    private mutating func suspend(reason: String, into action: inout Action) {
+        if !suspended { action.credentialsRefused = reason }
+        suspended = true
+        // Its waiting jobs go to a connection that can send them; while draining they stay (nothing
+        // else will take them) and go out when this one reopens.
+        if !draining {
+            action.reroute += queue.removeAll()
+        }
+        if phase == .active { phase = .goingAway }
+    }
+
+    private mutating func finishIfGoingAway(into action: inout Action) {
+        if phase == .goingAway && inFlight.isEmpty {
+            phase = .closing
+            action.close = true
+        }
+    }
+
+    private mutating func afterConnection(now: Double) -> Action {
+        var action = Action()
+        if suspended {
+            phase = .waitingToReconnect(at: now + configuration.authFailureDelay)
+        } else if !queue.isEmpty || !delayed.isEmpty {
+            // Back off before reconnecting: APNs treats rapid reconnects as an attack.
+            let delay = configuration.reconnect.delay(attempt: reconnectAttempt, random: &random)
+            reconnectAttempt += 1
+            phase = .waitingToReconnect(at: now + delay)
+        } else {
+            phase = draining ? .closed : .idle
+        }
+        checkDrained(into: &action)
+        return action
+    }
+
+    private mutating func wakeUp(now: Double, into action: inout Action) {
+        guard !queue.isEmpty, phase == .idle || phase == .closed else { return }
+        phase = .connecting
+        events.reconnects += 1
+        action.connect = true
+    }
+
+    private mutating func pump(now: Double, into action: inout Action) {
+        guard phase == .active, !suspended else { return }
+        while inFlight.count < permits, var request = queue.popFirst() {
+            if nextStreamID > Self.lastUsableStreamID {
+                queue.prepend(request)
+                phase = .goingAway
+                finishIfGoingAway(into: &action)
+                return
+            }
+            request.attempts += 1
+            let id = nextStreamID
+            nextStreamID += 2
+            inFlight[id] = InFlight(request: request, sentAt: now)
+            action.writes.append(Write(streamID: id, request: request))
+        }
+    }
+
+    private mutating func checkDrained(into action: inout Action) {
+        guard draining, isEmpty else { return }
+        switch phase {
+        case .active, .goingAway:
+            phase = .closing
+            action.close = true
+        case .idle, .waitingToReconnect:
+            phase = .closed
+            action.drained = true
+        case .closed:
+            action.drained = true
+        case .closing, .connecting:
+            break
+        }
+    }
+}
+
+extension HTTP2ConnectionStateMachine.Request: Sendable where Job: Sendable {}
+
+/// A first-in first-out queue that can also put items back at its head (a resent request goes before
+/// newer ones). Standard library only, so the state machine stays free of NIO types.
+struct FIFO<Element> {
+    private var storage: [Element?] = []
+    private var head = 0
+
+    var count: Int { storage.count - head }
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ element: Element) { storage.append(element) }
+
+    mutating func prepend(_ element: Element) {
+        if head > 0 {
+            head -= 1
+            storage[head] = element
+        } else {
+            storage.insert(element, at: 0)
+        }
+    }
+
+    mutating func popFirst() -> Element? {
+        guard head < storage.count else { return nil }
+        let element = storage[head]
+        storage[head] = nil
+        head += 1
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head >= 4096 && head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return element
+    }
+
+    mutating func removeAll() -> [Element] {
+        let all = storage[head...].compactMap { $0 }
+        storage.removeAll(keepingCapacity: true)
+        head = 0
+        return all
+    }
+}

@@ -1,0 +1,107 @@
+import NIOCore
+import NIOHTTP2
+import NIOTLS
+
+/// The thin NIO end of one HTTP/2 connection: sits after `NIOHTTP2Handler` (frame level, no stream
+/// channels), assembles each stream's answer from its HEADERS and DATA frames, and hands everything
+/// else (SETTINGS, GOAWAY, RST_STREAM, PING acks, the TLS handshake, the close) to its
+/// `HTTP2Connection`, tagged with the connection's epoch so a late event from an old channel is ignored.
+final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    private let connection: HTTP2Connection
+    private let epoch: Int
+    /// Answers being assembled: `:status` from HEADERS, the body from DATA.
+    private var answers: [HTTP2StreamID: (status: Int, body: ByteBuffer?)] = [:]
+    /// Response bytes read since the connection window was last topped up.
+    private var unacknowledgedBytes = 0
+
+    /// The connection window is not managed by `NIOHTTP2Handler` without a stream multiplexer, so this
+    /// handler returns what it reads, in steps of this size.
+    static let windowTopUp = 1 << 20
+
+    init(connection: HTTP2Connection, epoch: Int) {
+        self.connection = connection
+        self.epoch = epoch
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let tls = event as? TLSUserEvent, case .handshakeCompleted(let proto) = tls {
+            if proto == "h2" {
+                // A large connection window from the start: answers are small, but many.
+                let frame = HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: 16 << 20))
+                context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+                connection.channelReady(epoch: epoch, context: context)
+            } else {
+                connection.protocolMismatch(epoch: epoch, negotiated: proto)
+                context.close(promise: nil)
+            }
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
+        case .headers(let headers):
+            // `:status` is validated by NIOHTTP2Handler's header checks; a value that is not a number
+            // (impossible there) is read as 0 and retried as a server error.
+            let status = headers.headers.first(name: ":status").flatMap { Int($0) } ?? 0
+            if headers.endStream {
+                answers[frame.streamID] = nil
+                connection.answer(epoch: epoch, streamID: frame.streamID, status: status, body: nil)
+            } else if answers[frame.streamID] == nil {
+                answers[frame.streamID] = (status, nil)
+            }
+            // A second HEADERS (trailers) without END_STREAM changes nothing.
+        case .data(let data):
+            guard case .byteBuffer(var bytes) = data.data else { break }
+            unacknowledgedBytes += bytes.readableBytes
+            if var answer = answers[frame.streamID] {
+                // Error bodies are about 50 bytes; anything past 4 KiB is not an APNs body.
+                if (answer.body?.readableBytes ?? 0) < 4096 {
+                    if answer.body == nil { answer.body = bytes } else { answer.body!.writeBuffer(&bytes) }
+                }
+                if data.endStream {
+                    answers[frame.streamID] = nil
+                    connection.answer(epoch: epoch, streamID: frame.streamID, status: answer.status, body: answer.body)
+                } else {
+                    answers[frame.streamID] = answer
+                }
+            }
+        case .rstStream(let code):
+            answers[frame.streamID] = nil
+            connection.reset(epoch: epoch, streamID: frame.streamID, code: code)
+        case .goAway(let lastStreamID, let code, let debug):
+            connection.goAway(epoch: epoch, lastStreamID: lastStreamID, code: code, debug: debug)
+        case .settings(.settings(let settings)):
+            let max = settings.last { $0.parameter == .maxConcurrentStreams }?.value
+            connection.settings(epoch: epoch, maxConcurrentStreams: max)
+        case .ping(_, ack: true):
+            connection.pingAnswered(epoch: epoch)
+        default:
+            break
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if unacknowledgedBytes >= Self.windowTopUp {
+            let frame = HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledgedBytes))
+            unacknowledgedBytes = 0
+            context.write(wrapOutboundOut(frame), promise: nil)
+        }
+        connection.readComplete(epoch: epoch)
+        context.fireChannelReadComplete()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        connection.channelClosed(epoch: epoch)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        connection.channelError(epoch: epoch, error: error)
+        context.close(promise: nil)
+    }
+}

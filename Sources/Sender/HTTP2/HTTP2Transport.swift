@@ -1,0 +1,119 @@
+import APNsProtocol
+import APNsTransport
+import Logging
+import NIOCore
+import Synchronization
+
+/// One app's HTTP/2 transport (Apple's provider API): `connections` TLS connections (ALPN h2) spread
+/// over the configured hosts, each many streams wide. Every request gets an answer, so settlement
+/// needs no timer and no probe; see `HTTP2Verdict` for what each answer becomes, and
+/// `HTTP2ConnectionStateMachine` for streams, GOAWAY, resets, drops and deadlines.
+///
+/// Public API: build one with `init(configuration:group:logger:onOutcomes:)` and use it through
+/// `NotificationTransport` (`send`, `drainAndClose`, `statistics`). Outcomes arrive in
+/// `OutcomeBatch`es on the connections' event loops.
+public final class HTTP2Transport: NotificationTransport {
+    public let configuration: HTTP2TransportConfiguration
+    private let connections: [HTTP2Connection]
+    private let shared: Shared
+
+    /// What the connections reach back into: each other, for rerouting.
+    private final class Shared: Sendable {
+        let connections = Mutex<[HTTP2Connection]>([])
+        /// Requests handed from one connection to another and not yet taken: a drain waits for them.
+        let inTransit = Atomic<Int>(0)
+        let cursor = Atomic<Int>(0)
+
+        /// Another connection takes `requests`: the next one taking work after `from`, or `from` itself
+        /// when none is, so they wait there rather than be lost.
+        func reroute(_ requests: [HTTP2ConnectionStateMachine<HTTP2Job>.Request], from: Int) {
+            let all = connections.withLock { $0 }
+            let n = all.count
+            let start = cursor.add(1, ordering: .relaxed).newValue
+            var target = from
+            for k in 0..<n {
+                let i = (start + k) % n
+                if i != from, all[i].acceptsWork.load(ordering: .relaxed) {
+                    target = i
+                    break
+                }
+            }
+            inTransit.add(requests.count, ordering: .sequentiallyConsistent)
+            all[target].adopt(requests) { [self] in
+                inTransit.subtract(requests.count, ordering: .sequentiallyConsistent)
+            }
+        }
+    }
+
+    /// Builds the transport; connections open on the first notification. Throws when the TLS
+    /// context cannot be made (the error names the file, never key material).
+    public init(
+        configuration: HTTP2TransportConfiguration, group: any EventLoopGroup, limiter: ConnectionLimiter? = nil,
+        logger: Logger = Logger(label: "apns.sender.http2"), onOutcomes: @escaping OutcomeHandler
+    ) throws {
+        precondition(configuration.connections > 0)
+        self.configuration = configuration
+        let sslContext = try configuration.authentication.makeClientContext()
+        let limiter = limiter ?? ConnectionLimiter(attemptsPerSecond: configuration.reconnect.attemptsPerSecondPerGateway)
+        let shared = Shared()
+        var loops = group.makeIterator()
+        let made = (0..<configuration.connections).map { i in
+            HTTP2Connection(
+                index: i, eventLoop: loops.next() ?? group.next(), configuration: configuration, sslContext: sslContext,
+                limiter: limiter, logger: logger, onOutcomes: onOutcomes,
+                reroute: { requests, from in shared.reroute(requests, from: from) })
+        }
+        shared.connections.withLock { $0 = made }
+        connections = made
+        self.shared = shared
+    }
+
+    public var app: String { configuration.app }
+    public var protocolName: String { "http2" }
+
+    /// The connection for a token: a stable hash, skipping connections that are not taking work
+    /// (refused credentials); if none is, the hashed one holds the work until it can send again.
+    private func connectionIndex(for token: DeviceToken) -> Int {
+        let n = connections.count
+        let first = Int(token.stableHash % UInt64(n))
+        for k in 0..<n where connections[(first + k) % n].acceptsWork.load(ordering: .relaxed) {
+            return (first + k) % n
+        }
+        return first
+    }
+
+    /// Hands notifications to their connections; returns when each has room again (back-pressure).
+    public func send(_ notifications: [PushNotification]) async throws {
+        if connections.count == 1 {
+            try await connections[0].submit(notifications).get()
+            return
+        }
+        var parts = Array(repeating: [PushNotification](), count: connections.count)
+        for n in notifications { parts[connectionIndex(for: n.token)].append(n) }
+        var waits: [EventLoopFuture<Void>] = []
+        for (i, part) in parts.enumerated() where !part.isEmpty { waits.append(connections[i].submit(part)) }
+        for w in waits { try await w.get() }
+    }
+
+    /// Waits until every notification taken has its outcome, then closes the connections. A request
+    /// moving between connections when one finished its drain is waited for in another round.
+    public func drainAndClose() async -> [DrainResult] {
+        while true {
+            for c in connections { try? await c.drain().get() }
+            if shared.inTransit.load(ordering: .sequentiallyConsistent) == 0, await allEmpty() { break }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return connections.map { _ in .allAnswered }
+    }
+
+    private func allEmpty() async -> Bool {
+        for c in connections where !((try? await c.isDrained().get()) ?? true) { return false }
+        return true
+    }
+
+    public func statistics() async -> [ShardStatistics] {
+        var out: [ShardStatistics] = []
+        for c in connections { out.append((try? await c.currentStatistics().get()) ?? ShardStatistics()) }
+        return out
+    }
+}

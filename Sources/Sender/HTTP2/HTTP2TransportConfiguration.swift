@@ -1,0 +1,90 @@
+import APNsTransport
+import NIOSSL
+
+/// How an HTTP/2 transport proves who it is.
+public enum HTTP2Authentication: Sendable {
+    /// A client certificate for the app's topic (as the binary transport's).
+    case certificate(ProviderCredentials)
+    /// A provider token (JWT ES256) from the team's `.p8` key, shared by every connection using the key.
+    /// `trustRootsPath`: PEM roots for the server certificate; nil uses the system's (Apple's hosts).
+    case token(ProviderTokenCache, trustRootsPath: String?)
+
+    /// Token authentication with the process-wide token of this key (read from `keyFile`).
+    public static func token(keyFile: String, keyID: String, teamID: String, trustRootsPath: String? = nil) throws
+        -> HTTP2Authentication
+    {
+        .token(try ProviderTokenCache.shared(keyFile: keyFile, keyID: keyID, teamID: teamID), trustRootsPath: trustRootsPath)
+    }
+
+    /// TLS 1.2+ with ALPN `h2` only: APNs speaks nothing else on these ports.
+    func makeClientContext() throws -> NIOSSLContext {
+        switch self {
+        case .certificate(let credentials):
+            return try credentials.makeClientContext(applicationProtocols: ["h2"])
+        case .token(_, let trustRootsPath):
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.certificateVerification = .fullVerification
+            tls.applicationProtocols = ["h2"]
+            if let trustRootsPath { tls.trustRoots = .file(trustRootsPath) }
+            return try NIOSSLContext(configuration: tls)
+        }
+    }
+}
+
+/// One app's HTTP/2 transport: `connections` TLS connections spread over `hosts`. Durations in seconds.
+public struct HTTP2TransportConfiguration: Sendable {
+    /// The app's bundle id: `apns-topic` (with a push type's suffix where one is required).
+    public var app: String
+    public var authentication: HTTP2Authentication
+    public var hosts: [GatewayAddress]
+    public var connections = 4
+    /// Streams one connection keeps open at most; the server's SETTINGS may lower it.
+    public var streamCap = 1000
+    /// Flush when the written frames reach this many bytes…
+    public var batchBytes = 64 * 1024
+    /// …or when the oldest unflushed frame has waited this long.
+    public var linger = 0.002
+    /// Notifications waiting per connection; a full queue makes `send` wait.
+    public var queueCapacity = 8192
+    /// A request unanswered this long means the connection is stuck: it is closed and its requests
+    /// resent (as ambiguous).
+    public var requestTimeout = 10.0
+    /// A connection with nothing read for this long is pinged (an unanswered PING counts as stuck).
+    public var pingInterval = 30.0
+    /// 500 / 503: answers allowed before the notification is dead-lettered as transient.
+    public var maxAttempts = 3
+    /// 429 TooManyRequests: answers allowed before the notification is dead-lettered as transient.
+    public var maxRateLimitedAttempts = 10
+    /// Back-off before resending after 429, and the jitter before a 5xx retry elsewhere.
+    public var retry = ReconnectPolicy()
+    public var reconnect = ReconnectPolicy()
+    /// How long a connection whose credentials were refused waits before trying again.
+    public var authFailureDelay = 60.0
+    public var connectTimeout = 10.0
+    /// Name checked against the server's certificate (and sent as `:authority`); nil uses each host's.
+    public var serverHostname: String?
+
+    public init(app: String, authentication: HTTP2Authentication, hosts: [GatewayAddress]) {
+        precondition(!hosts.isEmpty)
+        self.app = app
+        self.authentication = authentication
+        self.hosts = hosts
+    }
+
+    public static let production = [GatewayAddress(host: "api.push.apple.com", port: 443)]
+    public static let sandbox = [GatewayAddress(host: "api.sandbox.push.apple.com", port: 443)]
+
+    func machineConfiguration<Job>() -> HTTP2ConnectionStateMachine<Job>.Configuration {
+        var c = HTTP2ConnectionStateMachine<Job>.Configuration()
+        c.streamCap = streamCap
+        c.queueCapacity = queueCapacity
+        c.requestTimeout = requestTimeout
+        c.pingInterval = pingInterval
+        c.maxAttempts = maxAttempts
+        c.maxRateLimitedAttempts = maxRateLimitedAttempts
+        c.retry = retry
+        c.reconnect = reconnect
+        c.authFailureDelay = authFailureDelay
+        return c
+    }
+}

@@ -1,0 +1,285 @@
+import Testing
+
+@testable import Sender
+
+/// The per-connection logic without sockets: events in, actions out, times chosen by the test.
+@Suite struct HTTP2ConnectionStateMachineTests {
+    typealias Machine = HTTP2ConnectionStateMachine<Int>
+
+    /// A seeded generator (SplitMix64), so back-off delays are the same on every run.
+    struct Fixed: RandomNumberGenerator {
+        var state: UInt64 = 42
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    static func machine(cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in }) -> Machine {
+        var c = Machine.Configuration()
+        c.streamCap = cap
+        c.queueCapacity = 1000
+        c.requestTimeout = 10
+        c.pingInterval = 30
+        c.maxAttempts = 3
+        c.maxRateLimitedAttempts = 3
+        c.authFailureDelay = 60
+        configure(&c)
+        return Machine(configuration: c, random: Fixed())
+    }
+
+    /// A connected machine that already had one authenticated answer, with `max` server streams.
+    static func authenticated(cap: Int = 100, serverMax: Int = 1000) -> Machine {
+        var m = machine(cap: cap)
+        _ = m.enqueue([0], now: 0)
+        let w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: serverMax, now: 0)
+        _ = m.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
+        _ = m.takeEvents()
+        return m
+    }
+
+    @Test func firstWorkConnectsAndOneStreamUntilAuthenticated() {
+        var m = Self.machine()
+        let a = m.enqueue(Array(1...5), now: 0)
+        #expect(a.connect)
+        #expect(a.writes.isEmpty)
+        let c = m.connected(now: 0)
+        #expect(c.writes.map(\.streamID) == [1])
+        // A larger server limit does not open more streams before the credentials are proved.
+        #expect(m.settings(maxConcurrentStreams: 1000, now: 0).writes.isEmpty)
+        let r = m.response(streamID: 1, status: 200, reason: nil, timestamp: nil, now: 1)
+        #expect(r.settled.map(\.request.job) == [1])
+        #expect(r.settled.first?.delivery == .accepted)
+        #expect(r.writes.map(\.streamID) == [3, 5, 7, 9])
+        #expect(r.writes.map(\.request.job) == [2, 3, 4, 5])
+    }
+
+    @Test func permitsAreTheSmallerOfServerLimitAndCap() {
+        var m = Self.authenticated(cap: 3, serverMax: 1000)
+        #expect(m.permits == 3)
+        #expect(m.enqueue(Array(1...10), now: 1).writes.count == 3)
+        var n = Self.authenticated(cap: 100, serverMax: 2)
+        #expect(n.permits == 2)
+        #expect(n.enqueue(Array(1...10), now: 1).writes.count == 2)
+        // The server lowers its limit: no new stream until the open ones fall below it.
+        _ = n.settings(maxConcurrentStreams: 1, now: 2)
+        let r = n.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 2)
+        #expect(r.writes.isEmpty)
+        #expect(n.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2).writes.count == 1)
+    }
+
+    @Test func goAwayResendsOnlyStreamsAboveLastStreamID() {
+        var m = Self.authenticated()
+        let w = m.enqueue(Array(1...4), now: 1).writes.map(\.streamID)  // 3, 5, 7, 9
+        #expect(w == [3, 5, 7, 9])
+        let g = m.goAway(lastStreamID: 5, now: 2)
+        #expect(g.writes.isEmpty && !g.close)
+        #expect(m.takeEvents().replayed == 2)
+        // New work waits; the processed streams still settle; then the connection closes.
+        #expect(m.enqueue([5], now: 2).writes.isEmpty)
+        _ = m.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 2)
+        let last = m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2)
+        #expect(last.close)
+        let closed = m.closed(now: 3)
+        #expect(m.takeEvents().ambiguous == 0)
+        #expect(!closed.connect)
+        // Not at once: after a back-off of at least half the initial delay (the rest is jitter).
+        guard case .waitingToReconnect(let at) = m.phase else {
+            Issue.record("expected a back-off, got \(m.phase)")
+            return
+        }
+        #expect(at >= 3 + m.configuration.reconnect.initialDelay * 0.5 && at <= 3 + m.configuration.reconnect.initialDelay)
+        #expect(!m.tick(now: 3).connect)
+        #expect(m.tick(now: 100).connect)
+        let again = m.connected(now: 100).writes
+        // The resent ones go first, in their order, on a fresh stream 1.
+        #expect(again.map(\.request.job) == [3])
+        #expect(again.map(\.streamID) == [1])
+        #expect(again[0].request.attempts == 2)
+    }
+
+    @Test func droppedConnectionResendsUnansweredAsAmbiguous() {
+        var m = Self.authenticated()
+        _ = m.enqueue(Array(1...3), now: 1)
+        _ = m.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 1)
+        _ = m.closed(now: 2)
+        let e = m.takeEvents()
+        #expect(e.ambiguous == 2)
+        #expect(e.replayed == 0)
+        #expect(m.queue.count == 2)
+        // A late answer for a stream of the dead connection is not settled twice.
+        #expect(m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2).settled.isEmpty)
+    }
+
+    @Test func refusedStreamIsReplayedOtherResetsAreAmbiguous() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1, 2], now: 1)
+        let r = m.reset(streamID: 3, refused: true, now: 1)
+        #expect(r.writes.map(\.request.job) == [1])
+        #expect(r.writes.first?.streamID == 7)
+        _ = m.reset(streamID: 5, refused: false, now: 1)
+        let e = m.takeEvents()
+        #expect(e.replayed == 1 && e.ambiguous == 1)
+    }
+
+    @Test func expiredProviderTokenRenewsOnceThenStops() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1], now: 1)
+        let first = m.response(streamID: 3, status: 403, reason: "ExpiredProviderToken", timestamp: nil, now: 1)
+        #expect(first.renewToken)
+        #expect(first.writes.map(\.request.job) == [1])
+        #expect(first.settled.isEmpty)
+        let second = m.response(streamID: 5, status: 403, reason: "ExpiredProviderToken", timestamp: nil, now: 1)
+        #expect(!second.renewToken)
+        #expect(second.credentialsRefused == "ExpiredProviderToken")
+        #expect(second.reroute.map(\.job) == [1])
+        #expect(second.close)
+        #expect(!m.acceptsWork)
+    }
+
+    @Test func refusedCredentialsStopSendingAndReroute() {
+        var m = Self.authenticated(cap: 2)
+        _ = m.enqueue([1, 2, 3, 4], now: 1)  // 1, 2 on streams 3, 5; 3, 4 queued
+        let a = m.response(streamID: 3, status: 403, reason: "InvalidProviderToken", timestamp: nil, now: 1)
+        #expect(a.credentialsRefused == "InvalidProviderToken")
+        #expect(Set(a.reroute.map(\.job)) == [1, 3, 4])
+        #expect(a.writes.isEmpty && !a.close)  // stream 5 is still open: wait for its answer
+        let b = m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 1)
+        #expect(b.settled.map(\.request.job) == [2])
+        #expect(b.close)
+        _ = m.closed(now: 2)
+        #expect(m.phase == .waitingToReconnect(at: 62))
+        // Nothing lost: everything is either settled or rerouted; after the delay it may try again.
+        #expect(!m.acceptsWork)
+        _ = m.tick(now: 62)
+        #expect(m.acceptsWork)
+    }
+
+    @Test func suspendedWhileDrainingKeepsItsJobs() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1], now: 1)
+        _ = m.drain(now: 1)
+        let a = m.response(streamID: 3, status: 429, reason: "TooManyProviderTokenUpdates", timestamp: nil, now: 1)
+        #expect(a.reroute.isEmpty)
+        #expect(m.queue.count == 1)
+        #expect(!a.drained)
+    }
+
+    @Test func tooManyRequestsBacksOffThenGivesUp() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1], now: 1)
+        var stream: UInt32 = 3
+        for attempt in 1...2 {
+            let a = m.response(streamID: stream, status: 429, reason: "TooManyRequests", timestamp: nil, now: 10)
+            #expect(a.writes.isEmpty && a.settled.isEmpty)
+            #expect(m.tick(now: 10).writes.isEmpty)  // not due yet (delay > 0)
+            let w = m.tick(now: 1000).writes
+            #expect(w.map(\.request.job) == [1])
+            #expect(w.first?.request.attempts == attempt + 1)
+            stream = w[0].streamID
+        }
+        let last = m.response(streamID: stream, status: 429, reason: "TooManyRequests", timestamp: nil, now: 1000)
+        #expect(last.settled.first?.delivery == .rejected(.transient(reason: "TooManyRequests")))
+        #expect(last.settled.first?.code == "TooManyRequests")
+        #expect(m.takeEvents().retried == 2)
+    }
+
+    @Test func serverErrorsRetryElsewhereBoundedThenTransient() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1], now: 1)
+        let a = m.response(streamID: 3, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: 1)
+        #expect(a.settled.isEmpty && a.reroute.isEmpty)
+        let due = m.tick(now: 1000)
+        #expect(due.reroute.map(\.job) == [1])
+        #expect(due.reroute.first?.failures == 1)
+        // Another connection adopts it with its history: the third failure ends it.
+        var other = Self.authenticated()
+        var r = due.reroute[0]
+        r.failures = 2
+        let w = other.adopt([r], now: 1000).writes
+        let end = other.response(streamID: w[0].streamID, status: 500, reason: "InternalServerError", timestamp: nil, now: 1000)
+        #expect(end.settled.first?.delivery == .rejected(.transient(reason: "InternalServerError")))
+    }
+
+    @Test func finalAnswersSettleWithMeaningAndCode() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1, 2, 3], now: 1)
+        let a = m.response(streamID: 3, status: 410, reason: "Unregistered", timestamp: 1_700_000_000_999, now: 1)
+        #expect(a.settled.first?.delivery == .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered")))
+        #expect(a.settled.first?.code == "Unregistered")
+        let b = m.response(streamID: 5, status: 400, reason: "BadDeviceToken", timestamp: nil, now: 1)
+        #expect(b.settled.first?.delivery == .rejected(.invalidToken(since: nil, reason: "invalid-token")))
+        let c = m.response(streamID: 7, status: 413, reason: "PayloadTooLarge", timestamp: nil, now: 1)
+        #expect(c.settled.first?.delivery == .rejected(.badRequest(reason: "PayloadTooLarge")))
+    }
+
+    @Test func stuckRequestClosesTheConnectionAndResendsAsAmbiguous() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1], now: 100)
+        #expect(!m.tick(now: 105).close)
+        let t = m.tick(now: 110)
+        #expect(t.close)
+        _ = m.closed(now: 110)
+        #expect(m.takeEvents().ambiguous == 1)
+        #expect(m.queue.count == 1)
+    }
+
+    @Test func idleConnectionPingsAndAnUnansweredPingCloses() {
+        var m = Self.authenticated()
+        #expect(!m.tick(now: 29).ping)
+        #expect(m.tick(now: 30).ping)
+        #expect(!m.tick(now: 31).ping)  // one outstanding at a time
+        m.pingAnswered(now: 32)
+        #expect(!m.tick(now: 33).close)
+        #expect(m.tick(now: 62).ping)
+        #expect(m.tick(now: 72).close)
+    }
+
+    @Test func drainWaitsForEveryAnswer() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1, 2], now: 1)
+        #expect(!m.drain(now: 1).close)
+        #expect(!m.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 1).close)
+        #expect(m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 1).close)
+        #expect(m.closed(now: 2).drained)
+        #expect(m.phase == .closed)
+    }
+
+    @Test func drainOfAnIdleConnectionIsImmediate() {
+        var m = Self.machine()
+        #expect(m.drain(now: 0).drained)
+    }
+
+    @Test func streamIDsRunningOutRetireTheConnection() {
+        var m = Self.authenticated()
+        m.nextStreamID = Machine.lastUsableStreamID
+        let a = m.enqueue([1, 2], now: 1)
+        #expect(a.writes.map(\.streamID) == [Machine.lastUsableStreamID])
+        #expect(!a.close)
+        // The last id is used; the next request waits for a new connection, which opens at once.
+        let b = m.response(streamID: Machine.lastUsableStreamID, status: 200, reason: nil, timestamp: nil, now: 1)
+        #expect(b.close && b.writes.isEmpty)
+        _ = m.closed(now: 1)
+        #expect(m.takeEvents().ambiguous == 0)
+        #expect(m.tick(now: 2).connect)
+        #expect(m.connected(now: 2).writes.map(\.streamID) == [1])
+    }
+
+    @Test func fifoKeepsOrderAndTakesItemsBackAtTheHead() {
+        var q = FIFO<Int>()
+        for i in 0..<10_000 { q.append(i) }
+        for i in 0..<5_000 { #expect(q.popFirst() == i) }
+        q.prepend(4_999)
+        #expect(q.count == 5_001)
+        #expect(q.popFirst() == 4_999)
+        #expect(q.popFirst() == 5_000)
+        #expect(q.removeAll().count == 4_999)
+        #expect(q.isEmpty)
+        q.prepend(1)
+        #expect(q.popFirst() == 1)
+    }
+}

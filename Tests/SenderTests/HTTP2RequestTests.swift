@@ -1,0 +1,126 @@
+import APNsProtocol
+import APNsTransport
+import Crypto
+import Synchronization
+import Testing
+
+@testable import Sender
+
+@Suite struct HTTP2RequestTests {
+    static let token = try! DeviceToken(hex: String(repeating: "ab", count: 32))
+
+    static func notification(
+        payload: String = #"{"aps":{"alert":"hi"}}"#, pushType: String? = nil, collapseID: String? = nil, jobID: String = "job-1"
+    ) -> PushNotification {
+        PushNotification(
+            jobID: jobID, app: "com.example.news", token: token, payload: Array(payload.utf8), expiry: 1_700_000_000,
+            priority: .conservePower, collapseID: collapseID, pushType: pushType)
+    }
+
+    @Test func headersFromTheNotification() throws {
+        let r = try HTTP2Request(Self.notification(collapseID: "scores"))
+        #expect(r.path == "/3/device/" + String(repeating: "ab", count: 32))
+        #expect(r.topic == "com.example.news")
+        #expect(r.expiration == "1700000000")
+        #expect(r.priority == "5")
+        #expect(r.pushType == .alert)
+        #expect(r.collapseID == "scores")
+    }
+
+    @Test func apnsIDIsAStableUUIDPerJob() throws {
+        let a = HTTP2Request.apnsID(jobID: "job-1")
+        #expect(a == HTTP2Request.apnsID(jobID: "job-1"))
+        #expect(a != HTTP2Request.apnsID(jobID: "job-2"))
+        #expect(a.count == 36)
+        let parts = a.split(separator: "-").map(\.count)
+        #expect(parts == [8, 4, 4, 4, 12])
+        #expect(a.allSatisfy { $0 == "-" || $0.isHexDigit })
+        #expect(Array(a)[14] == "8")  // version 8
+    }
+
+    @Test(arguments: [
+        (#"{"aps":{"content-available":1}}"#, APNsPushType.background),
+        (#"{"aps":{"content-available":1},"data":{"k":1}}"#, .background),
+        (#"{"aps":{"content-available":1,"badge":2}}"#, .alert),
+        (#"{"aps":{"alert":"x"}}"#, .alert),
+        (#"{"aps":{}}"#, .alert),
+        (#"not json"#, .alert),
+    ])
+    func pushTypeIsInferredFromTheAPSDictionary(payload: String, expected: APNsPushType) {
+        #expect(HTTP2Request.inferredPushType(payload: Array(payload.utf8)) == expected)
+    }
+
+    @Test func namedPushTypeWinsAndSuffixesTheTopic() throws {
+        let r = try HTTP2Request(Self.notification(pushType: "voip"))
+        #expect(r.pushType == .voip)
+        #expect(r.topic == "com.example.news.voip")
+    }
+
+    @Test func payloadLimitDependsOnThePushType() throws {
+        let big = #"{"aps":{"alert":""# + String(repeating: "x", count: 4100) + #""}}"#
+        #expect(throws: HTTP2Request.Invalid.payloadTooLarge) { try HTTP2Request(Self.notification(payload: big)) }
+        _ = try HTTP2Request(Self.notification(payload: big, pushType: "voip"))
+        let exact = #"{"aps":{"alert":""# + String(repeating: "x", count: 4096 - 20) + #""}}"#
+        #expect(exact.utf8.count == 4096)
+        _ = try HTTP2Request(Self.notification(payload: exact))
+    }
+
+    @Test func refusedBeforeSending() {
+        #expect(throws: HTTP2Request.Invalid.invalidPushType) { try HTTP2Request(Self.notification(pushType: "shout")) }
+        #expect(throws: HTTP2Request.Invalid.badCollapseID) {
+            try HTTP2Request(Self.notification(collapseID: String(repeating: "c", count: 65)))
+        }
+        #expect(throws: HTTP2Request.Invalid.payloadEmpty) { try HTTP2Request(Self.notification(payload: "")) }
+    }
+}
+
+@Suite struct ProviderTokenCacheTests {
+    /// A clock the test moves.
+    final class Clock: Sendable {
+        let seconds = Atomic<Int64>(1_700_000_000)
+        func advance(_ s: Int64) { seconds.add(s, ordering: .relaxed) }
+        var read: @Sendable () -> Int64 { { [self] in seconds.load(ordering: .relaxed) } }
+    }
+
+    static func cache(_ clock: Clock) throws -> ProviderTokenCache {
+        let signer = try ProviderTokenSigner(
+            pem: P256.Signing.PrivateKey().pemRepresentation, keyID: "KEY1234567", teamID: "TEAM123456")
+        return ProviderTokenCache(signer: signer, clock: clock.read)
+    }
+
+    @Test func oneTokenUntilFiftyMinutes() throws {
+        let clock = Clock()
+        let cache = try Self.cache(clock)
+        let first = try cache.current()
+        clock.advance(49 * 60)
+        #expect(try cache.current() == first)
+        clock.advance(60)
+        let second = try cache.current()
+        #expect(second.issuedAt == first.issuedAt + 50 * 60)
+        #expect(second.value != first.value)
+    }
+
+    @Test func renewalOnExpiredIsOncePerTokenAndNeverWithinTwentyMinutes() throws {
+        let clock = Clock()
+        let cache = try Self.cache(clock)
+        let first = try cache.current()
+        clock.advance(10 * 60)
+        // Too young to renew: APNs would answer 429 TooManyProviderTokenUpdates.
+        #expect(try cache.renew(rejectedIssuedAt: first.issuedAt) == false)
+        #expect(try cache.current() == first)
+        clock.advance(11 * 60)
+        #expect(try cache.renew(rejectedIssuedAt: first.issuedAt))
+        let second = try cache.current()
+        #expect(second.issuedAt == first.issuedAt + 21 * 60)
+        // A second connection reporting the same rejected token does not cause a second renewal.
+        #expect(try cache.renew(rejectedIssuedAt: first.issuedAt))
+        #expect(try cache.current() == second)
+    }
+
+    @Test func descriptionNamesTheKeyNeverTheToken() throws {
+        let cache = try Self.cache(Clock())
+        let token = try cache.current().value
+        #expect(!cache.description.contains(token))
+        #expect(cache.description.contains("KEY1234567"))
+    }
+}

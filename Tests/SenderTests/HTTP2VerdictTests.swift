@@ -1,0 +1,69 @@
+import Testing
+
+@testable import Sender
+
+/// Every row of the DESIGN §2b table, as the transport acts on it.
+@Suite struct HTTP2VerdictTests {
+    @Test func okIsAccepted() {
+        #expect(HTTP2Verdict.of(status: 200, reason: nil, timestamp: nil) == .accepted)
+    }
+
+    @Test(arguments: ["Unregistered", "ExpiredToken"])
+    func goneSuppressesFromApplesTimestampInSeconds(reason: String) {
+        #expect(
+            HTTP2Verdict.of(status: 410, reason: reason, timestamp: 1_700_000_123_456)
+                == .rejected(.invalidToken(since: 1_700_000_123, reason: "unregistered")))
+        #expect(HTTP2Verdict.code(status: 410, reason: reason) == reason)
+    }
+
+    @Test func goneWithoutTimestampSuppressesFromNow() {
+        #expect(
+            HTTP2Verdict.of(status: 410, reason: "Unregistered", timestamp: nil)
+                == .rejected(.invalidToken(since: nil, reason: "unregistered")))
+    }
+
+    @Test(arguments: ["BadDeviceToken", "DeviceTokenNotForTopic"])
+    func badTokenIsRejectedAndSuppressed(reason: String) {
+        #expect(
+            HTTP2Verdict.of(status: 400, reason: reason, timestamp: nil)
+                == .rejected(.invalidToken(since: nil, reason: "invalid-token")))
+    }
+
+    @Test(arguments: [
+        (400, "BadCollapseId"), (400, "BadTopic"), (400, "PayloadEmpty"), (400, "InvalidPushType"),
+        (400, "TopicDisallowed"), (413, "PayloadTooLarge"), (404, "BadPath"), (405, "MethodNotAllowed"),
+        (403, "Forbidden"),
+    ])
+    func malformedRequestsAreDeadLetteredWithTheirReason(status: Int, reason: String) {
+        #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .rejected(.badRequest(reason: reason)))
+    }
+
+    @Test func expiredProviderTokenRenews() {
+        #expect(HTTP2Verdict.of(status: 403, reason: "ExpiredProviderToken", timestamp: nil) == .renewProviderToken)
+    }
+
+    @Test(arguments: [
+        (403, "InvalidProviderToken"), (403, "MissingProviderToken"), (403, "BadCertificate"),
+        (403, "BadCertificateEnvironment"), (403, "SomethingNew"), (429, "TooManyProviderTokenUpdates"),
+    ])
+    func refusedCredentialsStopTheConnection(status: Int, reason: String) {
+        #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .stopConnection)
+    }
+
+    @Test func tooManyRequestsRetriesLater() {
+        #expect(HTTP2Verdict.of(status: 429, reason: "TooManyRequests", timestamp: nil) == .retryLater)
+    }
+
+    @Test(arguments: [
+        (500, "InternalServerError"), (503, "ServiceUnavailable"), (503, "Shutdown"), (502, ""), (500, nil),
+    ] as [(Int, String?)])
+    func serverErrorsRetryElsewhere(status: Int, reason: String?) {
+        #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .retryElsewhere)
+    }
+
+    @Test func codeFallsBackToTheStatusWithoutABody() {
+        #expect(HTTP2Verdict.code(status: 503, reason: nil) == "503")
+        #expect(HTTP2Verdict.code(status: 503, reason: "") == "503")
+        #expect(HTTP2Verdict.code(status: 400, reason: "BadTopic") == "BadTopic")
+    }
+}
