@@ -130,6 +130,8 @@ let package = Package(
             dependencies: [
                 "CHiredis",
                 "TimeUnits",
+                // SHA-1 names a Lua script the way Redis does (EVALSHA); nothing security-related.
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

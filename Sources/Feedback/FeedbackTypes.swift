@@ -17,7 +17,6 @@ public struct FeedbackEndpoint: Sendable, Hashable, CustomStringConvertible {
     }
 
     public static let production = FeedbackEndpoint(host: "feedback.push.apple.com", port: 2196)
-    public static let sandbox = FeedbackEndpoint(host: "feedback.sandbox.push.apple.com", port: 2196)
 
     public var description: String { "\(host):\(port)" }
 }

@@ -204,7 +204,8 @@ public struct Suppression: Sendable, Hashable {
 public struct ShardStatus: Sendable, Hashable {
     public var app: String
     public var shard: Int
-    /// e.g. `connecting`, `connected`, `backing-off`, `draining`.
+    /// `idle`, `backing-off` (waiting to reconnect after a failure), `connecting`, `connected`,
+    /// `draining`, `closing`, `stopped` (binary shards; HTTP/2 connections report their own).
     public var state: String
     public var gateway: String?
     /// Epoch seconds.

@@ -1,3 +1,4 @@
+import Crypto
 /// One reply from Redis, as the RESP2 protocol types it.
 ///
 /// Error replies are values here, not thrown errors: inside a pipeline one failing command must not hide
@@ -160,6 +161,11 @@ public struct RedisScript: Sendable, Hashable {
 
     public init(_ source: String) {
         self.source = source
-        self.sha1 = SHA1.hexDigest(Array(source.utf8))
+        // Known up front, so the first call after a server restart recovers in one round trip
+        // (`SCRIPT LOAD` + `EVALSHA` pipelined) instead of asking the server for the digest first.
+        self.sha1 = Insecure.SHA1.hash(data: Array(source.utf8)).map { byte in
+            let hex = String(byte, radix: 16)
+            return byte < 16 ? "0" + hex : hex
+        }.joined()
     }
 }

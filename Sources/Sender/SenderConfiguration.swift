@@ -19,7 +19,6 @@ public struct GatewayAddress: Sendable, Hashable, CustomStringConvertible {
     public var description: String { "\(host):\(port)" }
 
     public static let production = GatewayAddress(host: "gateway.push.apple.com", port: 2195)
-    public static let sandbox = GatewayAddress(host: "gateway.sandbox.push.apple.com", port: 2195)
 }
 
 /// How one shard batches, settles and reconnects. Durations in seconds.

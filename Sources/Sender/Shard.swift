@@ -305,6 +305,12 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     func connectionError(_ error: any Error, epoch: Int) {
         guard epoch == self.epoch else { return }
+        // A gateway closes the connection right after an error response, often without TLS's
+        // close_notify: that is part of the event already logged (and counted), not another one.
+        if case .closing = state, let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
+            logger.debug("gateway closed without close_notify after its error response")
+            return
+        }
         statistics.lastError = "\(error)"
         logger.warning("gateway connection error", metadata: ["error": "\(error)"])
     }
@@ -469,9 +475,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             s.app = app
             s.index = index
             switch state {
-            case .idle, .waitingToConnect: s.state = "idle"
+            case .idle: s.state = "idle"
+            case .waitingToConnect: s.state = reconnectAttempt > 0 ? "backing-off" : "idle"
             case .connecting: s.state = "connecting"
-            case .connected: s.state = "connected"
+            case .connected: s.state = drain != nil ? "draining" : "connected"
             case .closing: s.state = "closing"
             case .stopped: s.state = "stopped"
             }
