@@ -100,7 +100,12 @@ public final class PipelineRunner: Service, Sendable {
                     credentials: c.credentials(for: app), gateways: app.gateways ?? c.gateway.addresses,
                     shards: app.shards ?? c.gateway.shards, shard: c.gateway.shard, serverHostname: c.gateway.serverHostname),
                 group: group, limiter: limiter, logger: logger,
-                onOutcomes: { batch in inbox.put(Self.settlerItem(batch, topic: jobsTopic)) })
+                onOutcomes: { batch in
+                    let share = Self.settlerShare(batch, topic: jobsTopic)
+                    inbox.put(share.item)
+                    // Jobs the gateway refused settle once their dead letters are stored.
+                    if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
+                })
         }
         let router = Router(transports: transports)
         logger.info(
@@ -355,26 +360,88 @@ public final class PipelineRunner: Service, Sendable {
         }
     }
 
-    static func settlerItem(_ batch: OutcomeBatch, topic: String) -> SettlerInbox.Item {
+    /// What the settler makes of a transport's outcome batch: `item` settles now; the jobs a gateway
+    /// refused for good (bad request, or a transient failure past its attempts) are dead-lettered first,
+    /// as the job that was sent, and `deadLetterItem` settles them once their letters are stored.
+    struct SettlerShare {
+        var item = SettlerInbox.Item()
+        var deadLetters: [DeadLetterWriter.Letter] = []
+        var deadLetterItem = SettlerInbox.Item()
+    }
+
+    /// Dead-letter reasons (the DLQ's `reason` header) of jobs a gateway refused; the gateway's own
+    /// reason is in the `gateway-reason` header.
+    enum GatewayRefusal {
+        static let badRequest = "gateway-bad-request"
+        static let transient = "gateway-gave-up"
+        static let header = "gateway-reason"
+    }
+
+    static func settlerShare(_ batch: OutcomeBatch, topic: String) -> SettlerShare {
+        var share = SettlerShare()
+        share.item = settlerItem(batch, topic: topic, keepingDeadLetters: false)
+        for o in batch.outcomes {
+            guard let rejection = o.rejection, o.kind == .deadLettered, let position = o.notification.position else { continue }
+            let reason = if case .badRequest = rejection { GatewayRefusal.badRequest } else { GatewayRefusal.transient }
+            let message = KafkaConsumerMessage(
+                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.token.hex.utf8),
+                value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
+            share.deadLetters.append((message, reason))
+            share.deadLetterItem.outcomes.append(redisOutcome(o))
+            share.deadLetterItem.refs.append(ref(topic: topic, position: position))
+        }
+        return share
+    }
+
+    /// The job as it was sent, in the jobs topic's format: its payload is the one the gateway refused
+    /// (localized, and with `jid` in dev setups), so an operator can read it or publish it again.
+    static func sentJob(_ n: PushNotification) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(n.payload.count + 256)
+        func key(_ name: String) {
+            out.append(out.isEmpty ? UInt8(ascii: "{") : UInt8(ascii: ","))
+            JSONWriter.writeString(name, into: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        key("id"); JSONWriter.writeString(n.jobID, into: &out)
+        key("app"); JSONWriter.writeString(n.app, into: &out)
+        key("token"); JSONWriter.writeString(n.token.hex, into: &out)
+        key("payload"); out.append(contentsOf: n.payload)
+        key("expiry"); out.append(contentsOf: Array(String(n.expiry).utf8))
+        key("priority"); out.append(contentsOf: Array(String(n.priority.rawValue).utf8))
+        if let campaign = n.campaign { key("campaign"); JSONWriter.writeString(campaign, into: &out) }
+        if let collapseID = n.collapseID { key("collapse_id"); JSONWriter.writeString(collapseID, into: &out) }
+        if let pushType = n.pushType { key("push_type"); JSONWriter.writeString(pushType, into: &out) }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    static func redisOutcome(_ o: Sender.Outcome) -> Redis.Outcome {
+        // The settler acts on what a rejection means, never on a protocol's status number.
+        var suppression: TokenSuppression?
+        if case .rejected(.invalidToken(let since, let reason)) = o.delivery {
+            suppression = TokenSuppression(since: since, reason: reason)
+        }
+        let kind: Redis.OutcomeKind =
+            switch o.kind {
+            case .accepted: .accepted
+            case .rejected: .rejected
+            case .deadLettered: .deadLettered
+            }
+        return Redis.Outcome(
+            jobID: o.jobID, app: o.app, tokenHex: o.token.hex, campaign: o.notification.campaign, kind: kind,
+            code: o.code, suppressToken: suppression, shard: o.connection)
+    }
+
+    /// The outcomes of `batch` as the settler records them, with the batch's events. Without
+    /// `keepingDeadLetters`, dead-lettered outcomes that carry a Kafka position are left out (they settle
+    /// through `settlerShare`'s dead letters).
+    static func settlerItem(_ batch: OutcomeBatch, topic: String, keepingDeadLetters: Bool = true) -> SettlerInbox.Item {
         var item = SettlerInbox.Item()
         item.outcomes.reserveCapacity(batch.outcomes.count)
         for o in batch.outcomes {
-            // The settler acts on what a rejection means, never on a protocol's status number.
-            let kind: Redis.OutcomeKind
-            var suppression: TokenSuppression?
-            switch o.delivery {
-            case .accepted:
-                kind = .accepted
-            case .rejected(.invalidToken(let since, let reason)):
-                kind = .rejected
-                suppression = TokenSuppression(since: since, reason: reason)
-            case .rejected(.badRequest), .rejected(.transient):
-                kind = .deadLettered
-            }
-            item.outcomes.append(
-                Redis.Outcome(
-                    jobID: o.jobID, app: o.app, tokenHex: o.token.hex, campaign: o.notification.campaign, kind: kind,
-                    code: o.code, suppressToken: suppression, shard: o.connection))
+            if !keepingDeadLetters, o.kind == .deadLettered, o.notification.position != nil { continue }
+            item.outcomes.append(redisOutcome(o))
             if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
         }
         item.events.replayed = batch.events.replayed

@@ -4,6 +4,7 @@ import GatewaySimulator
 import NIOCore
 import NIOPosix
 import NIOSSL
+import Synchronization
 import Testing
 import TestSupport
 
@@ -29,18 +30,27 @@ final class RawTLSClient: Sendable {
             tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: TestCertificates.key(certificate), format: .pem))
         }
         let context = try NIOSSLContext(configuration: tls)
+        // The collector is kept when the pipeline is built: a server that refuses the handshake may
+        // have closed the channel (and emptied its pipeline) before `connect` returns, so looking the
+        // handler up afterwards would race with that.
+        let built = Built()
         let channel = try await ClientBootstrap(group: group)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    let collector = Collector(promise: channel.eventLoop.makePromise())
                     try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost"))
-                    try channel.pipeline.syncOperations.addHandler(Collector(promise: channel.eventLoop.makePromise()))
+                    try channel.pipeline.syncOperations.addHandler(collector)
+                    built.value.withLock { $0 = (NIOLoopBound(collector, eventLoop: channel.eventLoop), collector.promise.futureResult) }
                 }
             }
             .connect(host: "127.0.0.1", port: port).get()
-        let collector = try await channel.pipeline.handler(type: Collector.self).map { NIOLoopBound($0, eventLoop: channel.eventLoop) }.get()
-        let closed = try await channel.eventLoop.submit { collector.value.promise.futureResult }.get()
+        guard let (collector, closed) = built.value.withLock({ $0 }) else { throw ChannelError.inappropriateOperationForState }
         return RawTLSClient(channel: channel, collector: collector, closed: closed)
+    }
+
+    private final class Built: Sendable {
+        let value = Mutex<(collector: NIOLoopBound<Collector>, closed: EventLoopFuture<[UInt8]>)?>(nil)
     }
 
     private init(channel: any Channel, collector: NIOLoopBound<Collector>, closed: EventLoopFuture<[UInt8]>) {

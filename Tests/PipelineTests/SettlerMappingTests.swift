@@ -1,4 +1,5 @@
 import APNsProtocol
+import Jobs
 import Kafka
 import Redis
 import Sender
@@ -44,5 +45,37 @@ import Testing
         #expect(item.refs.allSatisfy { $0.topic == "jobs" && $0.partition == 3 })
         #expect(item.events.replayed == 4 && item.events.ambiguous == 1)
         #expect(item.shardEvents == [ShardEvents(app: "com.example.shop", shard: 2, replayed: 4)])
+    }
+
+    /// Jobs a gateway refused for good are dead-lettered before they settle: the letter is the job as
+    /// it was sent (a valid job message), with the gateway's reason.
+    @Test func refusedJobsSettleThroughTheirDeadLetters() throws {
+        var bad = Self.outcome("bad", .rejected(.badRequest(reason: "BadTopic")), code: "BadTopic", offset: 13)
+        bad.notification.payload = Array(#"{"aps":{"alert":"Bonjour"},"jid":"bad"}"#.utf8)
+        bad.notification.collapseID = "score-42"
+        bad.notification.pushType = "alert"
+        let batch = OutcomeBatch(
+            app: "com.example.shop", connection: 2,
+            outcomes: [
+                Self.outcome("ok", .accepted, offset: 10), bad,
+                Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14),
+            ],
+            events: SenderEvents())
+        let share = PipelineRunner.settlerShare(batch, topic: "jobs")
+        #expect(share.item.outcomes.map(\.jobID) == ["ok"])
+        #expect(share.item.refs.map(\.offset) == [10])
+        #expect(share.deadLetterItem.outcomes.map(\.jobID) == ["bad", "busy"])
+        #expect(share.deadLetterItem.outcomes.allSatisfy { $0.kind == .deadLettered })
+        #expect(share.deadLetterItem.refs.map(\.offset) == [13, 14])
+        #expect(share.deadLetters.map(\.reason) == ["gateway-bad-request", "gateway-gave-up"])
+        let letter = share.deadLetters[0].message
+        #expect(letter.topic == "jobs" && letter.partition == 3 && letter.offset == 13)
+        #expect(letter.key == Array(Self.token.hex.utf8))
+        #expect(letter.headers.first(named: "gateway-reason")?.stringValue == "BadTopic")
+        // The letter is a job message the pipeline would take again.
+        let job = try JobDecoder(payloadLimit: 4096).decode(letter.value, now: 0)
+        #expect(job.id == "bad" && job.app == "com.example.shop" && job.token == Self.token && job.campaign == "c")
+        #expect(job.priority == .immediate)
+        #expect(job.payload.aps.alert == .text("Bonjour"))
     }
 }
