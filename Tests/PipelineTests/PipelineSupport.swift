@@ -248,6 +248,7 @@ extension Stack {
                 attempts_per_second_per_gateway: 1000
             apps:
               - bundle_id: \(shop)
+                transport: binary
                 certificate: \(d)/\(shop).pem
                 key: \(d)/\(shop).key
             pipeline:
