@@ -228,6 +228,15 @@ import Testing
         #expect(m.queue.count == 1)
     }
 
+    @Test func aSlowButAnsweringConnectionIsNotStuck() {
+        var m = Self.authenticated()
+        _ = m.enqueue([1, 2], now: 100)
+        _ = m.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 108)
+        // Stream 5 is 15 s old, but the connection answered 7 s ago: it is working, only slowly.
+        #expect(!m.tick(now: 115).close)
+        #expect(m.tick(now: 118).close)
+    }
+
     @Test func idleConnectionPingsAndAnUnansweredPingCloses() {
         var m = Self.authenticated()
         #expect(!m.tick(now: 29).ping)

@@ -223,6 +223,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     func channelClosed(epoch: Int) {
         guard epoch == self.epoch else { return }
+        logger.debug("connection closed", metadata: ["open_streams": "\(machine.inFlight.count)"])
         self.epoch += 1  // anything still in flight from this channel is stale from now on
         channel = nil
         context = nil
@@ -255,6 +256,12 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             logger.error(
                 "APNs refused the provider credentials; this connection stops sending",
                 metadata: ["reason": "\(reason)", "retry_in_seconds": "\(configuration.authFailureDelay)"])
+        }
+        if action.stuck {
+            statistics.lastError = "no answer within \(configuration.requestTimeout) s"
+            logger.warning(
+                "connection stuck: a request or PING went unanswered; closing it, its requests are resent",
+                metadata: ["open_streams": "\(machine.inFlight.count)", "timeout_seconds": "\(configuration.requestTimeout)"])
         }
         if action.close {
             flushIfDue(force: true)

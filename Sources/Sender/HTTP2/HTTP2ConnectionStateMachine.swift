@@ -11,8 +11,8 @@
 /// - streams above a GOAWAY's last-stream-id and REFUSED_STREAM resets were never processed: resent,
 ///   counted `replayed`; streams unanswered when the connection dies, or reset otherwise, may have been
 ///   processed: resent, counted `ambiguous` (the only duplicate window);
-/// - a request unanswered after `requestTimeout`, or a PING unanswered as long, means the connection is
-///   stuck: it is closed (so its streams count as ambiguous) and reopened;
+/// - streams open and nothing read for `requestTimeout`, or a PING unanswered as long, means the
+///   connection is stuck: it is closed (so its streams count as ambiguous) and reopened;
 /// - a drain finishes when every request has an answer; there is nothing to prove by time.
 struct HTTP2ConnectionStateMachine<Job> {
     struct Configuration {
@@ -74,6 +74,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var close = false
         /// The credentials were refused with this reason: log it loudly.
         var credentialsRefused: String?
+        /// Why `close` was asked for when it is a failure: a request or PING unanswered for `requestTimeout`.
+        var stuck = false
         /// The drain asked for is complete: nothing queued, nothing unanswered, connection closed.
         var drained = false
     }
@@ -113,7 +115,8 @@ struct HTTP2ConnectionStateMachine<Job> {
     var nextStreamID: UInt32 = 1
     private var lastRead = 0.0
     private var pingSentAt: Double?
-    private var lastDeadlineCheck = -Double.infinity
+    /// When the connection last went from no open stream to some (the wait for an answer starts there).
+    private var busySince = 0.0
     private var reconnectAttempt = 0
     private var random: any RandomNumberGenerator
 
@@ -308,15 +311,15 @@ struct HTTP2ConnectionStateMachine<Job> {
         }
         wakeUp(now: now, into: &action)
         if phase == .active || phase == .goingAway {
-            // Scanning every open stream is not free: twice a second is plenty for a deadline of seconds.
-            var stuck = pingSentAt.map { now - $0 >= configuration.requestTimeout } ?? false
-            if !stuck, now - lastDeadlineCheck >= 0.5 {
-                lastDeadlineCheck = now
-                stuck = inFlight.values.contains { now - $0.sentAt >= configuration.requestTimeout }
-            }
+            // Stuck = streams open and nothing read for `requestTimeout`. Not the age of the oldest
+            // request: with a thousand streams open a slow but working server answers each late, and
+            // closing it would only turn its answers into ambiguous resends.
+            let stuck = (pingSentAt.map { now - $0 >= configuration.requestTimeout } ?? false)
+                || (!inFlight.isEmpty && now - max(lastRead, busySince) >= configuration.requestTimeout)
             if stuck {
                 phase = .closing
                 action.close = true
+                action.stuck = true
                 return action
             }
             if pingSentAt == nil, now - lastRead >= configuration.pingInterval {
@@ -395,6 +398,7 @@ struct HTTP2ConnectionStateMachine<Job> {
                 return
             }
             request.attempts += 1
+            if inFlight.isEmpty { busySince = now }
             let id = nextStreamID
             nextStreamID += 2
             inFlight[id] = InFlight(request: request, sentAt: now)

@@ -46,8 +46,8 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var linger = 0.002
     /// Notifications waiting per connection; a full queue makes `send` wait.
     public var queueCapacity = 8192
-    /// A request unanswered this long means the connection is stuck: it is closed and its requests
-    /// resent (as ambiguous).
+    /// Streams open and nothing read for this long (or a PING unanswered as long) means the connection
+    /// is stuck: it is closed and its requests resent (as ambiguous).
     public var requestTimeout = 10.0
     /// A connection with nothing read for this long is pinged (an unanswered PING counts as stuck).
     public var pingInterval = 30.0
