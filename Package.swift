@@ -229,6 +229,7 @@ let package = Package(
                 "Sender",
                 .product(name: "Crypto", package: "swift-crypto"),
                 "GatewaySimulator",
+                "HTTP2Simulator",
                 "APNsProtocol",
                 "APNsTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
