@@ -123,7 +123,7 @@ public struct PipelineStore: Sendable {
             let fingerprint = JobFingerprint(jobID: request.jobID)
             arguments.append(keys.inFlight(jobID: request.jobID))
             arguments.append(appIndex[request.app]!)
-            arguments.append(request.tokenHex.lowercased())
+            arguments.append(RedisKeys.tokenField(request.tokenHex))
             arguments.append(fingerprint.member)
             arguments.append(fingerprint.subBucket(of: configuration.dedupSubBuckets))
         }
@@ -210,7 +210,7 @@ public struct PipelineStore: Sendable {
             }
             if let suppression = outcome.suppressToken {
                 writes.suppress(
-                    keys.suppressed(app: outcome.app), outcome.tokenHex.lowercased(), at: suppression.since ?? batch.settledAt,
+                    keys.suppressed(app: outcome.app), RedisKeys.tokenField(outcome.tokenHex), at: suppression.since ?? batch.settledAt,
                     reason: suppression.reason)
             }
             // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
@@ -249,7 +249,7 @@ public struct PipelineStore: Sendable {
         for registration in registrations {
             writes.register(
                 keys.registered(app: registration.app), keys.language(app: registration.app),
-                registration.tokenHex.lowercased(), at: registration.registeredAt, language: registration.language ?? "")
+                RedisKeys.tokenField(registration.tokenHex), at: registration.registeredAt, language: registration.language ?? "")
         }
         _ = try await apply(writes, operation: "registrations")
     }
@@ -260,7 +260,7 @@ public struct PipelineStore: Sendable {
         if suppressions.isEmpty { return }
         var writes = Writes()
         for suppression in suppressions {
-            writes.suppress(keys.suppressed(app: suppression.app), suppression.tokenHex.lowercased(), at: suppression.at, reason: suppression.reason)
+            writes.suppress(keys.suppressed(app: suppression.app), RedisKeys.tokenField(suppression.tokenHex), at: suppression.at, reason: suppression.reason)
         }
         _ = try await apply(writes, operation: "suppress")
     }

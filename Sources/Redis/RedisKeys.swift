@@ -17,6 +17,10 @@
 ///
 /// Token hex is stored lower-case.
 public struct RedisKeys: Sendable, Hashable {
+    /// A device token as it is stored in Redis (hash fields, script arguments): lower-case hex. The one
+    /// place token hex is normalised on its way into Redis, whatever case a producer or Apple used.
+    public static func tokenField(_ hex: String) -> String { hex.lowercased() }
+
     public let prefix: String
 
     /// The prefix when none is configured (`redis.prefix`): its one home; commands and the pipeline
