@@ -19,6 +19,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
@@ -31,13 +32,15 @@ let package = Package(
         .target(name: "APNsProtocol"),
 
         // What the TLS ends (simulator, sender, feedback poller) share: encoders writing into NIO's
-        // ByteBuffer, the app topic read from a provider certificate.
+        // ByteBuffer, the app topic read from a provider certificate, provider tokens (ES256 JWTs with
+        // swift-crypto).
         .target(
             name: "APNsTransport",
             dependencies: [
                 "APNsProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
 
@@ -226,6 +229,15 @@ let package = Package(
         .testTarget(
             name: "RedisTests",
             dependencies: ["TestSupport", "Redis"]
+        ),
+        .testTarget(
+            name: "APNsTransportTests",
+            dependencies: [
+                "TestSupport",
+                "APNsTransport",
+                "APNsProtocol",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .testTarget(
             name: "GatewaySimulatorTests",

@@ -8,7 +8,9 @@ public enum TestCertificates {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
         let dir = root.appendingPathComponent(".run/certs").path
-        if !FileManager.default.fileExists(atPath: dir + "/ca.pem") {
+        if !FileManager.default.fileExists(atPath: dir + "/ca.pem")
+            || !FileManager.default.fileExists(atPath: dir + "/AuthKey_TESTKEY123.p8")
+        {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
             try? p.run()
@@ -19,4 +21,11 @@ public enum TestCertificates {
 
     public static func pem(_ name: String) -> String { "\(directory)/\(name).pem" }
     public static func key(_ name: String) -> String { "\(directory)/\(name).key" }
+
+    /// The provider token signing key `ops/certs` makes (`.p8`, PKCS#8 PEM), its key id and the team id
+    /// the tests pair it with.
+    public static let tokenKeyID = "TESTKEY123"
+    public static let tokenTeamID = "TESTTEAM01"
+    public static var tokenKeyPath: String { "\(directory)/AuthKey_TESTKEY123.p8" }
+    public static var tokenPublicKeyPath: String { "\(directory)/AuthKey_TESTKEY123.pub.pem" }
 }

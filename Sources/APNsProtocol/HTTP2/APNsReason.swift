@@ -1,0 +1,74 @@
+/// The `reason` strings of the provider API's error responses, with the HTTP status Apple pairs each
+/// with (Apple, "Handling notification responses from APNs", table "Response error strings").
+public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomStringConvertible {
+    // 400
+    case badCollapseId = "BadCollapseId"
+    case badDeviceToken = "BadDeviceToken"
+    case badExpirationDate = "BadExpirationDate"
+    case badMessageId = "BadMessageId"
+    case badPriority = "BadPriority"
+    case badTopic = "BadTopic"
+    case deviceTokenNotForTopic = "DeviceTokenNotForTopic"
+    case duplicateHeaders = "DuplicateHeaders"
+    case idleTimeout = "IdleTimeout"
+    case invalidPushType = "InvalidPushType"
+    case missingDeviceToken = "MissingDeviceToken"
+    case missingTopic = "MissingTopic"
+    case payloadEmpty = "PayloadEmpty"
+    case topicDisallowed = "TopicDisallowed"
+    // 403
+    case badCertificate = "BadCertificate"
+    case badCertificateEnvironment = "BadCertificateEnvironment"
+    case expiredProviderToken = "ExpiredProviderToken"
+    case forbidden = "Forbidden"
+    case invalidProviderToken = "InvalidProviderToken"
+    case missingProviderToken = "MissingProviderToken"
+    case unrelatedKeyIdInToken = "UnrelatedKeyIdInToken"
+    case badEnvironmentKeyIdInToken = "BadEnvironmentKeyIdInToken"
+    // 404, 405
+    case badPath = "BadPath"
+    case methodNotAllowed = "MethodNotAllowed"
+    // 410
+    case expiredToken = "ExpiredToken"
+    case unregistered = "Unregistered"
+    // 413
+    case payloadTooLarge = "PayloadTooLarge"
+    // 429
+    case tooManyProviderTokenUpdates = "TooManyProviderTokenUpdates"
+    case tooManyRequests = "TooManyRequests"
+    // 500, 503
+    case internalServerError = "InternalServerError"
+    case serviceUnavailable = "ServiceUnavailable"
+    case shutdown = "Shutdown"
+
+    /// The HTTP status APNs answers with this reason.
+    public var status: Int {
+        switch self {
+        case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
+            .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken,
+            .missingTopic, .payloadEmpty, .topicDisallowed:
+            400
+        case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken,
+            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            403
+        case .badPath: 404
+        case .methodNotAllowed: 405
+        case .expiredToken, .unregistered: 410
+        case .payloadTooLarge: 413
+        case .tooManyProviderTokenUpdates, .tooManyRequests: 429
+        case .internalServerError: 500
+        case .serviceUnavailable, .shutdown: 503
+        }
+    }
+
+    /// Apple: "Don't retry notification responses with the error code BadDeviceToken,
+    /// DeviceTokenNotForTopic, Forbidden, ExpiredToken, Unregistered, or PayloadTooLarge."
+    public var isPermanentForNotification: Bool {
+        switch self {
+        case .badDeviceToken, .deviceTokenNotForTopic, .forbidden, .expiredToken, .unregistered, .payloadTooLarge: true
+        default: false
+        }
+    }
+
+    public var description: String { "\(status) \(rawValue)" }
+}
