@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "APNsProtocol", targets: ["APNsProtocol"]),
         .library(name: "APNsTransport", targets: ["APNsTransport"]),
         .library(name: "GatewaySimulator", targets: ["GatewaySimulator"]),
+        .library(name: "HTTP2Simulator", targets: ["HTTP2Simulator"]),
         .library(name: "Sender", targets: ["Sender"]),
         .library(name: "Kafka", targets: ["Kafka"]),
         .library(name: "Jobs", targets: ["Jobs"]),
@@ -19,6 +20,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -53,6 +55,24 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // The HTTP/2 provider API simulator (SwiftNIO + swift-nio-http2 + swift-nio-ssl, ALPN h2).
+        .target(
+            name: "HTTP2Simulator",
+            dependencies: [
+                "APNsProtocol",
+                "APNsTransport",
+                "GatewaySimulator",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -144,6 +164,7 @@ let package = Package(
                 "APNsProtocol",
                 "Feedback",
                 "GatewaySimulator",
+                "HTTP2Simulator",
                 "Jobs",
                 "Pipeline",
                 "Sender",
@@ -157,12 +178,20 @@ let package = Package(
             ]
         ),
 
-        // Helpers the test targets share: a throw-away redis-server, the test certificates.
+        // Helpers the test targets share: a throw-away redis-server, the test certificates, a small
+        // HTTP/2 client over TLS (for the HTTP/2 simulator's tests and the HTTP/2 sender's).
         .target(
             name: "TestSupport",
             dependencies: [
                 "Redis",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             path: "Tests/Support"
         ),
@@ -237,6 +266,23 @@ let package = Package(
                 "APNsTransport",
                 "APNsProtocol",
                 .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "HTTP2SimulatorTests",
+            dependencies: [
+                "TestSupport",
+                "HTTP2Simulator",
+                "GatewaySimulator",
+                "APNsProtocol",
+                "APNsTransport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .testTarget(

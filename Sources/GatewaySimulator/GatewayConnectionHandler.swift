@@ -98,7 +98,7 @@ final class GatewayConnectionHandler: ChannelInboundHandler {
             let record = AcceptedNotification(
                 time: Int64(now * 1000), connection: id, app: app, token: n.token.hex, identifier: n.identifier,
                 command: n.command, payloadHash: PayloadFacts.hash(n.payload), jobID: PayloadFacts.jobID(in: n.payload))
-            RecordWriter.appendLine(record, to: &lines)
+            RecordWriter<AcceptedNotification>.appendLine(record, to: &lines)
             batch.append(record)
         }
         pendingAccepted += 1

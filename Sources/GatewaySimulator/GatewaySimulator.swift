@@ -170,7 +170,7 @@ final class SimulatorCore: Sendable {
     let faults: FaultScript
     let invalidTokens: Set<DeviceToken>
     let uninstalledTokens: Set<DeviceToken>
-    let recorder: RecordWriter
+    let recorder: RecordWriter<AcceptedNotification>
     let totals = Mutex(SimulatorTotals())
     let logger: Logger
     private let startedAt = ContinuousClock.now
@@ -281,10 +281,10 @@ final class SimulatorCore: Sendable {
 }
 
 /// A small, fast, seedable generator (SplitMix64): fault runs must be repeatable from their seed.
-struct SplitMix64: Sendable {
+package struct SplitMix64: Sendable {
     var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+    package init(seed: UInt64) { state = seed }
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -292,5 +292,5 @@ struct SplitMix64: Sendable {
         return z ^ (z >> 31)
     }
     /// Uniform in [0, 1).
-    mutating func nextUnit() -> Double { Double(next() >> 11) / Double(1 << 53) }
+    package mutating func nextUnit() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }

@@ -52,15 +52,15 @@ final class FeedbackServiceHandler: ChannelInboundHandler {
 
 /// Slow reader: delays each read the channel asks for, so with a small fixed receive buffer the
 /// connection takes at most N bytes per interval and the sender's socket fills up (back-pressure).
-final class SlowReadHandler: ChannelOutboundHandler {
-    typealias OutboundIn = Any
+package final class SlowReadHandler: ChannelOutboundHandler {
+    package typealias OutboundIn = Any
 
     private let interval: TimeAmount
     private var readPending = false
 
-    init(interval: TimeAmount) { self.interval = interval }
+    package init(interval: TimeAmount) { self.interval = interval }
 
-    func read(context: ChannelHandlerContext) {
+    package func read(context: ChannelHandlerContext) {
         guard !readPending else { return }
         readPending = true
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
@@ -74,17 +74,17 @@ final class SlowReadHandler: ChannelOutboundHandler {
 
 /// Handshake delay: holds a new connection's first bytes (the ClientHello) for a while before letting
 /// the TLS handler see them.
-final class HoldFirstBytesHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = ByteBuffer
-    typealias InboundOut = ByteBuffer
+package final class HoldFirstBytesHandler: ChannelInboundHandler, RemovableChannelHandler {
+    package typealias InboundIn = ByteBuffer
+    package typealias InboundOut = ByteBuffer
 
     private let delay: TimeAmount
     private var held: [NIOAny] = []
     private var released = false
 
-    init(delay: TimeAmount) { self.delay = delay }
+    package init(delay: TimeAmount) { self.delay = delay }
 
-    func handlerAdded(context: ChannelHandlerContext) {
+    package func handlerAdded(context: ChannelHandlerContext) {
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         context.eventLoop.scheduleTask(in: delay) {
             let (handler, context) = loopBound.value
@@ -96,11 +96,11 @@ final class HoldFirstBytesHandler: ChannelInboundHandler, RemovableChannelHandle
         }
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if released { context.fireChannelRead(data) } else { held.append(data) }
     }
 
-    func channelReadComplete(context: ChannelHandlerContext) {
+    package func channelReadComplete(context: ChannelHandlerContext) {
         if released { context.fireChannelReadComplete() }
     }
 }

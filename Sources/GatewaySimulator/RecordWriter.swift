@@ -28,21 +28,22 @@ public struct AcceptedNotification: Sendable, Hashable, Codable {
 
 /// Appends accepted notifications to an NDJSON file without slowing the gateway: connections hand
 /// over whole reads' worth of lines under a lock, and a timer on a queue of its own writes them out.
-final class RecordWriter: Sendable {
+/// Generic over the record so the HTTP/2 simulator writes its own records the same way.
+package final class RecordWriter<Record: Sendable>: Sendable {
     private struct Pending {
         var bytes: [UInt8] = []
-        var records: [AcceptedNotification] = []
+        var records: [Record] = []
     }
 
     private let pending = Mutex(Pending())
-    private let memory = Mutex<[AcceptedNotification]>([])
+    private let memory = Mutex<[Record]>([])
     private let keepsInMemory: Bool
     private let fd: Int32?
     private let queue = DispatchQueue(label: "apns.simulator.records")
     // Dispatch sources are thread-safe (their API may be called from any thread).
     nonisolated(unsafe) private let timer: any DispatchSourceTimer
 
-    init(path: String?, keepInMemory: Bool) throws {
+    package init(path: String?, keepInMemory: Bool) throws {
         if let path {
             let fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
             guard fd >= 0 else {
@@ -60,10 +61,10 @@ final class RecordWriter: Sendable {
         timer.resume()
     }
 
-    var isEnabled: Bool { fd != nil || keepsInMemory }
+    package var isEnabled: Bool { fd != nil || keepsInMemory }
 
     /// Adds a batch of records (and their NDJSON lines) from one read of one connection.
-    func append(lines: [UInt8], records: [AcceptedNotification]) {
+    package func append(lines: [UInt8], records: [Record]) {
         pending.withLock {
             if fd != nil { $0.bytes.append(contentsOf: lines) }
             if keepsInMemory { $0.records.append(contentsOf: records) }
@@ -71,7 +72,7 @@ final class RecordWriter: Sendable {
     }
 
     /// Writes out everything appended so far; returns when it is on disk (in the page cache).
-    func flush() { queue.sync { flushNow() } }
+    package func flush() { queue.sync { flushNow() } }
 
     private func flushNow() {
         let batch = pending.withLock { p -> Pending in
@@ -95,17 +96,20 @@ final class RecordWriter: Sendable {
         }
     }
 
-    var records: [AcceptedNotification] {
+    package var records: [Record] {
         flush()
         return memory.withLock { $0 }
     }
 
-    func close() {
+    package func close() {
         timer.cancel()
         flush()
         if let fd { _ = Foundation.close(fd) }
     }
 
+}
+
+extension RecordWriter where Record == AcceptedNotification {
     /// Appends one record's NDJSON line to `out`, by hand: this runs for every accepted notification.
     static func appendLine(_ r: AcceptedNotification, to out: inout [UInt8]) {
         out.append(contentsOf: #"{"t":"#.utf8)
@@ -140,9 +144,9 @@ public enum SimulatorError: Error, CustomStringConvertible {
     }
 }
 
-enum PayloadFacts {
+package enum PayloadFacts {
     /// FNV-1a 64 in 16 hex digits.
-    static func hash(_ payload: [UInt8]) -> String {
+    package static func hash(_ payload: some Sequence<UInt8>) -> String {
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
         for b in payload {
             h ^= UInt64(b)
@@ -154,7 +158,7 @@ enum PayloadFacts {
 
     /// The string value of a top-level `"jid"` key, found by a byte scan (no JSON parse, and no
     /// allocation until it is found: this runs for every accepted notification).
-    static func jobID(in payload: [UInt8]) -> String? {
+    package static func jobID(in payload: [UInt8]) -> String? {
         let needle: StaticString = #""jid":""#
         let n = needle.utf8CodeUnitCount
         guard payload.count > n else { return nil }

@@ -1,0 +1,104 @@
+import APNsProtocol
+
+/// One accepted notification (answered 200), as the HTTP/2 simulator records it: the binary
+/// simulator's NDJSON fields (`id` and `cmd` are null: HTTP/2 has no notification identifier or
+/// command byte) plus the HTTP/2 request's own.
+public struct HTTP2Record: Sendable, Hashable, Codable {
+    /// Milliseconds since 1970-01-01 UTC.
+    public var time: Int64
+    /// Connection number, counted from 1 per simulator.
+    public var connection: Int
+    /// HTTP/2 stream id of the request.
+    public var stream: Int
+    /// The app's bundle id: the certificate's topic, or `apns-topic` without its push-type suffix.
+    public var app: String
+    public var token: String
+    /// FNV-1a 64 of the payload bytes, in hex (as the binary simulator's).
+    public var payloadHash: String
+    /// The payload's top-level `jid`, when present.
+    public var jobID: String?
+    /// `apns-id` as sent, or the one the simulator made when the request had none.
+    public var apnsID: String
+    public var collapseID: String?
+    public var pushType: String?
+    public var priority: Int?
+    public var expiration: Int64?
+    /// `token:<team>/<key id>` or `cert:<topic>`.
+    public var auth: String
+
+    enum CodingKeys: String, CodingKey {
+        case time = "t", connection = "conn", app, token, payloadHash = "payload_hash", jobID = "job"
+        case apnsID = "apns_id", collapseID = "collapse_id", pushType = "push_type", priority, expiration, auth, stream
+    }
+
+    /// The NDJSON line, by hand: this runs for every accepted notification.
+    func appendLine(to out: inout [UInt8]) {
+        out.append(contentsOf: #"{"t":"#.utf8)
+        out.append(contentsOf: String(time).utf8)
+        out.append(contentsOf: #","conn":"#.utf8)
+        out.append(contentsOf: String(connection).utf8)
+        out.append(contentsOf: #","app":"#.utf8)
+        JSONWriter.writeString(app, into: &out)
+        out.append(contentsOf: #","token":""#.utf8)
+        out.append(contentsOf: token.utf8)
+        out.append(contentsOf: #"","id":null,"cmd":null,"payload_hash":""#.utf8)
+        out.append(contentsOf: payloadHash.utf8)
+        out.append(contentsOf: #"","job":"#.utf8)
+        Self.optional(jobID, &out)
+        out.append(contentsOf: #","apns_id":"#.utf8)
+        JSONWriter.writeString(apnsID, into: &out)
+        out.append(contentsOf: #","collapse_id":"#.utf8)
+        Self.optional(collapseID, &out)
+        out.append(contentsOf: #","push_type":"#.utf8)
+        Self.optional(pushType, &out)
+        out.append(contentsOf: #","priority":"#.utf8)
+        out.append(contentsOf: (priority.map { String($0) } ?? "null").utf8)
+        out.append(contentsOf: #","expiration":"#.utf8)
+        out.append(contentsOf: (expiration.map { String($0) } ?? "null").utf8)
+        out.append(contentsOf: #","auth":"#.utf8)
+        JSONWriter.writeString(auth, into: &out)
+        out.append(contentsOf: #","stream":"#.utf8)
+        out.append(contentsOf: String(stream).utf8)
+        out.append(contentsOf: "}\n".utf8)
+    }
+
+    private static func optional(_ s: String?, _ out: inout [UInt8]) {
+        if let s { JSONWriter.writeString(s, into: &out) } else { out.append(contentsOf: "null".utf8) }
+    }
+}
+
+/// Counts an operator or a test can read: on exit, on SIGUSR1, or through `HTTP2Simulator.totals`.
+public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
+    /// Responses by HTTP status ("200", "400", …).
+    public var byStatus: [Int: Int] = [:]
+    /// Error responses by reason ("BadDeviceToken", …).
+    public var byReason: [String: Int] = [:]
+    public var connections = 0
+    public var refusedConnections = 0
+    public var handshakeFailures = 0
+    /// Streams answered RST_STREAM REFUSED_STREAM (beyond SETTINGS_MAX_CONCURRENT_STREAMS).
+    public var refusedStreams = 0
+    public var goAways = 0
+    public var abruptCloses = 0
+
+    public var accepted: Int { byStatus[200, default: 0] }
+
+    enum CodingKeys: String, CodingKey {
+        case accepted, byStatus = "by_status", byReason = "by_reason", connections
+        case refusedConnections = "refused_connections", handshakeFailures = "handshake_failures"
+        case refusedStreams = "refused_streams", goAways = "goaways", abruptCloses = "abrupt_closes"
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(accepted, forKey: .accepted)
+        try c.encode(Dictionary(uniqueKeysWithValues: byStatus.map { (String($0.key), $0.value) }), forKey: .byStatus)
+        try c.encode(byReason, forKey: .byReason)
+        try c.encode(connections, forKey: .connections)
+        try c.encode(refusedConnections, forKey: .refusedConnections)
+        try c.encode(handshakeFailures, forKey: .handshakeFailures)
+        try c.encode(refusedStreams, forKey: .refusedStreams)
+        try c.encode(goAways, forKey: .goAways)
+        try c.encode(abruptCloses, forKey: .abruptCloses)
+    }
+}

@@ -1,0 +1,173 @@
+import APNsTransport
+import GatewaySimulator
+
+/// Everything the HTTP/2 provider API simulator needs to start: where to listen, which certificates and
+/// token keys it trusts, how it limits streams, what to get wrong.
+public struct HTTP2SimulatorConfiguration: Sendable {
+    /// Listening address; loopback by default. Port 0 picks a free port (read it back from `port`).
+    public var host: String = "127.0.0.1"
+    public var port: Int = 0
+
+    /// The simulator's certificate and the CA provider certificates must chain to (same files and
+    /// meaning as the binary simulator's).
+    public var tls: SimulatorConfiguration.TLS
+
+    /// Token auth: key id → (team id, public key). Empty: certificate auth only, and a connection
+    /// without a client certificate fails the TLS handshake. Not empty: the client certificate is
+    /// optional, and a connection without one must send `authorization: bearer <JWT>`.
+    public var tokenKeys: [String: ProviderTokenVerifier.Key] = [:]
+    /// Apple: a token older than one hour is expired (403 ExpiredProviderToken).
+    public var tokenMaxAgeSeconds: Int64 = 3600
+    /// Apple: "Refresh your token no more than once every 20 minutes"; a connection that changes its
+    /// token sooner is answered 429 TooManyProviderTokenUpdates.
+    public var tokenRefreshIntervalSeconds: Double = 20 * 60
+
+    /// SETTINGS_MAX_CONCURRENT_STREAMS before the first request with valid auth (Apple: 1) and after.
+    public var initialMaxConcurrentStreams: Int = 1
+    public var maxConcurrentStreams: Int = 1000
+
+    public var faults = HTTP2FaultScript()
+
+    /// NDJSON file of accepted notifications; nil keeps no records on disk.
+    public var recordsPath: String?
+    /// Also keep accepted notifications in memory (tests read them through `HTTP2Simulator.records`).
+    public var keepRecordsInMemory = false
+
+    /// Event-loop threads serving connections.
+    public var threads: Int = 1
+
+    public init(tls: SimulatorConfiguration.TLS) {
+        self.tls = tls
+    }
+}
+
+/// The HTTP/2 simulator's faults. Keys that mean the same thing as the binary simulator's keep its
+/// names, so one fault file drives both: `invalid_tokens` (400 BadDeviceToken here, status 8 there),
+/// `uninstalled_tokens` (410 Unregistered here, a feedback entry there), `processing_error_rate` (500
+/// InternalServerError here when `internal_server_error_rate` is not given), `shutdown_every` (GOAWAY
+/// here, status 10 there), `drop_every`, `slow_read_*`, `refuse_connections_*`, `handshake_delay_ms`,
+/// `seed`. Every random choice draws from one seeded generator per connection (seed + connection number).
+public struct HTTP2FaultScript: Sendable, Codable, Equatable {
+    public var invalidTokens: Set<String> = []
+    public var uninstalledTokens: Set<String> = []
+    /// Tokens answered 410 Unregistered with their own `timestamp` (ms since 1970): "the time the token
+    /// was marked", per token.
+    public var unregisteredTokens: [String: Int64] = [:]
+    /// Tokens answered 410 ExpiredToken.
+    public var expiredTokens: Set<String> = []
+    /// `timestamp` of the 410s for `uninstalled_tokens`; nil: the time the simulator started.
+    public var unregisteredTimestampMillis: Int64?
+    /// Token → the topic it was registered for; another topic gets 400 DeviceTokenNotForTopic.
+    public var tokenTopics: [String: String] = [:]
+    /// A token sent more than this many times within `tooManyRequestsWindowSeconds` gets 429 TooManyRequests.
+    public var tooManyRequestsPerToken: Int?
+    public var tooManyRequestsWindowSeconds: Double = 1
+    /// Chances (0…1) of 429 TooManyRequests, 500 InternalServerError, 503 ServiceUnavailable.
+    public var tooManyRequestsRate: Double = 0
+    public var internalServerErrorRate: Double = 0
+    public var serviceUnavailableRate: Double = 0
+    /// Every this many accepted notifications (over the whole simulator), the connection that accepted
+    /// the last one sends GOAWAY (reason Shutdown) and finishes the streams it already has.
+    public var shutdownEvery: Int?
+    /// Every this many accepted notifications, the connection that accepted the last one closes its
+    /// socket at once: that notification is recorded but never answered (no GOAWAY).
+    public var dropEvery: Int?
+    /// GOAWAY (reason Shutdown) on every connection every this many seconds.
+    public var shutdownIntervalSeconds: Double?
+    /// Response delay (ms): `responseDelayMillis` plus a random part, uniform in 0…`responseDelayMaxMillis`.
+    public var responseDelayMillis: Int = 0
+    public var responseDelayMaxMillis: Int = 0
+    /// Slow reader: read at most `slowReadBytes` every `slowReadIntervalMillis` on each connection.
+    public var slowReadBytes: Int?
+    public var slowReadIntervalMillis: Int = 10
+    /// Refuse (accept and close at once) connections in this window, seconds since the simulator started.
+    public var refuseConnectionsFromSecond: Double?
+    public var refuseConnectionsForSeconds: Double = 0
+    public var handshakeDelayMillis: Int = 0
+    public var seed: UInt64 = 1
+
+    public init() {}
+
+    enum CodingKeys: String, CodingKey {
+        case invalidTokens = "invalid_tokens"
+        case uninstalledTokens = "uninstalled_tokens"
+        case unregisteredTokens = "unregistered_tokens"
+        case expiredTokens = "expired_tokens"
+        case shutdownIntervalSeconds = "shutdown_interval_s"
+        case unregisteredTimestampMillis = "unregistered_timestamp_ms"
+        case tokenTopics = "token_topics"
+        case tooManyRequestsPerToken = "too_many_requests_per_token"
+        case tooManyRequestsWindowSeconds = "too_many_requests_window_s"
+        case tooManyRequestsRate = "too_many_requests_rate"
+        case internalServerErrorRate = "internal_server_error_rate"
+        case processingErrorRate = "processing_error_rate"
+        case serviceUnavailableRate = "service_unavailable_rate"
+        case shutdownEvery = "shutdown_every"
+        case dropEvery = "drop_every"
+        case responseDelayMillis = "response_delay_ms"
+        case responseDelayMaxMillis = "response_delay_max_ms"
+        case slowReadBytes = "slow_read_bytes"
+        case slowReadIntervalMillis = "slow_read_interval_ms"
+        case refuseConnectionsFromSecond = "refuse_connections_from_s"
+        case refuseConnectionsForSeconds = "refuse_connections_for_s"
+        case handshakeDelayMillis = "handshake_delay_ms"
+        case seed
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        let d = HTTP2FaultScript()
+        func lower(_ list: [String]?) -> Set<String> { Set((list ?? []).map { $0.lowercased() }) }
+        invalidTokens = lower(try c.decodeIfPresent([String].self, forKey: .invalidTokens))
+        uninstalledTokens = lower(try c.decodeIfPresent([String].self, forKey: .uninstalledTokens))
+        let stamps = try c.decodeIfPresent([String: Int64].self, forKey: .unregisteredTokens) ?? [:]
+        unregisteredTokens = Dictionary(stamps.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })
+        expiredTokens = lower(try c.decodeIfPresent([String].self, forKey: .expiredTokens))
+        shutdownIntervalSeconds = try c.decodeIfPresent(Double.self, forKey: .shutdownIntervalSeconds)
+        unregisteredTimestampMillis = try c.decodeIfPresent(Int64.self, forKey: .unregisteredTimestampMillis)
+        let topics = try c.decodeIfPresent([String: String].self, forKey: .tokenTopics) ?? [:]
+        tokenTopics = Dictionary(topics.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })
+        tooManyRequestsPerToken = try c.decodeIfPresent(Int.self, forKey: .tooManyRequestsPerToken)
+        tooManyRequestsWindowSeconds = try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsWindowSeconds) ?? d.tooManyRequestsWindowSeconds
+        tooManyRequestsRate = try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsRate) ?? 0
+        internalServerErrorRate = try c.decodeIfPresent(Double.self, forKey: .internalServerErrorRate)
+            ?? c.decodeIfPresent(Double.self, forKey: .processingErrorRate) ?? 0
+        serviceUnavailableRate = try c.decodeIfPresent(Double.self, forKey: .serviceUnavailableRate) ?? 0
+        shutdownEvery = try c.decodeIfPresent(Int.self, forKey: .shutdownEvery)
+        dropEvery = try c.decodeIfPresent(Int.self, forKey: .dropEvery)
+        responseDelayMillis = try c.decodeIfPresent(Int.self, forKey: .responseDelayMillis) ?? 0
+        responseDelayMaxMillis = try c.decodeIfPresent(Int.self, forKey: .responseDelayMaxMillis) ?? 0
+        slowReadBytes = try c.decodeIfPresent(Int.self, forKey: .slowReadBytes)
+        slowReadIntervalMillis = try c.decodeIfPresent(Int.self, forKey: .slowReadIntervalMillis) ?? d.slowReadIntervalMillis
+        refuseConnectionsFromSecond = try c.decodeIfPresent(Double.self, forKey: .refuseConnectionsFromSecond)
+        refuseConnectionsForSeconds = try c.decodeIfPresent(Double.self, forKey: .refuseConnectionsForSeconds) ?? 0
+        handshakeDelayMillis = try c.decodeIfPresent(Int.self, forKey: .handshakeDelayMillis) ?? 0
+        seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(invalidTokens.sorted(), forKey: .invalidTokens)
+        try c.encode(uninstalledTokens.sorted(), forKey: .uninstalledTokens)
+        try c.encode(unregisteredTokens, forKey: .unregisteredTokens)
+        try c.encode(expiredTokens.sorted(), forKey: .expiredTokens)
+        try c.encodeIfPresent(shutdownIntervalSeconds, forKey: .shutdownIntervalSeconds)
+        try c.encodeIfPresent(unregisteredTimestampMillis, forKey: .unregisteredTimestampMillis)
+        try c.encode(tokenTopics, forKey: .tokenTopics)
+        try c.encodeIfPresent(tooManyRequestsPerToken, forKey: .tooManyRequestsPerToken)
+        try c.encode(tooManyRequestsWindowSeconds, forKey: .tooManyRequestsWindowSeconds)
+        try c.encode(tooManyRequestsRate, forKey: .tooManyRequestsRate)
+        try c.encode(internalServerErrorRate, forKey: .internalServerErrorRate)
+        try c.encode(serviceUnavailableRate, forKey: .serviceUnavailableRate)
+        try c.encodeIfPresent(shutdownEvery, forKey: .shutdownEvery)
+        try c.encodeIfPresent(dropEvery, forKey: .dropEvery)
+        try c.encode(responseDelayMillis, forKey: .responseDelayMillis)
+        try c.encode(responseDelayMaxMillis, forKey: .responseDelayMaxMillis)
+        try c.encodeIfPresent(slowReadBytes, forKey: .slowReadBytes)
+        try c.encode(slowReadIntervalMillis, forKey: .slowReadIntervalMillis)
+        try c.encodeIfPresent(refuseConnectionsFromSecond, forKey: .refuseConnectionsFromSecond)
+        try c.encode(refuseConnectionsForSeconds, forKey: .refuseConnectionsForSeconds)
+        try c.encode(handshakeDelayMillis, forKey: .handshakeDelayMillis)
+        try c.encode(seed, forKey: .seed)
+    }
+}

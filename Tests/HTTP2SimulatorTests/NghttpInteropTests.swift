@@ -1,0 +1,51 @@
+import APNsTransport
+import Foundation
+import HTTP2Simulator
+import TestSupport
+import Testing
+
+/// A client that is not ours: `nghttp` (Debian `nghttp2-client`) with a JWT from the test key is
+/// accepted and recorded. Skipped (loudly) when nghttp is not installed, a failure when CI is set.
+@Suite(.serialized) struct NghttpInteropTests {
+    static let nghttp = ["/usr/bin/nghttp", "/usr/local/bin/nghttp"].first { FileManager.default.isExecutableFile(atPath: $0) }
+    static let ci = ProcessInfo.processInfo.environment["CI"] != nil
+
+    @Test(
+        .enabled(
+            if: nghttp != nil || ci,
+            "nghttp is not installed (Debian package nghttp2-client, ops/setup installs it): interop test skipped; set CI=1 to make this a failure"
+        ))
+    func nghttpWithAJWTFromTheTestKeyIsAcceptedAndRecorded() async throws {
+        let nghttp = try #require(Self.nghttp, "nghttp is not installed but CI is set: install Debian's nghttp2-client (ops/setup)")
+        let f = try await H2Fixture()
+        let payloadFile = FileManager.default.temporaryDirectory.appendingPathComponent("nghttp-\(UUID().uuidString).json")
+        try Data(H2Fixture.payload).write(to: payloadFile)
+        defer { try? FileManager.default.removeItem(at: payloadFile) }
+
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: nghttp)
+        // -d sends the file as the body of a POST; nghttp does not check the server's certificate.
+        p.arguments = [
+            "-n", "-s", "-d", payloadFile.path,
+            "-H", "apns-topic: \(H2Fixture.shop)", "-H", "apns-push-type: alert",
+            "-H", "apns-id: 0A1B2C3D-0000-4000-8000-00000000000F",
+            "-H", "authorization: \(try f.bearer())",
+            "https://127.0.0.1:\(f.simulator.port)/3/device/\(H2Fixture.token)",
+        ]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = out
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0, "nghttp: \(text)")
+
+        let records = f.simulator.records
+        try #require(records.count == 1, "nghttp output: \(text)")
+        #expect(records[0].apnsID.uppercased() == "0A1B2C3D-0000-4000-8000-00000000000F")
+        #expect(records[0].auth == "token:\(TestCertificates.tokenTeamID)/\(TestCertificates.tokenKeyID)")
+        #expect(records[0].token == H2Fixture.token && records[0].jobID == "job-1")
+        #expect(f.simulator.totals.accepted == 1)
+        try await f.shutdown()
+    }
+}
