@@ -13,6 +13,7 @@ struct APNsPipeline: AsyncParsableCommand {
             FeedbackCommand.self,
             GatewaySimCommand.self,
             KafkaDevCommand.self,
+            ProviderTokenCommand.self,
             RunCommand.self,
             SendCommand.self,
             StatsCommand.self,

@@ -1,16 +1,28 @@
 import APNsProtocol
 import ArgumentParser
 import Foundation
+import APNsTransport
 import GatewaySimulator
+import HTTP2Simulator
 import Logging
 
-/// `apns-pipeline gateway-sim`: the binary gateway + feedback simulator, for tests, the demo, load
-/// tests and rehearsals.
+/// `apns-pipeline gateway-sim`: the binary gateway + feedback simulator (`--protocol binary`, the
+/// default) or the HTTP/2 provider API simulator (`--protocol http2`), for tests, the demo, load tests
+/// and rehearsals.
 struct GatewaySimCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "gateway-sim",
-        abstract: "Run a binary APNs gateway and feedback service simulator over TLS, with scripted faults.",
+        abstract: "Run an APNs simulator over TLS (binary gateway + feedback, or the HTTP/2 provider API), with scripted faults.",
         discussion: """
+            --protocol http2: Apple's HTTP/2 provider API on --port (ALPN h2), certificate auth (client \
+            certificate from the CA in --certs) or token auth (--token-key KEYID:TEAMID:FILE, repeatable; FILE \
+            is a P-256 public key or the .p8 private key). SIGUSR1 prints totals per status and reason; SIGUSR2 \
+            sends GOAWAY {"reason":"Shutdown"} on every connection. HTTP/2 fault file keys: the binary ones \
+            below (processing_error_rate = 500 rate, uninstalled_tokens = 410 Unregistered) plus \
+            unregistered_tokens ({hex: ms}), unregistered_timestamp_ms, expired_tokens, token_topics ({hex: bundle}), \
+            too_many_requests_per_token, too_many_requests_window_s, too_many_requests_rate, \
+            internal_server_error_rate, service_unavailable_rate, shutdown_interval_s, response_delay_ms, \
+            response_delay_max_ms. See the README, "The HTTP/2 simulator".
             Signals: SIGUSR1 prints the totals per status as JSON; SIGUSR2 makes every open gateway \
             connection answer status 10 (shutdown) naming its last processed notification, then close; \
             SIGTERM/SIGINT stop the simulator, flush records and print the totals.
@@ -20,6 +32,11 @@ struct GatewaySimCommand: AsyncParsableCommand {
             handshake_delay_ms, seed. Flags override the file.
             """
     )
+
+    enum WireProtocol: String, ExpressibleByArgument, CaseIterable { case binary, http2 }
+
+    @Option(name: .customLong("protocol"), help: "binary (gateway + feedback, spec 003) or http2 (provider API).")
+    var wireProtocol: WireProtocol = .binary
 
     @Option(help: "Directory with server.pem, server.key and ca.pem (made by ops/certs).")
     var certs: String = ".run/certs"
@@ -42,8 +59,29 @@ struct GatewaySimCommand: AsyncParsableCommand {
     @Option(help: "Status 10 on every open connection every this many seconds.") var shutdownIntervalSeconds: Double?
     @Option(help: "Seed for the random faults.") var seed: UInt64?
 
+    // HTTP/2 only.
+    @Option(help: "HTTP/2: port (0: any free port; Apple's are 443 and 2197).") var port: Int = 2197
+    @Option(help: "HTTP/2: a token key, KEYID:TEAMID:FILE (P-256 public key PEM or .p8 private key); repeatable.")
+    var tokenKey: [String] = []
+    @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS after the first authenticated request.")
+    var maxConcurrentStreams: Int = 1000
+    @Option(help: "HTTP/2: oldest acceptable token iat, seconds.") var tokenMaxAgeSeconds: Int64 = 3600
+    @Option(help: "HTTP/2: 429 TooManyProviderTokenUpdates when a connection changes token sooner than this, seconds.")
+    var tokenRefreshIntervalSeconds: Double = 1200
+    @Option(help: "HTTP/2: file of tokens (hex per line) answered 410 ExpiredToken.") var expiredTokens: String?
+    @Option(help: "HTTP/2: the 410 timestamp (ms) of uninstalled tokens (default: start time).")
+    var unregisteredTimestampMs: Int64?
+    @Option(help: "HTTP/2: 429 TooManyRequests beyond this many requests per token per window.")
+    var tooManyRequestsPerToken: Int?
+    @Option(help: "HTTP/2: chance 0…1 of 500 InternalServerError (also --processing-error-rate).")
+    var internalServerErrorRate: Double?
+    @Option(help: "HTTP/2: chance 0…1 of 503 ServiceUnavailable.") var serviceUnavailableRate: Double?
+    @Option(help: "HTTP/2: every response waits this long, ms.") var responseDelayMs: Int?
+    @Option(help: "HTTP/2: plus a random 0…this many ms.") var responseDelayMaxMs: Int?
+
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
+        if wireProtocol == .http2 { return try await runHTTP2() }
         let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
         var script = FaultScript()
         if let faults {
@@ -99,6 +137,73 @@ struct GatewaySimCommand: AsyncParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         if let data = try? encoder.encode(simulator.totals) {
+            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        }
+    }
+
+    func runHTTP2() async throws {
+        let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
+        var script = HTTP2FaultScript()
+        if let faults {
+            do {
+                script = try JSONDecoder().decode(HTTP2FaultScript.self, from: Data(contentsOf: URL(fileURLWithPath: faults)))
+            } catch {
+                throw ValidationError("fault file \(faults): \(error)")
+            }
+        }
+        if let invalidTokens { script.invalidTokens.formUnion(try Self.tokens(in: invalidTokens)) }
+        if let uninstalledTokens { script.uninstalledTokens.formUnion(try Self.tokens(in: uninstalledTokens)) }
+        if let expiredTokens { script.expiredTokens.formUnion(try Self.tokens(in: expiredTokens)) }
+        if let unregisteredTimestampMs { script.unregisteredTimestampMillis = unregisteredTimestampMs }
+        if let tooManyRequestsPerToken { script.tooManyRequestsPerToken = tooManyRequestsPerToken }
+        if let rate = internalServerErrorRate ?? processingErrorRate { script.internalServerErrorRate = rate }
+        if let serviceUnavailableRate { script.serviceUnavailableRate = serviceUnavailableRate }
+        if let shutdownEvery { script.shutdownEvery = shutdownEvery }
+        if let shutdownIntervalSeconds { script.shutdownIntervalSeconds = shutdownIntervalSeconds }
+        if let dropEvery { script.dropEvery = dropEvery }
+        if let responseDelayMs { script.responseDelayMillis = responseDelayMs }
+        if let responseDelayMaxMs { script.responseDelayMaxMillis = responseDelayMaxMs }
+        if let seed { script.seed = seed }
+
+        var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: certs))
+        config.host = host
+        config.port = port
+        config.recordsPath = records
+        config.faults = script
+        config.threads = threads
+        config.maxConcurrentStreams = maxConcurrentStreams
+        config.tokenMaxAgeSeconds = tokenMaxAgeSeconds
+        config.tokenRefreshIntervalSeconds = tokenRefreshIntervalSeconds
+        for spec in tokenKey {
+            let parts = spec.split(separator: ":", maxSplits: 2).map(String.init)
+            guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty else {
+                throw ValidationError("--token-key \(spec): expected KEYID:TEAMID:FILE")
+            }
+            do {
+                config.tokenKeys[parts[0]] = .init(teamID: parts[1], publicKey: try ProviderTokenVerifier.publicKey(fromFile: parts[2]))
+            } catch {
+                throw ValidationError("--token-key \(parts[0]): \(error)")
+            }
+        }
+
+        let simulator = try HTTP2Simulator(configuration: config)
+        try await simulator.start()
+        let line = #"{"http2":\#(simulator.port)}"#
+        print(line)
+        if let portsFile {
+            try Data((line + "\n").utf8).write(to: URL(fileURLWithPath: portsFile), options: .atomic)
+        }
+        signals.on(SIGUSR1) { Self.printTotals(simulator.totals) }
+        signals.on(SIGUSR2) { simulator.shutdownConnections() }
+        _ = await signals.wait()
+        try await simulator.stop()
+        Self.printTotals(simulator.totals)
+    }
+
+    static func printTotals(_ totals: some Encodable) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        if let data = try? encoder.encode(totals) {
             FileHandle.standardOutput.write(data + Data("\n".utf8))
         }
     }
