@@ -2,7 +2,7 @@ import Testing
 
 @testable import Sender
 
-/// Every row of the DESIGN §2b table, as the transport acts on it.
+/// Every row of the docs/design.md §5.6 table, as the transport acts on it.
 @Suite struct HTTP2VerdictTests {
     @Test func okIsAccepted() {
         #expect(HTTP2Verdict.of(status: 200, reason: nil, timestamp: nil) == .accepted)

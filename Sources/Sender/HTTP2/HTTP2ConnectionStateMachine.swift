@@ -4,7 +4,7 @@
 /// out (as swift-nio's own state machines); `HTTP2Connection` drives it on one event loop. Times are
 /// seconds on a monotonic clock, passed in with the events that need them, so tests choose them.
 ///
-/// Rules (DESIGN §2b):
+/// Rules (docs/design.md §5.6):
 /// - permits = min(the server's SETTINGS_MAX_CONCURRENT_STREAMS, `streamCap`), but 1 until the first
 ///   answer that shows the credentials were accepted: a refused credential then costs one request,
 ///   not a window of them;

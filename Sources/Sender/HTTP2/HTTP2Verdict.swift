@@ -1,6 +1,6 @@
 import APNsProtocol
 
-/// What the HTTP/2 transport does with one answer from APNs (DESIGN §2b). Pure: status, `reason` and
+/// What the HTTP/2 transport does with one answer from APNs (docs/design.md §5.6). Pure: status, `reason` and
 /// `timestamp` in, a decision out; the connection state machine acts on it.
 public enum HTTP2Verdict: Sendable, Hashable {
     /// 200: settled as accepted.

@@ -35,7 +35,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
 
     enum WireProtocol: String, ExpressibleByArgument, CaseIterable { case binary, http2 }
 
-    @Option(name: .customLong("protocol"), help: "binary (gateway + feedback, spec 003) or http2 (provider API).")
+    @Option(name: .customLong("protocol"), help: "binary (gateway + feedback: the legacy binary interface) or http2 (Apple's provider API).")
     var wireProtocol: WireProtocol = .binary
 
     @Option(help: "Directory with server.pem, server.key and ca.pem (made by ops/certs).")
