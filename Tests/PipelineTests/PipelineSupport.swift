@@ -62,7 +62,7 @@ final class Stack: @unchecked Sendable {
         c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
         c.gateway.embedJobID = true
         c.gateway.shards = 2
-        c.gateway.shard.settleAfter = 1.5  // see SenderTestSupport: no self-inflicted sequence_unknown under load
+        c.gateway.shard.settleAfter = 3  // see SenderTestSupport: no self-inflicted sequence_unknown under load
         c.gateway.shard.reconnect.initialDelay = 0.005
         c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
         c.apps = [
@@ -225,7 +225,7 @@ final class PipelineProcess: @unchecked Sendable {
 
 extension Stack {
     /// A pipeline file for a `run` process against this stack.
-    func pipelineFile(group: String = "apns-pipeline", settleAfterMs: Int = 1500, maxInFlight: Int = 2000) throws -> String {
+    func pipelineFile(group: String = "apns-pipeline", settleAfterMs: Int = 3000, maxInFlight: Int = 2000) throws -> String {
         let d = TestCertificates.directory
         let yaml = """
             kafka:
