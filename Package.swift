@@ -166,6 +166,7 @@ let package = Package(
                 "Kafka",
                 "Redis",
                 "Sender",
+                "TimeUnits",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),

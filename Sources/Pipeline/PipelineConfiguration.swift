@@ -2,11 +2,19 @@ import APNsProtocol
 import APNsTransport
 import Feedback
 import Foundation
+import Kafka
+import TimeUnits
 import Redis
 import Sender
 
 /// The Redis defaults' home (see `PipelineConfiguration.Redis`).
 private let storeDefaults = PipelineStoreConfiguration()
+/// The HTTP/2 transport's tunables as `HTTP2TransportConfiguration` defines them: their one home (the
+/// credentials and hosts here are placeholders; only the defaults are read).
+private let http2Defaults = HTTP2TransportConfiguration(
+    app: "", authentication: .certificate(ProviderCredentials(app: "", certificatePath: "", privateKeyPath: "", trustRootsPath: nil)),
+    hosts: HTTP2TransportConfiguration.production)
+private let consumerDefaults = KafkaConsumerConfiguration(bootstrapServers: "", groupID: "", topics: [])
 
 /// Everything `apns-pipeline run` needs, read from `Pipelines/NAME.yaml`. Each section is documented in
 /// `Pipelines/default.yaml`; relative paths are relative to the directory the command runs in.
@@ -19,8 +27,8 @@ public struct PipelineConfiguration: Sendable {
         public var jobsTopic = "apns.jobs"
         public var deadLetterTopic = "apns.jobs.dlq"
         public var registrationsTopic: String? = "apns.registrations"
-        public var batchSize = 1000
-        public var sessionTimeoutMs = 10_000
+        public var batchSize = consumerDefaults.maxBatchSize
+        public var sessionTimeoutMs = Int(consumerDefaults.sessionTimeout.milliseconds)
         /// The dead-letter producer's `message.max.bytes`: a dead letter larger than this is written
         /// without its body (size and hash in headers). Keep it at or below the topic's `max.message.bytes`.
         public var deadLetterMaxBytes = 1_000_000
@@ -127,15 +135,15 @@ public struct PipelineConfiguration: Sendable {
         public var serverHostname: String?
         /// PEM roots the server's certificate must chain to; nil: the system's (Apple's hosts).
         public var ca: String?
-        public var connections = 4
-        public var streamCap = 1000
-        public var batchBytes = 64 * 1024
-        public var linger = 0.002
-        public var queueCapacity = 8192
-        public var requestTimeout = 10.0
-        public var pingInterval = 30.0
-        public var maxAttempts = 3
-        public var reconnect = ReconnectPolicy()
+        public var connections = http2Defaults.connections
+        public var streamCap = http2Defaults.streamCap
+        public var batchBytes = http2Defaults.batchBytes
+        public var linger = http2Defaults.linger
+        public var queueCapacity = http2Defaults.queueCapacity
+        public var requestTimeout = http2Defaults.requestTimeout
+        public var pingInterval = http2Defaults.pingInterval
+        public var maxAttempts = http2Defaults.maxAttempts
+        public var reconnect = http2Defaults.reconnect
 
         /// Apple's hosts for an environment ("api.push.apple.com:443"; port 2197 is the alternative
         /// where 443 is blocked).
@@ -156,7 +164,7 @@ public struct PipelineConfiguration: Sendable {
         public var truncateAlert = false
         /// Dev/test only: adds the job id to each payload as `jid`, so the simulator records it.
         public var embedJobID = false
-        public var shards = 4
+        public var shards = PoolConfiguration.defaultShards
         public var shard = ShardConfiguration()
     }
 

@@ -68,6 +68,9 @@ public struct ReconnectPolicy: Sendable {
 
 /// One app's pool: N shards, each its own TLS connection to one of the gateways.
 public struct PoolConfiguration: Sendable {
+    /// Shards per app when nothing else is said (the pipeline file's `gateway.shards`, `send --shards`).
+    public static let defaultShards = 4
+
     public var credentials: ProviderCredentials
     public var gateways: [GatewayAddress]
     public var shards: Int
@@ -76,7 +79,7 @@ public struct PoolConfiguration: Sendable {
     public var serverHostname: String?
 
     public init(
-        credentials: ProviderCredentials, gateways: [GatewayAddress], shards: Int = 4,
+        credentials: ProviderCredentials, gateways: [GatewayAddress], shards: Int = PoolConfiguration.defaultShards,
         shard: ShardConfiguration = ShardConfiguration(), serverHostname: String? = nil
     ) {
         precondition(!gateways.isEmpty && shards > 0)

@@ -30,8 +30,8 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "CA bundle the gateway's certificate must chain to (default: system roots).") var ca: String?
     @Option(help: "Gateway host:port (repeatable; default: Apple's production host for the protocol).") var gateway: [String] = []
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
-    @Option(help: "Connections (shards).") var shards: Int = 4
-    @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = 1
+    @Option(help: "Connections (shards).") var shards: Int = PoolConfiguration.defaultShards
+    @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration().settleAfter
     @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
     @Flag(help: "Add the job id to each payload as `jid` (for the simulator's records).") var embedJobID = false
 
