@@ -115,6 +115,19 @@ import Testing
         #expect(m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2).settled.isEmpty)
     }
 
+    /// `reconnects` counts connections after the first (the demo showed one per connection before).
+    @Test func onlyConnectionsAfterTheFirstAreReconnects() {
+        var m = Self.machine()
+        #expect(m.enqueue([1, 2], now: 0).connect)
+        _ = m.connected(now: 0)
+        #expect(m.takeEvents().reconnects == 0)
+        _ = m.closed(now: 1)
+        var reconnected = false
+        for t in stride(from: 1.0, through: 120.0, by: 0.25) where !reconnected { reconnected = m.tick(now: t).connect }
+        #expect(reconnected)
+        #expect(m.takeEvents().reconnects == 1)
+    }
+
     @Test func refusedStreamIsReplayedOtherResetsAreAmbiguous() {
         var m = Self.authenticated()
         _ = m.enqueue([1, 2], now: 1)

@@ -381,10 +381,16 @@ struct HTTP2ConnectionStateMachine<Job> {
         return action
     }
 
+    /// Whether a connection was ever opened: the first is not a reconnect.
+    private var hasConnected = false
+
     private mutating func wakeUp(now: Double, into action: inout Action) {
         guard !queue.isEmpty, phase == .idle || phase == .closed else { return }
         phase = .connecting
-        events.reconnects += 1
+        // `reconnects` counts connections after the first (as the binary shard does): a rate of them
+        // is what an operator watches for.
+        if hasConnected { events.reconnects += 1 }
+        hasConnected = true
         action.connect = true
     }
 
