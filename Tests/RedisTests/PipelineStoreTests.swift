@@ -325,8 +325,9 @@ struct SettlerTests {
         #expect(try await store.gate([GateRequest(jobID: "job-0-0", app: app, tokenHex: token(0))]) == [.deduped])
     }
 
-    /// Every store operation is one round trip: counted by the client, and by the server as read events
-    /// (`total_reads_processed`: a batch written in one go is one read; N separate commands would be N).
+    /// Every store operation is one round trip: counted exactly by the client, and by the server as read
+    /// events (`total_reads_processed`: a batch written in one go is one read, or two when TCP hands it
+    /// over in two pieces — seen once in CI; one command per job would be 20 here).
     @Test func eachBatchIsOneRoundTrip() async throws {
         let server = try await RedisServer()
         defer { server.stop() }
@@ -345,22 +346,23 @@ struct SettlerTests {
             // Minus one: the observer's second INFO is itself a read.
             return (await store.client.statistics.roundTrips - clientBefore, readsAfter - readsBefore - 1)
         }
+        func isOneRoundTrip(_ r: (client: Int, serverReads: Int)) -> Bool { r.client == 1 && (1...2).contains(r.serverReads) }
 
         let gate = try await roundTrips { _ = try await store.gate(requests) }
-        #expect(gate == (1, 1))
+        #expect(isOneRoundTrip(gate), "\(gate)")
         let outcomes = requests.map { Outcome(jobID: $0.jobID, app: $0.app, tokenHex: $0.tokenHex, campaign: "c", kind: .accepted, shard: 1) }
         let settle = try await roundTrips { try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 20))) }
-        #expect(settle == (1, 1))
+        #expect(isOneRoundTrip(settle), "\(settle)")
         let registrations = try await roundTrips {
             try await store.applyRegistrations(requests.map { Registration(app: $0.app, tokenHex: $0.tokenHex, registeredAt: 5, language: "en") })
         }
-        #expect(registrations == (1, 1))
+        #expect(isOneRoundTrip(registrations), "\(registrations)")
         let suppressions = try await roundTrips {
             try await store.suppress(requests.map { Suppression(app: $0.app, tokenHex: $0.tokenHex, at: 6, reason: "feedback") })
         }
-        #expect(suppressions == (1, 1))
+        #expect(isOneRoundTrip(suppressions), "\(suppressions)")
         let stats = try await roundTrips { _ = try await store.readStats(lastMinutes: 30) }
-        #expect(stats == (1, 1))
+        #expect(isOneRoundTrip(stats), "\(stats)")
     }
 
     /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.
