@@ -226,10 +226,7 @@ final class SimulatorCore: Sendable {
     }
 
     func refusesConnectionsNow() -> Bool {
-        guard let from = faults.refuseConnectionsFromSecond else { return false }
-        let elapsed = ContinuousClock.now - startedAt
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return seconds >= from && seconds < from + faults.refuseConnectionsForSeconds
+        isWithinRefusalWindow(from: faults.refuseConnectionsFromSecond, length: faults.refuseConnectionsForSeconds, startedAt: startedAt)
     }
 
     // MARK: connections
