@@ -163,6 +163,13 @@ public final class KafkaConsumer: Sendable {
 
     public var statistics: KafkaConsumerStatistics { core.statistics }
 
+    /// Messages behind the partition's high watermark, per assigned partition, from librdkafka's
+    /// statistics: empty unless `statistics.interval.ms` is set in `properties` (refreshed that often).
+    public var consumerLag: [TopicPartition: Int64] {
+        let assigned = Set(core.commitPositions.keys)
+        return core.client.context.consumerLag.withLock { $0 }.filter { assigned.contains($0.key) }
+    }
+
     /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle.
     /// Pending and later `nextBatch()` calls return nil.
     public func close() async { await core.close() }

@@ -27,6 +27,9 @@ final class RDKafkaClient: @unchecked Sendable {
         // once before any callback can fire (see above) and read only from librdkafka's callback.
         let logger: Logger
         let offsetResets: Mutex<Int>
+        /// Per partition of the consumed topics, `consumer_lag` from librdkafka's statistics (emitted every
+        /// `statistics.interval.ms` when that property is set; served on the poll thread).
+        let consumerLag = Mutex<[TopicPartition: Int64]>([:])
         var rebalanceHandler:
             ((rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)?
 
@@ -70,6 +73,9 @@ final class RDKafkaClient: @unchecked Sendable {
             rd_kafka_conf_set_dr_msg_cb(conf, rdDeliveryReportCallback)
         case .consumer:
             rd_kafka_conf_set_rebalance_cb(conf, rdRebalanceCallback)
+            if let interval = properties["statistics.interval.ms"], interval != "0" {
+                rd_kafka_conf_set_stats_cb(conf, rdStatisticsCallback)
+            }
         }
         let type = kind == .producer ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER
         // On success rd_kafka_new owns `conf`; on failure we still own it.
@@ -412,6 +418,30 @@ private let rdRebalanceCallback:
             // No handler (cannot happen after init): keep librdkafka's state machine going.
             _ = rd_kafka_assign(rk, err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? partitions : nil)
         }
+    }
+
+/// librdkafka's statistics JSON: only the consumer lag per partition is kept (`topics.<t>.partitions.<p>
+/// .consumer_lag`; -1 = unknown, left out; partition -1 is librdkafka's internal "unassigned" entry).
+private let rdStatisticsCallback:
+    @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?) -> Int32 = {
+        rk, json, length, _ in
+        guard let ctx = context(of: rk), let json else { return 0 }
+        let data = Data(bytes: json, count: length)
+        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let topics = root["topics"] as? [String: Any]
+        else { return 0 }
+        var lag: [TopicPartition: Int64] = [:]
+        for (topic, value) in topics {
+            guard let partitions = (value as? [String: Any])?["partitions"] as? [String: Any] else { continue }
+            for (key, p) in partitions {
+                guard let partition = Int32(key), partition >= 0, let fields = p as? [String: Any],
+                    let messages = (fields["consumer_lag"] as? NSNumber)?.int64Value, messages >= 0
+                else { continue }
+                lag[TopicPartition(topic: topic, partition: partition)] = messages
+            }
+        }
+        ctx.consumerLag.withLock { $0 = lag }
+        return 0  // librdkafka frees the JSON
     }
 
 /// Delivery reports: `_private` is a retained `DeliveryGroup` (one retain per enqueued message).
