@@ -281,6 +281,7 @@ let package = Package(
                 "TestSupport",
                 "Operations",
                 "Pipeline",
+                "Sender",
                 "HTTP2Simulator",
                 "GatewaySimulator",
                 "Kafka",

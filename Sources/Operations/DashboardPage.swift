@@ -27,10 +27,10 @@ header .meta { color:var(--dim); font-size:12px; margin-left:auto; }
 main { padding:18px 24px; display:grid; gap:18px; grid-template-columns: repeat(12, 1fr); }
 section { background:var(--panel); border:1px solid var(--line); border-radius:8px; padding:14px 16px; min-width:0; }
 section h2 { font-size:13px; text-transform:uppercase; letter-spacing:.6px; color:var(--dim); margin:0 0 10px; font-weight:600; }
-.tiles { grid-column: span 12; display:grid; grid-template-columns: repeat(auto-fit, minmax(140px,1fr)); gap:12px; background:none; border:none; padding:0; }
+.tiles { grid-column: span 12; display:grid; grid-template-columns: repeat(auto-fit, minmax(118px,1fr)); gap:10px; background:none; border:none; padding:0; }
 .tile { background:var(--panel); border:1px solid var(--line); border-radius:8px; padding:12px 14px; border-top:3px solid var(--c, var(--info)); }
 .tile .name { color:var(--dim); font-size:12px; }
-.tile .value { font-size:24px; font-weight:600; font-variant-numeric: tabular-nums; margin:2px 0; }
+.tile .value { font-size:22px; font-weight:600; font-variant-numeric: tabular-nums; margin:2px 0; }
 .tile .rate { font-size:12px; color:var(--dim); font-variant-numeric: tabular-nums; }
 .tile .rate b { color:var(--text); font-weight:600; }
 .chart { grid-column: span 8; }
@@ -104,7 +104,7 @@ function renderTiles(d, cur, prev) {
     const r = rate(cur, prev, h => h.totals[k] || 0);
     return `<div class="tile" style="--c:${color}" data-field="${k}" data-total="${d.totals[k] || 0}">
       <div class="name">${name}</div><div class="value">${fmt(d.totals[k])}</div>
-      <div class="rate"><b>${fmtRate(r)}</b>/s now · ${fmtRate((lastMinute[k] || 0) / 60)}/s last min</div></div>`;
+      <div class="rate"><b>${fmtRate(r)}</b>/s now</div><div class="rate">${fmtRate((lastMinute[k] || 0) / 60)}/s last min</div></div>`;
   }).join("");
 }
 
