@@ -237,3 +237,26 @@ struct OperationsTests {
         return String(decoding: data, as: UTF8.self)
     }
 }
+
+/// The Grafana dashboard queries only metrics the pipeline exports (a renamed metric would leave a
+/// panel silently empty).
+@Test func grafanaDashboardQueriesExportedMetrics() throws {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    let json = try String(contentsOf: root.appendingPathComponent("ops/grafana/apns-pipeline.json"), encoding: .utf8)
+    let exported: Set<String> = [
+        PipelineMetrics.Name.received, PipelineMetrics.Name.accepted, PipelineMetrics.Name.rejected, PipelineMetrics.Name.suppressed,
+        PipelineMetrics.Name.deduped, PipelineMetrics.Name.deadLettered, PipelineMetrics.Name.refusals, PipelineMetrics.Name.replayed,
+        PipelineMetrics.Name.ambiguous, PipelineMetrics.Name.retried, PipelineMetrics.Name.reconnects, PipelineMetrics.Name.sequenceUnknown,
+        PipelineMetrics.Name.deadLetterFailures, PipelineMetrics.Name.resentAfterCrash, PipelineMetrics.Name.inFlightWaits,
+        PipelineMetrics.Name.writes, PipelineMetrics.Name.framesWritten, PipelineMetrics.Name.bytesWritten, PipelineMetrics.Name.inFlightJobs,
+        PipelineMetrics.Name.connectionUp, PipelineMetrics.Name.connections, PipelineMetrics.Name.queueDepth, PipelineMetrics.Name.replayBuffer,
+        PipelineMetrics.Name.replayBufferBytes, PipelineMetrics.Name.streamsInUse, PipelineMetrics.Name.consumerLag,
+        PipelineMetrics.Name.assignedPartitions, PipelineMetrics.Name.settlementLatency, PipelineMetrics.Name.kafkaBatch,
+        PipelineMetrics.Name.settleBatch,
+    ]
+    let used = Set(json.matches(of: /apns_[a-z0-9_]+/).map { String($0.output) }.map { name in
+        name.hasSuffix("_bucket") ? String(name.dropLast("_bucket".count)) : name
+    })
+    #expect(used.count > 20)
+    #expect(used.subtracting(exported).isEmpty, "not exported: \(used.subtracting(exported).sorted())")
+}
