@@ -194,7 +194,8 @@ async function refresh() {
   status.textContent = d.error ? "Redis unreachable" : "live";
   if (d.error) return;
   const cur = {t: performance.now() / 1000, totals: d.totals, campaigns: Object.fromEntries(d.campaigns.map(c => [c.id, settledOf(c.counters)]))};
-  const prev = history[history.length - 1];
+  // "now" rates: over the last ~10 s of polls (one poll apart is too jumpy at a 2 s period).
+  const prev = history.find(h => cur.t - h.t <= 10) || history[history.length - 1];
   history.push(cur);
   while (history.length > 40) history.shift();
   renderTiles(d, cur, prev);

@@ -187,6 +187,7 @@ public final class PipelineRunner: Service, Sendable {
             }
         } onGracefulShutdown: {
             self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
+            self.live.withLock { $0 = nil }  // readiness: "not running" from here on
             ingest.cancel()
         }
         ingest.cancel()
@@ -568,7 +569,7 @@ public final class PipelineRunner: Service, Sendable {
     /// one yet: connections open with the first notification). Redis is checked by the caller, with a
     /// connection of its own (the pipeline's wait minutes for Redis before they fail).
     public func readiness() async -> [String] {
-        guard let parts = live.withLock({ $0 }) else { return ["starting: the pipeline is not running yet"] }
+        guard let parts = live.withLock({ $0 }) else { return ["not running: the pipeline is starting or stopping"] }
         var problems: [String] = []
         if parts.consumer.statistics.assignedPartitions.isEmpty {
             problems.append(
