@@ -565,8 +565,8 @@ public final class PipelineRunner: Service, Sendable {
     // MARK: readiness
 
     /// Whether this process can do its work now, and if not, why (one line per problem): the consumer
-    /// holds partitions of the jobs topic, and each app has a gateway connection up (or has not needed
-    /// one yet: connections open with the first notification). Redis is checked by the caller, with a
+    /// holds partitions of the jobs topic, and each app has a gateway connection up (or idle: connections
+    /// open with the first notification after they closed). Redis is checked by the caller, with a
     /// connection of its own (the pipeline's wait minutes for Redis before they fail).
     public func readiness() async -> [String] {
         guard let parts = live.withLock({ $0 }) else { return ["not running: the pipeline is starting or stopping"] }
@@ -577,9 +577,11 @@ public final class PipelineRunner: Service, Sendable {
         }
         for t in parts.transports {
             let stats = await t.statistics()
-            let up = stats.contains { $0.state == "connected" || $0.state == "draining" }
-            let untried = stats.allSatisfy { $0.state == "idle" && $0.lastError == nil && $0.connections == 0 }
-            if !up && !untried {
+            // `idle`: not connected because nothing needed sending since the last connection closed (or
+            // ever): it connects with the next notification. Connecting, backing off, waiting to
+            // reconnect or stopped (credentials refused) on every connection is what is not ready.
+            let up = stats.contains { ["connected", "draining", "idle"].contains($0.state) }
+            if !up {
                 let states = Dictionary(grouping: stats, by: \.state).map { "\($0.value.count) \($0.key)" }.sorted().joined(separator: ", ")
                 let lastError = stats.compactMap(\.lastError).last.map { "; last error: \($0)" } ?? ""
                 problems.append("gateway: no \(t.protocolName) connection of \(t.app) is up (\(states)\(lastError))")

@@ -207,6 +207,9 @@ struct OperationsTests {
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("apns-dashboard.png").path
         let dom = try await runChromium(chromium, ["--dump-dom", url])
         _ = try await runChromium(chromium, ["--screenshot=\(shot)", "--window-size=1400,1000", url])
+        // Redis gone: the page says so instead of showing the last numbers as live.
+        redis.kill()
+        let down = try await runChromium(chromium, ["--dump-dom", url])
         await server.stop()
         await data.close()
         await client.close()
@@ -220,6 +223,8 @@ struct OperationsTests {
         #expect(dom.contains(#"data-app="com.example.shop" data-shard="1""#) && dom.contains("connection refused"))
         #expect(dom.contains(#"data-field="accepted" data-total="640""#))
         #expect(FileManager.default.fileExists(atPath: shot))
+        #expect(down.contains("Redis unreachable") && down.contains("could not be read"))
+        #expect(!down.contains(#"data-campaign="spring-sale""#))
     }
 
     /// Headless Chromium with the page's JavaScript run (virtual time: the first fetch and render
