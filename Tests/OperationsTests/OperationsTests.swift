@@ -266,3 +266,29 @@ struct OperationsTests {
     #expect(used.count > 20)
     #expect(used.subtracting(exported).isEmpty, "not exported: \(used.subtracting(exported).sorted())")
 }
+
+/// `metrics.listen`: an address when given (the shipped dev files give 127.0.0.1:9464), off when
+/// absent, and a bad value stops the start naming the key.
+@Test func metricsListenIsReadFromThePipelineFile() throws {
+    let key = "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8"
+    let app = "apps:\n  - bundle_id: a\n    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n"
+    func load(_ yaml: String) throws -> PipelineConfiguration {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return try PipelineConfiguration.load(file: path)
+    }
+    #expect(try load(app).metricsListen == nil)
+    #expect(try load(app + "metrics:\n  listen: 0.0.0.0:9464\n").metricsListen == GatewayAddress(host: "0.0.0.0", port: 9464))
+    #expect {
+        try load(app + "metrics:\n  listen: everywhere\n")
+    } throws: { "\($0)".contains("metrics.listen") && "\($0)".contains("host:port") }
+    #expect {
+        try load(app + "metrics:\n  port: 9464\n")
+    } throws: { "\($0)".contains("metrics.port") }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    for name in ["default.yaml", "binary.yaml"] {
+        let text = try String(contentsOfFile: root + "/Pipelines/\(name)", encoding: .utf8)
+            .replacingOccurrences(of: ".run/certs", with: TestCertificates.directory)
+        #expect(try load(text).metricsListen == GatewayAddress(host: "127.0.0.1", port: 9464), "\(name)")
+    }
+}
