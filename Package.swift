@@ -29,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // Pure protocol code: wire formats, device tokens, payloads. Standard library only, no I/O,
@@ -172,6 +174,23 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+            ]
+        ),
+
+        // The operations surface: one HTTP server (SwiftNIO HTTP/1) for Prometheus metrics
+        // (swift-prometheus), the health endpoints and the live dashboard over the Redis contract.
+        .target(
+            name: "Operations",
+            dependencies: [
+                "Pipeline",
+                "Redis",
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
@@ -184,6 +203,7 @@ let package = Package(
                 "HTTP2Simulator",
                 "Jobs",
                 "Pipeline",
+                "Operations",
                 "Sender",
                 "Kafka",
                 "Redis",
@@ -251,6 +271,25 @@ let package = Package(
                 "Sender",
                 "APNsProtocol",
                 "APNsTransport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "OperationsTests",
+            dependencies: [
+                "TestSupport",
+                "Operations",
+                "Pipeline",
+                "Sender",
+                "HTTP2Simulator",
+                "GatewaySimulator",
+                "Kafka",
+                "Redis",
+                "APNsProtocol",
+                "APNsTransport",
+                "ProcessSupport",
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ]

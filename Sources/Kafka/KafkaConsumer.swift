@@ -163,6 +163,27 @@ public final class KafkaConsumer: Sendable {
 
     public var statistics: KafkaConsumerStatistics { core.statistics }
 
+    /// Per assigned partition, the messages not settled yet: the high watermark from librdkafka's
+    /// statistics minus the first unsettled offset (what would be committed now; before anything was
+    /// received or committed, the low watermark, as `auto.offset.reset=earliest` starts there).
+    /// Empty unless `statistics.interval.ms` is set in `properties`; as fresh as that period.
+    public var consumerLag: [TopicPartition: Int64] {
+        let offsets = core.client.context.partitionOffsets.withLock { $0 }
+        let positions = core.commitPositions
+        var lag: [TopicPartition: Int64] = [:]
+        for tp in core.statistics.assignedPartitions {
+            guard let o = offsets[tp], o.high >= 0 else { continue }
+            if let position = positions[tp] {
+                lag[tp] = max(0, o.high - position)
+            } else if o.librdkafkaLag >= 0 {
+                lag[tp] = o.librdkafkaLag
+            } else if o.low >= 0 {
+                lag[tp] = max(0, o.high - o.low)
+            }
+        }
+        return lag
+    }
+
     /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle.
     /// Pending and later `nextBatch()` calls return nil.
     public func close() async { await core.close() }

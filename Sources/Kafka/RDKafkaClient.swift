@@ -14,6 +14,13 @@ import Logging
 final class RDKafkaClient: @unchecked Sendable {
     enum Kind { case producer, consumer }
 
+    /// A partition's offsets as librdkafka's statistics last reported them (-1: unknown).
+    struct PartitionOffsets: Sendable {
+        var high: Int64
+        var low: Int64
+        var librdkafkaLag: Int64
+    }
+
     let handle: OpaquePointer
     let kind: Kind
     /// Kept alive as long as the handle: librdkafka's callbacks reach it through the conf opaque.
@@ -27,6 +34,9 @@ final class RDKafkaClient: @unchecked Sendable {
         // once before any callback can fire (see above) and read only from librdkafka's callback.
         let logger: Logger
         let offsetResets: Mutex<Int>
+        /// Per partition of the consumed topics, from librdkafka's statistics (emitted every
+        /// `statistics.interval.ms` when that property is set; served on the poll thread).
+        let partitionOffsets = Mutex<[TopicPartition: PartitionOffsets]>([:])
         var rebalanceHandler:
             ((rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)?
 
@@ -70,6 +80,9 @@ final class RDKafkaClient: @unchecked Sendable {
             rd_kafka_conf_set_dr_msg_cb(conf, rdDeliveryReportCallback)
         case .consumer:
             rd_kafka_conf_set_rebalance_cb(conf, rdRebalanceCallback)
+            if let interval = properties["statistics.interval.ms"], interval != "0" {
+                rd_kafka_conf_set_stats_cb(conf, rdStatisticsCallback)
+            }
         }
         let type = kind == .producer ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER
         // On success rd_kafka_new owns `conf`; on failure we still own it.
@@ -412,6 +425,33 @@ private let rdRebalanceCallback:
             // No handler (cannot happen after init): keep librdkafka's state machine going.
             _ = rd_kafka_assign(rk, err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? partitions : nil)
         }
+    }
+
+/// librdkafka's statistics JSON: per partition of the consumed topics, the offsets the lag is computed
+/// from (`topics.<t>.partitions.<p>`: `hi_offset`, `ls_offset`, `lo_offset`, `consumer_lag`; -1 = unknown;
+/// partition -1 is librdkafka's internal "unassigned" entry).
+private let rdStatisticsCallback:
+    @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?) -> Int32 = {
+        rk, json, length, _ in
+        guard let ctx = context(of: rk), let json else { return 0 }
+        let data = Data(bytes: json, count: length)
+        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let topics = root["topics"] as? [String: Any]
+        else { return 0 }
+        var offsets: [TopicPartition: RDKafkaClient.PartitionOffsets] = [:]
+        for (topic, value) in topics {
+            guard let partitions = (value as? [String: Any])?["partitions"] as? [String: Any] else { continue }
+            for (key, p) in partitions {
+                guard let partition = Int32(key), partition >= 0, let fields = p as? [String: Any] else { continue }
+                func number(_ name: String) -> Int64 { (fields[name] as? NSNumber)?.int64Value ?? -1 }
+                // The last stable offset is the high watermark a read_committed consumer sees.
+                let ls = number("ls_offset")
+                offsets[TopicPartition(topic: topic, partition: partition)] = RDKafkaClient.PartitionOffsets(
+                    high: ls >= 0 ? ls : number("hi_offset"), low: number("lo_offset"), librdkafkaLag: number("consumer_lag"))
+            }
+        }
+        ctx.partitionOffsets.withLock { $0 = offsets }
+        return 0  // librdkafka frees the JSON
     }
 
 /// Delivery reports: `_private` is a retained `DeliveryGroup` (one retain per enqueued message).

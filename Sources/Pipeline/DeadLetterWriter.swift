@@ -18,18 +18,20 @@ final class DeadLetterWriter: Sendable {
     private let store: PipelineStore
     private let inbox: SettlerInbox
     private let logger: Logger
+    private let metrics: PipelineMetrics?
     private let initialDelay: Duration
     private let maximumDelay: Duration
     private let retries = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
 
     init(
-        deadLetter: DeadLetter, store: PipelineStore, inbox: SettlerInbox, logger: Logger,
+        deadLetter: DeadLetter, store: PipelineStore, inbox: SettlerInbox, logger: Logger, metrics: PipelineMetrics? = nil,
         initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(10)
     ) {
         self.deadLetter = deadLetter
         self.store = store
         self.inbox = inbox
         self.logger = logger
+        self.metrics = metrics
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
     }
@@ -107,6 +109,7 @@ final class DeadLetterWriter: Sendable {
                     "dlq.sources": "\(letters.prefix(5).map { "\($0.message.ref)" }.joined(separator: ","))\(letters.count > 5 ? ",…" : "")",
                     "error": "\(error)",
                 ])
+            metrics?.deadLetterFailed(failed)
             do {
                 try await store.increment(.deadLetterFailures, by: Int64(failed))
             } catch {

@@ -179,6 +179,8 @@ public struct PipelineConfiguration: Sendable {
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
     public var feedbackIntervalMinutes = FeedbackSchedule.defaultInterval / .seconds(60)
     public var logLevel = "info"
+    /// `metrics.listen`: where `run` serves /metrics, /healthz, /readyz and the dashboard (nil: off).
+    public var metricsListen: GatewayAddress?
 
     public init() {}
 
@@ -303,6 +305,11 @@ public struct PipelineConfiguration: Sendable {
             throw ConfigurationError(file: file, key: "logging.level", problem: "expected one of trace, debug, info, notice, warning, error, critical")
         }
         try l.finish()
+        let m = try root.section("metrics")
+        if let listen = try m.string("listen") {
+            c.metricsListen = try address(listen, file: file, key: "metrics.listen")
+        }
+        try m.finish()
         try root.finish()
 
         // Files must be there now, not at the first notification.

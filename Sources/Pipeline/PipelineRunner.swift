@@ -24,6 +24,15 @@ public final class PipelineRunner: Service, Sendable {
     private let inbox = SettlerInbox()
     private let observed = Mutex(Observed())
     private let waitLog = LeaseWaitLog()
+    /// Metrics (nil: off): updated per batch; gauges sampled every `metricsSampleInterval`.
+    private let metrics: PipelineMetrics?
+    /// The parts `readiness()` looks at, once `run` built them.
+    private let live = Mutex<LiveParts?>(nil)
+    private struct LiveParts: Sendable {
+        var consumer: KafkaConsumer
+        var transports: [any NotificationTransport]
+    }
+    static let metricsSampleInterval: Duration = .seconds(1)
 
     /// What this instance did, for tests and operators.
     public struct Observed: Sendable {
@@ -35,9 +44,10 @@ public final class PipelineRunner: Service, Sendable {
 
     public var observations: Observed { observed.withLock { $0 } }
 
-    public init(configuration: PipelineConfiguration, logger: Logger) {
+    public init(configuration: PipelineConfiguration, logger: Logger, metrics: PipelineMetrics? = nil) {
         self.configuration = configuration
         self.logger = logger
+        self.metrics = metrics
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         budget = InFlightBudget(capacity: configuration.maxInFlight)
     }
@@ -82,10 +92,15 @@ public final class PipelineRunner: Service, Sendable {
         let producer = try KafkaProducer(
             configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: producerProperties), logger: logger)
         let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
-        let deadLetters = DeadLetterWriter(deadLetter: deadLetter, store: store, inbox: inbox, logger: logger)
+        let deadLetters = DeadLetterWriter(deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics)
+        var consumerProperties = c.kafka.properties
+        if metrics != nil, consumerProperties["statistics.interval.ms"] == nil {
+            // librdkafka's statistics carry the consumer lag per partition (a gauge); `properties` may change the period.
+            consumerProperties["statistics.interval.ms"] = "5000"
+        }
         let consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
-                bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: c.kafka.properties,
+                bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
                 maxBufferedMessages: max(c.kafka.batchSize * 20, 20_000)),
             logger: logger)
@@ -95,7 +110,9 @@ public final class PipelineRunner: Service, Sendable {
         // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
         let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
         let http2Limiter = ConnectionLimiter(attemptsPerSecond: c.http2.reconnect.attemptsPerSecondPerGateway)
+        let metrics = self.metrics
         let onOutcomes: OutcomeHandler = { batch in
+            metrics?.senderEvents(app: batch.app, batch.events)
             let share = Self.settlerShare(batch, topic: jobsTopic)
             inbox.put(share.item)
             // Jobs the gateway refused settle once their dead letters are stored.
@@ -116,6 +133,7 @@ public final class PipelineRunner: Service, Sendable {
             }
         }
         let router = Router(transports: transports)
+        live.withLock { $0 = LiveParts(consumer: consumer, transports: transports) }
         logger.info(
             "pipeline starting",
             metadata: [
@@ -152,6 +170,9 @@ public final class PipelineRunner: Service, Sendable {
                     tasks.addTask { try await self.feedbackSchedule(store: store) }
                 }
                 tasks.addTask { try await self.publishShardStatus(transports: transports, store: settlerStore) }
+                if let metrics {
+                    tasks.addTask { try await self.sampleGauges(metrics, transports: transports, consumer: consumer) }
+                }
             }
         }
 
@@ -166,6 +187,7 @@ public final class PipelineRunner: Service, Sendable {
             }
         } onGracefulShutdown: {
             self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
+            self.live.withLock { $0 = nil }  // readiness: "not running" from here on
             ingest.cancel()
         }
         ingest.cancel()
@@ -244,6 +266,7 @@ public final class PipelineRunner: Service, Sendable {
                 }
                 await budget.acquire(batch.count)
                 observed.withLock { $0.received += batch.count }
+                metrics?.kafkaBatch(batch)
                 let now = UInt32(Date().timeIntervalSince1970)
                 var d = DecodedBatch(messages: batch, jobs: [], deadLetters: [])
                 d.jobs.reserveCapacity(batch.count)
@@ -477,10 +500,12 @@ public final class PipelineRunner: Service, Sendable {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents
                 try await store.settle(batch)
+                metrics?.settled(outcomes: item.outcomes, events: item.events)
             }
             if !item.refs.isEmpty {
                 _ = consumer.settle(item.refs)
                 budget.release(item.refs.count)
+                metrics?.committable(consumer.commitPositions, topic: configuration.kafka.jobsTopic)
             }
         }
     }
@@ -523,6 +548,46 @@ public final class PipelineRunner: Service, Sendable {
             }
             try await Task.sleep(for: .seconds(5))
         }
+    }
+
+    /// The gauges: in-flight jobs, every connection's state and buffers, the consumer's assignment and lag.
+    private func sampleGauges(_ metrics: PipelineMetrics, transports: [any NotificationTransport], consumer: KafkaConsumer) async throws {
+        while !Task.isCancelled {
+            metrics.inFlight(budget.inFlight)
+            var all: [(transport: String, statistics: [ShardStatistics])] = []
+            for t in transports { all.append((t.protocolName, await t.statistics())) }
+            metrics.connections(all)
+            metrics.consumer(assigned: consumer.statistics.assignedPartitions.count, lag: consumer.consumerLag)
+            try await Task.sleep(for: Self.metricsSampleInterval)
+        }
+    }
+
+    // MARK: readiness
+
+    /// Whether this process can do its work now, and if not, why (one line per problem): the consumer
+    /// holds partitions of the jobs topic, and each app has a gateway connection up (or idle: connections
+    /// open with the first notification after they closed). Redis is checked by the caller, with a
+    /// connection of its own (the pipeline's wait minutes for Redis before they fail).
+    public func readiness() async -> [String] {
+        guard let parts = live.withLock({ $0 }) else { return ["not running: the pipeline is starting or stopping"] }
+        var problems: [String] = []
+        if parts.consumer.statistics.assignedPartitions.isEmpty {
+            problems.append(
+                "kafka: no partition of \(configuration.kafka.jobsTopic) assigned to this process (group joining, Kafka unreachable, or more processes than partitions)")
+        }
+        for t in parts.transports {
+            let stats = await t.statistics()
+            // `idle`: not connected because nothing needed sending since the last connection closed (or
+            // ever): it connects with the next notification. Connecting, backing off, waiting to
+            // reconnect or stopped (credentials refused) on every connection is what is not ready.
+            let up = stats.contains { ["connected", "draining", "idle"].contains($0.state) }
+            if !up {
+                let states = Dictionary(grouping: stats, by: \.state).map { "\($0.value.count) \($0.key)" }.sorted().joined(separator: ", ")
+                let lastError = stats.compactMap(\.lastError).last.map { "; last error: \($0)" } ?? ""
+                problems.append("gateway: no \(t.protocolName) connection of \(t.app) is up (\(states)\(lastError))")
+            }
+        }
+        return problems
     }
 
     /// Polls every app's feedback service at start and then every `feedback.interval_minutes`.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Operations
 import Pipeline
 import ServiceLifecycle
 import UnixSignals
@@ -30,11 +31,30 @@ struct RunCommand: AsyncParsableCommand {
         // A second SIGTERM/SIGINT while draining: leave now. Installed beside service-lifecycle's own
         // handling of the first, which starts the graceful shutdown.
         let second = await SecondSignal.arm()
-        let runner = PipelineRunner(configuration: config, logger: logger)
+        // `metrics.listen`: /metrics, /healthz, /readyz and the dashboard, served beside the pipeline.
+        let prometheus = config.metricsListen.map { _ in PrometheusMetrics() }
+        let runner = PipelineRunner(configuration: config, logger: logger, metrics: prometheus?.pipelineMetrics(for: config))
+        var surface: (server: OperationsServer, data: DashboardData)?
+        if let listen = config.metricsListen, let prometheus {
+            surface = try await OperationsSurface.serve(
+                configuration: config, runner: runner, metrics: prometheus, host: listen.host, port: listen.port, logger: logger)
+            logger.info(
+                "operations surface listening",
+                metadata: [
+                    "dashboard": "http://\(listen.host):\(surface!.server.port)/", "metrics": "http://\(listen.host):\(surface!.server.port)/metrics",
+                ])
+        }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [.init(service: runner)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        do {
+            try await group.run()
+        } catch {
+            await surface?.server.stop()
+            throw error
+        }
+        await surface?.server.stop()
+        await surface?.data.close()
         second.disarm()
     }
 }

@@ -1,0 +1,134 @@
+import Foundation
+import Logging
+import Redis
+
+/// What the dashboard shows, read from the Redis contract (README "Redis keys"): totals, the per-minute
+/// hashes of the last hour, campaigns (`<p>:campaign:<id>`) and connections (`<p>:shard:<app>:<n>`).
+/// Everything here is cluster-wide: every `run` process writes the same keys.
+public struct DashboardSnapshot: Codable, Sendable {
+    public struct Minute: Codable, Sendable {
+        /// Epoch seconds of the minute's start.
+        public var start: Int64
+        public var counters: [String: Int64]
+    }
+
+    public struct Campaign: Codable, Sendable {
+        public var id: String
+        public var published: Int64
+        public var counters: [String: Int64]
+    }
+
+    public struct Connection: Codable, Sendable {
+        public var app: String
+        public var shard: Int
+        public var fields: [String: String]
+    }
+
+    /// Epoch seconds, from this process's clock.
+    public var now: Int64
+    public var prefix: String
+    public var totals: [String: Int64] = [:]
+    /// Oldest first, ending with the current (incomplete) minute.
+    public var minutes: [Minute] = []
+    public var campaigns: [Campaign] = []
+    public var connections: [Connection] = []
+    /// Set when Redis could not be read: the page says so instead of showing stale numbers as current.
+    public var error: String?
+}
+
+/// Reads a ``DashboardSnapshot`` with a connection of its own that gives up quickly (a dashboard must
+/// say "Redis unreachable" within a refresh, not wait minutes as the pipeline's connections do).
+public final class DashboardData: Sendable {
+    private let client: RedisClient
+    private let keys: RedisKeys
+    private let store: PipelineStore
+    /// Campaign and shard hashes read per refresh at most (SCAN over the prefix, then one pipeline).
+    public static let maxCampaigns = 200
+    public static let maxConnections = 1024
+
+    public init(redisURL: String, prefix: String, logger: Logger) throws {
+        var configuration = try RedisConfiguration(url: redisURL)
+        configuration.connectTimeout = .seconds(1)
+        configuration.commandTimeout = .seconds(2)
+        configuration.reconnect = RedisReconnectPolicy(
+            initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200), maximumWait: .milliseconds(500))
+        var quiet = logger
+        // An unreachable Redis is reported in the page; its retries would flood the log once per refresh.
+        quiet.logLevel = .critical
+        client = RedisClient(configuration: configuration, logger: quiet)
+        keys = RedisKeys(prefix: prefix)
+        var storeConfiguration = PipelineStoreConfiguration()
+        storeConfiguration.keyPrefix = prefix
+        store = PipelineStore(client: client, configuration: storeConfiguration, logger: quiet)
+    }
+
+    /// Nil when Redis answers PING; else why not (for `/readyz`).
+    public func redisProblem() async -> String? {
+        do {
+            let reply = try await client.send(RedisCommand("PING"))
+            return reply == .status("PONG") ? nil : "redis: PING answered \(reply)"
+        } catch {
+            return "redis: unreachable at \(client.configuration.host):\(client.configuration.port) (\(error))"
+        }
+    }
+
+    public func snapshot() async -> DashboardSnapshot {
+        let now = PipelineStore.epochNow()
+        var s = DashboardSnapshot(now: now, prefix: keys.prefix)
+        do {
+            let stats = try await store.readStats(lastMinutes: 60, now: now)
+            s.totals = stats.totals.fields
+            s.minutes = stats.minutes.map { .init(start: $0.start, counters: $0.counters.fields) }
+            let campaignKeys = try await scan(keys.campaign(""), limit: Self.maxCampaigns)
+            let shardKeys = try await scan("\(keys.prefix):shard:", limit: Self.maxConnections)
+            let replies = try await client.pipeline((campaignKeys + shardKeys).map { RedisCommand("HGETALL", $0) })
+            for (key, reply) in zip(campaignKeys, replies) {
+                let fields = Self.fields(reply).compactMapValues { Int64($0) }
+                let id = String(key.dropFirst(keys.campaign("").count))
+                s.campaigns.append(.init(id: id, published: fields["published"] ?? 0, counters: fields))
+            }
+            for (key, reply) in zip(shardKeys, replies.dropFirst(campaignKeys.count)) {
+                // <p>:shard:<app>:<n>; the app (a bundle id) has no colon.
+                let rest = key.dropFirst("\(keys.prefix):shard:".count)
+                guard let colon = rest.lastIndex(of: ":"), let n = Int(rest[rest.index(after: colon)...]) else { continue }
+                s.connections.append(.init(app: String(rest[..<colon]), shard: n, fields: Self.fields(reply)))
+            }
+            s.campaigns.sort { $0.id < $1.id }
+            s.connections.sort { ($0.app, $0.shard) < ($1.app, $1.shard) }
+        } catch {
+            s.error = "Redis at \(client.configuration.host):\(client.configuration.port) could not be read: \(error)"
+        }
+        return s
+    }
+
+    public func snapshotJSON() async -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return (try? Array(encoder.encode(await snapshot()))) ?? Array(#"{"error":"encoding failed"}"#.utf8)
+    }
+
+    public func close() async { await client.close() }
+
+    /// Keys starting with `prefix`, by SCAN (never KEYS: it blocks the server), at most `limit`.
+    private func scan(_ prefix: String, limit: Int) async throws -> [String] {
+        var cursor = "0"
+        var found: [String] = []
+        let pattern = prefix.replacingOccurrences(of: "*", with: "\\*") + "*"
+        repeat {
+            let reply = try await client.send(RedisCommand("SCAN", cursor, "MATCH", pattern, "COUNT", "1000"))
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { break }
+            cursor = next
+            found.append(contentsOf: (parts[1].array ?? []).compactMap(\.string))
+        } while cursor != "0" && found.count < limit
+        return Array(Set(found)).sorted().prefix(limit).map { $0 }
+    }
+
+    private static func fields(_ reply: RedisReply) -> [String: String] {
+        guard let elements = reply.array else { return [:] }
+        var out: [String: String] = [:]
+        for i in stride(from: 0, to: elements.count - 1, by: 2) {
+            if let k = elements[i].string, let v = elements[i + 1].string { out[k] = v }
+        }
+        return out
+    }
+}

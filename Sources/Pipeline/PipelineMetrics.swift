@@ -1,0 +1,257 @@
+import CoreMetrics
+import Foundation
+import Kafka
+import Redis
+import Sender
+import Synchronization
+
+/// The pipeline's metrics, through swift-metrics: the counters of the `apns:stats` contract (README
+/// "Redis keys") with labels, gauges sampled from the transports and the consumer, and histograms.
+///
+/// The factory is passed in, not taken from `MetricsSystem`: the global can be bootstrapped once per
+/// process, and tests run several pipelines (each with its own Prometheus registry) in one process.
+///
+/// Updates happen per batch (a settle batch, an outcome batch, a Kafka batch), never per job: the
+/// outcomes of a batch are counted into a small dictionary first, then each metric moves once.
+/// No label names a token or a job; campaigns are not labels (their ids are unbounded; the dashboard
+/// and `apns:campaign:<id>` show them).
+public final class PipelineMetrics: Sendable {
+    /// Prometheus names (`docs/operations.md` §8 lists them with their meaning).
+    public enum Name {
+        public static let received = "apns_received_total"
+        public static let accepted = "apns_accepted_total"
+        public static let rejected = "apns_rejected_total"
+        public static let suppressed = "apns_suppressed_total"
+        public static let deduped = "apns_deduped_total"
+        public static let deadLettered = "apns_dead_lettered_total"
+        public static let refusals = "apns_gateway_refusals_total"
+        public static let replayed = "apns_replayed_total"
+        public static let ambiguous = "apns_ambiguous_total"
+        public static let retried = "apns_retried_total"
+        public static let reconnects = "apns_reconnects_total"
+        public static let sequenceUnknown = "apns_sequence_unknown_total"
+        public static let deadLetterFailures = "apns_dead_letter_failures_total"
+        public static let resentAfterCrash = "apns_resent_after_crash_total"
+        public static let inFlightWaits = "apns_in_flight_waits_total"
+        public static let writes = "apns_gateway_writes_total"
+        public static let framesWritten = "apns_gateway_frames_written_total"
+        public static let bytesWritten = "apns_gateway_written_bytes_total"
+        public static let inFlightJobs = "apns_in_flight_jobs"
+        public static let connectionUp = "apns_connection_up"
+        public static let connections = "apns_connections"
+        public static let queueDepth = "apns_connection_queue_depth"
+        public static let replayBuffer = "apns_replay_buffer_notifications"
+        public static let replayBufferBytes = "apns_replay_buffer_bytes"
+        public static let streamsInUse = "apns_http2_streams_in_use"
+        public static let consumerLag = "apns_kafka_consumer_lag_messages"
+        public static let assignedPartitions = "apns_kafka_assigned_partitions"
+        public static let settlementLatency = "apns_settlement_latency_seconds"
+        public static let kafkaBatch = "apns_kafka_batch_messages"
+        public static let settleBatch = "apns_settle_batch_outcomes"
+    }
+
+    /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
+    static let connectionStates = ["idle", "connecting", "connected", "backing-off", "waiting", "draining", "closing", "stopped", "closed"]
+
+    /// Buckets of the histograms, for the factory (`PrometheusMetricsFactory.durationHistogramBuckets`
+    /// and `valueHistogramBuckets` are keyed by name).
+    public static let latencyBuckets: [Duration] = [
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500),
+        .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300), .seconds(900),
+    ]
+    public static let batchBuckets: [Double] = [1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10_000]
+
+    private let factory: any MetricsFactory
+    private let transports: [String: String]
+    private struct Key: Hashable {
+        var name: String
+        var labels: [String]
+    }
+    private let counters = Mutex<[Key: Counter]>([:])
+    private let gauges = Mutex<[Key: Gauge]>([:])
+    private let received: Counter
+    private let resentAfterCrash: Counter
+    private let inFlightWaits: Counter
+    private let deadLetterFailures: Counter
+    private let inFlightJobs: Gauge
+    private let assignedPartitions: Gauge
+    private let settlementLatency: CoreMetrics.Timer
+    private let kafkaBatch: Recorder
+    private let settleBatch: Recorder
+    /// Per partition, (offset, Kafka timestamp) of the first message of each batch not yet known settled:
+    /// the latency histogram samples one message per partition and batch (per-batch work, not per job).
+    private let latencySamples = Mutex<[Int32: [(offset: Int64, timestampMs: Int64)]]>([:])
+
+    /// `transports`: app → `binary` / `http2`, the `transport` label of what is counted by app.
+    public init(factory: any MetricsFactory, transports: [String: String]) {
+        self.factory = factory
+        self.transports = transports
+        received = Counter(label: Name.received, factory: factory)
+        resentAfterCrash = Counter(label: Name.resentAfterCrash, factory: factory)
+        inFlightWaits = Counter(label: Name.inFlightWaits, factory: factory)
+        deadLetterFailures = Counter(label: Name.deadLetterFailures, factory: factory)
+        inFlightJobs = Gauge(label: Name.inFlightJobs, factory: factory)
+        assignedPartitions = Gauge(label: Name.assignedPartitions, factory: factory)
+        settlementLatency = CoreMetrics.Timer(label: Name.settlementLatency, factory: factory)
+        kafkaBatch = Recorder(label: Name.kafkaBatch, factory: factory)
+        settleBatch = Recorder(label: Name.settleBatch, factory: factory)
+        // Every series exists from the start (at 0), so rates and alerts work before the first event.
+        for (app, transport) in transports {
+            for name in [Name.accepted, Name.rejected, Name.replayed, Name.ambiguous, Name.retried, Name.reconnects] {
+                _ = counter(name, ["app": app, "transport": transport])
+            }
+            for name in [Name.suppressed, Name.deduped, Name.deadLettered] { _ = counter(name, ["app": app]) }
+        }
+    }
+
+    private func counter(_ name: String, _ labels: KeyValuePairs<String, String>) -> Counter {
+        let key = Key(name: name, labels: labels.flatMap { [$0.key, $0.value] })
+        return counters.withLock { cache in
+            if let c = cache[key] { return c }
+            let c = Counter(label: name, dimensions: labels.map { ($0.key, $0.value) }, factory: factory)
+            cache[key] = c
+            return c
+        }
+    }
+
+    private func gauge(_ name: String, _ labels: KeyValuePairs<String, String>) -> Gauge {
+        let key = Key(name: name, labels: labels.flatMap { [$0.key, $0.value] })
+        return gauges.withLock { cache in
+            if let g = cache[key] { return g }
+            let g = Gauge(label: name, dimensions: labels.map { ($0.key, $0.value) }, factory: factory)
+            cache[key] = g
+            return g
+        }
+    }
+
+    private func transport(_ app: String) -> String { transports[app] ?? "none" }
+
+    // MARK: events
+
+    /// A batch taken from Kafka (and the first message per partition, for the latency histogram).
+    func kafkaBatch(_ messages: [KafkaConsumerMessage]) {
+        received.increment(by: messages.count)
+        kafkaBatch.record(messages.count)
+        var firsts: [Int32: (Int64, Int64)] = [:]
+        for m in messages where firsts[m.partition] == nil {
+            if let t = m.timestampMilliseconds { firsts[m.partition] = (m.offset, t) }
+        }
+        guard !firsts.isEmpty else { return }
+        latencySamples.withLock { samples in
+            for (partition, sample) in firsts {
+                // Bounded: a partition whose samples never settle (revoked) keeps at most the newest 256.
+                if samples[partition, default: []].count >= 256 { samples[partition]!.removeFirst() }
+                samples[partition, default: []].append(sample)
+            }
+        }
+    }
+
+    /// What one settle call recorded in Redis (the same outcomes and events, so the metrics and
+    /// `apns:stats` move together).
+    func settled(outcomes: [Redis.Outcome], events: PipelineEvents) {
+        struct OutcomeKey: Hashable {
+            var app: String
+            var kind: Redis.OutcomeKind
+        }
+        struct RefusalKey: Hashable {
+            var app: String
+            var code: String
+        }
+        var byOutcome: [OutcomeKey: Int] = [:]
+        var byRefusal: [RefusalKey: Int] = [:]
+        for o in outcomes {
+            byOutcome[OutcomeKey(app: o.app, kind: o.kind), default: 0] += 1
+            if let code = o.code { byRefusal[RefusalKey(app: o.app, code: code), default: 0] += 1 }
+        }
+        for (key, n) in byOutcome {
+            // A message that failed to decode has no app.
+            let app = key.app.isEmpty ? "unknown" : key.app
+            switch key.kind {
+            case .accepted: counter(Name.accepted, ["app": app, "transport": transport(key.app)]).increment(by: n)
+            case .rejected: counter(Name.rejected, ["app": app, "transport": transport(key.app)]).increment(by: n)
+            case .suppressed: counter(Name.suppressed, ["app": app]).increment(by: n)
+            case .deduped: counter(Name.deduped, ["app": app]).increment(by: n)
+            case .deadLettered: counter(Name.deadLettered, ["app": app]).increment(by: n)
+            }
+        }
+        for (key, n) in byRefusal {
+            counter(Name.refusals, ["app": key.app, "transport": transport(key.app), "code": key.code]).increment(by: n)
+        }
+        if events.resentAfterCrash > 0 { resentAfterCrash.increment(by: events.resentAfterCrash) }
+        if events.inFlightWaits > 0 { inFlightWaits.increment(by: events.inFlightWaits) }
+        settleBatch.record(outcomes.count)
+    }
+
+    /// A transport's outcome batch: its connection events (counted here, with the app, as they are
+    /// reported; Redis counts the same numbers when the batch settles).
+    func senderEvents(app: String, _ e: SenderEvents) {
+        guard !e.isEmpty else { return }
+        let labels: KeyValuePairs<String, String> = ["app": app, "transport": transport(app)]
+        if e.replayed > 0 { counter(Name.replayed, labels).increment(by: e.replayed) }
+        if e.ambiguous > 0 { counter(Name.ambiguous, labels).increment(by: e.ambiguous) }
+        if e.retried > 0 { counter(Name.retried, labels).increment(by: e.retried) }
+        if e.reconnects > 0 { counter(Name.reconnects, labels).increment(by: e.reconnects) }
+        if e.sequenceUnknown > 0 { counter(Name.sequenceUnknown, labels).increment(by: e.sequenceUnknown) }
+        if e.writes > 0 { counter(Name.writes, labels).increment(by: e.writes) }
+        if e.framesWritten > 0 { counter(Name.framesWritten, labels).increment(by: e.framesWritten) }
+        if e.bytesWritten > 0 { counter(Name.bytesWritten, labels).increment(by: e.bytesWritten) }
+    }
+
+    func deadLetterFailed(_ count: Int) { deadLetterFailures.increment(by: count) }
+
+    /// After a settle: samples below each partition's commit position (everything before it is settled)
+    /// are observed, from their Kafka timestamp to now.
+    func committable(_ positions: [TopicPartition: Int64], topic: String) {
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        let observed = latencySamples.withLock { samples -> [Int64] in
+            var out: [Int64] = []
+            for (tp, position) in positions where tp.topic == topic {
+                guard var list = samples[tp.partition], !list.isEmpty else { continue }
+                let settled = list.prefix { $0.offset < position }
+                if settled.isEmpty { continue }
+                out.append(contentsOf: settled.map { nowMs - $0.timestampMs })
+                list.removeFirst(settled.count)
+                samples[tp.partition] = list
+            }
+            return out
+        }
+        for ms in observed { settlementLatency.recordMilliseconds(max(0, ms)) }
+    }
+
+    // MARK: gauges (sampled)
+
+    func inFlight(_ jobs: Int) { inFlightJobs.record(jobs) }
+
+    /// Every connection of every transport: state, queue, replay buffer (binary) or streams (HTTP/2).
+    func connections(_ all: [(transport: String, statistics: [ShardStatistics])]) {
+        for (transport, stats) in all {
+            var perState: [String: [String: Int]] = [:]
+            for s in stats {
+                let labels: KeyValuePairs<String, String> = ["app": s.app, "transport": transport, "connection": String(s.index)]
+                gauge(Name.connectionUp, labels).record(s.state == "connected" || s.state == "draining" ? 1 : 0)
+                gauge(Name.queueDepth, labels).record(s.queueDepth)
+                if transport == "http2" {
+                    // Requests written and not answered yet: the streams open on the connection.
+                    gauge(Name.streamsInUse, ["app": s.app, "connection": String(s.index)]).record(s.replayCount)
+                } else {
+                    gauge(Name.replayBuffer, ["app": s.app, "connection": String(s.index)]).record(s.replayCount)
+                    gauge(Name.replayBufferBytes, ["app": s.app, "connection": String(s.index)]).record(s.replayBytes)
+                }
+                perState[s.app, default: [:]][s.state, default: 0] += 1
+            }
+            for (app, counts) in perState {
+                for state in Set(Self.connectionStates).union(counts.keys) {
+                    gauge(Name.connections, ["app": app, "transport": transport, "state": state]).record(counts[state] ?? 0)
+                }
+            }
+        }
+    }
+
+    /// The consumer's assignment and, per partition, its lag (librdkafka statistics).
+    func consumer(assigned: Int, lag: [TopicPartition: Int64]) {
+        assignedPartitions.record(assigned)
+        for (tp, messages) in lag {
+            gauge(Name.consumerLag, ["topic": tp.topic, "partition": String(tp.partition)]).record(messages)
+        }
+    }
+}

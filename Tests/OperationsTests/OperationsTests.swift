@@ -1,0 +1,294 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import GatewaySimulator
+import Kafka
+import Logging
+import Operations
+import Pipeline
+import ProcessSupport
+import Redis
+import Sender
+import ServiceLifecycle
+import Testing
+import TestSupport
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+let shop = "com.example.shop"
+
+var testLogger: Logger {
+    var l = Logger(label: "operations-test", factory: { StreamLogHandler.standardError(label: $0) })
+    l.logLevel = .warning
+    return l
+}
+
+/// GET over a real socket: status and body.
+func get(_ url: String) async throws -> (status: Int, body: String) {
+    var request = URLRequest(url: URL(string: url)!)
+    request.timeoutInterval = 10
+    let (data, response) = try await URLSession.shared.data(for: request)
+    return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+}
+
+func eventually(
+    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        if ContinuousClock.now > deadline {
+            Issue.record("timed out waiting for: \(what)", sourceLocation: sourceLocation)
+            throw TestFailure("timed out waiting for: \(what)")
+        }
+        try await Task.sleep(for: .milliseconds(100))
+    }
+}
+
+func token(_ i: Int) -> DeviceToken {
+    var bytes = [UInt8](repeating: 0x42, count: 32)
+    for k in 0..<8 { bytes[24 + k] = UInt8(truncatingIfNeeded: i >> (8 * (7 - k))) }
+    return try! DeviceToken(bytes: bytes)
+}
+
+/// The value of one sample line of the exposition text (`name{labels} value`), nil when absent.
+func sample(_ text: String, _ series: String) -> Double? {
+    for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
+        return Double(line.dropFirst(series.count + 1))
+    }
+    return nil
+}
+
+@Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
+struct OperationsTests {
+    /// A campaign through `run`'s runner with metrics on, scraped over a socket: the counters of the
+    /// `apns:stats` contract move with it and agree with Redis; the gauges and histograms are there.
+    /// Then readiness: ready, Redis stopped → 503 naming Redis, Redis back → ready again.
+    @Test func metricsMoveWithACampaignAndReadinessFollowsRedis() async throws {
+        let cluster = try MockCluster(
+            brokers: 1, topics: [.init(name: "apns.jobs", partitions: 4), .init(name: "apns.jobs.dlq", partitions: 1)], logger: testLogger)
+        defer { cluster.stop() }
+        let redis = try await RedisServer()
+        defer { redis.stop() }
+        let audience = (0..<300).map(token)
+        let invalid = Set(stride(from: 7, to: 300, by: 30).map(token))  // 10: status 8
+        var sim = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+        sim.faults.invalidTokens = Set(invalid.map(\.hex))
+        let simulator = try GatewaySimulator(configuration: sim)
+        try await simulator.start()
+
+        var c = PipelineConfiguration()
+        c.kafka.bootstrapServers = cluster.bootstrapServers
+        c.kafka.sessionTimeoutMs = 6000
+        c.kafka.batchSize = 100
+        c.kafka.registrationsTopic = nil
+        c.redis.url = redis.url
+        c.gateway.addresses = [GatewayAddress(host: "127.0.0.1", port: simulator.ports.gateway)]
+        c.gateway.serverHostname = "localhost"
+        c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
+        c.gateway.shards = 2
+        c.gateway.shard.settleAfter = 0.3
+        c.gateway.shard.reconnect.initialDelay = 0.005
+        c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
+        c.apps = [.init(bundleID: shop, certificate: "\(TestCertificates.directory)/\(shop).pem", key: "\(TestCertificates.directory)/\(shop).key")]
+        c.feedbackIntervalMinutes = 0
+
+        let prometheus = PrometheusMetrics()
+        let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
+        let (server, data) = try await OperationsSurface.serve(
+            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
+        let base = "http://127.0.0.1:\(server.port)"
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
+        let running = Task { try await group.run() }
+
+        // Before the first batch: alive, not ready (no partitions yet), every outcome series at 0.
+        #expect(try await get(base + "/healthz") == (200, "ok\n"))
+        let before = try await get(base + "/metrics").body
+        #expect(sample(before, #"apns_accepted_total{app="com.example.shop",transport="binary"}"#) == 0)
+
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
+        let template = try JSONParser.parse(#"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello"}}}"#)
+        try await producer.sendBatch(audience.map { t in
+            KafkaProducerMessage(topic: "apns.jobs", key: Array(t.hex.utf8),
+                value: Campaign.job(template: template, campaign: "m1", recipient: .init(token: t, language: nil)))
+        })
+        let client = try redis.client()
+        let store = PipelineStore(client: client, logger: testLogger)
+        try await store.incrementPublished(campaign: "m1", by: audience.count)
+
+        let accepted = #"apns_accepted_total{app="com.example.shop",transport="binary"}"#
+        var text = ""
+        try await eventually("metrics show the campaign settled") {
+            text = try await get(base + "/metrics").body
+            return sample(text, accepted) == 290
+                && sample(text, #"apns_rejected_total{app="com.example.shop",transport="binary"}"#) == 10
+        }
+        // Redis says the same.
+        let totals = try await store.readStats().totals
+        #expect(totals[.accepted] == 290 && totals[.rejected] == 10)
+        #expect(sample(text, #"apns_gateway_refusals_total{app="com.example.shop",transport="binary",code="8"}"#) == 10)
+        #expect(sample(text, "apns_received_total") == 300)
+        #expect(sample(text, #"apns_deduped_total{app="com.example.shop"}"#) == 0)
+        #expect((sample(text, #"apns_gateway_written_bytes_total{app="com.example.shop",transport="binary"}"#) ?? 0) > 0)
+        #expect((sample(text, "apns_settle_batch_outcomes_count") ?? 0) > 0)
+        #expect((sample(text, "apns_kafka_batch_messages_sum") ?? 0) == 300)
+        // Latency samples are observed once their offsets are committable.
+        #expect((sample(text, "apns_settlement_latency_seconds_count") ?? 0) > 0)
+        try await eventually("gauges sampled") {
+            text = try await get(base + "/metrics").body
+            return (sample(text, "apns_kafka_assigned_partitions") ?? 0) == 4
+                && sample(text, #"apns_connections{app="com.example.shop",transport="binary",state="connected"}"#) == 2
+                && sample(text, "apns_in_flight_jobs") == 0
+        }
+        #expect(sample(text, #"apns_connection_up{app="com.example.shop",transport="binary",connection="0"}"#) == 1)
+        #expect(text.contains("apns_replay_buffer_notifications{"))
+        // Lag per partition (librdkafka's high watermark every 5 s, minus the first unsettled offset):
+        // everything settled, so 0 on every partition.
+        try await eventually("consumer lag reported", timeout: .seconds(30)) {
+            text = try await get(base + "/metrics").body
+            return (0..<4).allSatisfy { sample(text, #"apns_kafka_consumer_lag_messages{topic="apns.jobs",partition="\#($0)"}"#) == 0 }
+        }
+        // No per-job or per-token label anywhere.
+        #expect(!text.contains("m1:") && !text.contains(token(1).hex))
+
+        // Readiness: Kafka assigned, Redis up, the app's connections up.
+        try await eventually("ready") { try await get(base + "/readyz").status == 200 }
+        redis.kill()
+        var notReady = (status: 0, body: "")
+        try await eventually("not ready without Redis", timeout: .seconds(20)) {
+            notReady = try await get(base + "/readyz")
+            return notReady.status == 503
+        }
+        #expect(notReady.body.hasPrefix("not ready\n"))
+        #expect(notReady.body.contains("- redis: unreachable at 127.0.0.1:\(redis.port)"))
+        try await redis.start()
+        try await eventually("ready again with Redis back", timeout: .seconds(20)) { try await get(base + "/readyz").status == 200 }
+
+        await group.triggerGracefulShutdown()
+        try await running.value
+        await server.stop()
+        await data.close()
+        await client.close()
+        await producer.close()
+        try? await simulator.stop()
+    }
+
+    /// The dashboard page rendered by headless Chromium (its JavaScript run) over a Redis holding a
+    /// campaign's counters and a connection's status: the campaign's numbers are in the DOM.
+    @Test func dashboardRendersACampaignInHeadlessChromium() async throws {
+        let chromium = executablePath("chromium") ?? executablePath("chromium-browser")
+        guard let chromium else {
+            if ProcessInfo.processInfo.environment["CI"] != nil {
+                Issue.record("chromium is not installed but CI is set: ops/setup installs Debian's chromium")
+            }
+            return
+        }
+        let redis = try await RedisServer()
+        defer { redis.stop() }
+        let client = try redis.client()
+        let store = PipelineStore(client: client, logger: testLogger)
+        try await store.incrementPublished(campaign: "spring-sale", by: 1000)
+        var outcomes: [Redis.Outcome] = []
+        for i in 0..<640 { outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .accepted, shard: i % 2)) }
+        for i in 640..<652 {
+            outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .rejected,
+                code: "BadDeviceToken", suppressToken: TokenSuppression(reason: "invalid-token"), shard: 0))
+        }
+        for i in 652..<700 { outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .suppressed)) }
+        _ = try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 700)))
+        try await store.updateShard(ShardStatus(app: shop, shard: 0, state: "connected", gateway: "127.0.0.1:2197", connectedSince: PipelineStore.epochNow() - 75))
+        try await store.updateShard(ShardStatus(app: shop, shard: 1, state: "backing-off", gateway: "127.0.0.1:2197", lastError: "connect 127.0.0.1:2197: connection refused"))
+
+        let (server, data) = try await OperationsSurface.serveDashboard(
+            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, logger: testLogger)
+        let url = "http://127.0.0.1:\(server.port)/"
+        let shot = ProcessInfo.processInfo.environment["DASHBOARD_SCREENSHOT"]
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("apns-dashboard.png").path
+        let dom = try await runChromium(chromium, ["--dump-dom", url])
+        _ = try await runChromium(chromium, ["--screenshot=\(shot)", "--window-size=1400,1000", url])
+        // Redis gone: the page says so instead of showing the last numbers as live.
+        redis.kill()
+        let down = try await runChromium(chromium, ["--dump-dom", url])
+        await server.stop()
+        await data.close()
+        await client.close()
+
+        #expect(dom.contains(#"data-campaign="spring-sale" data-published="1000" data-settled="700""#))
+        #expect(dom.contains(#"data-field="accepted" data-value="640""#))
+        #expect(dom.contains(#"data-field="rejected" data-value="12""#))
+        #expect(dom.contains(#"data-field="suppressed" data-value="48""#))
+        #expect(dom.contains("70.0%"))
+        #expect(dom.contains(#"data-reason="BadDeviceToken""#))
+        #expect(dom.contains(#"data-app="com.example.shop" data-shard="1""#) && dom.contains("connection refused"))
+        #expect(dom.contains(#"data-field="accepted" data-total="640""#))
+        #expect(FileManager.default.fileExists(atPath: shot))
+        #expect(down.contains("Redis unreachable") && down.contains("could not be read"))
+        #expect(!down.contains(#"data-campaign="spring-sale""#))
+    }
+
+    /// Headless Chromium with the page's JavaScript run (virtual time: the first fetch and render
+    /// complete before the DOM is dumped). Output: stdout.
+    func runChromium(_ chromium: String, _ arguments: [String]) async throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: chromium)
+        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=5000",
+            "--user-data-dir=\(FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)").path)"] + arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// The Grafana dashboard queries only metrics the pipeline exports (a renamed metric would leave a
+/// panel silently empty).
+@Test func grafanaDashboardQueriesExportedMetrics() throws {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    let json = try String(contentsOf: root.appendingPathComponent("ops/grafana/apns-pipeline.json"), encoding: .utf8)
+    let exported: Set<String> = [
+        PipelineMetrics.Name.received, PipelineMetrics.Name.accepted, PipelineMetrics.Name.rejected, PipelineMetrics.Name.suppressed,
+        PipelineMetrics.Name.deduped, PipelineMetrics.Name.deadLettered, PipelineMetrics.Name.refusals, PipelineMetrics.Name.replayed,
+        PipelineMetrics.Name.ambiguous, PipelineMetrics.Name.retried, PipelineMetrics.Name.reconnects, PipelineMetrics.Name.sequenceUnknown,
+        PipelineMetrics.Name.deadLetterFailures, PipelineMetrics.Name.resentAfterCrash, PipelineMetrics.Name.inFlightWaits,
+        PipelineMetrics.Name.writes, PipelineMetrics.Name.framesWritten, PipelineMetrics.Name.bytesWritten, PipelineMetrics.Name.inFlightJobs,
+        PipelineMetrics.Name.connectionUp, PipelineMetrics.Name.connections, PipelineMetrics.Name.queueDepth, PipelineMetrics.Name.replayBuffer,
+        PipelineMetrics.Name.replayBufferBytes, PipelineMetrics.Name.streamsInUse, PipelineMetrics.Name.consumerLag,
+        PipelineMetrics.Name.assignedPartitions, PipelineMetrics.Name.settlementLatency, PipelineMetrics.Name.kafkaBatch,
+        PipelineMetrics.Name.settleBatch,
+    ]
+    let used = Set(json.matches(of: /apns_[a-z0-9_]+/).map { String($0.output) }.map { name in
+        name.hasSuffix("_bucket") ? String(name.dropLast("_bucket".count)) : name
+    })
+    #expect(used.count > 20)
+    #expect(used.subtracting(exported).isEmpty, "not exported: \(used.subtracting(exported).sorted())")
+}
+
+/// `metrics.listen`: an address when given (the shipped dev files give 127.0.0.1:9464), off when
+/// absent, and a bad value stops the start naming the key.
+@Test func metricsListenIsReadFromThePipelineFile() throws {
+    let key = "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8"
+    let app = "apps:\n  - bundle_id: a\n    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n"
+    func load(_ yaml: String) throws -> PipelineConfiguration {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return try PipelineConfiguration.load(file: path)
+    }
+    #expect(try load(app).metricsListen == nil)
+    #expect(try load(app + "metrics:\n  listen: 0.0.0.0:9464\n").metricsListen == GatewayAddress(host: "0.0.0.0", port: 9464))
+    #expect {
+        try load(app + "metrics:\n  listen: everywhere\n")
+    } throws: { "\($0)".contains("metrics.listen") && "\($0)".contains("host:port") }
+    #expect {
+        try load(app + "metrics:\n  port: 9464\n")
+    } throws: { "\($0)".contains("metrics.port") }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    for name in ["default.yaml", "binary.yaml"] {
+        let text = try String(contentsOfFile: root + "/Pipelines/\(name)", encoding: .utf8)
+            .replacingOccurrences(of: ".run/certs", with: TestCertificates.directory)
+        #expect(try load(text).metricsListen == GatewayAddress(host: "127.0.0.1", port: 9464), "\(name)")
+    }
+}
