@@ -27,6 +27,20 @@ public final class MockCluster: @unchecked Sendable {
     public let brokerCount: Int
     private let logger: Logger
     private let state: Mutex<(host: RDKafkaClient, cluster: OpaquePointer)?>
+    /// Who leads what, so taking a broker down can move its partitions and groups elsewhere (the mock
+    /// itself never changes a leader: `rd_kafka_mock_broker_set_down` only closes the connections).
+    private let placement: Mutex<Placement>
+
+    /// The cluster's placement: each partition's preferred leader (partition p of every topic on broker
+    /// p mod n + 1, so every broker leads some) and current one, each pinned group's coordinator, and
+    /// which brokers are down.
+    private struct Placement {
+        var preferred: [String: [Int32]] = [:]
+        var current: [String: [Int32]] = [:]
+        var preferredCoordinator: [String: Int32] = [:]
+        var currentCoordinator: [String: Int32] = [:]
+        var down: Set<Int32> = []
+    }
 
     public init(brokers: Int = 3, topics: [Topic] = [], logger: Logger) throws {
         precondition(brokers > 0)
@@ -42,6 +56,7 @@ public final class MockCluster: @unchecked Sendable {
         self.brokerCount = brokers
         self.logger = logger
         self.state = Mutex((host, cluster))
+        self.placement = Mutex(Placement())
         for topic in topics { try createTopic(topic.name, partitions: topic.partitions) }
         logger.info(
             "Kafka mock cluster started",
@@ -50,13 +65,87 @@ public final class MockCluster: @unchecked Sendable {
 
     deinit { stop() }
 
-    /// Creates a topic (replication 1: the mock keeps one copy anyway).
+    /// Creates a topic. The mock keeps one copy of the data whatever the replication factor (it lists
+    /// min(3, brokers) replicas), so a broker taken down loses nothing; partition p's leader is broker
+    /// p mod n + 1.
     public func createTopic(_ name: String, partitions: Int32) throws {
         try state.withLock { s in
             guard let s else { throw KafkaError(kind: .mockCluster, message: "mock cluster stopped") }
-            try RDKafkaClient.mockCreateTopic(s.cluster, name: name, partitions: partitions, replication: 1)
+            try RDKafkaClient.mockCreateTopic(
+                s.cluster, name: name, partitions: partitions, replication: Int32(min(3, brokerCount)))
+            let leaders = (0..<partitions).map { $0 % Int32(brokerCount) + 1 }
+            for (partition, leader) in leaders.enumerated() {
+                try RDKafkaClient.mockSetLeader(s.cluster, topic: name, partition: Int32(partition), broker: leader)
+            }
+            placement.withLock {
+                $0.preferred[name] = leaders
+                $0.current[name] = leaders
+            }
         }
         logger.debug("Kafka mock topic created", metadata: ["kafka.topic": "\(name)", "kafka.partitions": "\(partitions)"])
+    }
+
+    /// Pins the coordinator of consumer group `group` (by default the mock hashes the group id onto a
+    /// broker), so ``setBroker(_:up:)`` can move it off a broker taken down, as a real cluster moves the
+    /// leadership of the group's `__consumer_offsets` partition. The group's state (members, committed
+    /// offsets) is the cluster's, not the broker's, so moving it loses nothing.
+    public func pinGroupCoordinator(_ group: String, broker: Int32) throws {
+        try state.withLock { s in
+            guard let s else { throw KafkaError(kind: .mockCluster, message: "mock cluster stopped") }
+            try RDKafkaClient.mockSetGroupCoordinator(s.cluster, group: group, broker: broker)
+            placement.withLock {
+                $0.preferredCoordinator[group] = broker
+                $0.currentCoordinator[group] = broker
+            }
+        }
+    }
+
+    /// Takes broker `id` (1…brokers) down or brings it up again, as a broker crash and restart in a
+    /// cluster with replicas would look to clients: down closes its connections and refuses new ones,
+    /// and the partitions it led and the pinned groups it coordinated move to the next broker that is up
+    /// (the controller's fail-over); up accepts connections again and gives them back (preferred-leader
+    /// election). With every broker down, partitions stay where they are. No data is lost either way:
+    /// the mock keeps a partition's log outside its brokers. Returns how many partitions and groups moved.
+    @discardableResult
+    public func setBroker(_ id: Int32, up: Bool) throws -> (partitions: Int, groups: Int) {
+        guard (1...Int32(brokerCount)).contains(id) else {
+            throw KafkaError(kind: .mockCluster, message: "no broker \(id) (brokers are 1…\(brokerCount))")
+        }
+        return try state.withLock { s in
+            guard let s else { throw KafkaError(kind: .mockCluster, message: "mock cluster stopped") }
+            try RDKafkaClient.mockSetBroker(s.cluster, id: id, up: up)
+            var moved = (partitions: 0, groups: 0)
+            try placement.withLock { p in
+                if up { p.down.remove(id) } else { p.down.insert(id) }
+                let down = p.down
+                // Where a partition (or group) preferring `preferred` and now on `current` should be.
+                func target(preferred: Int32, current: Int32) -> Int32 {
+                    if !down.contains(preferred) { return preferred }
+                    if !down.contains(current) { return current }
+                    let n = Int32(brokerCount)
+                    return (0..<n).map { (current + $0) % n + 1 }.first { !down.contains($0) } ?? current
+                }
+                for (topic, preferred) in p.preferred {
+                    for (partition, want) in preferred.enumerated() {
+                        let now = p.current[topic]![partition]
+                        let next = target(preferred: want, current: now)
+                        guard next != now else { continue }
+                        try RDKafkaClient.mockSetLeader(s.cluster, topic: topic, partition: Int32(partition), broker: next)
+                        p.current[topic]![partition] = next
+                        moved.partitions += 1
+                    }
+                }
+                for (group, want) in p.preferredCoordinator {
+                    let now = p.currentCoordinator[group]!
+                    let next = target(preferred: want, current: now)
+                    guard next != now else { continue }
+                    try RDKafkaClient.mockSetGroupCoordinator(s.cluster, group: group, broker: next)
+                    p.currentCoordinator[group] = next
+                    moved.groups += 1
+                }
+            }
+            return moved
+        }
     }
 
     /// Makes every request for `topic` fail with the broker error `code` (e.g. 29,

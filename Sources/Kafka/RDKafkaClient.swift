@@ -495,4 +495,19 @@ extension RDKafkaClient {
     }
 
     static func mockDestroy(_ cluster: OpaquePointer) { rd_kafka_mock_cluster_destroy(cluster) }
+
+    static func mockSetBroker(_ cluster: OpaquePointer, id: Int32, up: Bool) throws {
+        let err = up ? rd_kafka_mock_broker_set_up(cluster, id) : rd_kafka_mock_broker_set_down(cluster, id)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "mock broker \(id) \(up ? "up" : "down")") }
+    }
+
+    static func mockSetLeader(_ cluster: OpaquePointer, topic: String, partition: Int32, broker: Int32) throws {
+        let err = rd_kafka_mock_partition_set_leader(cluster, topic, partition, broker)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "mock leader \(topic)/\(partition) → \(broker)") }
+    }
+
+    static func mockSetGroupCoordinator(_ cluster: OpaquePointer, group: String, broker: Int32) throws {
+        let err = rd_kafka_mock_coordinator_set(cluster, "group", group, broker)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError(err, "mock coordinator \(group) → \(broker)") }
+    }
 }

@@ -10,7 +10,14 @@ import Pipeline
 struct KafkaDevCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kafka-dev",
-        abstract: "Run a mock Kafka cluster on loopback until SIGTERM/SIGINT; print its bootstrap servers."
+        abstract: "Run a mock Kafka cluster on loopback until SIGTERM/SIGINT; print its bootstrap servers.",
+        discussion: """
+            Broker faults from outside (ops/soak): SIGUSR1 takes broker --signal-broker down (its \
+            connections closed, new ones refused; the partitions it leads and the --group coordinators it \
+            holds move to the next broker up, as a cluster with replicas fails over), SIGUSR2 brings it up \
+            again (and gives them back). The mock keeps every partition's data outside its brokers, so \
+            nothing is lost.
+            """
     )
 
     @Option(help: "Number of brokers.")
@@ -24,6 +31,14 @@ struct KafkaDevCommand: AsyncParsableCommand {
     @Option(help: "Write the bootstrap servers to this file (atomically) once the cluster is ready.")
     var bootstrapFile: String?
 
+    @Option(help: "The broker (1…brokers) that SIGUSR1 takes down and SIGUSR2 brings up again.")
+    var signalBroker: Int32 = 1
+
+    @Option(
+        name: .customLong("group"),
+        help: "A consumer group whose coordinator fails over with its broker (repeatable); the first is on broker 1, the next on 2, …")
+    var groups: [String] = []
+
     /// The pipeline's default topics (`PipelineConfiguration.Kafka`), so `kafka-dev` with no `--topic`
     /// serves what `run` with no `kafka.*_topic` keys reads.
     static let defaultTopics: [String] = {
@@ -33,6 +48,9 @@ struct KafkaDevCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard brokers > 0 else { throw ValidationError("--brokers must be at least 1") }
+        guard (1...Int32(brokers)).contains(signalBroker) else {
+            throw ValidationError("--signal-broker must be between 1 and --brokers (\(brokers))")
+        }
         _ = try parsedTopics()
     }
 
@@ -55,6 +73,26 @@ struct KafkaDevCommand: AsyncParsableCommand {
         let stop = SignalWaiter(signals: [SIGINT, SIGTERM])
 
         let cluster = try MockCluster(brokers: brokers, topics: topics, logger: logger)
+        for (index, group) in groups.enumerated() {
+            try cluster.pinGroupCoordinator(group, broker: Int32(index % brokers) + 1)
+        }
+        let broker = signalBroker
+        let faultLogger = logger
+        for (signalNumber, up) in [(SIGUSR1, false), (SIGUSR2, true)] {
+            stop.on(signalNumber) {
+                do {
+                    let moved = try cluster.setBroker(broker, up: up)
+                    faultLogger.notice(
+                        up ? "kafka-dev broker up" : "kafka-dev broker down",
+                        metadata: [
+                            "kafka.broker": "\(broker)", "kafka.partitions_moved": "\(moved.partitions)",
+                            "kafka.groups_moved": "\(moved.groups)",
+                        ])
+                } catch {
+                    faultLogger.error("kafka-dev broker fault failed", metadata: ["kafka.broker": "\(broker)", "error": "\(error)"])
+                }
+            }
+        }
         logger.info(
             "kafka-dev ready",
             metadata: ["topics": "\(topics.map { "\($0.name):\($0.partitions)" }.joined(separator: ","))"])

@@ -1,0 +1,51 @@
+import Kafka
+import Testing
+
+/// `kafka-dev`'s broker faults (SIGUSR1/SIGUSR2, used by `ops/soak` scenario e): a broker taken down
+/// hands its partitions and its group to the others, and up again takes them back, losing nothing.
+@Suite struct BrokerFaultTests {
+    @Test func aBrokerDownAndUpLosesNothing() async throws {
+        let cluster = try MockCluster(brokers: 3, topics: [.init(name: "jobs", partitions: 6)], logger: Support.logger)
+        defer { cluster.stop() }
+        try cluster.pinGroupCoordinator("g", broker: 1)
+        let producer = try Support.producer(cluster)
+        func produce(_ range: Range<Int>) async throws {
+            try await producer.sendBatch(
+                range.map { .init(topic: "jobs", key: Support.bytes("key-\($0)"), value: Support.bytes("\($0)")) })
+        }
+        let consumer = try KafkaConsumer(
+            configuration: Support.consumerConfig(cluster, group: "g", topics: ["jobs"], maxBatchSize: 100, maxBuffered: 1000),
+            logger: Support.logger)
+        var seen: [Int] = []
+        func consume(until count: Int) async throws {
+            while seen.count < count {
+                let messages = try #require(await Support.nextBatch(consumer), "only \(seen.count) of \(count) consumed")
+                seen += messages.map { Int(Support.string($0.value))! }
+                _ = consumer.settle(messages.map(\.ref))
+            }
+        }
+
+        try await produce(0..<300)
+        try await consume(until: 300)
+
+        // Broker 1 leads partitions 0 and 3 and coordinates the group: all of that moves to broker 2.
+        let down = try cluster.setBroker(1, up: false)
+        #expect(down.partitions == 2)
+        #expect(down.groups == 1)
+        #expect(try cluster.setBroker(1, up: false).partitions == 0, "already down: nothing more moves")
+        try await produce(300..<600)
+        try await consume(until: 600)
+
+        let up = try cluster.setBroker(1, up: true)
+        #expect(up.partitions == 2)
+        #expect(up.groups == 1)
+        try await produce(600..<900)
+        try await consume(until: 900)
+
+        #expect(seen.sorted() == Array(0..<900), "every message once")
+        #expect(consumer.statistics.offsetGaps == 0)
+        #expect(throws: KafkaError.self) { try cluster.setBroker(4, up: false) }
+        await consumer.close()
+        await producer.close()
+    }
+}
