@@ -26,7 +26,8 @@ final class HTTP2Connection: ChannelInboundHandler {
 
     /// The stream limit this connection enforces itself (REFUSED_STREAM beyond it); NIO's own limit is
     /// set above it because NIO treats an excess stream as a connection error.
-    private(set) var allowedStreams = 1
+    private(set) var allowedStreams: Int
+    private var streamLimitRaised = false
     private var highestStreamID: HTTP2StreamID = .rootStream
     private var goAwayLastStreamID: Int?
     private var closing = false
@@ -85,6 +86,8 @@ final class HTTP2Connection: ChannelInboundHandler {
         self.core = core
         self.advertiser = advertiser
         id = core.nextConnectionNumber()
+        allowedStreams = core.configuration.initialMaxConcurrentStreams
+        advertiser.advertised = UInt32(allowedStreams)
         random = SplitMix64(seed: core.faults.seed &+ UInt64(id) &* 0x9E37_79B9)
     }
 
@@ -94,8 +97,12 @@ final class HTTP2Connection: ChannelInboundHandler {
         let connection = HTTP2Connection(core: core, advertiser: advertiser)
         advertiser.connection = connection
         var settings = NIOHTTP2Handler.ConnectionConfiguration()
+        // Checked by `RequestHeaderBlock` in the pass that reads the request (our answers are well formed).
+        settings.headerBlockValidation = .disabled
         settings.initialSettings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: core.configuration.maxConcurrentStreams + streamMargin),
+            HTTP2Setting(
+                parameter: .maxConcurrentStreams,
+                value: max(core.configuration.initialMaxConcurrentStreams, core.configuration.maxConcurrentStreams) + streamMargin),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
         ]
         let sync = channel.pipeline.syncOperations
@@ -229,12 +236,17 @@ final class HTTP2Connection: ChannelInboundHandler {
         switch outcome {
         case .refuse:
             write(HTTP2Frame(streamID: id, payload: .rstStream(.refusedStream)), context)
+        case .malformed:
+            write(HTTP2Frame(streamID: id, payload: .rstStream(.protocolError)), context)
         case .accept(let apnsID, let after):
             if after == .drop {
                 drop()
                 return
             }
-            let head = HPACKHeaders([(":status", "200"), (APNsHeader.id, apnsID)])
+            // A fresh apns-id each time: not indexed, so HPACK neither searches nor churns its table for it.
+            var head = HPACKHeaders()
+            head.add(name: ":status", value: "200")
+            head.add(name: APNsHeader.id, value: apnsID, indexing: .nonIndexable)
             write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: true))), context)
             if after == .goAway { goAway() }
         case .reject(let reason, let apnsID, let timestamp):
@@ -290,10 +302,12 @@ final class HTTP2Connection: ChannelInboundHandler {
 
     // MARK: connection behaviour
 
-    /// After the first request with valid auth: SETTINGS_MAX_CONCURRENT_STREAMS goes from 1 to the
-    /// configured limit.
+    /// After the first request with valid auth: SETTINGS_MAX_CONCURRENT_STREAMS goes from the initial
+    /// limit (Apple's 1) to the configured one.
     private func raiseStreamLimit() {
-        guard allowedStreams == 1, core.configuration.maxConcurrentStreams != 1, let context else { return }
+        guard !streamLimitRaised, let context else { return }
+        streamLimitRaised = true
+        guard core.configuration.maxConcurrentStreams != allowedStreams else { return }
         allowedStreams = core.configuration.maxConcurrentStreams
         advertiser.advertised = UInt32(allowedStreams)
         let frame = HTTP2Frame(
@@ -342,6 +356,8 @@ final class HTTP2Connection: ChannelInboundHandler {
         case reject(APNsReason, apnsID: String, timestamp: Int64?)
         /// A stream above the GOAWAY's last stream id: RST_STREAM REFUSED_STREAM, nothing recorded.
         case refuse
+        /// A malformed header block (RFC 9113 § 8.1.1): RST_STREAM PROTOCOL_ERROR, nothing recorded.
+        case malformed
     }
 
     enum AfterAccept { case none, goAway, drop }
@@ -349,22 +365,12 @@ final class HTTP2Connection: ChannelInboundHandler {
     /// Apple's contract, then authentication, then the fault script; records what it accepts.
     func process(headers: HPACKHeaders, payload: [UInt8], streamID: Int) -> Outcome {
         if let last = goAwayLastStreamID, streamID > last { return .refuse }
+        guard let block = RequestHeaderBlock(headers) else { return .malformed }
         let certTopic = certificateTopic()
         if case .unreadable = certificate { return reject(.badCertificate, nil) }
-        // One pass over the header block (NIO has checked that pseudo-headers come first).
-        var method: String?
-        var path: String?
-        var regular: [(String, String)] = []
-        regular.reserveCapacity(headers.count)
-        for (name, value, _) in headers {
-            if name.utf8.first == UInt8(ascii: ":") {
-                if name == ":method" { method = value } else if name == ":path" { path = value }
-            } else {
-                regular.append((name, value))
-            }
-        }
+        let regular = block.fields
         let request: APNsRequest
-        switch validator.validate(method: method, path: path, headers: regular, payload: payload, requireTopic: certTopic == nil) {
+        switch validator.validate(method: block.method, path: block.path, headers: regular, payload: payload, requireTopic: certTopic == nil) {
         case .failure(let rejection):
             let sentID = regular.first { $0.0 == APNsHeader.id }.flatMap { APNsRequestValidator.isCanonicalUUID($0.1) ? $0.1 : nil }
             return reject(rejection.reason, sentID)

@@ -79,7 +79,7 @@ struct AcceptedRequest {
         out.append(contentsOf: #","conn":"#.utf8)
         Self.appendDecimal(Int64(connection), &out)
         out.append(contentsOf: #","app":"#.utf8)
-        JSONWriter.writeString(app, into: &out)
+        Self.appendString(app, &out)
         out.append(contentsOf: #","token":""#.utf8)
         token.withBytes { raw in
             for byte in raw {
@@ -92,7 +92,7 @@ struct AcceptedRequest {
         out.append(contentsOf: #"","job":"#.utf8)
         Self.optional(jobID, &out)
         out.append(contentsOf: #","apns_id":"#.utf8)
-        JSONWriter.writeString(apnsID, into: &out)
+        Self.appendString(apnsID, &out)
         out.append(contentsOf: #","collapse_id":"#.utf8)
         Self.optional(collapseID, &out)
         out.append(contentsOf: #","push_type":"#.utf8)
@@ -102,7 +102,7 @@ struct AcceptedRequest {
         out.append(contentsOf: #","expiration":"#.utf8)
         if let expiration { Self.appendDecimal(expiration, &out) } else { out.append(contentsOf: "null".utf8) }
         out.append(contentsOf: #","auth":"#.utf8)
-        JSONWriter.writeString(auth, into: &out)
+        Self.appendString(auth, &out)
         out.append(contentsOf: #","stream":"#.utf8)
         Self.appendDecimal(Int64(stream), &out)
         out.append(contentsOf: "}\n".utf8)
@@ -120,8 +120,25 @@ struct AcceptedRequest {
         out.append(contentsOf: String(value).utf8)
     }
 
+    /// A JSON string: printable ASCII without a quote or a backslash (topics, ids, UUIDs: nearly always) copied
+    /// as is, anything else through `JSONWriter` (whose generic sink is not specialized here).
+    static func appendString(_ s: String, _ out: inout [UInt8]) {
+        var plain = true
+        for b in s.utf8 where b < 0x20 || b > 0x7E || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") {
+            plain = false
+            break
+        }
+        guard plain else {
+            JSONWriter.writeString(s, into: &out)
+            return
+        }
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: s.utf8)
+        out.append(UInt8(ascii: "\""))
+    }
+
     private static func optional(_ s: String?, _ out: inout [UInt8]) {
-        if let s { JSONWriter.writeString(s, into: &out) } else { out.append(contentsOf: "null".utf8) }
+        if let s { appendString(s, &out) } else { out.append(contentsOf: "null".utf8) }
     }
 }
 

@@ -65,6 +65,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
     var tokenKey: [String] = []
     @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS after the first authenticated request.")
     var maxConcurrentStreams: Int = 1000
+    @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS until then (Apple: 1; a load generator that opens many streams at once, such as h2load, needs more).")
+    var initialMaxConcurrentStreams: Int = 1
     @Option(help: "HTTP/2: oldest acceptable token iat, seconds.") var tokenMaxAgeSeconds: Int64 = 3600
     @Option(help: "HTTP/2: 429 TooManyProviderTokenUpdates when a connection changes token sooner than this, seconds.")
     var tokenRefreshIntervalSeconds: Double = 1200
@@ -172,6 +174,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         config.faults = script
         config.threads = threads
         config.maxConcurrentStreams = maxConcurrentStreams
+        config.initialMaxConcurrentStreams = initialMaxConcurrentStreams
         config.tokenMaxAgeSeconds = tokenMaxAgeSeconds
         config.tokenRefreshIntervalSeconds = tokenRefreshIntervalSeconds
         for spec in tokenKey {
