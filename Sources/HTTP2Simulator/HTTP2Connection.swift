@@ -525,17 +525,43 @@ final class HTTP2Connection: ChannelInboundHandler {
 /// HTTP/2 handler and follows frame boundaries through the outbound byte stream. Being the last
 /// handler before TLS, it also hands the connection's pending records to the writer before any flush
 /// (NIO's HTTP/2 handler flushes on its own at the end of a read burst): a client that has its answer
-/// finds the notification recorded.
+/// finds the notification recorded. And it gathers the frames written between two flushes into one
+/// buffer: TLS seals each write it is given as a record of its own, and a read burst's answers are
+/// many frames of ~50 bytes.
 final class SettingsAdvertiser: ChannelOutboundHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
     var advertised: UInt32 = 1
     weak var connection: HTTP2Connection?
+    private var gathered: ByteBuffer?
+    private var promises: [EventLoopPromise<Void>] = []
 
     func flush(context: ChannelHandlerContext) {
         connection?.commitRecords()
+        if let bytes = gathered {
+            gathered = nil
+            var promise: EventLoopPromise<Void>?
+            if !promises.isEmpty {
+                promise = context.eventLoop.makePromise()
+                let waiting = promises
+                promises.removeAll()
+                promise!.futureResult.whenComplete { result in
+                    for p in waiting { p.completeWith(result) }
+                }
+            }
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        }
         context.flush()
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        // What was never flushed is dropped, as the channel would drop it.
+        gathered = nil
+        let waiting = promises
+        promises.removeAll()
+        for p in waiting { p.fail(ChannelError.ioOnClosedChannel) }
+        context.close(mode: mode, promise: promise)
     }
     /// Bytes of the current frame's payload still to pass.
     private var skip = 0
@@ -579,6 +605,10 @@ final class SettingsAdvertiser: ChannelOutboundHandler {
             }
             skip = length
         }
-        context.write(wrapOutboundOut(buffer), promise: promise)
+        if gathered == nil {
+            gathered = context.channel.allocator.buffer(capacity: max(4096, buffer.readableBytes))
+        }
+        gathered!.writeBuffer(&buffer)
+        if let promise { promises.append(promise) }
     }
 }
