@@ -123,10 +123,8 @@ struct AcceptedRequest {
     /// A JSON string: printable ASCII without a quote or a backslash (topics, ids, UUIDs: nearly always) copied
     /// as is, anything else through `JSONWriter` (whose generic sink is not specialized here).
     static func appendString(_ s: String, _ out: inout [UInt8]) {
-        var plain = true
-        for b in s.utf8 where b < 0x20 || b > 0x7E || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") {
-            plain = false
-            break
+        let plain = RequestHeaderBlock.allBytes(of: s) {
+            $0 >= 0x20 && $0 <= 0x7E && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\")
         }
         guard plain else {
             JSONWriter.writeString(s, into: &out)
