@@ -390,6 +390,15 @@ import Testing
     }
 }
 
+/// The apns-id formatter the simulator and the sender share.
+@Suite struct APNsIDTests {
+    @Test func sixteenBytesAreEightFourFourFourTwelveUpperCaseHex() {
+        let bytes: [UInt8] = [0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x42, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x55, 0x44, 0x00, 0xff]
+        #expect(APNsID.string(uuidBytes: bytes) == "123E4567-E89B-42D3-A456-4266554400FF")
+        #expect(APNsRequestValidator.isCanonicalUUID(APNsID.string(uuidBytes: bytes)))
+    }
+}
+
 /// A TLS connection that writes raw bytes (not necessarily HTTP/2) and waits for the server to close
 /// it (or gives up after a second).
 enum RawTLS {
