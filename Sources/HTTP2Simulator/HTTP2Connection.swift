@@ -8,12 +8,14 @@ import NIOHTTP2
 import NIOSSL
 import NIOTLS
 
-/// One client connection: its authentication, its stream limit, GOAWAY. Lives on the connection's
-/// event loop; it is also the last handler of the connection pipeline (HTTP/2 frames of stream 0 in,
-/// SETTINGS and GOAWAY out).
-final class HTTP2Connection: ChannelDuplexHandler {
+/// One client connection, at the frame level: `NIOHTTP2Handler` runs without a stream multiplexer
+/// and hands this handler the frames of every stream. It assembles each request from its HEADERS and
+/// DATA, answers it on the connection channel, and flushes once per read burst. (A multiplexer gives
+/// each stream a Channel and a pipeline of its own, which cost more than everything else the simulator
+/// does per request: README, "Benchmarks".) It also owns the connection's authentication, its stream
+/// limit and GOAWAY. Lives on the connection's event loop.
+final class HTTP2Connection: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
-    typealias OutboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
     let core: HTTP2Core
@@ -24,25 +26,57 @@ final class HTTP2Connection: ChannelDuplexHandler {
 
     /// The stream limit this connection enforces itself (REFUSED_STREAM beyond it); NIO's own limit is
     /// set above it because NIO treats an excess stream as a connection error.
-    private(set) var allowedStreams = 1
-    private var activeStreams = 0
-    private var highestStreamID = 0
+    private(set) var allowedStreams: Int
+    private var streamLimitRaised = false
+    private var highestStreamID: HTTP2StreamID = .rootStream
     private var goAwayLastStreamID: Int?
     private var closing = false
 
-    private enum CertificateState { case unknown, none, topic(String), unreadable }
+    /// A request being read: its header block and its body (bounded).
+    private struct RequestStream {
+        var headers: HPACKHeaders
+        var payload: [UInt8] = []
+        var answered = false
+        /// Body bytes read since this stream's flow-control window was last topped up.
+        var unacknowledged = 0
+    }
+    /// The admitted streams, until NIO reports each closed (`StreamClosedEvent`: answered, reset by
+    /// either side, or the connection gone). Their number is what the stream limit counts.
+    private var streams: [HTTP2StreamID: RequestStream] = [:]
+
+    /// Without a multiplexer NIO leaves inbound flow control to this handler: the connection window is
+    /// opened wide at the first frame and topped up with what was read; a stream's window is topped up
+    /// only for a body larger than one window (answered 413 once it ends).
+    private var windowOpened = false
+    private var connectionUnacknowledged = 0
+    static let initialConnectionWindow = 1 << 30
+    static let connectionWindowTopUp = 1 << 20
+    static let streamWindowTopUp = 1 << 15
+
+    /// Something was written since the last flush (flushed at the end of the read burst).
+    private var needsFlush = false
+    /// Records of this read burst, handed to the writer in one batch before the answers leave.
+    private var pendingLines: [UInt8] = []
+    private var pendingRecords: [HTTP2Record] = []
+
+    /// More than any push type may carry (5120 for voip): a longer body is answered 413 from the
+    /// bytes kept, and the rest is read and dropped, so a huge body costs no memory.
+    static let bodyLimit = APNsPushType.voip.maxPayloadBytes + 1
+
+    private enum CertificateState { case unknown, none, topic(String, auth: String), unreadable }
     private var certificate = CertificateState.unknown
 
     private struct CurrentToken {
         var jwt: Substring
         var teamID: String
         var keyID: String
+        /// `token:<team>/<key id>`, made once per token rather than once per record.
+        var auth: String
         var issuedAt: Int64
         var adoptedAt: ContinuousClock.Instant
     }
     private var token: CurrentToken?
     private var random: SplitMix64
-    private var lineScratch: [UInt8] = []
 
     /// NIO enforces this many; we advertise and enforce `allowedStreams`. The margin lets a client that
     /// overshoots by a few streams get REFUSED_STREAM (Apple's answer) instead of NIO's PROTOCOL_ERROR.
@@ -52,35 +86,28 @@ final class HTTP2Connection: ChannelDuplexHandler {
         self.core = core
         self.advertiser = advertiser
         id = core.nextConnectionNumber()
+        allowedStreams = core.configuration.initialMaxConcurrentStreams
+        advertiser.advertised = UInt32(allowedStreams)
         random = SplitMix64(seed: core.faults.seed &+ UInt64(id) &* 0x9E37_79B9)
     }
 
-    /// TLS is in place: adds the HTTP/2 handler (its multiplexer gives each stream a `RequestHandler`)
-    /// and this connection's own handlers.
+    /// TLS is in place: adds the HTTP/2 handler (frame level, no multiplexer) and this connection.
     static func configure(channel: any Channel, core: HTTP2Core) throws {
         let advertiser = SettingsAdvertiser()
         let connection = HTTP2Connection(core: core, advertiser: advertiser)
+        advertiser.connection = connection
         var settings = NIOHTTP2Handler.ConnectionConfiguration()
+        // Checked by `RequestHeaderBlock` in the pass that reads the request (our answers are well formed).
+        settings.headerBlockValidation = .disabled
         settings.initialSettings = [
-            HTTP2Setting(parameter: .maxConcurrentStreams, value: core.configuration.maxConcurrentStreams + streamMargin),
+            HTTP2Setting(
+                parameter: .maxConcurrentStreams,
+                value: max(core.configuration.initialMaxConcurrentStreams, core.configuration.maxConcurrentStreams) + streamMargin),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
         ]
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(advertiser)
-        let loopBound = NIOLoopBound(connection, eventLoop: channel.eventLoop)
-        _ = try sync.configureHTTP2Pipeline(
-            mode: .server, connectionConfiguration: settings, streamConfiguration: .init()
-        ) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                let connection = loopBound.value
-                let streamID = Int(try stream.syncOptions!.getOption(HTTP2StreamChannelOptions.streamID))
-                if connection.admit(streamID: streamID) {
-                    try stream.pipeline.syncOperations.addHandler(RequestHandler(connection: connection, streamID: streamID))
-                } else {
-                    try stream.pipeline.syncOperations.addHandler(RefuseStreamHandler())
-                }
-            }
-        }
+        try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings, streamConfiguration: .init()))
         try sync.addHandler(connection)
         core.register(connection.id, channel: channel, connection: connection)
     }
@@ -88,9 +115,11 @@ final class HTTP2Connection: ChannelDuplexHandler {
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
     func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}  // stream-0 frames: NIO has handled them
-
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let closed = event as? StreamClosedEvent {
+            if streams.removeValue(forKey: closed.streamID) != nil { streamEnded() }
+            return
+        }
         if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls {
             core.count { $0.connections += 1 }
         }
@@ -103,45 +132,182 @@ final class HTTP2Connection: ChannelDuplexHandler {
             context.close(promise: nil)
             return
         }
-        // HTTP/2 protocol errors: NIO has already sent GOAWAY or RST_STREAM as the RFC asks; a
-        // connection-level one closes the connection. Nothing here may bring the process down.
+        // HTTP/2 protocol errors: NIO has already sent GOAWAY or RST_STREAM as the RFC asks (a reset
+        // stream's end comes as StreamClosedEvent); a connection-level one closes the connection.
+        // Nothing here may bring the process down.
         core.logger.debug("HTTP/2 connection error", metadata: ["connection": "\(id)", "error": "\(error)"])
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        commitRecords()
         core.unregister(id)
         context.fireChannelInactive()
+    }
+
+    // MARK: frames
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        if !windowOpened {
+            // NIO passes frames up only after the client's preface: the connection is established.
+            windowOpened = true
+            write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.initialConnectionWindow)), context)
+        }
+        switch frame.payload {
+        case .headers(let h): receivedHeaders(h, stream: frame.streamID, context: context)
+        case .data(let d): receivedData(d, stream: frame.streamID, context: context)
+        default: break  // SETTINGS, PING, WINDOW_UPDATE, RST_STREAM, GOAWAY: NIO has acted on them.
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if connectionUnacknowledged >= Self.connectionWindowTopUp {
+            write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: connectionUnacknowledged)), context)
+            connectionUnacknowledged = 0
+        }
+        if needsFlush { flush(context) }
+        context.fireChannelReadComplete()
+    }
+
+    private func receivedHeaders(_ h: HTTP2Frame.FramePayload.Headers, stream id: HTTP2StreamID, context: ChannelHandlerContext) {
+        if id > highestStreamID {
+            // A new stream (a client's stream ids only grow).
+            highestStreamID = id
+            guard admit(streamID: Int(id)) else {
+                write(HTTP2Frame(streamID: id, payload: .rstStream(.refusedStream)), context)
+                return
+            }
+            streams[id] = RequestStream(headers: h.headers)
+            if h.endStream { finish(id, context: context) }
+        } else if h.endStream, let index = streams.index(forKey: id), !streams.values[index].answered {
+            // Trailers, which APNs does not use, ending the request.
+            finish(id, context: context)
+        }
+    }
+
+    private func receivedData(_ d: HTTP2Frame.FramePayload.Data, stream id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard case .byteBuffer(let bytes) = d.data else { return }
+        // What the frame took from the windows: its data, its padding and the pad-length byte.
+        let length = bytes.readableBytes + (d.paddingBytes.map { $0 + 1 } ?? 0)
+        connectionUnacknowledged += length
+        guard let index = streams.index(forKey: id), !streams.values[index].answered else { return }
+        let kept = streams.values[index].payload.count
+        if kept < Self.bodyLimit {
+            let take = min(bytes.readableBytes, Self.bodyLimit - kept)
+            streams.values[index].payload.append(contentsOf: bytes.readableBytesView.prefix(take))
+        }
+        if d.endStream {
+            finish(id, context: context)
+            return
+        }
+        streams.values[index].unacknowledged += length
+        let unacknowledged = streams.values[index].unacknowledged
+        if unacknowledged >= Self.streamWindowTopUp {
+            streams.values[index].unacknowledged = 0
+            write(HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: unacknowledged)), context)
+        }
+    }
+
+    /// The request on `id` is complete: process it and answer (after the scripted delay, if any).
+    private func finish(_ id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard let index = streams.index(forKey: id) else { return }
+        streams.values[index].answered = true
+        let headers = streams.values[index].headers
+        let payload = streams.values[index].payload
+        streams.values[index].payload = []
+        // From here on `streams` may change under us: writing an answer closes its stream.
+        let outcome = process(headers: headers, payload: payload, streamID: Int(id))
+        let faults = core.faults
+        let delay = faults.responseDelayMillis + core.drawMillis(upTo: faults.responseDelayMaxMillis)
+        if delay > 0 {
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(in: .milliseconds(Int64(delay))) {
+                let (connection, context) = loopBound.value
+                connection.answer(outcome, stream: id, context: context)
+                if connection.needsFlush { connection.flush(context) }
+            }
+        } else {
+            answer(outcome, stream: id, context: context)
+        }
+    }
+
+    private func answer(_ outcome: Outcome, stream id: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard !closing else { return }
+        switch outcome {
+        case .refuse:
+            write(HTTP2Frame(streamID: id, payload: .rstStream(.refusedStream)), context)
+        case .malformed:
+            write(HTTP2Frame(streamID: id, payload: .rstStream(.protocolError)), context)
+        case .accept(let apnsID, let after):
+            if after == .drop {
+                drop()
+                return
+            }
+            // A fresh apns-id each time: not indexed, so HPACK neither searches nor churns its table for it.
+            var head = HPACKHeaders()
+            head.add(name: ":status", value: "200")
+            head.add(name: APNsHeader.id, value: apnsID, indexing: .nonIndexable)
+            write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: true))), context)
+            if after == .goAway { goAway() }
+        case .reject(let reason, let apnsID, let timestamp):
+            let body = APNsErrorBody(reason: reason, timestamp: timestamp)
+            var buffer = context.channel.allocator.buffer(capacity: 64)
+            body.encode(into: &buffer)
+            let head = HPACKHeaders([
+                (":status", String(reason.status)), (APNsHeader.id, apnsID), ("content-type", "application/json"),
+                ("content-length", String(buffer.readableBytes)),
+            ])
+            write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: false))), context)
+            write(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: true))), context)
+        }
+    }
+
+    private func write(_ frame: HTTP2Frame, _ context: ChannelHandlerContext) {
+        needsFlush = true
+        context.write(wrapOutboundOut(frame), promise: nil)
+    }
+
+    /// (The records of the burst are committed on the way out: `SettingsAdvertiser.flush`.)
+    private func flush(_ context: ChannelHandlerContext) {
+        needsFlush = false
+        context.flush()
+    }
+
+    func commitRecords() {
+        guard !pendingLines.isEmpty || !pendingRecords.isEmpty else { return }
+        core.recorder.append(lines: pendingLines, records: pendingRecords)
+        pendingLines.removeAll(keepingCapacity: true)
+        pendingRecords.removeAll(keepingCapacity: true)
     }
 
     // MARK: streams
 
     /// A new stream: admitted while fewer than `allowedStreams` are open and no GOAWAY excludes it.
     func admit(streamID: Int) -> Bool {
-        highestStreamID = max(highestStreamID, streamID)
         if let last = goAwayLastStreamID, streamID > last {
             core.count { $0.refusedStreams += 1 }
             return false
         }
-        guard activeStreams < allowedStreams else {
+        guard streams.count < allowedStreams else {
             core.count { $0.refusedStreams += 1 }
             return false
         }
-        activeStreams += 1
         return true
     }
 
     /// An admitted stream has closed (answered, reset, or the connection went away).
-    func streamEnded() {
-        activeStreams -= 1
-        if goAwayLastStreamID != nil, activeStreams == 0 { closeNow() }
+    private func streamEnded() {
+        if goAwayLastStreamID != nil, streams.isEmpty { closeNow() }
     }
 
     // MARK: connection behaviour
 
-    /// After the first request with valid auth: SETTINGS_MAX_CONCURRENT_STREAMS goes from 1 to the
-    /// configured limit.
+    /// After the first request with valid auth: SETTINGS_MAX_CONCURRENT_STREAMS goes from the initial
+    /// limit (Apple's 1) to the configured one.
     private func raiseStreamLimit() {
-        guard allowedStreams == 1, core.configuration.maxConcurrentStreams != 1, let context else { return }
+        guard !streamLimitRaised, let context else { return }
+        streamLimitRaised = true
+        guard core.configuration.maxConcurrentStreams != allowedStreams else { return }
         allowedStreams = core.configuration.maxConcurrentStreams
         advertiser.advertised = UInt32(allowedStreams)
         let frame = HTTP2Frame(
@@ -149,26 +315,27 @@ final class HTTP2Connection: ChannelDuplexHandler {
             payload: .settings(.settings([
                 HTTP2Setting(parameter: .maxConcurrentStreams, value: allowedStreams + Self.streamMargin)
             ])))
-        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+        write(frame, context)
     }
 
     /// GOAWAY `{"reason":"Shutdown"}` naming the highest stream this connection has seen: every stream
     /// up to it is answered, none above it is processed; the connection closes when the last is answered.
     func goAway() {
         guard goAwayLastStreamID == nil, !closing, let context else { return }
-        goAwayLastStreamID = highestStreamID
+        goAwayLastStreamID = Int(highestStreamID)
         core.count { $0.goAways += 1 }
         var data = context.channel.allocator.buffer(capacity: core.shutdownBody.count)
         data.writeBytes(core.shutdownBody)
         let frame = HTTP2Frame(
-            streamID: .rootStream,
-            payload: .goAway(lastStreamID: HTTP2StreamID(highestStreamID), errorCode: .noError, opaqueData: data))
-        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
-        if activeStreams == 0 { closeNow() }
+            streamID: .rootStream, payload: .goAway(lastStreamID: highestStreamID, errorCode: .noError, opaqueData: data))
+        write(frame, context)
+        flush(context)
+        if streams.isEmpty { closeNow() }
     }
 
-    /// Abrupt close: no GOAWAY, no pending response.
+    /// Abrupt close: no GOAWAY, no pending response (what was accepted is recorded).
     func drop() {
+        commitRecords()
         core.count { $0.abruptCloses += 1 }
         closing = true
         context?.channel.close(mode: .all, promise: nil)
@@ -178,7 +345,7 @@ final class HTTP2Connection: ChannelDuplexHandler {
         guard !closing, let context else { return }
         closing = true
         // Flush first so the last responses and the GOAWAY leave before the close.
-        context.channel.flush()
+        flush(context)
         context.channel.close(promise: nil)
     }
 
@@ -189,6 +356,8 @@ final class HTTP2Connection: ChannelDuplexHandler {
         case reject(APNsReason, apnsID: String, timestamp: Int64?)
         /// A stream above the GOAWAY's last stream id: RST_STREAM REFUSED_STREAM, nothing recorded.
         case refuse
+        /// A malformed header block (RFC 9113 § 8.1.1): RST_STREAM PROTOCOL_ERROR, nothing recorded.
+        case malformed
     }
 
     enum AfterAccept { case none, goAway, drop }
@@ -196,35 +365,34 @@ final class HTTP2Connection: ChannelDuplexHandler {
     /// Apple's contract, then authentication, then the fault script; records what it accepts.
     func process(headers: HPACKHeaders, payload: [UInt8], streamID: Int) -> Outcome {
         if let last = goAwayLastStreamID, streamID > last { return .refuse }
+        guard let block = RequestHeaderBlock(headers) else { return .malformed }
         let certTopic = certificateTopic()
         if case .unreadable = certificate { return reject(.badCertificate, nil) }
-        let regular = headers.lazy.filter { !$0.name.hasPrefix(":") }.map { ($0.name, $0.value) }
+        let regular = block.fields
         let request: APNsRequest
-        switch validator.validate(
-            method: headers.first(name: ":method"), path: headers.first(name: ":path"), headers: regular,
-            payload: payload, requireTopic: certTopic == nil)
-        {
+        switch validator.validate(method: block.method, path: block.path, headers: regular, payload: payload, requireTopic: certTopic == nil) {
         case .failure(let rejection):
-            let sentID = headers.first(name: APNsHeader.id).flatMap { APNsRequestValidator.isCanonicalUUID($0) ? $0 : nil }
+            let sentID = regular.first { $0.0 == APNsHeader.id }.flatMap { APNsRequestValidator.isCanonicalUUID($0.1) ? $0.1 : nil }
             return reject(rejection.reason, sentID)
         case .success(let r): request = r
         }
         let apnsID = request.apnsID ?? makeUUID()
         let bundle = request.topic.flatMap { request.effectivePushType.bundleID(fromTopic: $0) }
+        let nowMillis = Int64(Date().timeIntervalSince1970 * 1000)
 
         // Authentication.
         let app: String
         let auth: String
         if let certTopic {
             // mdm topics are not the bundle id; everything else must be the certificate's app.
-            if let bundle, bundle != certTopic, request.pushType != .mdm { return reject(.topicDisallowed, apnsID) }
-            app = certTopic
-            auth = "cert:" + certTopic
+            if let bundle, bundle != certTopic.topic, request.pushType != .mdm { return reject(.topicDisallowed, apnsID) }
+            app = certTopic.topic
+            auth = certTopic.auth
         } else {
             guard let authorization = request.authorization else { return reject(.missingProviderToken, apnsID) }
-            switch checkToken(authorization) {
+            switch checkToken(authorization, now: nowMillis / 1000) {
             case .failure(let reason): return reject(reason, apnsID)
-            case .success(let t): auth = "token:\(t.teamID)/\(t.keyID)"
+            case .success(let a): auth = a
             }
             app = bundle ?? request.topic ?? ""
         }
@@ -236,25 +404,23 @@ final class HTTP2Connection: ChannelDuplexHandler {
         if let owner = core.tokenTopics[token], owner != app { return reject(.deviceTokenNotForTopic, apnsID) }
         if let stamp = core.unregistered[token] { return reject(.unregistered, apnsID, timestamp: stamp) }
         if core.expiredTokens.contains(token) { return reject(.expiredToken, apnsID) }
-        let nowMillis = Int64(Date().timeIntervalSince1970 * 1000)
         if core.overTokenRate(token, nowMillis: nowMillis) || core.draw(core.faults.tooManyRequestsRate) {
             return reject(.tooManyRequests, apnsID)
         }
         if core.draw(core.faults.internalServerErrorRate) { return reject(.internalServerError, apnsID) }
         if core.draw(core.faults.serviceUnavailableRate) { return reject(.serviceUnavailable, apnsID) }
 
-        // Accepted.
+        // Accepted: recorded in this read burst's batch (committed before the answers are flushed).
         if core.recorder.isEnabled {
-            let record = HTTP2Record(
-                time: nowMillis, connection: id, stream: streamID, app: app, token: token.hex,
-                payloadHash: PayloadFacts.hash(payload), jobID: PayloadFacts.jobID(in: payload), apnsID: apnsID,
+            let accepted = AcceptedRequest(
+                time: nowMillis, connection: id, stream: streamID, app: app, token: token,
+                payloadHash: AcceptedRequest.hash(payload), jobID: PayloadFacts.jobID(in: payload), apnsID: apnsID,
                 collapseID: request.collapseID, pushType: request.pushType?.rawValue, priority: request.priority?.rawValue,
                 expiration: request.expiration, auth: auth)
-            lineScratch.removeAll(keepingCapacity: true)
-            record.appendLine(to: &lineScratch)
-            core.recorder.append(lines: lineScratch, records: [record])
+            if core.configuration.recordsPath != nil { accepted.appendLine(to: &pendingLines) }
+            if core.configuration.keepRecordsInMemory { pendingRecords.append(accepted.record) }
         }
-        core.count { $0.byStatus[200, default: 0] += 1 }
+        // The 200s are counted by this atomic, not under the totals' lock.
         let n = core.nextAccepted()
         var after = AfterAccept.none
         if let every = core.faults.dropEvery, n % every == 0 {
@@ -274,16 +440,16 @@ final class HTTP2Connection: ChannelDuplexHandler {
     }
 
     /// The app topic of the client certificate, read once per connection (nil: no certificate, token auth).
-    private func certificateTopic() -> String? {
+    private func certificateTopic() -> (topic: String, auth: String)? {
         switch certificate {
-        case .topic(let t): return t
+        case .topic(let t, let auth): return (t, auth)
         case .none, .unreadable: return nil
         case .unknown:
             let peer = try? context?.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate
             if let peer {
                 if let topic = (try? peer.toDERBytes()).flatMap({ CertificateTopic.topic(fromDER: $0) }) {
-                    certificate = .topic(topic)
-                    return topic
+                    certificate = .topic(topic, auth: "cert:" + topic)
+                    return (topic, "cert:" + topic)
                 }
                 certificate = .unreadable
                 return nil
@@ -295,14 +461,14 @@ final class HTTP2Connection: ChannelDuplexHandler {
 
     /// `authorization: bearer <JWT>`. The verified token is kept per connection, so the signature is
     /// checked once per token, not per request; its age is checked every time.
-    private func checkToken(_ header: String) -> Result<(teamID: String, keyID: String), APNsReason> {
+    /// Answers the record's `auth` (`token:<team>/<key id>`) or the reason for refusing.
+    private func checkToken(_ header: String, now: Int64) -> Result<String, APNsReason> {
         let scheme = header.prefix(7)
         guard scheme == "bearer " || scheme == "Bearer " else { return .failure(.invalidProviderToken) }
         let jwt = header.dropFirst(7)
-        let now = Int64(Date().timeIntervalSince1970)
         if let current = token, current.jwt == jwt {
             if now - current.issuedAt > core.verifier.maxAge { return .failure(.expiredProviderToken) }
-            return .success((current.teamID, current.keyID))
+            return .success(current.auth)
         }
         switch core.verifier.verify(jwt, now: now) {
         case .malformed, .unknownKey, .badSignature: return .failure(.invalidProviderToken)
@@ -317,15 +483,16 @@ final class HTTP2Connection: ChannelDuplexHandler {
                 // an update.
                 if current.keyID == keyID, current.issuedAt == issuedAt {
                     token?.jwt = jwt
-                    return .success((teamID, keyID))
+                    return .success(current.auth)
                 }
                 let interval = core.configuration.tokenRefreshIntervalSeconds
                 if clock - current.adoptedAt < .nanoseconds(Int64(interval * 1e9)) {
                     return .failure(.tooManyProviderTokenUpdates)
                 }
             }
-            token = CurrentToken(jwt: jwt, teamID: teamID, keyID: keyID, issuedAt: issuedAt, adoptedAt: clock)
-            return .success((teamID, keyID))
+            let auth = "token:\(teamID)/\(keyID)"
+            token = CurrentToken(jwt: jwt, teamID: teamID, keyID: keyID, auth: auth, issuedAt: issuedAt, adoptedAt: clock)
+            return .success(auth)
         }
     }
 
@@ -340,27 +507,54 @@ final class HTTP2Connection: ChannelDuplexHandler {
         }
         bytes[6] = bytes[6] & 0x0F | 0x40
         bytes[8] = bytes[8] & 0x3F | 0x80
-        let digits = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(36)
-        for (i, byte) in bytes.enumerated() {
-            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        return APNsID.string(uuidBytes: bytes)
     }
 }
 
 /// Rewrites SETTINGS_MAX_CONCURRENT_STREAMS in the SETTINGS frames NIO writes to the value this
 /// connection advertises (1 until the first authenticated request, then the configured limit), while
 /// NIO itself enforces a higher one; see `HTTP2Connection.streamMargin`. Sits between TLS and the
-/// HTTP/2 handler and follows frame boundaries through the outbound byte stream.
+/// HTTP/2 handler and follows frame boundaries through the outbound byte stream. Being the last
+/// handler before TLS, it also hands the connection's pending records to the writer before any flush
+/// (NIO's HTTP/2 handler flushes on its own at the end of a read burst): a client that has its answer
+/// finds the notification recorded. And it gathers the frames written between two flushes into one
+/// buffer: TLS seals each write it is given as a record of its own, and a read burst's answers are
+/// many frames of ~50 bytes.
 final class SettingsAdvertiser: ChannelOutboundHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
     var advertised: UInt32 = 1
+    weak var connection: HTTP2Connection?
+    private var gathered: ByteBuffer?
+    private var promises: [EventLoopPromise<Void>] = []
+
+    func flush(context: ChannelHandlerContext) {
+        connection?.commitRecords()
+        if let bytes = gathered {
+            gathered = nil
+            var promise: EventLoopPromise<Void>?
+            if !promises.isEmpty {
+                promise = context.eventLoop.makePromise()
+                let waiting = promises
+                promises.removeAll()
+                promise!.futureResult.whenComplete { result in
+                    for p in waiting { p.completeWith(result) }
+                }
+            }
+            context.write(wrapOutboundOut(bytes), promise: promise)
+        }
+        context.flush()
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        // What was never flushed is dropped, as the channel would drop it.
+        gathered = nil
+        let waiting = promises
+        promises.removeAll()
+        for p in waiting { p.fail(ChannelError.ioOnClosedChannel) }
+        context.close(mode: mode, promise: promise)
+    }
     /// Bytes of the current frame's payload still to pass.
     private var skip = 0
     /// A frame header split across writes (NIO does not do that today; followed anyway).
@@ -403,32 +597,10 @@ final class SettingsAdvertiser: ChannelOutboundHandler {
             }
             skip = length
         }
-        context.write(wrapOutboundOut(buffer), promise: promise)
-    }
-}
-
-/// A stream beyond the limit: RST_STREAM REFUSED_STREAM ("the stream was not processed"), so the client
-/// may retry it.
-final class RefuseStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
-
-    private var refused = false
-
-    func channelActive(context: ChannelHandlerContext) {
-        refuse(context: context)
-        context.fireChannelActive()
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { refuse(context: context) }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
-
-    private func refuse(context: ChannelHandlerContext) {
-        guard !refused else { return }
-        refused = true
-        context.writeAndFlush(wrapOutboundOut(.rstStream(.refusedStream)), promise: nil)
+        if gathered == nil {
+            gathered = context.channel.allocator.buffer(capacity: max(4096, buffer.readableBytes))
+        }
+        gathered!.writeBuffer(&buffer)
+        if let promise { promises.append(promise) }
     }
 }

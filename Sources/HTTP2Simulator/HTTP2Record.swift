@@ -30,40 +30,113 @@ public struct HTTP2Record: Sendable, Hashable, Codable {
         case time = "t", connection = "conn", app, token, payloadHash = "payload_hash", jobID = "job"
         case apnsID = "apns_id", collapseID = "collapse_id", pushType = "push_type", priority, expiration, auth, stream
     }
+}
 
-    /// The NDJSON line, by hand: this runs for every accepted notification.
+/// An accepted request as the connection knows it, before any of it becomes a String: the NDJSON
+/// line is written from these values (this runs for every accepted notification), and an
+/// `HTTP2Record` is made only when records are kept in memory.
+struct AcceptedRequest {
+    var time: Int64
+    var connection: Int
+    var stream: Int
+    var app: String
+    var token: DeviceToken
+    var payloadHash: UInt64
+    var jobID: String?
+    var apnsID: String
+    var collapseID: String?
+    var pushType: String?
+    var priority: Int?
+    var expiration: Int64?
+    var auth: String
+
+    /// FNV-1a 64 of the payload: the binary simulator's `payload_hash` (`PayloadFacts.hash`), over a
+    /// concrete array so that it is specialized (the generic one costs ~1 µs per notification here).
+    static func hash(_ payload: [UInt8]) -> UInt64 {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in payload {
+            h ^= UInt64(b)
+            h &*= 0x0000_0100_0000_01B3
+        }
+        return h
+    }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    var record: HTTP2Record {
+        var hash: [UInt8] = []
+        Self.appendHex(payloadHash, &hash)
+        return HTTP2Record(
+            time: time, connection: connection, stream: stream, app: app, token: token.hex,
+            payloadHash: String(decoding: hash, as: UTF8.self), jobID: jobID, apnsID: apnsID, collapseID: collapseID,
+            pushType: pushType, priority: priority, expiration: expiration, auth: auth)
+    }
+
+    /// The NDJSON line: the binary simulator's fields (`id` and `cmd` null) and the HTTP/2 ones.
     func appendLine(to out: inout [UInt8]) {
         out.append(contentsOf: #"{"t":"#.utf8)
-        out.append(contentsOf: String(time).utf8)
+        Self.appendDecimal(time, &out)
         out.append(contentsOf: #","conn":"#.utf8)
-        out.append(contentsOf: String(connection).utf8)
+        Self.appendDecimal(Int64(connection), &out)
         out.append(contentsOf: #","app":"#.utf8)
-        JSONWriter.writeString(app, into: &out)
+        Self.appendString(app, &out)
         out.append(contentsOf: #","token":""#.utf8)
-        out.append(contentsOf: token.utf8)
+        token.withBytes { raw in
+            for byte in raw {
+                out.append(Self.hexDigits[Int(byte >> 4)])
+                out.append(Self.hexDigits[Int(byte & 0x0F)])
+            }
+        }
         out.append(contentsOf: #"","id":null,"cmd":null,"payload_hash":""#.utf8)
-        out.append(contentsOf: payloadHash.utf8)
+        Self.appendHex(payloadHash, &out)
         out.append(contentsOf: #"","job":"#.utf8)
         Self.optional(jobID, &out)
         out.append(contentsOf: #","apns_id":"#.utf8)
-        JSONWriter.writeString(apnsID, into: &out)
+        Self.appendString(apnsID, &out)
         out.append(contentsOf: #","collapse_id":"#.utf8)
         Self.optional(collapseID, &out)
         out.append(contentsOf: #","push_type":"#.utf8)
         Self.optional(pushType, &out)
         out.append(contentsOf: #","priority":"#.utf8)
-        out.append(contentsOf: (priority.map { String($0) } ?? "null").utf8)
+        if let priority { Self.appendDecimal(Int64(priority), &out) } else { out.append(contentsOf: "null".utf8) }
         out.append(contentsOf: #","expiration":"#.utf8)
-        out.append(contentsOf: (expiration.map { String($0) } ?? "null").utf8)
+        if let expiration { Self.appendDecimal(expiration, &out) } else { out.append(contentsOf: "null".utf8) }
         out.append(contentsOf: #","auth":"#.utf8)
-        JSONWriter.writeString(auth, into: &out)
+        Self.appendString(auth, &out)
         out.append(contentsOf: #","stream":"#.utf8)
-        out.append(contentsOf: String(stream).utf8)
+        Self.appendDecimal(Int64(stream), &out)
         out.append(contentsOf: "}\n".utf8)
     }
 
+    /// 16 lower-case hex digits, zero-padded (as `PayloadFacts.hash` writes them).
+    static func appendHex(_ value: UInt64, _ out: inout [UInt8]) {
+        for shift in stride(from: 60, through: 0, by: -4) {
+            out.append(hexDigits[Int((value >> UInt64(shift)) & 0xF)])
+        }
+    }
+
+    /// Decimal digits (a String of up to 15 bytes is stored inline: no allocation).
+    static func appendDecimal(_ value: Int64, _ out: inout [UInt8]) {
+        out.append(contentsOf: String(value).utf8)
+    }
+
+    /// A JSON string: printable ASCII without a quote or a backslash (topics, ids, UUIDs: nearly always) copied
+    /// as is, anything else through `JSONWriter` (whose generic sink is not specialized here).
+    static func appendString(_ s: String, _ out: inout [UInt8]) {
+        let plain = RequestHeaderBlock.allBytes(of: s) {
+            $0 >= 0x20 && $0 <= 0x7E && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\")
+        }
+        guard plain else {
+            JSONWriter.writeString(s, into: &out)
+            return
+        }
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: s.utf8)
+        out.append(UInt8(ascii: "\""))
+    }
+
     private static func optional(_ s: String?, _ out: inout [UInt8]) {
-        if let s { JSONWriter.writeString(s, into: &out) } else { out.append(contentsOf: "null".utf8) }
+        if let s { appendString(s, &out) } else { out.append(contentsOf: "null".utf8) }
     }
 }
 

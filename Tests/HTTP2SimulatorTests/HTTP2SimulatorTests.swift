@@ -3,6 +3,7 @@ import APNsTransport
 import Foundation
 import HTTP2Simulator
 import NIOCore
+import NIOHPACK
 import NIOHTTP2
 import NIOPosix
 import NIOSSL
@@ -353,6 +354,48 @@ import Testing
         let c = try await f.tokenClient()
         #expect(try await f.send(c).status == 200)
         try await f.shutdown()
+    }
+}
+
+/// The RFC 9113 checks the simulator makes itself (NIO's header-block validation is off for speed).
+@Suite struct RequestHeaderBlockTests {
+    let base: [(String, String)] = [(":method", "POST"), (":scheme", "https"), (":path", "/3/device/ab"), (":authority", "x")]
+
+    func block(_ pairs: [(String, String)]) -> RequestHeaderBlock? { RequestHeaderBlock(HPACKHeaders(pairs)) }
+
+    @Test func aWellFormedBlockIsSplit() throws {
+        let b = try #require(block(base + [("apns-topic", "com.example.shop"), ("te", "trailers")]))
+        #expect(b.method == "POST" && b.path == "/3/device/ab")
+        #expect(b.fields.map(\.0) == ["apns-topic", "te"])
+    }
+
+    @Test func malformedBlocksAreRefused() {
+        let bad: [[(String, String)]] = [
+            base + [("Apns-Topic", "x")],  // upper case
+            base + [("apns topic", "x")],  // illegal name
+            base + [("apns-topic", "x"), (":method", "POST")],  // pseudo-header after a regular field
+            base + [(":status", "200")],  // response pseudo-header
+            base + [(":method", "POST")],  // repeated
+            Array(base.dropFirst()),  // no :method
+            base.filter { $0.0 != ":scheme" },  // no :scheme
+            base.filter { $0.0 != ":path" },  // no :path
+            [(":method", "POST"), (":scheme", "https"), (":path", "")],  // empty :path
+            base + [("connection", "close")],
+            base + [("transfer-encoding", "chunked")],
+            base + [("te", "gzip")],
+            base + [("apns-topic", "a\r\nb")],
+            base + [("apns-topic", " padded")],
+        ]
+        for pairs in bad { #expect(block(pairs) == nil, "\(pairs)") }
+    }
+}
+
+/// The apns-id formatter the simulator and the sender share.
+@Suite struct APNsIDTests {
+    @Test func sixteenBytesAreEightFourFourFourTwelveUpperCaseHex() {
+        let bytes: [UInt8] = [0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x42, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x55, 0x44, 0x00, 0xff]
+        #expect(APNsID.string(uuidBytes: bytes) == "123E4567-E89B-42D3-A456-4266554400FF")
+        #expect(APNsRequestValidator.isCanonicalUUID(APNsID.string(uuidBytes: bytes)))
     }
 }
 

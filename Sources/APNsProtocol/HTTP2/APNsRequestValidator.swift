@@ -54,15 +54,17 @@ public struct APNsRequestValidator: Sendable {
     public init() {}
 
     /// `requireTopic`: true on token-based connections ("MissingTopic: The apns-topic header of the
-    /// request isn't specified and is required"); a certificate connection may omit it.
+    /// request isn't specified and is required"); a certificate connection may omit it. `headers` is an
+    /// array, not `some Sequence`: a public generic is not specialized across modules, and the
+    /// simulator runs this for every request it answers.
     public func validate(
-        method: String?, path: String?, headers: some Sequence<(String, String)>, payload: [UInt8], requireTopic: Bool
+        method: String?, path: String?, headers: [(String, String)], payload: [UInt8], requireTopic: Bool
     ) -> Result<APNsRequest, APNsRejection> {
         payload.withUnsafeBytes { validate(method: method, path: path, headers: headers, payload: $0, requireTopic: requireTopic) }
     }
 
     public func validate(
-        method: String?, path: String?, headers: some Sequence<(String, String)>, payload: UnsafeRawBufferPointer,
+        method: String?, path: String?, headers: [(String, String)], payload: UnsafeRawBufferPointer,
         requireTopic: Bool
     ) -> Result<APNsRequest, APNsRejection> {
         guard method == "POST" else { return .failure(APNsRejection(.methodNotAllowed)) }

@@ -61,15 +61,7 @@ struct HTTP2Request: Equatable, Sendable {
         var bytes = Array(SHA256.hash(data: Array(jobID.utf8)).prefix(16))
         bytes[6] = (bytes[6] & 0x0F) | 0x80  // version 8
         bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 9562 variant
-        let hex: [UInt8] = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(36)
-        for (i, b) in bytes.enumerated() {
-            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(hex[Int(b >> 4)])
-            out.append(hex[Int(b & 0x0F)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        return APNsID.string(uuidBytes: bytes)
     }
 
     /// `background` when the payload's `aps` holds nothing but `content-available` (a silent push:

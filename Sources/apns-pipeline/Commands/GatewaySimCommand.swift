@@ -65,6 +65,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
     var tokenKey: [String] = []
     @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS after the first authenticated request.")
     var maxConcurrentStreams: Int = 1000
+    @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS until then (Apple: 1; a load generator that opens many streams at once, such as h2load, needs more).")
+    var initialMaxConcurrentStreams: Int = 1
     @Option(help: "HTTP/2: oldest acceptable token iat, seconds.") var tokenMaxAgeSeconds: Int64 = 3600
     @Option(help: "HTTP/2: 429 TooManyProviderTokenUpdates when a connection changes token sooner than this, seconds.")
     var tokenRefreshIntervalSeconds: Double = 1200
@@ -83,20 +85,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
         if wireProtocol == .http2 { return try await runHTTP2() }
         let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
-        var script = FaultScript()
-        if let faults {
-            do {
-                script = try JSONDecoder().decode(FaultScript.self, from: Data(contentsOf: URL(fileURLWithPath: faults)))
-            } catch {
-                throw ValidationError("fault file \(faults): \(error)")
-            }
-        }
-        if let invalidTokens { script.invalidTokens.formUnion(try Self.tokens(in: invalidTokens)) }
-        if let uninstalledTokens { script.uninstalledTokens.formUnion(try Self.tokens(in: uninstalledTokens)) }
+        var script = try faultScript(FaultScript())
         if let processingErrorRate { script.processingErrorRate = processingErrorRate }
-        if let shutdownEvery { script.shutdownEvery = shutdownEvery }
-        if let dropEvery { script.dropEvery = dropEvery }
-        if let seed { script.seed = seed }
 
         var config = SimulatorConfiguration(tls: .testCertificates(in: certs))
         config.host = host
@@ -116,7 +106,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
             try Data((line + "\n").utf8).write(to: URL(fileURLWithPath: portsFile), options: .atomic)
         }
 
-        signals.on(SIGUSR1) { Self.printTotals(simulator) }
+        signals.on(SIGUSR1) { Self.printTotals(simulator.totals) }
         signals.on(SIGUSR2) { simulator.shutdownConnections() }
         var ticker: Task<Void, Never>?
         if let seconds = shutdownIntervalSeconds {
@@ -130,40 +120,20 @@ struct GatewaySimCommand: AsyncParsableCommand {
         _ = await signals.wait()
         ticker?.cancel()
         try await simulator.stop()
-        Self.printTotals(simulator)
-    }
-
-    static func printTotals(_ simulator: GatewaySimulator) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        if let data = try? encoder.encode(simulator.totals) {
-            FileHandle.standardOutput.write(data + Data("\n".utf8))
-        }
+        Self.printTotals(simulator.totals)
     }
 
     func runHTTP2() async throws {
         let signals = SignalWaiter(signals: [SIGINT, SIGTERM])
-        var script = HTTP2FaultScript()
-        if let faults {
-            do {
-                script = try JSONDecoder().decode(HTTP2FaultScript.self, from: Data(contentsOf: URL(fileURLWithPath: faults)))
-            } catch {
-                throw ValidationError("fault file \(faults): \(error)")
-            }
-        }
-        if let invalidTokens { script.invalidTokens.formUnion(try Self.tokens(in: invalidTokens)) }
-        if let uninstalledTokens { script.uninstalledTokens.formUnion(try Self.tokens(in: uninstalledTokens)) }
+        var script = try faultScript(HTTP2FaultScript())
         if let expiredTokens { script.expiredTokens.formUnion(try Self.tokens(in: expiredTokens)) }
         if let unregisteredTimestampMs { script.unregisteredTimestampMillis = unregisteredTimestampMs }
         if let tooManyRequestsPerToken { script.tooManyRequestsPerToken = tooManyRequestsPerToken }
         if let rate = internalServerErrorRate ?? processingErrorRate { script.internalServerErrorRate = rate }
         if let serviceUnavailableRate { script.serviceUnavailableRate = serviceUnavailableRate }
-        if let shutdownEvery { script.shutdownEvery = shutdownEvery }
         if let shutdownIntervalSeconds { script.shutdownIntervalSeconds = shutdownIntervalSeconds }
-        if let dropEvery { script.dropEvery = dropEvery }
         if let responseDelayMs { script.responseDelayMillis = responseDelayMs }
         if let responseDelayMaxMs { script.responseDelayMaxMillis = responseDelayMaxMs }
-        if let seed { script.seed = seed }
 
         var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: certs))
         config.host = host
@@ -172,6 +142,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         config.faults = script
         config.threads = threads
         config.maxConcurrentStreams = maxConcurrentStreams
+        config.initialMaxConcurrentStreams = initialMaxConcurrentStreams
         config.tokenMaxAgeSeconds = tokenMaxAgeSeconds
         config.tokenRefreshIntervalSeconds = tokenRefreshIntervalSeconds
         for spec in tokenKey {
@@ -200,6 +171,25 @@ struct GatewaySimCommand: AsyncParsableCommand {
         Self.printTotals(simulator.totals)
     }
 
+    /// The fault file (`--faults`) read as the script of the protocol simulated, with the flags both
+    /// simulators share applied on top (flags win): one place reads the file and the token lists.
+    func faultScript<Script: SharedFaultFlags>(_ empty: Script) throws -> Script {
+        var script = empty
+        if let faults {
+            do {
+                script = try JSONDecoder().decode(Script.self, from: Data(contentsOf: URL(fileURLWithPath: faults)))
+            } catch {
+                throw ValidationError("fault file \(faults): \(error)")
+            }
+        }
+        if let invalidTokens { script.invalidTokens.formUnion(try Self.tokens(in: invalidTokens)) }
+        if let uninstalledTokens { script.uninstalledTokens.formUnion(try Self.tokens(in: uninstalledTokens)) }
+        if let shutdownEvery { script.shutdownEvery = shutdownEvery }
+        if let dropEvery { script.dropEvery = dropEvery }
+        if let seed { script.seed = seed }
+        return script
+    }
+
     static func printTotals(_ totals: some Encodable) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
@@ -223,3 +213,15 @@ struct GatewaySimCommand: AsyncParsableCommand {
         return out
     }
 }
+
+/// The fault-script fields both simulators have under the same keys and flags.
+protocol SharedFaultFlags: Decodable {
+    var invalidTokens: Set<String> { get set }
+    var uninstalledTokens: Set<String> { get set }
+    var shutdownEvery: Int? { get set }
+    var dropEvery: Int? { get set }
+    var seed: UInt64 { get set }
+}
+
+extension FaultScript: SharedFaultFlags {}
+extension HTTP2FaultScript: SharedFaultFlags {}
