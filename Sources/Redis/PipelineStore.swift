@@ -88,6 +88,14 @@ public struct PipelineStore: Sendable {
 
     public static func epochNow() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
+    /// How long a campaign's job marks (`…:jobs:published:*`, `…:jobs:counted:*`) live after their last
+    /// write: as long as the longest-lived dedup record, the mark of its accepted jobs. A campaign
+    /// published again after that is a new run: its jobs are sent again (dedup expired) and count again,
+    /// in `jobs` as in `jobs_settled`.
+    public var jobMarkRetention: Int64 {
+        configuration.dedupRetention.components.seconds + max(1, configuration.dedupBucketWidth.components.seconds)
+    }
+
     public static func newBatchID() -> String { UUID().uuidString.lowercased() }
 
     // MARK: Gate
@@ -197,16 +205,24 @@ public struct PipelineStore: Sendable {
         let width = max(1, configuration.dedupBucketWidth.components.seconds)
         let bucket = Self.floorDivide(batch.settledAt, width)
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
+        writes.countedTTL = jobMarkRetention
         for outcome in batch.outcomes {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
             if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
+            let fingerprint = JobFingerprint(jobID: outcome.jobID)
+            var dedupRecord = 0
             if outcome.kind == .accepted {
-                let fingerprint = JobFingerprint(jobID: outcome.jobID)
                 let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
-                writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
+                dedupRecord = writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
+            }
+            // Per-job progress: counted by the script if this is the job's first settlement (Scripts.apply).
+            if let campaign = outcome.campaign, let field = CampaignField.jobs(outcome.kind) {
+                writes.progress(
+                    campaign: keys.campaign(campaign), counted: keys.countedJobs(campaign: campaign), field: field.rawValue,
+                    member: fingerprint.member, dedupRecord: dedupRecord)
             }
             if let suppression = outcome.suppressToken {
                 writes.suppress(
@@ -267,7 +283,50 @@ public struct PipelineStore: Sendable {
 
     // MARK: Counters
 
-    /// Adds `count` to the campaign's `published` field, exactly once even if the call is retried.
+    /// Starts a publish of `campaign`: notes the time (`publish_started_ms`, so `campaign wait` is not done
+    /// while it runs) and fixes, at its first publish, how many sets hold its job marks: about 400 marks
+    /// per set (compact intsets) for `expectedJobs`. Returns that number, for ``recordPublished(campaign:jobIDs:messages:markSets:)``.
+    public func beginPublish(campaign: String, expectedJobs: Int, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws -> Int {
+        let key = keys.campaign(campaign)
+        let sets = max(1, (expectedJobs + 399) / 400)
+        let replies = try await client.pipeline([
+            RedisCommand("HSET", key, CampaignField.publishStartedMs.rawValue, String(nowMs)),
+            RedisCommand("HSETNX", key, CampaignField.jobMarkSets.rawValue, String(sets)),
+            RedisCommand("HGET", key, CampaignField.jobMarkSets.rawValue),
+        ])
+        guard let stored = replies[2].integer, stored > 0 else { throw RedisError.unexpectedReply("job_mark_sets: \(replies[2])") }
+        return Int(stored)
+    }
+
+    /// Ends a publish of `campaign` (`publish_finished_ms`).
+    public func finishPublish(campaign: String, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws {
+        _ = try await client.send(RedisCommand("HSET", keys.campaign(campaign), CampaignField.publishFinishedMs.rawValue, String(nowMs)))
+    }
+
+    /// Records a batch of published jobs: `messages` (default: one per id) to `published`, and the ids
+    /// never published before in this campaign to `jobs` (marked in `…:jobs:published:<id>:<set>`,
+    /// `markSets` from ``beginPublish(campaign:expectedJobs:nowMs:)``). Exactly once even if retried. One
+    /// round trip. Returns how many ids were new.
+    @discardableResult
+    public func recordPublished(campaign: String, jobIDs: [String], messages: Int? = nil, markSets: Int) async throws -> Int {
+        var arguments = RedisArguments()
+        arguments.append(keys.batch(Self.newBatchID()))
+        arguments.append(configuration.batchMarkerRetention.components.seconds)
+        arguments.append(keys.campaign(campaign))
+        arguments.append(messages ?? jobIDs.count)
+        arguments.append(jobMarkRetention)
+        for id in jobIDs {
+            let fingerprint = JobFingerprint(jobID: id)
+            arguments.append(keys.publishedJobs(campaign: campaign, set: fingerprint.subBucket(of: max(1, markSets))))
+            arguments.append(fingerprint.member)
+        }
+        let reply = try await client.eval(Scripts.publish, arguments: arguments)
+        guard let new = reply.integer else { throw RedisError.unexpectedReply("publish: \(reply)") }
+        return max(0, Int(new))
+    }
+
+    /// Adds `count` to the campaign's `published` field, exactly once even if the call is retried. (Only
+    /// messages: `jobs`, the base of per-job progress, comes from ``recordPublished(campaign:jobIDs:messages:markSets:)``.)
     public func incrementPublished(campaign: String, by count: Int) async throws {
         var writes = Writes(marker: keys.batch(Self.newBatchID()), markerTTL: configuration.batchMarkerRetention.components.seconds)
         writes.increment(keys.campaign(campaign), "published", Int64(count))
@@ -366,15 +425,35 @@ struct Writes {
     private var increments: [String: [String: Int64]] = [:]
     private var expires: [String: Int64] = [:]
     private var sets: [(String, String, String)] = []
+    private var campaigns: [(hash: String, counted: String)] = []
+    private var campaignIndex: [String: Int] = [:]
+    private var progressEntries: [(Int, String, Int64, Int)] = []
+    var countedTTL: Int64 = 1
 
     init(marker: String = "", markerTTL: Int64 = 0) {
         self.marker = marker
         self.markerTTL = markerTTL
     }
 
-    mutating func add(_ key: String, member: Int64, expireAt: Int64) {
+    /// Returns the add's index in the script's #sadd section (1-based), for ``progress(campaign:counted:field:member:dedupRecord:)``.
+    @discardableResult
+    mutating func add(_ key: String, member: Int64, expireAt: Int64) -> Int {
         adds.append((key, member))
         expireAts[key] = expireAt
+        return adds.count
+    }
+    /// A job's outcome for its campaign's per-job fields; `dedupRecord` is the index of its dedup
+    /// record's add (accepted jobs), 0 for other outcomes.
+    mutating func progress(campaign: String, counted: String, field: String, member: Int64, dedupRecord: Int) {
+        let index: Int
+        if let known = campaignIndex[campaign] {
+            index = known
+        } else {
+            campaigns.append((campaign, counted))
+            index = campaigns.count
+            campaignIndex[campaign] = index
+        }
+        progressEntries.append((index, field, member, dedupRecord))
     }
     mutating func suppress(_ key: String, _ token: String, at: Int64, reason: String) {
         suppressions.append((key, token, at, "\(at):\(reason)"))
@@ -414,6 +493,11 @@ struct Writes {
         for (key, seconds) in expires { a.append(key); a.append(seconds) }
         a.append(sets.count)
         for (key, field, value) in sets { a.append(key); a.append(field); a.append(value) }
+        a.append(campaigns.count)
+        for (hash, counted) in campaigns { a.append(hash); a.append(counted) }
+        a.append(countedTTL)
+        a.append(progressEntries.count)
+        for (campaign, field, member, add) in progressEntries { a.append(campaign); a.append(field); a.append(member); a.append(add) }
         return a
     }
 }

@@ -81,14 +81,42 @@ enum Scripts {
         return out
         """#)
 
+    /// Records published jobs of a campaign. ARGV: marker-key, marker-ttl-s, campaign-hash, messages,
+    /// marks-ttl-s, then per job: mark-set member. Adds `messages` to `published` and the number of job
+    /// ids never published before (their fingerprint added to a mark set) to `jobs`; every mark set
+    /// touched lives marks-ttl-s from now. Returns the number added to `jobs`, or -1 when the marker
+    /// existed (a replay of this call: nothing done).
+    static let publish = RedisScript(#"""
+        if not redis.call('SET', ARGV[1], '1', 'NX', 'EX', ARGV[2]) then return -1 end
+        local hash, messages, ttl = ARGV[3], ARGV[4], ARGV[5]
+        local new, touched = 0, {}
+        for i = 6, #ARGV, 2 do
+          new = new + redis.call('SADD', ARGV[i], ARGV[i + 1])
+          touched[ARGV[i]] = true
+        end
+        for key in pairs(touched) do redis.call('EXPIRE', key, ttl) end
+        redis.call('HINCRBY', hash, 'published', messages)
+        redis.call('HINCRBY', hash, 'jobs', new)
+        return new
+        """#)
+
     /// Applies one batch of writes; used by settle, suppress, registrations and published counts.
     /// ARGV sections, each led by its entry count:
     ///   marker-key ('' for none), marker-ttl-s;
     ///   #sadd (key member)…;  #expireat (key epoch)…;
     ///   #suppress (hash token epoch value)…      newest time wins;
     ///   #register (reg-hash lang-hash token epoch lang)…  newest time wins; lang '' = keep;
-    ///   #del (key)…;  #hincrby (key field delta)…;  #expire (key seconds)…;  #hset (key field value)…
+    ///   #del (key)…;  #hincrby (key field delta)…;  #expire (key seconds)…;  #hset (key field value)…;
+    ///   #campaigns (campaign-hash counted-set)…, counted-ttl-s, #progress (campaign-index field member add-index)…
     /// Returns { applied (0 when the marker existed: a replay), largest dedup set touched }.
+    ///
+    /// The progress section counts each job of a campaign once in the campaign's `jobs_*` fields
+    /// (`docs/design.md §4.1`), whatever the redeliveries. An accepted job (add-index > 0: its dedup
+    /// record's entry in the #sadd section) counts when that SADD added its fingerprint (the id was never
+    /// accepted before) and its fingerprint is not in the campaign's counted set; any other outcome
+    /// counts when the SADD of its fingerprint to the counted set adds it. So the dedup record is the mark
+    /// of accepted jobs (no extra call, no extra byte), the counted set that of the others; one
+    /// SMISMEMBER per campaign and batch checks the accepted ones against it.
     static let apply = RedisScript(#"""
         local i = 1
         local function take() local v = ARGV[i]; i = i + 1; return v end
@@ -96,10 +124,10 @@ enum Scripts {
         if marker ~= '' and not redis.call('SET', marker, '1', 'NX', 'EX', markerTTL) then
           return { 0, 0 }
         end
-        local largest = 0
-        for _ = 1, tonumber(take()) do
+        local largest, added = 0, {}
+        for a = 1, tonumber(take()) do
           local key = take(); local member = take()
-          redis.call('SADD', key, member)
+          added[a] = redis.call('SADD', key, member)
           local n = redis.call('SCARD', key)
           if n > largest then largest = n end
         end
@@ -135,6 +163,49 @@ enum Scripts {
         for _ = 1, tonumber(take()) do
           local key = take(); local field = take(); local value = take()
           redis.call('HSET', key, field, value)
+        end
+        local campaigns = {}
+        for c = 1, tonumber(take()) do
+          campaigns[c] = { hash = take(), counted = take(), accepted = {}, seen = {}, counts = {}, total = 0, marked = false }
+        end
+        local countedTTL = take()
+        local entries = {}
+        for e = 1, tonumber(take()) do
+          local c, field, member, add = tonumber(take()), take(), take(), tonumber(take())
+          entries[e] = { campaigns[c], field, member, add }
+          if add > 0 then local list = campaigns[c].accepted; list[#list + 1] = member end
+        end
+        -- Accepted jobs counted before with another outcome (e.g. a dead letter published again):
+        -- SMISMEMBER per campaign in chunks (Lua's stack), not a call per job.
+        for _, campaign in ipairs(campaigns) do
+          local list = campaign.accepted
+          for first = 1, #list, 1000 do
+            local chunk = {}
+            for k = first, math.min(#list, first + 999) do chunk[#chunk + 1] = list[k] end
+            local found = redis.call('SMISMEMBER', campaign.counted, unpack(chunk))
+            for k = 1, #chunk do if found[k] == 1 then campaign.seen[chunk[k]] = true end end
+          end
+        end
+        for _, entry in ipairs(entries) do
+          local campaign, field, member, add = entry[1], entry[2], entry[3], entry[4]
+          local first
+          if add > 0 then
+            first = added[add] == 1 and not campaign.seen[member]
+          else
+            first = not campaign.seen[member] and redis.call('SADD', campaign.counted, member) == 1
+            campaign.marked = true
+          end
+          -- Later outcomes of the same job in this batch see it (its SADD result is already spent).
+          campaign.seen[member] = true
+          if first then
+            campaign.counts[field] = (campaign.counts[field] or 0) + 1
+            campaign.total = campaign.total + 1
+          end
+        end
+        for _, campaign in ipairs(campaigns) do
+          for field, n in pairs(campaign.counts) do redis.call('HINCRBY', campaign.hash, field, n) end
+          if campaign.total > 0 then redis.call('HINCRBY', campaign.hash, 'jobs_settled', campaign.total) end
+          if campaign.marked then redis.call('EXPIRE', campaign.counted, countedTTL) end
         end
         return { 1, largest }
         """#)
