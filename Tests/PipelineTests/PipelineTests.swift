@@ -308,7 +308,7 @@ struct PipelineTests {
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("run-\(UUID().uuidString).log").path
 
         try await stack.publish(campaign: "p", template: template, tokens: audience)
-        let waiter = Task { try await PipelineProcess.command(["campaign", "wait", "p", "--pipeline", file, "--timeout", "240", "--quiet"]) }
+        let waiter = Task { try await PipelineProcess.command(["campaign", "wait", "p", "--pipeline", file, "--timeout", "240", "--quiet"], environment: environment) }
         let first = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)
 
         // Sample progress all along: it must never pass the number of jobs.
@@ -344,7 +344,7 @@ struct PipelineTests {
         #expect(p.messagesSettled >= jobs)
 
         // Scriptable output: stable keys, numbers as numbers.
-        let statusJSON = try await PipelineProcess.command(["campaign", "status", "p", "--pipeline", file, "--json"])
+        let statusJSON = try await PipelineProcess.command(["campaign", "status", "p", "--pipeline", file, "--json"], environment: environment)
         #expect(statusJSON.status == 0, "\(statusJSON.stderr)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(statusJSON.stdout.utf8)) as? [String: Any])
         #expect(object["campaign"] as? String == "p" && object["basis"] as? String == "jobs" && object["done"] as? Bool == true)
@@ -353,7 +353,7 @@ struct PipelineTests {
         #expect((jobsObject["accepted"] as? NSNumber)?.int64Value == jobs - Int64(invalid.count))
         #expect((object["messages"] as? [String: Any])?["deduped"] is NSNumber)
         #expect((object["rejected_by_code"] as? [String: Any])?["8"] is NSNumber)
-        let stats = try await PipelineProcess.command(["stats", "--pipeline", file, "--json", "--campaign", "p"])
+        let stats = try await PipelineProcess.command(["stats", "--pipeline", file, "--json", "--campaign", "p"], environment: environment)
         #expect(stats.status == 0, "\(stats.stderr)")
         let statsObject = try #require(try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any])
         let totals = try #require(statsObject["totals"] as? [String: Any])
@@ -362,7 +362,7 @@ struct PipelineTests {
         #expect(((statsObject["campaign"] as? [String: Any])?["jobs"] as? [String: Any])?["settled"] is NSNumber)
         #expect((statsObject["per_second"] as? [String: Any])?["current_minute"] is [String: Any])
         // Exit statuses: 2 when the wait times out, 1 when Redis cannot be read.
-        let timedOut = try await PipelineProcess.command(["campaign", "wait", "never-published", "--pipeline", file, "--timeout", "0.5", "--quiet"])
+        let timedOut = try await PipelineProcess.command(["campaign", "wait", "never-published", "--pipeline", file, "--timeout", "0.5", "--quiet"], environment: environment)
         #expect(timedOut.status == 2, "\(timedOut.stderr)")
         let unreachable = try await PipelineProcess.command(["stats", "--redis", "redis://127.0.0.1:1", "--json"])
         #expect(unreachable.status == 1)
