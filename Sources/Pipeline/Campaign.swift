@@ -124,16 +124,20 @@ extension Campaign {
         public var progress: CampaignProgress
         /// Settled count to wait for instead of the published one (`campaign wait --expect`).
         public var expected: Int64?
+        /// Count messages even when per-job fields exist (`campaign wait --messages`: e.g. until a
+        /// campaign published again has had every message settled, deduped).
+        public var countsMessages: Bool
 
-        public init(_ progress: CampaignProgress, expected: Int64? = nil) {
+        public init(_ progress: CampaignProgress, expected: Int64? = nil, countsMessages: Bool = false) {
             self.progress = progress
             self.expected = expected
+            self.countsMessages = countsMessages
         }
 
-        public var basis: Basis { progress.jobs == nil ? .messages : .jobs }
+        public var basis: Basis { countsMessages || progress.jobs == nil ? .messages : .jobs }
         /// What "all settled" means: `--expect`, else the distinct jobs published (`jobs`), else the
         /// messages published.
-        public var target: Int64 { expected ?? progress.jobs ?? progress.published }
+        public var target: Int64 { expected ?? (basis == .jobs ? progress.jobs : nil) ?? progress.published }
         public var settled: Int64 { basis == .jobs ? progress.jobsSettled : progress.messagesSettled }
         public var pending: Int64 { max(0, target - settled) }
         /// `settled ÷ target`, in 0…1 (nil while nothing is published).

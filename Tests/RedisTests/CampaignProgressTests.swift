@@ -100,6 +100,43 @@ struct CampaignProgressTests {
         #expect(try await jobFields(store) == ["jobs_settled": 3000, "jobs_dead_lettered": 1500, "jobs_accepted": 1500])
     }
 
+    /// Measures (printed, no threshold) the server's CPU per settled job from `INFO commandstats`
+    /// (`evalsha` usec): jobs without a campaign (no per-job counting), campaign jobs all accepted, and
+    /// campaign jobs 10 % not accepted. Same server, same run: the ratios are what to read.
+    @Test func settleCostPerJob() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        let jobs = 50_000, perBatch = 1_000
+        func usec() async throws -> Double {
+            let stats = try await store.client.info("commandstats")
+            let line = stats["cmdstat_evalsha"] ?? ""
+            let field = line.split(separator: ",").first { $0.hasPrefix("usec=") }
+            return Double(field?.dropFirst("usec=".count) ?? "") ?? 0
+        }
+        func measure(_ name: String, campaign: String?, notAccepted: Int) async throws -> Double {
+            let before = try await usec()
+            for start in stride(from: 0, to: jobs, by: perBatch) {
+                let outcomes = (start..<start + perBatch).map { n in
+                    Outcome(
+                        jobID: "\(name):\(n)", app: app, tokenHex: token(n), campaign: campaign,
+                        kind: notAccepted > 0 && n % notAccepted == 0 ? .suppressed : .accepted)
+                }
+                try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: perBatch)))
+            }
+            return (try await usec() - before) / Double(jobs)
+        }
+        _ = try await measure("warm", campaign: "warm", notAccepted: 10)
+        let plain = try await measure("plain", campaign: nil, notAccepted: 0)
+        let accepted = try await measure("acc", campaign: "acc", notAccepted: 0)
+        let mixed = try await measure("mix", campaign: "mix", notAccepted: 10)
+        print(
+            "settle, Redis CPU per job (evalsha usec): no campaign \(String(format: "%.2f", plain)), campaign all accepted "
+                + "\(String(format: "%.2f", accepted)) (×\(String(format: "%.2f", accepted / plain))), campaign 10 % suppressed "
+                + "\(String(format: "%.2f", mixed)) (×\(String(format: "%.2f", mixed / plain)))")
+        #expect(try await store.readCampaign("mix").jobsSettled == Int64(jobs))
+    }
+
     /// Measures the memory of the marks (printed): published-job marks ~8-10 bytes per job (intsets of
     /// ~400), accepted jobs none beyond their dedup record, other outcomes one member of the counted set.
     @Test func jobMarksAreCompact() async throws {

@@ -123,6 +123,8 @@ struct CampaignCommand: AsyncParsableCommand {
         @Argument(help: "Campaign id.") var campaign: String
         @Option(help: "Give up after this many seconds (exit 2).") var timeout: Double = 600
         @Option(help: "Settled count to wait for (default: the campaign's published jobs).") var expect: Int?
+        @Flag(help: "Count messages instead of jobs: wait until as many messages are settled as were published (e.g. a campaign published again, whose jobs are all done already, until its new messages are deduped).")
+        var messages = false
         @Flag(help: "No progress bar.") var quiet = false
         @Flag(help: "At the end, print the campaign's status as JSON (as `campaign status --json`).") var json = false
 
@@ -139,7 +141,7 @@ struct CampaignCommand: AsyncParsableCommand {
                 var progress: Progress?
                 var status: Campaign.Status
                 while true {
-                    status = Campaign.Status(try await store.readCampaign(campaign), expected: expect.map(Int64.init))
+                    status = Campaign.Status(try await store.readCampaign(campaign), expected: expect.map(Int64.init), countsMessages: messages)
                     if progress == nil || Int64(progress!.total) != status.target {
                         // The target grows while a publish runs.
                         progress = Progress(total: Int(status.target), label: "settling \(campaign)", enabled: !quiet)

@@ -33,6 +33,10 @@ struct StatsCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        try await exitingOnError { try await show() }
+    }
+
+    private func show() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .error
