@@ -206,6 +206,11 @@ public struct PipelineStore: Sendable {
         let bucket = Self.floorDivide(batch.settledAt, width)
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
         writes.countedTTL = jobMarkRetention
+        struct CampaignJob: Hashable {
+            var campaign: String
+            var member: Int64
+        }
+        var seenInBatch = Set<CampaignJob>()
         for outcome in batch.outcomes {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
             if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
@@ -213,16 +218,19 @@ public struct PipelineStore: Sendable {
                 writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
             let fingerprint = JobFingerprint(jobID: outcome.jobID)
-            var dedupRecord = 0
+            // Per-job progress: counted by the script if this is the job's first settlement (Scripts.apply).
+            // Only a job's first outcome in this batch can be (a later one is a redelivered copy).
+            var progress: (hash: String, counted: String, field: CampaignField)?
+            if let campaign = outcome.campaign, let field = CampaignField.jobs(outcome.kind),
+                seenInBatch.insert(CampaignJob(campaign: campaign, member: fingerprint.member)).inserted
+            {
+                progress = (keys.campaign(campaign), keys.countedJobs(campaign: campaign), field)
+            }
             if outcome.kind == .accepted {
                 let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
-                dedupRecord = writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
-            }
-            // Per-job progress: counted by the script if this is the job's first settlement (Scripts.apply).
-            if let campaign = outcome.campaign, let field = CampaignField.jobs(outcome.kind) {
-                writes.progress(
-                    campaign: keys.campaign(campaign), counted: keys.countedJobs(campaign: campaign), field: field.rawValue,
-                    member: fingerprint.member, dedupRecord: dedupRecord)
+                writes.add(key, member: fingerprint.member, expireAt: dedupExpiry, countingFor: progress.map { ($0.hash, $0.counted) })
+            } else if let progress {
+                writes.progress(campaign: progress.hash, counted: progress.counted, field: progress.field.rawValue, member: fingerprint.member)
             }
             if let suppression = outcome.suppressToken {
                 writes.suppress(
@@ -425,9 +433,15 @@ struct Writes {
     private var increments: [String: [String: Int64]] = [:]
     private var expires: [String: Int64] = [:]
     private var sets: [(String, String, String)] = []
-    private var campaigns: [(hash: String, counted: String)] = []
+    private struct CampaignProgressWrites {
+        var hash: String
+        var counted: String
+        /// Dedup records of the campaign's accepted jobs: emitted together, first in the #sadd section.
+        var accepted: [(String, Int64)] = []
+        var others: [(field: String, member: Int64)] = []
+    }
+    private var progress: [CampaignProgressWrites] = []
     private var campaignIndex: [String: Int] = [:]
-    private var progressEntries: [(Int, String, Int64, Int)] = []
     var countedTTL: Int64 = 1
 
     init(marker: String = "", markerTTL: Int64 = 0) {
@@ -435,25 +449,25 @@ struct Writes {
         self.markerTTL = markerTTL
     }
 
-    /// Returns the add's index in the script's #sadd section (1-based), for ``progress(campaign:counted:field:member:dedupRecord:)``.
-    @discardableResult
-    mutating func add(_ key: String, member: Int64, expireAt: Int64) -> Int {
-        adds.append((key, member))
-        expireAts[key] = expireAt
-        return adds.count
-    }
-    /// A job's outcome for its campaign's per-job fields; `dedupRecord` is the index of its dedup
-    /// record's add (accepted jobs), 0 for other outcomes.
-    mutating func progress(campaign: String, counted: String, field: String, member: Int64, dedupRecord: Int) {
-        let index: Int
-        if let known = campaignIndex[campaign] {
-            index = known
+    /// `countingFor`: the campaign (hash, counted set) whose per-job progress this accepted job's dedup
+    /// record counts in.
+    mutating func add(_ key: String, member: Int64, expireAt: Int64, countingFor campaign: (hash: String, counted: String)? = nil) {
+        if let campaign {
+            progress[self.campaign(campaign.hash, campaign.counted)].accepted.append((key, member))
         } else {
-            campaigns.append((campaign, counted))
-            index = campaigns.count
-            campaignIndex[campaign] = index
+            adds.append((key, member))
         }
-        progressEntries.append((index, field, member, dedupRecord))
+        expireAts[key] = expireAt
+    }
+    /// A job's first outcome other than accepted, for its campaign's per-job fields.
+    mutating func progress(campaign hash: String, counted: String, field: String, member: Int64) {
+        progress[campaign(hash, counted)].others.append((field, member))
+    }
+    private mutating func campaign(_ hash: String, _ counted: String) -> Int {
+        if let known = campaignIndex[hash] { return known }
+        progress.append(CampaignProgressWrites(hash: hash, counted: counted))
+        campaignIndex[hash] = progress.count - 1
+        return progress.count - 1
     }
     mutating func suppress(_ key: String, _ token: String, at: Int64, reason: String) {
         suppressions.append((key, token, at, "\(at):\(reason)"))
@@ -473,7 +487,10 @@ struct Writes {
         var a = RedisArguments()
         a.append(marker)
         a.append(markerTTL)
-        a.append(adds.count)
+        a.append(adds.count + progress.reduce(0) { $0 + $1.accepted.count })
+        for campaign in progress {
+            for (key, member) in campaign.accepted { a.append(key); a.append(member) }
+        }
         for (key, member) in adds { a.append(key); a.append(member) }
         a.append(expireAts.count)
         for (key, at) in expireAts { a.append(key); a.append(at) }
@@ -493,11 +510,18 @@ struct Writes {
         for (key, seconds) in expires { a.append(key); a.append(seconds) }
         a.append(sets.count)
         for (key, field, value) in sets { a.append(key); a.append(field); a.append(value) }
-        a.append(campaigns.count)
-        for (hash, counted) in campaigns { a.append(hash); a.append(counted) }
         a.append(countedTTL)
-        a.append(progressEntries.count)
-        for (campaign, field, member, add) in progressEntries { a.append(campaign); a.append(field); a.append(member); a.append(add) }
+        a.append(progress.count)
+        var firstAdd = 1
+        for campaign in progress {
+            a.append(campaign.hash)
+            a.append(campaign.counted)
+            a.append(firstAdd)
+            a.append(campaign.accepted.count)
+            a.append(campaign.others.count)
+            for (field, member) in campaign.others { a.append(field); a.append(member) }
+            firstAdd += campaign.accepted.count
+        }
         return a
     }
 }

@@ -107,16 +107,17 @@ enum Scripts {
     ///   #suppress (hash token epoch value)…      newest time wins;
     ///   #register (reg-hash lang-hash token epoch lang)…  newest time wins; lang '' = keep;
     ///   #del (key)…;  #hincrby (key field delta)…;  #expire (key seconds)…;  #hset (key field value)…;
-    ///   #campaigns (campaign-hash counted-set)…, counted-ttl-s, #progress (campaign-index field member add-index)…
+    ///   counted-ttl-s, #campaigns (campaign-hash counted-set first-add #accepted #others (field member)…)…
     /// Returns { applied (0 when the marker existed: a replay), largest dedup set touched }.
     ///
     /// The progress section counts each job of a campaign once in the campaign's `jobs_*` fields
-    /// (`docs/design.md §4.1`), whatever the redeliveries. An accepted job (add-index > 0: its dedup
-    /// record's entry in the #sadd section) counts when that SADD added its fingerprint (the id was never
-    /// accepted before) and its fingerprint is not in the campaign's counted set; any other outcome
-    /// counts when the SADD of its fingerprint to the counted set adds it. So the dedup record is the mark
-    /// of accepted jobs (no extra call, no extra byte), the counted set that of the others; one
-    /// SMISMEMBER per campaign and batch checks the accepted ones against it.
+    /// (`docs/design.md §4.4`), whatever the redeliveries. An accepted job (its dedup record's entry in
+    /// the #sadd section) counts when that SADD added its fingerprint (the id was never accepted before)
+    /// and its fingerprint is not in the campaign's counted set; any other outcome counts when the SADD
+    /// of its fingerprint to the counted set adds it. So the dedup record is the mark of accepted jobs
+    /// (no extra call, no extra byte), the counted set that of the others; one SMISMEMBER per campaign
+    /// and batch (when the set exists) checks the accepted ones against it. Swift sends only a job's
+    /// first outcome in the batch here (a later one in the same batch cannot be its first settlement).
     static let apply = RedisScript(#"""
         local i = 1
         local function take() local v = ARGV[i]; i = i + 1; return v end
@@ -125,6 +126,7 @@ enum Scripts {
           return { 0, 0 }
         end
         local largest, added = 0, {}
+        local addsBase = i  -- the member of add a is ARGV[addsBase + 2a]
         for a = 1, tonumber(take()) do
           local key = take(); local member = take()
           added[a] = redis.call('SADD', key, member)
@@ -164,48 +166,43 @@ enum Scripts {
           local key = take(); local field = take(); local value = take()
           redis.call('HSET', key, field, value)
         end
-        local campaigns = {}
-        for c = 1, tonumber(take()) do
-          campaigns[c] = { hash = take(), counted = take(), accepted = {}, seen = {}, counts = {}, total = 0, marked = false }
-        end
+        -- Per-job progress (see above). Per campaign: its accepted jobs' dedup records are the #sadd
+        -- entries first-add … first-add + #accepted - 1 (Swift puts them together), so an accepted job
+        -- costs no argument here; other outcomes come as (field member).
         local countedTTL = take()
-        local entries = {}
-        for e = 1, tonumber(take()) do
-          local c, field, member, add = tonumber(take()), take(), take(), tonumber(take())
-          entries[e] = { campaigns[c], field, member, add }
-          if add > 0 then local list = campaigns[c].accepted; list[#list + 1] = member end
-        end
-        -- Accepted jobs counted before with another outcome (e.g. a dead letter published again):
-        -- SMISMEMBER per campaign in chunks (Lua's stack), not a call per job.
-        for _, campaign in ipairs(campaigns) do
-          local list = campaign.accepted
-          for first = 1, #list, 1000 do
-            local chunk = {}
-            for k = first, math.min(#list, first + 999) do chunk[#chunk + 1] = list[k] end
-            local found = redis.call('SMISMEMBER', campaign.counted, unpack(chunk))
-            for k = 1, #chunk do if found[k] == 1 then campaign.seen[chunk[k]] = true end end
-          end
-        end
-        for _, entry in ipairs(entries) do
-          local campaign, field, member, add = entry[1], entry[2], entry[3], entry[4]
-          local first
-          if add > 0 then
-            first = added[add] == 1 and not campaign.seen[member]
+        for _ = 1, tonumber(take()) do
+          local hash, counted = take(), take()
+          local first, na, no = tonumber(take()), tonumber(take()), tonumber(take())
+          local last = first + na - 1
+          local counts, total = {}, 0
+          local accepted = 0
+          if na > 0 and redis.call('EXISTS', counted) == 1 then
+            -- Accepted jobs counted before with another outcome (e.g. a dead letter published again):
+            -- SMISMEMBER in chunks (Lua's stack), not a call per job.
+            local marked = {}
+            for from = first, last, 1000 do
+              local chunk = {}
+              for a = from, math.min(last, from + 999) do chunk[#chunk + 1] = ARGV[addsBase + 2 * a] end
+              local found = redis.call('SMISMEMBER', counted, unpack(chunk))
+              for k = 1, #chunk do if found[k] == 1 then marked[chunk[k]] = true end end
+            end
+            for a = first, last do
+              if added[a] == 1 and not marked[ARGV[addsBase + 2 * a]] then accepted = accepted + 1 end
+            end
           else
-            first = not campaign.seen[member] and redis.call('SADD', campaign.counted, member) == 1
-            campaign.marked = true
+            for a = first, last do accepted = accepted + added[a] end
           end
-          -- Later outcomes of the same job in this batch see it (its SADD result is already spent).
-          campaign.seen[member] = true
-          if first then
-            campaign.counts[field] = (campaign.counts[field] or 0) + 1
-            campaign.total = campaign.total + 1
+          if accepted > 0 then counts['jobs_accepted'] = accepted; total = accepted end
+          for _ = 1, no do
+            local field, member = take(), take()
+            if redis.call('SADD', counted, member) == 1 then
+              counts[field] = (counts[field] or 0) + 1
+              total = total + 1
+            end
           end
-        end
-        for _, campaign in ipairs(campaigns) do
-          for field, n in pairs(campaign.counts) do redis.call('HINCRBY', campaign.hash, field, n) end
-          if campaign.total > 0 then redis.call('HINCRBY', campaign.hash, 'jobs_settled', campaign.total) end
-          if campaign.marked then redis.call('EXPIRE', campaign.counted, countedTTL) end
+          if no > 0 then redis.call('EXPIRE', counted, countedTTL) end
+          for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
+          if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
         end
         return { 1, largest }
         """#)
