@@ -307,7 +307,18 @@ struct PipelineTests {
         let file = try stack.pipelineFile(group: "\"${APNS_TEST_GROUP}\"", settleAfterMs: 1000, maxInFlight: 1000)
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("run-\(UUID().uuidString).log").path
 
-        try await stack.publish(campaign: "p", template: template, tokens: audience)
+        // Published by `campaign publish` itself, from a token file listing one token twice: one job.
+        let tokensFile = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString).txt").path
+        try (audience.map(\.hex) + [audience[5].hex]).joined(separator: "\n").write(toFile: tokensFile, atomically: true, encoding: .utf8)
+        let templateFile = FileManager.default.temporaryDirectory.appendingPathComponent("template-\(UUID().uuidString).json").path
+        try Data(template.serialized()).write(to: URL(fileURLWithPath: templateFile))
+        let published = try await PipelineProcess.command(
+            ["campaign", "publish", "--pipeline", file, "--campaign", "p", "--template", templateFile, "--tokens", tokensFile, "--quiet"],
+            environment: environment)
+        #expect(published.status == 0, "\(published.stderr)")
+        #expect(published.stderr.contains("1 duplicate token(s)"), "\(published.stderr)")
+        let afterPublish = try await stack.store.readCampaign("p")
+        #expect(afterPublish.jobs == jobs && afterPublish.published == jobs && !afterPublish.isPublishing)
         let waiter = Task { try await PipelineProcess.command(["campaign", "wait", "p", "--pipeline", file, "--timeout", "240", "--quiet"], environment: environment) }
         let first = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)
 
