@@ -66,9 +66,13 @@ final class RDKafkaClient: @unchecked Sendable {
         for (name, value) in properties.sorted(by: { $0.key < $1.key }) {
             if rd_kafka_conf_set(conf, name, value, &errstr, errstr.count) != RD_KAFKA_CONF_OK {
                 rd_kafka_conf_destroy(conf)
-                throw KafkaError(
-                    kind: .configuration,
-                    message: "librdkafka property \(name): \(String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))")
+                var detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                // librdkafka may quote the value: never a secret's (sasl.password, ssl.key.password…).
+                let n = name.lowercased()
+                if !value.isEmpty, ["password", "secret", "key", "token", "credential", "sasl.oauthbearer.config"].contains(where: { n.contains($0) }) {
+                    detail = detail.replacingOccurrences(of: value, with: "***")
+                }
+                throw KafkaError(kind: .configuration, message: "librdkafka property \(name): \(detail)")
             }
         }
         rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(context).toOpaque())

@@ -82,6 +82,9 @@ public enum Campaign {
         return value
     }
 
+    /// The id of a campaign's job for one token: `ID:token` (hex, lower-case).
+    public static func jobID(campaign: String, token: DeviceToken) -> String { "\(campaign):\(token.hex)" }
+
     /// The job message for one recipient: the template plus id `ID:token`, the token and the campaign.
     /// A CSV language picks `alerts[language]` as the alert here already.
     public static func job(template: JSONValue, campaign: String, recipient: Recipient) -> [UInt8] {
@@ -95,7 +98,7 @@ public enum Campaign {
             payload[a].value = .object(aps)
             members[p].value = .object(payload)
         }
-        members.insert((key: "id", value: .string("\(campaign):\(hex)")), at: 0)
+        members.insert((key: "id", value: .string(jobID(campaign: campaign, token: recipient.token))), at: 0)
         members.insert((key: "token", value: .string(hex)), at: 2)
         members.append((key: "campaign", value: .string(campaign)))
         return JSONValue.object(members).serialized()
@@ -105,4 +108,92 @@ public enum Campaign {
 public struct CampaignError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+}
+
+extension Campaign {
+    /// Where a campaign stands, as `campaign status`, `campaign wait` and `stats --campaign` report it
+    /// (text and `--json`). Progress is per job (`jobs_settled` of `jobs`: each job counted once, whatever
+    /// the redeliveries and however many `run` processes), unless the campaign was published before
+    /// per-job progress existed (no `jobs` field): then it falls back to the message figures, which a
+    /// redelivered message counts twice.
+    public struct Status: Sendable, Hashable, Encodable {
+        public enum Basis: String, Sendable, Hashable, Encodable {
+            case jobs, messages
+        }
+
+        public var progress: CampaignProgress
+        /// Settled count to wait for instead of the published one (`campaign wait --expect`).
+        public var expected: Int64?
+        /// Count messages even when per-job fields exist (`campaign wait --messages`: e.g. until a
+        /// campaign published again has had every message settled, deduped).
+        public var countsMessages: Bool
+
+        public init(_ progress: CampaignProgress, expected: Int64? = nil, countsMessages: Bool = false) {
+            self.progress = progress
+            self.expected = expected
+            self.countsMessages = countsMessages
+        }
+
+        public var basis: Basis { countsMessages || progress.jobs == nil ? .messages : .jobs }
+        /// What "all settled" means: `--expect`, else the distinct jobs published (`jobs`), else the
+        /// messages published.
+        public var target: Int64 { expected ?? (basis == .jobs ? progress.jobs : nil) ?? progress.published }
+        public var settled: Int64 { basis == .jobs ? progress.jobsSettled : progress.messagesSettled }
+        public var pending: Int64 { max(0, target - settled) }
+        /// `settled ÷ target`, in 0…1 (nil while nothing is published).
+        public var fraction: Double? { target > 0 ? min(1, Double(settled) / Double(target)) : nil }
+        /// Everything published is settled and no publish is under way.
+        public var isDone: Bool { target > 0 && settled >= target && !progress.isPublishing }
+
+        /// The `--json` form: stable keys, numbers as numbers (`README.md` "Commands").
+        public var json: String {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            return String(decoding: (try? encoder.encode(JSONForm(self))) ?? Data("{}".utf8), as: UTF8.self)
+        }
+
+        public func encode(to encoder: any Encoder) throws { try JSONForm(self).encode(to: encoder) }
+
+        struct JSONForm: Encodable, Sendable {
+            let status: Status
+
+            init(_ status: Status) { self.status = status }
+
+            enum Keys: String, CodingKey {
+                case campaign, basis, target, settled, pending, progress, publishing, done, jobs, messages
+                case rejectedByCode = "rejected_by_code"
+            }
+
+            func encode(to encoder: any Encoder) throws {
+                let p = status.progress
+                var c = encoder.container(keyedBy: Keys.self)
+                try c.encode(p.id, forKey: .campaign)
+                try c.encode(status.basis, forKey: .basis)
+                try c.encode(status.target, forKey: .target)
+                try c.encode(status.settled, forKey: .settled)
+                try c.encode(status.pending, forKey: .pending)
+                if let f = status.fraction { try c.encode(f, forKey: .progress) } else { try c.encodeNil(forKey: .progress) }
+                try c.encode(p.isPublishing, forKey: .publishing)
+                try c.encode(status.isDone, forKey: .done)
+                if let jobs = p.jobs {
+                    try c.encode(
+                        [
+                            "published": jobs, "settled": p.jobsSettled, "pending": max(0, jobs - p.jobsSettled),
+                            "accepted": p[.jobsAccepted], "rejected": p[.jobsRejected], "suppressed": p[.jobsSuppressed],
+                            "dead_lettered": p[.jobsDeadLettered],
+                        ], forKey: .jobs)
+                } else {
+                    try c.encodeNil(forKey: .jobs)
+                }
+                var messages = ["published": p.published, "settled": p.messagesSettled]
+                for field in CounterField.allCases where field != .received && field != .deadLetterFailures && field != .inFlightWaits {
+                    messages[field.rawValue] = p.counters[field]
+                }
+                try c.encode(messages, forKey: .messages)
+                var codes: [String: Int64] = [:]
+                for (key, value) in p.counters.fields where key.hasPrefix("rejected:") { codes[String(key.dropFirst("rejected:".count))] = value }
+                try c.encode(codes, forKey: .rejectedByCode)
+            }
+        }
+    }
 }

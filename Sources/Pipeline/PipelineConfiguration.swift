@@ -181,12 +181,16 @@ public struct PipelineConfiguration: Sendable {
     public var logLevel = "info"
     /// `metrics.listen`: where `run` serves /metrics, /healthz, /readyz and the dashboard (nil: off).
     public var metricsListen: GatewayAddress?
+    /// The values `${NAME}` and `${file:/path}` put into the file (ConfigReader's `Substitution`): never
+    /// logged in clear (``RedactingLogHandler``).
+    public var secrets: [String] = []
 
     public init() {}
 
     /// Reads and checks a pipeline file. Errors name the file, the key and what was expected.
-    public static func load(file: String) throws -> PipelineConfiguration {
-        let root = try ConfigSection.load(file: file)
+    /// `environment` is what `${NAME}` reads (the process's environment; tests pass their own).
+    public static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> PipelineConfiguration {
+        let root = try ConfigSection.load(file: file, environment: environment)
         var c = PipelineConfiguration()
 
         let k = try root.section("kafka")
@@ -311,6 +315,7 @@ public struct PipelineConfiguration: Sendable {
         }
         try m.finish()
         try root.finish()
+        c.secrets = root.substitution.secrets
 
         // Files must be there now, not at the first notification.
         for (i, app) in c.apps.enumerated() {

@@ -88,6 +88,14 @@ public struct PipelineStore: Sendable {
 
     public static func epochNow() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
+    /// How long a campaign's job marks (`…:jobs:published:*`, `…:jobs:counted:*`) live after their last
+    /// write: as long as the longest-lived dedup record, the mark of its accepted jobs. A campaign
+    /// published again after that is a new run: its jobs are sent again (dedup expired) and count again,
+    /// in `jobs` as in `jobs_settled`.
+    public var jobMarkRetention: Int64 {
+        configuration.dedupRetention.components.seconds + max(1, configuration.dedupBucketWidth.components.seconds)
+    }
+
     public static func newBatchID() -> String { UUID().uuidString.lowercased() }
 
     // MARK: Gate
@@ -197,16 +205,32 @@ public struct PipelineStore: Sendable {
         let width = max(1, configuration.dedupBucketWidth.components.seconds)
         let bucket = Self.floorDivide(batch.settledAt, width)
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
+        writes.countedTTL = jobMarkRetention
+        struct CampaignJob: Hashable {
+            var campaign: String
+            var member: Int64
+        }
+        var seenInBatch = Set<CampaignJob>()
         for outcome in batch.outcomes {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
             if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
+            let fingerprint = JobFingerprint(jobID: outcome.jobID)
+            // Per-job progress: counted by the script if this is the job's first settlement (Scripts.apply).
+            // Only a job's first outcome in this batch can be (a later one is a redelivered copy).
+            var progress: (hash: String, counted: String, field: CampaignField)?
+            if let campaign = outcome.campaign, let field = CampaignField.jobs(outcome.kind),
+                seenInBatch.insert(CampaignJob(campaign: campaign, member: fingerprint.member)).inserted
+            {
+                progress = (keys.campaign(campaign), keys.countedJobs(campaign: campaign), field)
+            }
             if outcome.kind == .accepted {
-                let fingerprint = JobFingerprint(jobID: outcome.jobID)
                 let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
-                writes.add(key, member: fingerprint.member, expireAt: dedupExpiry)
+                writes.add(key, member: fingerprint.member, expireAt: dedupExpiry, countingFor: progress.map { ($0.hash, $0.counted) })
+            } else if let progress {
+                writes.progress(campaign: progress.hash, counted: progress.counted, field: progress.field.rawValue, member: fingerprint.member)
             }
             if let suppression = outcome.suppressToken {
                 writes.suppress(
@@ -267,7 +291,50 @@ public struct PipelineStore: Sendable {
 
     // MARK: Counters
 
-    /// Adds `count` to the campaign's `published` field, exactly once even if the call is retried.
+    /// Starts a publish of `campaign`: notes the time (`publish_started_ms`, so `campaign wait` is not done
+    /// while it runs) and fixes, at its first publish, how many sets hold its job marks: about 400 marks
+    /// per set (compact intsets) for `expectedJobs`. Returns that number, for ``recordPublished(campaign:jobIDs:messages:markSets:)``.
+    public func beginPublish(campaign: String, expectedJobs: Int, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws -> Int {
+        let key = keys.campaign(campaign)
+        let sets = max(1, (expectedJobs + 399) / 400)
+        let replies = try await client.pipeline([
+            RedisCommand("HSET", key, CampaignField.publishStartedMs.rawValue, String(nowMs)),
+            RedisCommand("HSETNX", key, CampaignField.jobMarkSets.rawValue, String(sets)),
+            RedisCommand("HGET", key, CampaignField.jobMarkSets.rawValue),
+        ])
+        guard let stored = replies[2].integer, stored > 0 else { throw RedisError.unexpectedReply("job_mark_sets: \(replies[2])") }
+        return Int(stored)
+    }
+
+    /// Ends a publish of `campaign` (`publish_finished_ms`).
+    public func finishPublish(campaign: String, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws {
+        _ = try await client.send(RedisCommand("HSET", keys.campaign(campaign), CampaignField.publishFinishedMs.rawValue, String(nowMs)))
+    }
+
+    /// Records a batch of published jobs: `messages` (default: one per id) to `published`, and the ids
+    /// never published before in this campaign to `jobs` (marked in `…:jobs:published:<id>:<set>`,
+    /// `markSets` from ``beginPublish(campaign:expectedJobs:nowMs:)``). Exactly once even if retried. One
+    /// round trip. Returns how many ids were new.
+    @discardableResult
+    public func recordPublished(campaign: String, jobIDs: [String], messages: Int? = nil, markSets: Int) async throws -> Int {
+        var arguments = RedisArguments()
+        arguments.append(keys.batch(Self.newBatchID()))
+        arguments.append(configuration.batchMarkerRetention.components.seconds)
+        arguments.append(keys.campaign(campaign))
+        arguments.append(messages ?? jobIDs.count)
+        arguments.append(jobMarkRetention)
+        for id in jobIDs {
+            let fingerprint = JobFingerprint(jobID: id)
+            arguments.append(keys.publishedJobs(campaign: campaign, set: fingerprint.subBucket(of: max(1, markSets))))
+            arguments.append(fingerprint.member)
+        }
+        let reply = try await client.eval(Scripts.publish, arguments: arguments)
+        guard let new = reply.integer else { throw RedisError.unexpectedReply("publish: \(reply)") }
+        return max(0, Int(new))
+    }
+
+    /// Adds `count` to the campaign's `published` field, exactly once even if the call is retried. (Only
+    /// messages: `jobs`, the base of per-job progress, comes from ``recordPublished(campaign:jobIDs:messages:markSets:)``.)
     public func incrementPublished(campaign: String, by count: Int) async throws {
         var writes = Writes(marker: keys.batch(Self.newBatchID()), markerTTL: configuration.batchMarkerRetention.components.seconds)
         writes.increment(keys.campaign(campaign), "published", Int64(count))
@@ -366,15 +433,41 @@ struct Writes {
     private var increments: [String: [String: Int64]] = [:]
     private var expires: [String: Int64] = [:]
     private var sets: [(String, String, String)] = []
+    private struct CampaignProgressWrites {
+        var hash: String
+        var counted: String
+        /// Dedup records of the campaign's accepted jobs: emitted together, first in the #sadd section.
+        var accepted: [(String, Int64)] = []
+        var others: [(field: String, member: Int64)] = []
+    }
+    private var progress: [CampaignProgressWrites] = []
+    private var campaignIndex: [String: Int] = [:]
+    var countedTTL: Int64 = 1
 
     init(marker: String = "", markerTTL: Int64 = 0) {
         self.marker = marker
         self.markerTTL = markerTTL
     }
 
-    mutating func add(_ key: String, member: Int64, expireAt: Int64) {
-        adds.append((key, member))
+    /// `countingFor`: the campaign (hash, counted set) whose per-job progress this accepted job's dedup
+    /// record counts in.
+    mutating func add(_ key: String, member: Int64, expireAt: Int64, countingFor campaign: (hash: String, counted: String)? = nil) {
+        if let campaign {
+            progress[self.campaign(campaign.hash, campaign.counted)].accepted.append((key, member))
+        } else {
+            adds.append((key, member))
+        }
         expireAts[key] = expireAt
+    }
+    /// A job's first outcome other than accepted, for its campaign's per-job fields.
+    mutating func progress(campaign hash: String, counted: String, field: String, member: Int64) {
+        progress[campaign(hash, counted)].others.append((field, member))
+    }
+    private mutating func campaign(_ hash: String, _ counted: String) -> Int {
+        if let known = campaignIndex[hash] { return known }
+        progress.append(CampaignProgressWrites(hash: hash, counted: counted))
+        campaignIndex[hash] = progress.count - 1
+        return progress.count - 1
     }
     mutating func suppress(_ key: String, _ token: String, at: Int64, reason: String) {
         suppressions.append((key, token, at, "\(at):\(reason)"))
@@ -394,7 +487,10 @@ struct Writes {
         var a = RedisArguments()
         a.append(marker)
         a.append(markerTTL)
-        a.append(adds.count)
+        a.append(adds.count + progress.reduce(0) { $0 + $1.accepted.count })
+        for campaign in progress {
+            for (key, member) in campaign.accepted { a.append(key); a.append(member) }
+        }
         for (key, member) in adds { a.append(key); a.append(member) }
         a.append(expireAts.count)
         for (key, at) in expireAts { a.append(key); a.append(at) }
@@ -414,6 +510,18 @@ struct Writes {
         for (key, seconds) in expires { a.append(key); a.append(seconds) }
         a.append(sets.count)
         for (key, field, value) in sets { a.append(key); a.append(field); a.append(value) }
+        a.append(countedTTL)
+        a.append(progress.count)
+        var firstAdd = 1
+        for campaign in progress {
+            a.append(campaign.hash)
+            a.append(campaign.counted)
+            a.append(firstAdd)
+            a.append(campaign.accepted.count)
+            a.append(campaign.others.count)
+            for (field, member) in campaign.others { a.append(field); a.append(member) }
+            firstAdd += campaign.accepted.count
+        }
         return a
     }
 }

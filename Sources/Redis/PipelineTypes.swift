@@ -266,9 +266,76 @@ public struct PipelineStats: Sendable, Hashable {
     public var minutes: [Minute]
 }
 
+/// The fields of `…:campaign:<id>` besides the per-message ``CounterField``s (`docs/design.md §4.1`).
+///
+/// Two views of one campaign live in that hash. The ``CounterField`` fields count **messages**, like
+/// `…:stats`: a message redelivered after a rebalance or a crash settles again (as `deduped`, or
+/// `suppressed` after a rejection) and counts again. The `jobs*` fields count **jobs** (distinct job
+/// ids): each job of the campaign is counted once, by the outcome it first settled with, whatever the
+/// redeliveries and however many `run` processes settle it. Progress is `jobs_settled` of `jobs`.
+public enum CampaignField: String, Sendable, Hashable, CaseIterable {
+    /// Messages `campaign publish` produced (a job published twice counts twice).
+    case published
+    /// Distinct job ids `campaign publish` produced (a job published twice counts once). Absent on
+    /// campaigns published before per-job progress existed: their progress is the message figures.
+    case jobs
+    /// Jobs settled at least once: the sum of the four below.
+    case jobsSettled = "jobs_settled"
+    case jobsAccepted = "jobs_accepted"
+    case jobsRejected = "jobs_rejected"
+    case jobsSuppressed = "jobs_suppressed"
+    case jobsDeadLettered = "jobs_dead_lettered"
+    /// How many sets hold the campaign's published-job marks (fixed by its first publish).
+    case jobMarkSets = "job_mark_sets"
+    /// Epoch milliseconds at which the last `campaign publish` of it started, and at which one finished:
+    /// while started > finished a publish is under way (or died), and `campaign wait` is not done.
+    case publishStartedMs = "publish_started_ms"
+    case publishFinishedMs = "publish_finished_ms"
+
+    /// The per-job field of an outcome; nil for `deduped`: a deduped job was accepted before, and its
+    /// acceptance counted it (a deduped message is never a job's first settlement in its campaign).
+    public static func jobs(_ kind: OutcomeKind) -> CampaignField? {
+        switch kind {
+        case .accepted: .jobsAccepted
+        case .rejected: .jobsRejected
+        case .suppressed: .jobsSuppressed
+        case .deadLettered: .jobsDeadLettered
+        case .deduped: nil
+        }
+    }
+}
+
 /// A campaign's progress: published jobs and their outcomes so far.
 public struct CampaignProgress: Sendable, Hashable {
     public var id: String
+    /// Messages published (``CampaignField/published``).
     public var published: Int64
+    /// Every field of the hash.
     public var counters: Counters
+
+    public init(id: String, published: Int64, counters: Counters) {
+        self.id = id
+        self.published = published
+        self.counters = counters
+    }
+
+    public subscript(field: CampaignField) -> Int64 { counters.fields[field.rawValue] ?? 0 }
+
+    /// Distinct jobs published, or nil when the campaign was published before per-job progress existed
+    /// (no `jobs` field): then only the message figures are there.
+    public var jobs: Int64? { counters.fields[CampaignField.jobs.rawValue] }
+
+    /// Jobs settled at least once (``CampaignField/jobsSettled``).
+    public var jobsSettled: Int64 { self[.jobsSettled] }
+
+    /// Messages settled: the per-message outcome fields added up (a redelivered message counts again).
+    public var messagesSettled: Int64 {
+        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered].reduce(0) { $0 + counters[$1] }
+    }
+
+    /// A `campaign publish` of it started and has not finished (or died before it finished).
+    public var isPublishing: Bool {
+        let started = counters.fields[CampaignField.publishStartedMs.rawValue] ?? 0
+        return started > 0 && started > (counters.fields[CampaignField.publishFinishedMs.rawValue] ?? 0)
+    }
 }

@@ -5,7 +5,9 @@
 /// |---|---|---|
 /// | `<p>:stats` | HASH | totals: ``CounterField`` fields and `rejected:<status>` |
 /// | `<p>:stats:<yyyyMMddHHmm>` | HASH | the same per UTC minute; expires after a day |
-/// | `<p>:campaign:<id>` | HASH | `published` + the outcome fields |
+/// | `<p>:campaign:<id>` | HASH | `published` + the outcome fields (per message); `jobs`, `jobs_settled`, `jobs_<outcome>` (per job), `job_mark_sets`, `publish_started_ms`, `publish_finished_ms` |
+/// | `<p>:jobs:published:<id>:<sub>` | SET (intset) | fingerprints of the campaign's published job ids (`jobs`) |
+/// | `<p>:jobs:counted:<id>` | SET | fingerprints of the campaign's jobs counted with an outcome other than accepted |
 /// | `<p>:shard:<app>:<n>` | HASH | `state gateway connected_since sent replayed last_error` |
 /// | `<p>:suppressed:<app>` | HASH | token hex → `<epoch>:<reason>` |
 /// | `<p>:registered:<app>` | HASH | token hex → `<epoch>` |
@@ -35,6 +37,11 @@ public struct RedisKeys: Sendable, Hashable {
     public func stats(minute: String) -> String { "\(prefix):stats:\(minute)" }
     public func stats(minuteOf epochSeconds: Int64) -> String { stats(minute: Self.minuteStamp(epochSeconds)) }
     public func campaign(_ id: String) -> String { "\(prefix):campaign:\(id)" }
+    /// Marks of a campaign's published job ids, one of `sets` sets (``CampaignField/jobMarkSets``).
+    public func publishedJobs(campaign: String, set: Int) -> String { "\(prefix):jobs:published:\(campaign):\(set)" }
+    /// Marks of a campaign's jobs counted in `jobs_*` with an outcome other than accepted (accepted ones
+    /// are marked by their dedup record).
+    public func countedJobs(campaign: String) -> String { "\(prefix):jobs:counted:\(campaign)" }
     public func shard(app: String, shard: Int) -> String { "\(prefix):shard:\(app):\(shard)" }
     public func suppressed(app: String) -> String { "\(prefix):suppressed:\(app)" }
     public func registered(app: String) -> String { "\(prefix):registered:\(app)" }

@@ -81,14 +81,43 @@ enum Scripts {
         return out
         """#)
 
+    /// Records published jobs of a campaign. ARGV: marker-key, marker-ttl-s, campaign-hash, messages,
+    /// marks-ttl-s, then per job: mark-set member. Adds `messages` to `published` and the number of job
+    /// ids never published before (their fingerprint added to a mark set) to `jobs`; every mark set
+    /// touched lives marks-ttl-s from now. Returns the number added to `jobs`, or -1 when the marker
+    /// existed (a replay of this call: nothing done).
+    static let publish = RedisScript(#"""
+        if not redis.call('SET', ARGV[1], '1', 'NX', 'EX', ARGV[2]) then return -1 end
+        local hash, messages, ttl = ARGV[3], ARGV[4], ARGV[5]
+        local new, touched = 0, {}
+        for i = 6, #ARGV, 2 do
+          new = new + redis.call('SADD', ARGV[i], ARGV[i + 1])
+          touched[ARGV[i]] = true
+        end
+        for key in pairs(touched) do redis.call('EXPIRE', key, ttl) end
+        redis.call('HINCRBY', hash, 'published', messages)
+        redis.call('HINCRBY', hash, 'jobs', new)
+        return new
+        """#)
+
     /// Applies one batch of writes; used by settle, suppress, registrations and published counts.
     /// ARGV sections, each led by its entry count:
     ///   marker-key ('' for none), marker-ttl-s;
     ///   #sadd (key member)…;  #expireat (key epoch)…;
     ///   #suppress (hash token epoch value)…      newest time wins;
     ///   #register (reg-hash lang-hash token epoch lang)…  newest time wins; lang '' = keep;
-    ///   #del (key)…;  #hincrby (key field delta)…;  #expire (key seconds)…;  #hset (key field value)…
+    ///   #del (key)…;  #hincrby (key field delta)…;  #expire (key seconds)…;  #hset (key field value)…;
+    ///   counted-ttl-s, #campaigns (campaign-hash counted-set first-add #accepted #others (field member)…)…
     /// Returns { applied (0 when the marker existed: a replay), largest dedup set touched }.
+    ///
+    /// The progress section counts each job of a campaign once in the campaign's `jobs_*` fields
+    /// (`docs/design.md §4.4`), whatever the redeliveries. An accepted job (its dedup record's entry in
+    /// the #sadd section) counts when that SADD added its fingerprint (the id was never accepted before)
+    /// and its fingerprint is not in the campaign's counted set; any other outcome counts when the SADD
+    /// of its fingerprint to the counted set adds it. So the dedup record is the mark of accepted jobs
+    /// (no extra call, no extra byte), the counted set that of the others; one SMISMEMBER per campaign
+    /// and batch (when the set exists) checks the accepted ones against it. Swift sends only a job's
+    /// first outcome in the batch here (a later one in the same batch cannot be its first settlement).
     static let apply = RedisScript(#"""
         local i = 1
         local function take() local v = ARGV[i]; i = i + 1; return v end
@@ -96,10 +125,11 @@ enum Scripts {
         if marker ~= '' and not redis.call('SET', marker, '1', 'NX', 'EX', markerTTL) then
           return { 0, 0 }
         end
-        local largest = 0
-        for _ = 1, tonumber(take()) do
+        local largest, added = 0, {}
+        local addsBase = i  -- the member of add a is ARGV[addsBase + 2a]
+        for a = 1, tonumber(take()) do
           local key = take(); local member = take()
-          redis.call('SADD', key, member)
+          added[a] = redis.call('SADD', key, member)
           local n = redis.call('SCARD', key)
           if n > largest then largest = n end
         end
@@ -135,6 +165,44 @@ enum Scripts {
         for _ = 1, tonumber(take()) do
           local key = take(); local field = take(); local value = take()
           redis.call('HSET', key, field, value)
+        end
+        -- Per-job progress (see above). Per campaign: its accepted jobs' dedup records are the #sadd
+        -- entries first-add … first-add + #accepted - 1 (Swift puts them together), so an accepted job
+        -- costs no argument here; other outcomes come as (field member).
+        local countedTTL = take()
+        for _ = 1, tonumber(take()) do
+          local hash, counted = take(), take()
+          local first, na, no = tonumber(take()), tonumber(take()), tonumber(take())
+          local last = first + na - 1
+          local counts, total = {}, 0
+          local accepted = 0
+          if na > 0 and redis.call('EXISTS', counted) == 1 then
+            -- Accepted jobs counted before with another outcome (e.g. a dead letter published again):
+            -- SMISMEMBER in chunks (Lua's stack), not a call per job.
+            local marked = {}
+            for from = first, last, 1000 do
+              local chunk = {}
+              for a = from, math.min(last, from + 999) do chunk[#chunk + 1] = ARGV[addsBase + 2 * a] end
+              local found = redis.call('SMISMEMBER', counted, unpack(chunk))
+              for k = 1, #chunk do if found[k] == 1 then marked[chunk[k]] = true end end
+            end
+            for a = first, last do
+              if added[a] == 1 and not marked[ARGV[addsBase + 2 * a]] then accepted = accepted + 1 end
+            end
+          else
+            for a = first, last do accepted = accepted + added[a] end
+          end
+          if accepted > 0 then counts['jobs_accepted'] = accepted; total = accepted end
+          for _ = 1, no do
+            local field, member = take(), take()
+            if redis.call('SADD', counted, member) == 1 then
+              counts[field] = (counts[field] or 0) + 1
+              total = total + 1
+            end
+          end
+          if no > 0 then redis.call('EXPIRE', counted, countedTTL) end
+          for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
+          if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
         end
         return { 1, largest }
         """#)

@@ -27,7 +27,11 @@ func quietLogger() -> Logger {
 func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> (RedisClient, PipelineStore) {
     let redis = try RedisClient(url: config.redis.url, logger: logger)
     try await redis.connect()
-    let store = PipelineStore(client: redis, configuration: PipelineStoreConfiguration(keyPrefix: config.redis.prefix), logger: logger)
+    var storeConfiguration = PipelineStoreConfiguration(keyPrefix: config.redis.prefix)
+    // The dedup settings fix how long a campaign's job marks live (PipelineStore.jobMarkRetention).
+    storeConfiguration.dedupRetention = .seconds(config.redis.dedupTTLHours * 3600)
+    storeConfiguration.dedupBucketWidth = .seconds(config.redis.dedupBucketHours * 3600)
+    let store = PipelineStore(client: redis, configuration: storeConfiguration, logger: logger)
     return (redis, store)
 }
 

@@ -75,15 +75,17 @@ final class Stack: @unchecked Sendable {
         return c
     }
 
-    /// Publishes a campaign the way `campaign publish` does.
+    /// Publishes a campaign the way `campaign publish` does (`published` and `jobs`, the base of per-job progress).
     func publish(campaign: String, template: JSONValue, tokens: [DeviceToken]) async throws {
+        let sets = try await store.beginPublish(campaign: campaign, expectedJobs: tokens.count)
         let messages = tokens.map { t in
             KafkaProducerMessage(
                 topic: "apns.jobs", key: Array(t.hex.utf8),
                 value: Campaign.job(template: template, campaign: campaign, recipient: .init(token: t, language: nil)))
         }
         try await producer.sendBatch(messages)
-        try await store.incrementPublished(campaign: campaign, by: messages.count)
+        try await store.recordPublished(campaign: campaign, jobIDs: tokens.map { Campaign.jobID(campaign: campaign, token: $0) }, markSets: sets)
+        try await store.finishPublish(campaign: campaign)
     }
 
     func publishRaw(_ values: [String], topic: String = "apns.jobs") async throws {
@@ -192,11 +194,12 @@ final class PipelineProcess: @unchecked Sendable {
 
     let process: Process
 
-    init(pipelineFile: String, logFile: String) throws {
+    init(pipelineFile: String, logFile: String, environment: [String: String] = [:]) throws {
         guard let binary = Self.binary else { throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)") }
         process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["run", "--pipeline", pipelineFile]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
         log.seekToEndOfFile()
@@ -220,6 +223,29 @@ final class PipelineProcess: @unchecked Sendable {
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    /// Runs `apns-pipeline ARGUMENTS` to its end: exit status, stdout, stderr.
+    static func command(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, stdout: String, stderr: String) {
+        guard let binary else { throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)") }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cmd-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let out = directory.appendingPathComponent("out"), err = directory.appendingPathComponent("err")
+        _ = FileManager.default.createFile(atPath: out.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: err.path, contents: nil)
+        process.standardOutput = try FileHandle(forWritingTo: out)
+        process.standardError = try FileHandle(forWritingTo: err)
+        try process.run()
+        while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        return (
+            process.terminationStatus, (try? String(contentsOf: out, encoding: .utf8)) ?? "",
+            (try? String(contentsOf: err, encoding: .utf8)) ?? ""
+        )
     }
 }
 

@@ -7,6 +7,7 @@ import Kafka
 import Pipeline
 import Redis
 import Sender
+import Synchronization
 import Testing
 import TestSupport
 
@@ -284,6 +285,102 @@ struct PipelineTests {
         stack.cluster.stop()
         try await Task.sleep(for: .seconds(2))
         await #expect(throws: KafkaError.self) { try await pipeline.stop() }
+        await stack.stop()
+    }
+
+    /// Issue 13 (4, 5, 6): two real `run` processes and forced rebalances (the second starts mid-campaign,
+    /// then the first stops mid-campaign): messages are redelivered and settle again, but the campaign's
+    /// per-job progress never exceeds its jobs, ends exactly at them, and `campaign wait` (a real process
+    /// beside them) returns 0 only once every job is done. Also: `campaign status --json`, `stats --json`,
+    /// the wait's timeout status, and `${NAME}` in the pipeline file kept out of the logs.
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func progressIsExactWithTwoProcessesAndRebalances() async throws {
+        let audience = (0..<6000).map(token)
+        let invalid = Set(stride(from: 7, to: 6000, by: 97).map(token))  // 62: rejected, then suppressed when redelivered
+        var faults = FaultScript()
+        faults.invalidTokens = Set(invalid.map(\.hex))
+        let stack = try await Stack(faults: faults)
+        let jobs = Int64(audience.count)
+        // The group comes from the environment: a substituted value, which no log line may show.
+        let groupSecret = "progress-group-\(UUID().uuidString.prefix(8))"
+        let environment = ["APNS_TEST_GROUP": groupSecret]
+        let file = try stack.pipelineFile(group: "\"${APNS_TEST_GROUP}\"", settleAfterMs: 1000, maxInFlight: 1000)
+        let log = FileManager.default.temporaryDirectory.appendingPathComponent("run-\(UUID().uuidString).log").path
+
+        // Published by `campaign publish` itself, from a token file listing one token twice: one job.
+        let tokensFile = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString).txt").path
+        try (audience.map(\.hex) + [audience[5].hex]).joined(separator: "\n").write(toFile: tokensFile, atomically: true, encoding: .utf8)
+        let templateFile = FileManager.default.temporaryDirectory.appendingPathComponent("template-\(UUID().uuidString).json").path
+        try Data(template.serialized()).write(to: URL(fileURLWithPath: templateFile))
+        let published = try await PipelineProcess.command(
+            ["campaign", "publish", "--pipeline", file, "--campaign", "p", "--template", templateFile, "--tokens", tokensFile, "--quiet"],
+            environment: environment)
+        #expect(published.status == 0, "\(published.stderr)")
+        #expect(published.stderr.contains("1 duplicate token(s)"), "\(published.stderr)")
+        let afterPublish = try await stack.store.readCampaign("p")
+        #expect(afterPublish.jobs == jobs && afterPublish.published == jobs && !afterPublish.isPublishing)
+        let waiter = Task { try await PipelineProcess.command(["campaign", "wait", "p", "--pipeline", file, "--timeout", "240", "--quiet"], environment: environment) }
+        let first = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)
+
+        // Sample progress all along: it must never pass the number of jobs.
+        let highest = Mutex<Int64>(0)
+        let sampler = Task {
+            while !Task.isCancelled {
+                if let p = try? await stack.store.readCampaign("p") { highest.withLock { $0 = max($0, p.jobsSettled) } }
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        try await eventually("the first process settled some", timeout: .seconds(90)) { try await stack.store.readCampaign("p").jobsSettled >= 1500 }
+        let second = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)  // rebalance
+        try await eventually("the second process took part", timeout: .seconds(90)) { try await stack.store.readCampaign("p").jobsSettled >= 3000 }
+        #expect(await first.stop() == 0)  // rebalance again: its partitions move to the second
+        let (status, waitOut, waitErr) = try await waiter.value
+        // `campaign wait` said done: every job must be done now.
+        let recorded = stack.recorded(campaign: "p")
+        #expect(status == 0, "campaign wait: \(waitOut) \(waitErr)")
+        #expect(recorded.count == audience.count - invalid.count, "campaign wait returned before every job was done")
+        let atWait = try await stack.store.readCampaign("p")
+        #expect(atWait.jobsSettled == jobs)
+        #expect(await second.stop() == 0)
+        sampler.cancel()
+        _ = await sampler.value
+
+        let p = try await stack.store.readCampaign("p")
+        #expect(highest.withLock { $0 } <= jobs, "progress passed the job count during the run")
+        #expect(p.jobs == jobs && p.jobsSettled == jobs)
+        #expect(p[.jobsAccepted] == jobs - Int64(invalid.count) && p[.jobsRejected] == Int64(invalid.count))
+        #expect(p[.jobsSuppressed] == 0 && p[.jobsDeadLettered] == 0)
+        // The message figures count every redelivered message again (how many depends on the rebalances).
+        print("two processes: \(jobs) jobs, \(p.messagesSettled) messages settled (deduped \(p.counters[.deduped]), suppressed \(p.counters[.suppressed])), highest progress seen \(highest.withLock { $0 })")
+        #expect(p.messagesSettled >= jobs)
+
+        // Scriptable output: stable keys, numbers as numbers.
+        let statusJSON = try await PipelineProcess.command(["campaign", "status", "p", "--pipeline", file, "--json"], environment: environment)
+        #expect(statusJSON.status == 0, "\(statusJSON.stderr)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(statusJSON.stdout.utf8)) as? [String: Any])
+        #expect(object["campaign"] as? String == "p" && object["basis"] as? String == "jobs" && object["done"] as? Bool == true)
+        #expect((object["target"] as? NSNumber)?.int64Value == jobs && (object["settled"] as? NSNumber)?.int64Value == jobs)
+        let jobsObject = try #require(object["jobs"] as? [String: Any])
+        #expect((jobsObject["accepted"] as? NSNumber)?.int64Value == jobs - Int64(invalid.count))
+        #expect((object["messages"] as? [String: Any])?["deduped"] is NSNumber)
+        #expect((object["rejected_by_code"] as? [String: Any])?["8"] is NSNumber)
+        let stats = try await PipelineProcess.command(["stats", "--pipeline", file, "--json", "--campaign", "p"], environment: environment)
+        #expect(stats.status == 0, "\(stats.stderr)")
+        let statsObject = try #require(try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any])
+        let totals = try #require(statsObject["totals"] as? [String: Any])
+        #expect(Set(totals.keys) == Set(CounterField.allCases.map(\.rawValue)))
+        #expect((totals["accepted"] as? NSNumber)?.int64Value == p.counters[.accepted])
+        #expect(((statsObject["campaign"] as? [String: Any])?["jobs"] as? [String: Any])?["settled"] is NSNumber)
+        #expect((statsObject["per_second"] as? [String: Any])?["current_minute"] is [String: Any])
+        // Exit statuses: 2 when the wait times out, 1 when Redis cannot be read.
+        let timedOut = try await PipelineProcess.command(["campaign", "wait", "never-published", "--pipeline", file, "--timeout", "0.5", "--quiet"], environment: environment)
+        #expect(timedOut.status == 2, "\(timedOut.stderr)")
+        let unreachable = try await PipelineProcess.command(["stats", "--redis", "redis://127.0.0.1:1", "--json"])
+        #expect(unreachable.status == 1)
+
+        // Secrets: the substituted group is in no log line (the starting line logs the group, masked).
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(!text.contains(groupSecret), "a substituted value reached the log")
         await stack.stop()
     }
 

@@ -217,6 +217,7 @@ struct SettlerTests {
         #expect(minuteTTL > 0 && minuteTTL <= 86_400)
         #expect(try await client.hashCounters("apns:campaign:c1") == [
             "accepted": 2, "rejected": 1, "rejected:8": 1, "dead_lettered": 1, "rejected:1": 1, "suppressed": 1,
+            "jobs_accepted": 2, "jobs_rejected": 1, "jobs_dead_lettered": 1, "jobs_suppressed": 1, "jobs_settled": 5,
         ])
         #expect(try await client.hashCounters("apns:shard:\(app):0") == ["sent": 4, "replayed": 4])
         #expect(try await client.hashCounters("apns:shard:\(app):1") == ["sent": 2])
@@ -320,7 +321,10 @@ struct SettlerTests {
 
         let totals = try await store.client.hashCounters("apns:stats")
         #expect(totals == ["accepted": Int64(batches * 5), "received": Int64(batches * 5)])
-        #expect(try await store.client.hashCounters("apns:campaign:spring") == ["accepted": Int64(batches * 5)])
+        // Each batch has five jobs of its own: per job as per message.
+        #expect(try await store.client.hashCounters("apns:campaign:spring") == [
+            "accepted": Int64(batches * 5), "jobs_accepted": Int64(batches * 5), "jobs_settled": Int64(batches * 5),
+        ])
         // After the restart the script cache was empty: the gate reloads its script by itself.
         #expect(try await store.gate([GateRequest(jobID: "job-0-0", app: app, tokenHex: token(0))]) == [.deduped])
     }

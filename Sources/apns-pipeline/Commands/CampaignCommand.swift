@@ -40,103 +40,167 @@ struct CampaignCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data(
                     "warning: \(audience.badLineCount) line(s) of \(tokens) are not 64-hex-character tokens and are skipped (lines \(audience.badLines.map(String.init).joined(separator: ", "))\(audience.badLineCount > audience.badLines.count ? ", …" : ""))\n".utf8))
             }
+            // One job per distinct token: a token listed twice would be one job id published twice.
+            var seen = Set<String>()
+            let recipients = audience.recipients.filter { seen.insert($0.token.hex).inserted }
+            if recipients.count < audience.recipients.count {
+                FileHandle.standardError.write(Data(
+                    "warning: \(audience.recipients.count - recipients.count) duplicate token(s) in \(tokens) are published once\n".utf8))
+            }
             let logger = quietLogger()
             let bootstrap = try config.kafka.resolvedBootstrapServers()
             let producer = try KafkaProducer(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
             let (redis, store) = try await openStore(config, logger: logger)
 
-            let total = audience.recipients.count
+            let total = recipients.count
+            // `campaign wait` is not done while this runs (publish_started_ms > publish_finished_ms).
+            let markSets = try await store.beginPublish(campaign: campaign, expectedJobs: total)
             let progress = Progress(total: total, label: "publishing \(campaign)", enabled: !quiet)
-            var done = 0
+            var done = 0, new = 0
             for start in stride(from: 0, to: total, by: batch) {
-                let slice = audience.recipients[start..<min(total, start + batch)]
+                let slice = recipients[start..<min(total, start + batch)]
                 let messages = slice.map { r in
                     KafkaProducerMessage(
                         topic: config.kafka.jobsTopic, key: Array(r.token.hex.utf8),
                         value: Campaign.job(template: templateValue, campaign: campaign, recipient: r))
                 }
                 try await producer.sendBatch(messages)  // returns when every message is delivered
-                try await store.incrementPublished(campaign: campaign, by: messages.count)
+                new += try await store.recordPublished(
+                    campaign: campaign, jobIDs: slice.map { Campaign.jobID(campaign: campaign, token: $0.token) }, markSets: markSets)
                 done += messages.count
                 progress.update(done)
             }
+            try await store.finishPublish(campaign: campaign)
             progress.finish()
             await producer.close()
             await redis.close()
-            print("published \(done) jobs of campaign \(campaign) to \(config.kafka.jobsTopic)")
+            let again = done - new
+            print("published \(done) jobs of campaign \(campaign) to \(config.kafka.jobsTopic)\(again > 0 ? " (\(again) published before: not counted again in `jobs`)" : "")")
         }
     }
 
     struct Status: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show a campaign's counters from Redis.")
+        static let configuration = CommandConfiguration(
+            abstract: "Show a campaign's progress from Redis.",
+            discussion: """
+                Progress counts jobs: each job of the campaign once, by the outcome it first settled with, \
+                however often its message was redelivered. The message figures (a redelivered message counts \
+                again) are shown beside them. Exit status: 0, or 1 on an error (Redis unreachable, bad pipeline file).
+                """)
 
         @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
         @Argument(help: "Campaign id.") var campaign: String
         @Flag(help: "Refresh every second until interrupted.") var watch = false
+        @Flag(help: "Print one JSON object (with --watch: one per line, every second).") var json = false
 
         func run() async throws {
-            let config = try loadPipeline(pipeline)
-            let (redis, store) = try await openStore(config, logger: quietLogger())
-            repeat {
-                let p = try await store.readCampaign(campaign)
-                let table = CampaignCommand.render(p)
-                if watch { print("\u{1B}[H\u{1B}[2J", terminator: "") }
-                print(table)
-                if watch { try await Task.sleep(for: .seconds(1)) }
-            } while watch
-            await redis.close()
+            try await exitingOnError {
+                let config = try loadPipeline(pipeline)
+                let (redis, store) = try await openStore(config, logger: quietLogger())
+                repeat {
+                    let status = Campaign.Status(try await store.readCampaign(campaign))
+                    // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
+                    let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
+                    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+                    if watch { try await Task.sleep(for: .seconds(1)) }
+                } while watch
+                await redis.close()
+            }
         }
     }
 
     struct Wait: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Wait until every published job of a campaign is settled (for scripts), showing progress.")
+            abstract: "Wait until every published job of a campaign is settled (for scripts), showing progress.",
+            discussion: """
+                Done when the campaign's settled jobs reach its published jobs (`jobs_settled` = `jobs`) and \
+                no `campaign publish` of it is under way: exact with any number of `run` processes. Exit \
+                status: 0 done, 1 error (Redis unreachable, bad pipeline file), 2 timed out, 64 bad usage.
+                """)
 
         @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
         @Argument(help: "Campaign id.") var campaign: String
-        @Option(help: "Give up after this many seconds (exit 1).") var timeout: Double = 600
-        @Option(help: "Settled count to wait for (default: the campaign's `published`).") var expect: Int?
+        @Option(help: "Give up after this many seconds (exit 2).") var timeout: Double = 600
+        @Option(help: "Settled count to wait for (default: the campaign's published jobs).") var expect: Int?
+        @Flag(help: "Count messages instead of jobs: wait until as many messages are settled as were published (e.g. a campaign published again, whose jobs are all done already, until its new messages are deduped).")
+        var messages = false
+        @Flag(help: "No progress bar.") var quiet = false
+        @Flag(help: "At the end, print the campaign's status as JSON (as `campaign status --json`).") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            if let expect, expect <= 0 { throw ValidationError("--expect must be positive") }
+        }
 
         func run() async throws {
-            let config = try loadPipeline(pipeline)
-            let (redis, store) = try await openStore(config, logger: quietLogger())
-            let deadline = Date().addingTimeInterval(timeout)
-            var progress: Progress?
-            while true {
-                let p = try await store.readCampaign(campaign)
-                let target = Int(expect.map(Int64.init) ?? p.published)
-                let settled = Int(CampaignCommand.settled(p))
-                if progress == nil { progress = Progress(total: target, label: "settling \(campaign)", enabled: true) }
-                progress?.update(min(settled, target))
-                if target > 0 && settled >= target { break }
-                if Date() > deadline {
-                    progress?.finish()
-                    throw ValidationError("campaign \(campaign): \(settled) of \(target) settled after \(Int(timeout)) s; is `apns-pipeline run` running?")
+            try await exitingOnError {
+                let config = try loadPipeline(pipeline)
+                let (redis, store) = try await openStore(config, logger: quietLogger())
+                let deadline = Date().addingTimeInterval(timeout)
+                var progress: Progress?
+                var status: Campaign.Status
+                while true {
+                    status = Campaign.Status(try await store.readCampaign(campaign), expected: expect.map(Int64.init), countsMessages: messages)
+                    if progress == nil || Int64(progress!.total) != status.target {
+                        // The target grows while a publish runs.
+                        progress = Progress(total: Int(status.target), label: "settling \(campaign)", enabled: !quiet)
+                    }
+                    progress?.update(Int(min(status.settled, status.target)))
+                    if status.isDone { break }
+                    if Date() > deadline {
+                        progress?.finish()
+                        if json { print(status.json) }
+                        let why = status.progress.isPublishing ? "a `campaign publish` of it has not finished" : "is `apns-pipeline run` running?"
+                        FileHandle.standardError.write(Data(
+                            "campaign \(campaign): \(status.settled) of \(status.target) \(status.basis.rawValue) settled after \(timeout) s; \(why)\n".utf8))
+                        await redis.close()
+                        throw ExitCode(2)
+                    }
+                    try await Task.sleep(for: .milliseconds(250))
                 }
-                try await Task.sleep(for: .milliseconds(250))
+                progress?.finish()
+                if json { print(status.json) }
+                await redis.close()
             }
-            progress?.finish()
-            await redis.close()
         }
     }
 
-    static func settled(_ p: CampaignProgress) -> Int64 {
-        ["accepted", "rejected", "suppressed", "deduped", "dead_lettered"].reduce(0) { $0 + (p.counters.fields[$1] ?? 0) }
-    }
-
-    static func render(_ p: CampaignProgress) -> String {
-        let c = p.counters.fields
-        let published = p.published
-        let fields = ["accepted", "rejected", "suppressed", "deduped", "dead_lettered"]
-        let settled = fields.reduce(0) { $0 + (c[$1] ?? 0) }
-        func row(_ name: String, _ value: String) -> String {
-            "  " + name.padding(toLength: 14, withPad: " ", startingAt: 0) + String(repeating: " ", count: max(0, 12 - value.count)) + value
+    static func render(_ status: Campaign.Status) -> String {
+        let p = status.progress
+        func row(_ name: String, _ jobs: String, _ messages: String) -> String {
+            "  " + name.padding(toLength: 14, withPad: " ", startingAt: 0) + String(repeating: " ", count: max(0, 12 - jobs.count)) + jobs
+                + String(repeating: " ", count: max(0, 12 - messages.count)) + messages
         }
-        var lines = ["campaign \(p.id)", row("published", "\(published)")]
-        for f in fields { lines.append(row(f, "\(c[f] ?? 0)")) }
-        let pct = published > 0 ? Double(settled) / Double(published) * 100 : 0
-        lines.append(row("settled", String(format: "%.1f%%", pct)))
+        var lines = ["campaign \(p.id)" + (p.isPublishing ? " (publishing)" : ""), row("", "jobs", "messages")]
+        let jobs = p.jobs
+        func j(_ f: CampaignField) -> String { jobs == nil ? "–" : "\(p[f])" }
+        lines.append(row("published", jobs.map(String.init) ?? "–", "\(p.published)"))
+        lines.append(row("accepted", j(.jobsAccepted), "\(p.counters[.accepted])"))
+        lines.append(row("rejected", j(.jobsRejected), "\(p.counters[.rejected])"))
+        lines.append(row("suppressed", j(.jobsSuppressed), "\(p.counters[.suppressed])"))
+        lines.append(row("deduped", "", "\(p.counters[.deduped])"))
+        lines.append(row("dead_lettered", j(.jobsDeadLettered), "\(p.counters[.deadLettered])"))
+        lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
+        let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
+        lines.append("  progress \(pct) of \(status.target) \(status.basis.rawValue)\(status.isDone ? ", done" : "")"
+            + (jobs == nil ? " (published before per-job progress: messages redelivered count again)" : ""))
         return lines.joined(separator: "\n")
+    }
+}
+
+/// Runs a command body whose failures are exit status 1 with the error on stderr (scripts read the
+/// status: README "Commands"); `ExitCode`s (2 for a timeout) and usage errors pass through.
+func exitingOnError(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let e as ExitCode {
+        throw e
+    } catch let e as ValidationError {
+        FileHandle.standardError.write(Data("error: \(e.message)\n".utf8))
+        throw ExitCode(1)
+    } catch {
+        FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+        throw ExitCode(1)
     }
 }

@@ -22,10 +22,12 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let config = try loadPipeline(pipeline)
         let level = Logger.Level(rawValue: config.logLevel) ?? .info
+        // Values substituted into the pipeline file (`${NAME}`, `${file:…}`) never reach a log line.
+        let secrets = config.secrets
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)
             h.logLevel = level
-            return h
+            return RedactingLogHandler(h, secrets: secrets)
         }
         let logger = Logger(label: "apns.pipeline")
         // A second SIGTERM/SIGINT while draining: leave now. Installed beside service-lifecycle's own

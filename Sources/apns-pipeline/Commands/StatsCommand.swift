@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Pipeline
 import Redis
 
 /// `apns-pipeline stats`: the pipeline's counters from Redis (`docs/design.md §4.1`: `<p>:stats`, the per-minute
@@ -13,7 +14,9 @@ struct StatsCommand: AsyncParsableCommand {
         discussion: """
             Totals come from <prefix>:stats. Rates come from the per-minute buckets: "last min/s" is the \
             last complete UTC minute ÷ 60, "now/s" the current minute so far ÷ the seconds elapsed in it. \
-            Every process of the pipeline writes the same keys, so these are cluster-wide figures.
+            Every process of the pipeline writes the same keys, so these are cluster-wide figures. \
+            --json prints one JSON object (with --watch, one per line per refresh): stable keys, numbers as \
+            numbers. Exit status: 0, or 1 when Redis cannot be read.
             """
     )
 
@@ -23,12 +26,17 @@ struct StatsCommand: AsyncParsableCommand {
     @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
     @Flag(help: "Refresh in place until interrupted.") var watch = false
     @Option(help: "Seconds between refreshes with --watch.") var interval: Double = 1
+    @Flag(help: "Print JSON (stable keys, numbers as numbers) instead of a table; with --watch, one object per line.") var json = false
 
     func validate() throws {
         guard interval > 0 else { throw ValidationError("--interval must be positive") }
     }
 
     func run() async throws {
+        try await exitingOnError { try await show() }
+    }
+
+    private func show() async throws {
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = .error
@@ -52,6 +60,25 @@ struct StatsCommand: AsyncParsableCommand {
         let client = RedisClient(configuration: configuration)
         let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: prefix))
         let header = "apns-pipeline stats · \(configuration.redactedURL) · prefix \(prefix)"
+
+        if json {
+            repeat {
+                do {
+                    let line = try await Self.renderJSON(store: store, redis: configuration.redactedURL, prefix: prefix, campaign: campaign)
+                    // Unbuffered: with --watch into a pipe, each object goes out as it is made.
+                    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                } catch {
+                    FileHandle.standardError.write(Data("error: cannot read stats from \(configuration.redactedURL): \(error)\n".utf8))
+                    if !watch {
+                        await client.close()
+                        throw ExitCode(1)
+                    }
+                }
+                if watch { try? await Task.sleep(for: .milliseconds(Int64(interval * 1000))) }
+            } while watch && !Task.isCancelled
+            await client.close()
+            return
+        }
 
         if !watch {
             do {
@@ -89,6 +116,47 @@ struct StatsCommand: AsyncParsableCommand {
         return render(stats: stats, campaign: progress, header: header, now: now)
     }
 
+    /// The `--json` form (README "Commands"): `time` (epoch s), `redis`, `prefix`, `totals` (every
+    /// counter of `<prefix>:stats`, 0 when absent), `rejected_by_code`, `per_second` (`last_minute`: the
+    /// last complete UTC minute ÷ 60; `current_minute`: the current minute so far ÷ its elapsed seconds),
+    /// `minutes` (which minutes those are), and `campaign` (as `campaign status --json`) with --campaign.
+    static func renderJSON(store: PipelineStore, redis: String, prefix: String, campaign: String?, now: Int64 = PipelineStore.epochNow()) async throws -> String {
+        let stats = try await store.readStats(lastMinutes: 2, now: now)
+        let progress: CampaignProgress? = if let campaign { try await store.readCampaign(campaign) } else { nil }
+        return json(stats: stats, campaign: progress, redis: redis, prefix: prefix, now: now)
+    }
+
+    static func json(stats: PipelineStats, campaign: CampaignProgress?, redis: String, prefix: String, now: Int64) -> String {
+        let current = stats.minutes.last
+        let previous = stats.minutes.count >= 2 ? stats.minutes[stats.minutes.count - 2] : nil
+        let elapsed = max(1, now - (current?.start ?? now))
+        var totals: [String: Int64] = [:], last: [String: Double] = [:], currentRates: [String: Double] = [:]
+        for field in CounterField.allCases {
+            totals[field.rawValue] = stats.totals[field]
+            last[field.rawValue] = Double(previous?.counters[field] ?? 0) / 60
+            currentRates[field.rawValue] = Double(current?.counters[field] ?? 0) / Double(elapsed)
+        }
+        var codes: [String: Int64] = [:]
+        for (key, value) in stats.totals.fields where key.hasPrefix("rejected:") { codes[String(key.dropFirst("rejected:".count))] = value }
+        struct Minutes: Encodable { var last: String?; var current: String?; var current_elapsed_s: Int64 }
+        struct Report: Encodable {
+            var time: Int64, redis: String, prefix: String
+            var totals: [String: Int64]
+            var rejected_by_code: [String: Int64]
+            var per_second: [String: [String: Double]]
+            var minutes: Minutes
+            var campaign: Campaign.Status?
+        }
+        let report = Report(
+            time: now, redis: redis, prefix: prefix, totals: totals, rejected_by_code: codes,
+            per_second: ["last_minute": last, "current_minute": currentRates],
+            minutes: Minutes(last: previous?.minute, current: current?.minute, current_elapsed_s: elapsed),
+            campaign: campaign.map { Campaign.Status($0) })
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: (try? encoder.encode(report)) ?? Data("{}".utf8), as: UTF8.self)
+    }
+
     static func render(stats: PipelineStats, campaign: CampaignProgress?, header: String, now: Int64) -> String {
         let current = stats.minutes.last
         let previous = stats.minutes.count >= 2 ? stats.minutes[stats.minutes.count - 2] : nil
@@ -119,23 +187,32 @@ struct StatsCommand: AsyncParsableCommand {
         out += "\nrates: last min = \(previous.map { "\($0.minute) UTC" } ?? "–") ÷ 60 s; now = \(current.map { "\($0.minute) UTC" } ?? "–") so far ÷ \(elapsed) s"
 
         if let campaign {
-            let outcomes: [CounterField] = [.accepted, .rejected, .suppressed, .deduped, .deadLettered]
-            let settled = outcomes.reduce(Int64(0)) { $0 + campaign.counters[$1] }
-            let share = campaign.published > 0 ? String(format: "%.1f%%", Double(settled) / Double(campaign.published) * 100) : "–"
-            var rows: [[String]] = [["campaign \(campaign.id)", "count", "of published"]]
-            rows.append(["published", grouped(campaign.published), ""])
-            rows.append(["settled", grouped(settled), share])
-            for field in outcomes {
-                let value = campaign.counters[field]
-                let part = campaign.published > 0 ? String(format: "%.1f%%", Double(value) / Double(campaign.published) * 100) : "–"
-                rows.append(["  \(field.rawValue)", grouped(value), part])
+            // Per job (each job once, however often redelivered), beside the per-message figures.
+            let status = Campaign.Status(campaign)
+            func share(_ value: Int64) -> String {
+                status.target > 0 ? String(format: "%.1f%%", Double(value) / Double(status.target) * 100) : "–"
             }
-            let pending = max(0, campaign.published - settled)
-            rows.append(["pending", grouped(pending), ""])
+            let jobs = campaign.jobs != nil
+            var rows: [[String]] = [["campaign \(campaign.id)" + (campaign.isPublishing ? " (publishing)" : ""), "jobs", "of published", "messages"]]
+            rows.append(["published", jobs ? grouped(status.target) : "–", "", grouped(campaign.published)])
+            rows.append(["settled", jobs ? grouped(campaign.jobsSettled) : "–", share(status.settled), grouped(campaign.messagesSettled)])
+            let fields: [(CampaignField?, CounterField)] = [
+                (.jobsAccepted, .accepted), (.jobsRejected, .rejected), (.jobsSuppressed, .suppressed), (nil, .deduped),
+                (.jobsDeadLettered, .deadLettered),
+            ]
+            for (jobField, messageField) in fields {
+                let value = jobField.map { campaign[$0] }
+                rows.append([
+                    "  \(messageField.rawValue)", jobs ? value.map(grouped) ?? "" : "–", jobs ? value.map(share) ?? "" : "",
+                    grouped(campaign.counters[messageField]),
+                ])
+            }
+            rows.append(["pending", grouped(status.pending), "", ""])
             for field in [CounterField.replayed, .retried, .ambiguous] where campaign.counters[field] > 0 {
-                rows.append([field.rawValue, grouped(campaign.counters[field]), ""])
+                rows.append([field.rawValue, "", "", grouped(campaign.counters[field])])
             }
-            out += "\n\n" + table(rows, rightAligned: [1, 2])
+            out += "\n\n" + table(rows, rightAligned: [1, 2, 3])
+            if !jobs { out += "\n(published before per-job progress: progress counts messages, and a redelivered message counts again)" }
         }
         return out
     }
