@@ -45,6 +45,9 @@ import Testing
         (#"{"aps":{"alert":"x"}}"#, .alert),
         (#"{"aps":{}}"#, .alert),
         (#"not json"#, .alert),
+        // The key spelled with an escape is still the key: the shortcut must not skip the parse.
+        (#"{"aps":{"content\u002davailable":1}}"#, .background),
+        (#"{"aps":{"alert":"content-available"}}"#, .alert),
     ])
     func pushTypeIsInferredFromTheAPSDictionary(payload: String, expected: APNsPushType) {
         #expect(HTTP2Request.inferredPushType(payload: Array(payload.utf8)) == expected)
@@ -70,6 +73,9 @@ import Testing
         #expect(throws: HTTP2Request.Invalid.badCollapseID) {
             try HTTP2Request(Self.notification(collapseID: String(repeating: "c", count: 65)))
         }
+        // A value HTTP/2 cannot carry as a header is refused per job (header validation is off on the wire).
+        #expect(throws: HTTP2Request.Invalid.badCollapseID) { try HTTP2Request(Self.notification(collapseID: "a\r\nb")) }
+        #expect(throws: HTTP2Request.Invalid.badCollapseID) { try HTTP2Request(Self.notification(collapseID: " a")) }
         #expect(throws: HTTP2Request.Invalid.payloadEmpty) { try HTTP2Request(Self.notification(payload: "")) }
     }
 }
