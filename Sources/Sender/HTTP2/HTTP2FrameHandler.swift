@@ -16,6 +16,9 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var answers: [HTTP2StreamID: (status: Int, body: ByteBuffer?)] = [:]
     /// Response bytes read since the connection window was last topped up.
     private var unacknowledgedBytes = 0
+    /// The TLS handshake is done: the user events that follow are NIO-HTTP2's per-stream ones (several
+    /// per request), passed on without a dynamic cast each.
+    private var handshakeSeen = false
 
     /// The connection window is not managed by `NIOHTTP2Handler` without a stream multiplexer, so this
     /// handler returns what it reads, in steps of this size.
@@ -27,7 +30,8 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let tls = event as? TLSUserEvent, case .handshakeCompleted(let proto) = tls {
+        if !handshakeSeen, let tls = event as? TLSUserEvent, case .handshakeCompleted(let proto) = tls {
+            handshakeSeen = true
             if proto == "h2" {
                 // A large connection window from the start: answers are small, but many.
                 let frame = HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: 16 << 20))

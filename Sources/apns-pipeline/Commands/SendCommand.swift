@@ -26,7 +26,7 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "HTTP/2 token auth: the team's .p8 signing key (PKCS#8 PEM).") var tokenKey: String?
     @Option(help: "HTTP/2 token auth: the key's id (kid).") var keyID: String?
     @Option(help: "HTTP/2 token auth: the team id (iss).") var teamID: String?
-    @Option(help: "HTTP/2: streams per connection at most.") var streams: Int = 1000
+    @Option(help: "HTTP/2: streams per connection at most.") var streams: Int = HTTP2TransportConfiguration.defaultStreamCap
     @Option(help: "CA bundle the gateway's certificate must chain to (default: system roots).") var ca: String?
     @Option(help: "Gateway host:port (repeatable; default: Apple's production host for the protocol).") var gateway: [String] = []
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
