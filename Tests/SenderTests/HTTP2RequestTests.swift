@@ -27,6 +27,12 @@ import Testing
         #expect(r.collapseID == "scores")
     }
 
+    @Test func devicePathIsThePrefixAndTheTokensHex() throws {
+        let token = try DeviceToken(hex: "00ff10a9" + String(repeating: "7c", count: 28))
+        #expect(HTTP2Request.devicePath(token) == "/3/device/" + token.hex)
+        #expect(HTTP2Request.devicePath(token).utf8.count == 74)
+    }
+
     @Test func apnsIDIsAStableUUIDPerJob() throws {
         let a = HTTP2Request.apnsID(jobID: "job-1")
         #expect(a == HTTP2Request.apnsID(jobID: "job-1"))

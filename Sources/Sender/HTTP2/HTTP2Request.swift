@@ -41,7 +41,7 @@ struct HTTP2Request: Equatable, Sendable {
         guard !n.payload.isEmpty else { throw .payloadEmpty }
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
         if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }
-        path = APNsHeader.devicePathPrefix + n.token.hex
+        path = Self.devicePath(n.token)
         // Push types such as voip need a suffixed topic; an app configured with it already keeps it.
         if let suffix = type.topicSuffix, !n.app.hasSuffix(suffix) {
             topic = n.app + suffix
@@ -84,6 +84,29 @@ struct HTTP2Request: Equatable, Sendable {
         let keys = aps.map(\.key)
         return keys == ["content-available"] ? .background : .alert
     }
+
+    /// `/3/device/<64 lower-case hex digits>`, written in one allocation (the prefix + `token.hex`
+    /// took three per request).
+    static func devicePath(_ token: DeviceToken) -> String {
+        let prefix = APNsHeader.devicePathPrefix.utf8
+        return String(unsafeUninitializedCapacity: prefix.count + DeviceToken.hexCount) { out in
+            var i = 0
+            for b in prefix {
+                out[i] = b
+                i += 1
+            }
+            token.withBytes { raw in
+                for byte in raw {
+                    out[i] = Self.hexDigits[Int(byte >> 4)]
+                    out[i + 1] = Self.hexDigits[Int(byte & 0x0F)]
+                    i += 2
+                }
+            }
+            return i
+        }
+    }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     private static let contentAvailable = Array("content-available".utf8)
 
