@@ -115,7 +115,7 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
 /// write, and `NIOSSLHandler` seals each write as its own TLS record: three records per request, each
 /// with its own encryption call and 29 bytes of overhead on both ends. Copying the ~250 bytes of a
 /// request once is cheaper; the records are then as large as TLS allows (16 KiB).
-final class HTTP2WriteCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
+final class HTTP2WriteCoalescer: ChannelOutboundHandler {
     typealias OutboundIn = IOData
     typealias OutboundOut = IOData
 
@@ -144,17 +144,21 @@ final class HTTP2WriteCoalescer: ChannelOutboundHandler, RemovableChannelHandler
 
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         // Unflushed writes fail on close, as they would in the channel itself.
-        if mode != .input {
-            pending = nil
-            let failed = promises
-            promises.removeAll()
-            for p in failed { p.fail(ChannelError.ioOnClosedChannel) }
-        }
+        if mode != .input { failPending() }
         context.close(mode: mode, promise: promise)
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        writePending(context: context)
+        // The channel is gone (this handler is never removed from a live one): nothing unflushed
+        // will be written, and no promise is left unfulfilled.
+        failPending()
+    }
+
+    private func failPending() {
+        pending = nil
+        let failed = promises
+        promises.removeAll()
+        for p in failed { p.fail(ChannelError.ioOnClosedChannel) }
     }
 
     private func writePending(context: ChannelHandlerContext) {
