@@ -254,6 +254,7 @@ let package = Package(
                 "APNsProtocol",
                 "APNsTransport",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),

@@ -27,6 +27,12 @@ import Testing
         #expect(r.collapseID == "scores")
     }
 
+    @Test func devicePathIsThePrefixAndTheTokensHex() throws {
+        let token = try DeviceToken(hex: "00ff10a9" + String(repeating: "7c", count: 28))
+        #expect(HTTP2Request.devicePath(token) == "/3/device/" + token.hex)
+        #expect(HTTP2Request.devicePath(token).utf8.count == 74)
+    }
+
     @Test func apnsIDIsAStableUUIDPerJob() throws {
         let a = HTTP2Request.apnsID(jobID: "job-1")
         #expect(a == HTTP2Request.apnsID(jobID: "job-1"))
@@ -45,6 +51,9 @@ import Testing
         (#"{"aps":{"alert":"x"}}"#, .alert),
         (#"{"aps":{}}"#, .alert),
         (#"not json"#, .alert),
+        // The key spelled with an escape is still the key: the shortcut must not skip the parse.
+        (#"{"aps":{"content\u002davailable":1}}"#, .background),
+        (#"{"aps":{"alert":"content-available"}}"#, .alert),
     ])
     func pushTypeIsInferredFromTheAPSDictionary(payload: String, expected: APNsPushType) {
         #expect(HTTP2Request.inferredPushType(payload: Array(payload.utf8)) == expected)
@@ -70,6 +79,9 @@ import Testing
         #expect(throws: HTTP2Request.Invalid.badCollapseID) {
             try HTTP2Request(Self.notification(collapseID: String(repeating: "c", count: 65)))
         }
+        // A value HTTP/2 cannot carry as a header is refused per job (header validation is off on the wire).
+        #expect(throws: HTTP2Request.Invalid.badCollapseID) { try HTTP2Request(Self.notification(collapseID: "a\r\nb")) }
+        #expect(throws: HTTP2Request.Invalid.badCollapseID) { try HTTP2Request(Self.notification(collapseID: " a")) }
         #expect(throws: HTTP2Request.Invalid.payloadEmpty) { try HTTP2Request(Self.notification(payload: "")) }
     }
 }

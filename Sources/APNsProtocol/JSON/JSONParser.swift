@@ -165,17 +165,27 @@ public struct JSONParser {
     private mutating func parseString() throws(Error) -> String {
         index += 1
         let start = index
-        // Fast path: no escapes, valid UTF-8 checked by String(validating:).
+        // Fast path: no escapes, valid UTF-8 checked by String(validating:). An all-ASCII string (keys,
+        // ids, hex tokens: nearly all of them) is valid UTF-8 as it stands and skips that check, whose
+        // generic entry point cost a runtime metadata lookup per string.
+        var ascii = true
         while index < bytes.count {
             let b = bytes[index]
             if b == UInt8(ascii: "\"") {
                 let slice = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
-                guard let s = String(validating: slice, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
+                let s: String
+                if ascii {
+                    s = String(decoding: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
+                } else {
+                    guard let v = String(validating: slice, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
+                    s = v
+                }
                 index += 1
                 return s
             }
             if b == UInt8(ascii: "\\") { break }
             if b < 0x20 { throw error("control character in string") }
+            if b >= 0x80 { ascii = false }
             index += 1
         }
         // Slow path: copy with escapes resolved.

@@ -40,8 +40,8 @@ struct HTTP2Request: Equatable, Sendable {
         }
         guard !n.payload.isEmpty else { throw .payloadEmpty }
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
-        if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes { throw .badCollapseID }
-        path = APNsHeader.devicePathPrefix + n.token.hex
+        if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }
+        path = Self.devicePath(n.token)
         // Push types such as voip need a suffixed topic; an app configured with it already keeps it.
         if let suffix = type.topicSuffix, !n.app.hasSuffix(suffix) {
             topic = n.app + suffix
@@ -68,8 +68,61 @@ struct HTTP2Request: Equatable, Sendable {
     /// Apple requires that type for it), else `alert`. A payload that does not parse is sent as an
     /// alert: it was validated before it got here, so this only picks a header.
     static func inferredPushType(payload: [UInt8]) -> APNsPushType {
+        // Only a payload naming `content-available` can be background. Without those bytes, and
+        // without a backslash (an escape could spell the key otherwise), it cannot be: skip the parse,
+        // which was a second JSON parse of every payload.
+        if !payload.contains(UInt8(ascii: "\\")) && !Self.contains(payload, Self.contentAvailable) { return .alert }
         guard let value = try? JSONParser.parse(payload), let aps = value["aps"]?.objectValue else { return .alert }
         let keys = aps.map(\.key)
         return keys == ["content-available"] ? .background : .alert
+    }
+
+    /// `/3/device/<64 lower-case hex digits>`, written in one allocation (the prefix + `token.hex`
+    /// took three per request).
+    static func devicePath(_ token: DeviceToken) -> String {
+        let prefix = APNsHeader.devicePathPrefix.utf8
+        return String(unsafeUninitializedCapacity: prefix.count + DeviceToken.hexCount) { out in
+            var i = 0
+            for b in prefix {
+                out[i] = b
+                i += 1
+            }
+            token.withBytes { raw in
+                for byte in raw {
+                    out[i] = Self.hexDigits[Int(byte >> 4)]
+                    out[i + 1] = Self.hexDigits[Int(byte & 0x0F)]
+                    i += 2
+                }
+            }
+            return i
+        }
+    }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    private static let contentAvailable = Array("content-available".utf8)
+
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard let first = needle.first, haystack.count >= needle.count else { return false }
+        var i = 0
+        let last = haystack.count - needle.count
+        while i <= last {
+            if haystack[i] == first && haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
+    }
+
+    /// What HTTP/2 allows in a header value (RFC 9113 §8.2.1): no NUL, CR or LF, no leading or
+    /// trailing space or tab. The transport's own headers are built from validated values, so header
+    /// validation is off on the connection; the one free-form value from a job is checked here, where
+    /// a bad one is a clear per-job refusal rather than a stream that never opens.
+    static func isFieldValue(_ value: String) -> Bool {
+        let bytes = value.utf8
+        if bytes.contains(where: { $0 == 0 || $0 == 0x0A || $0 == 0x0D }) { return false }
+        let blank: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 }
+        if let f = bytes.first, blank(f) { return false }
+        if let l = bytes.last, blank(l) { return false }
+        return true
     }
 }
