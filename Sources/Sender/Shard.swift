@@ -28,6 +28,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         var attempts = 0
         /// Times answered with status 1 or 255.
         var processingFailures = 0
+        /// Its outcome was reported (accepted, by time) before an error proved it discarded: it is being
+        /// resent from the grace window, and must not be reported again.
+        var reported = false
     }
 
     private enum State {
@@ -93,6 +96,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     private var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
     private var settleAfterNanos: UInt64 { UInt64(config.settleAfter * 1e9) }
+    private var graceNanos: UInt64 { UInt64(config.settleGrace * 1e9) }
+    /// Settled notifications are kept for the grace window in what `replayMaxBytes` leaves beyond a
+    /// full unsettled window.
+    private var graceMaxBytes: Int { max(0, config.replayMaxBytes - config.unsettledByteLimit) }
 
     // MARK: submitting
 
@@ -125,7 +132,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     private func pump() {
         guard case .connected(let channel, _) = state else { return }
         if drain?.probeIdentifier != nil { return }  // nothing goes after the probe
-        while !queue.isEmpty, replay.count < config.replayMaxCount, replay.bytes < config.replayMaxBytes,
+        forgetSettled()
+        // The unsettled window (`unsettledByteLimit`) is the bound on what may sit unread at the gateway.
+        let window = config.unsettledByteLimit
+        while !queue.isEmpty, replay.count < config.replayMaxCount, replay.bytes < window,
             channel.isWritable
         {
             var p = queue.removeFirst()
@@ -142,8 +152,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             framesInOutgoing += 1
             if outgoing.readableBytes >= config.batchBytes { flush(channel) }
         }
-        statistics.maxReplayBytes = max(statistics.maxReplayBytes, replay.bytes)
-        statistics.maxReplayCount = max(statistics.maxReplayCount, replay.count)
+        statistics.maxReplayBytes = max(statistics.maxReplayBytes, replay.keptBytes)
+        statistics.maxReplayCount = max(statistics.maxReplayCount, replay.keptCount)
+        statistics.maxUnsettledBytes = max(statistics.maxUnsettledBytes, replay.bytes)
         if queue.isEmpty, drain != nil, drain?.probeIdentifier == nil { sendProbe(channel) }
         if outgoing.readableBytes > 0, lingerTask == nil {
             lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.linger * 1e9))) { [self] in
@@ -215,6 +226,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                 connectionWasUseful = true
                 for e in settled { record(e.item, .accepted) }
             }
+            forgetSettled()
             scheduleSettle()
             pump()
             finishDrainIfSettled()
@@ -222,7 +234,24 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         }
     }
 
+    /// Lets settled notifications go after the grace window (or earlier, beyond `graceMaxBytes`).
+    private func forgetSettled() {
+        guard replay.settledCount > 0 else { return }
+        replay.forgetSettled(now: now, grace: graceNanos, maxBytes: graceMaxBytes, label: { $0.notification.jobID })
+    }
+
     private func record(_ p: Pending, _ delivery: Delivery, status: ErrorStatus? = nil) {
+        if p.reported {
+            // Its outcome (accepted) went out when it settled; the settler has it. A resend that is
+            // accepted again is not counted twice; one the gateway refused is counted and logged.
+            if case .rejected(let rejection) = delivery {
+                events.refusedAfterSettle += 1
+                logger.error(
+                    "gateway refused a notification already reported accepted (settled by time before the gateway read it)",
+                    metadata: ["job": "\(p.notification.jobID)", "reason": "\(rejection.reason)"])
+            }
+            return
+        }
         pendingOutcomes.append(
             Outcome(
                 notification: p.notification, delivery: delivery, code: status.map { String($0.rawValue) },
@@ -266,9 +295,34 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                 "error response names a notification no longer in the replay buffer; what followed it may be lost",
                 metadata: ["status": "\(response.status)", "identifier": "\(response.identifier)"])
         }
+        var lost = r.lostAfterSettle
+        var lostJobs = r.lostLabels
+        if r.forgottenNamedFailed {
+            if case .retry = BinaryVerdict(response.status) {
+                // A processing error for a notification reported accepted: never delivered, not resendable.
+                lost += 1
+                if let named = r.forgottenNamed { lostJobs.insert(named, at: 0) }
+            } else {
+                events.refusedAfterSettle += 1
+                logger.error(
+                    "gateway refused a notification already reported accepted and forgotten",
+                    metadata: ["status": "\(response.status)", "job": "\(r.forgottenNamed ?? "?")"])
+            }
+        }
+        if lost > 0 {
+            events.lostAfterSettle += lost
+            // Bounded: the count is exact; the job ids are the first 50 still remembered.
+            logger.error(
+                "notifications discarded by the gateway after they had been settled and forgotten; they cannot be resent",
+                metadata: [
+                    "lost": "\(lost)", "status": "\(response.status)", "identifier": "\(response.identifier)",
+                    "jobs": "\(lostJobs.prefix(50).joined(separator: ","))",
+                ])
+        }
         var front: [Pending] = []
         if let failed = r.failed {
             var p = failed.item
+            if failed.settledAt != nil { p.reported = true }
             switch BinaryVerdict(response.status) {
             case .rejected(let rejection):
                 if case .badRequest = rejection {
@@ -288,7 +342,16 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             }
         }
         events.replayed += r.discarded.count
-        front.append(contentsOf: r.discarded.map(\.item))
+        for e in r.discarded {
+            var p = e.item
+            if e.settledAt != nil {
+                // Settled by time, reported accepted, but the gateway had not read it: resent from the
+                // grace window (its outcome is not reported again).
+                p.reported = true
+                events.resentAfterSettle += 1
+            }
+            front.append(p)
+        }
         requeueAtFront(front)
         statistics.lastError = "status \(response.status) for identifier \(response.identifier)"
         if response.status == .shutdown {
@@ -442,6 +505,8 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             drain = DrainState(promise: promise)
             // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
             // what is still queued may take longer than the timeout, and is not the gateway being silent.
+            // Settled notifications still in the grace window are proved by the probe too: the gateway
+            // may not have read them yet, and closing now would lose whatever it discards after an error.
             if queue.isEmpty && replay.isEmpty {
                 finish(.nothingToDrain)
             } else {
@@ -453,7 +518,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     }
 
     private func finishDrainIfSettled() {
-        guard let d = drain, queue.isEmpty, replay.isEmpty, d.answered || d.timedOut else { return }
+        guard let d = drain, queue.isEmpty, !replay.hasUnsettled, d.answered || d.timedOut else { return }
         finish(d.answered ? .provedByProbe : .settledByTime)
     }
 
@@ -483,8 +548,8 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             case .stopped: s.state = "stopped"
             }
             s.queueDepth = queue.count
-            s.replayCount = replay.count
-            s.replayBytes = replay.bytes
+            s.replayCount = replay.keptCount
+            s.replayBytes = replay.keptBytes
             return s
         }
     }
@@ -527,6 +592,8 @@ public struct ShardStatistics: Sendable {
     public var maxQueueDepth = 0
     public var maxReplayBytes = 0
     public var maxReplayCount = 0
+    /// The most bytes written (or batched) and not settled at once: never above the window plus one frame.
+    public var maxUnsettledBytes = 0
     public var callerWaits = 0
     public var drainsProvedByProbe = 0
     public var queueDepth = 0

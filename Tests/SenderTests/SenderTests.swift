@@ -164,6 +164,57 @@ import Testing
         try await sim.stop()
     }
 
+    /// Issue 10 (4): settling by time must not lose notifications under a slow reader. The gateway reads
+    /// 4 KiB every 5 ms (~800 KB/s) while `settleAfter` is 50 ms, with 1 % invalid tokens and a status 10
+    /// every 1 500: frames written to the kernel settle long before the gateway reads them, so its error
+    /// responses name notifications already settled. Every valid job must still reach the gateway,
+    /// exactly once, and every invalid one be refused exactly once (reported rejected, or counted
+    /// `refusedAfterSettle` when it had already been reported accepted). Before the unsettled window and
+    /// the grace window, what followed such an error was lost (sequence_unknown counted the events only).
+    @Test func slowReaderWithShortSettleLosesNothing() async throws {
+        let jobs = 12_000
+        let invalidNumbers = Set((0..<jobs).filter { $0 % 100 == 37 })
+        var faults = FaultScript()
+        faults.slowReadBytes = 4096
+        faults.slowReadIntervalMillis = 5
+        faults.invalidTokens = Set(invalidNumbers.map { testToken($0).hex })
+        faults.shutdownEvery = 1_500
+        let sim = try await startSimulator(faults: faults)
+        let log = OutcomeLog()
+        var shard = testShardConfiguration()
+        shard.settleAfter = 0.05
+        let pool = try makePool(simulators: [sim], shards: 2, shard: shard, log: log)
+        for start in stride(from: 0, to: jobs, by: 500) {
+            try await pool.send((start..<(start + 500)).map { job($0, token: $0) })
+        }
+        try await waitUntil("an outcome for every job") { log.count >= jobs }
+        _ = await pool.drainAndClose()
+
+        let outcomes = log.outcomes
+        let events = log.events
+        #expect(outcomes.count == jobs)
+        #expect(Set(outcomes.map(\.jobID)).count == jobs, "one outcome per job")
+        let invalidJobs = Set(invalidNumbers.map { "job-\($0)" })
+        let rejected = Set(outcomes.filter { $0.kind == .rejected }.map(\.jobID))
+        #expect(rejected.isSubset(of: invalidJobs), "nothing valid rejected")
+        var copies: [String: Int] = [:]
+        for r in sim.records { if let id = r.jobID { copies[id, default: 0] += 1 } }
+        let validJobs = Set((0..<jobs).map { "job-\($0)" }).subtracting(invalidJobs)
+        let missing = validJobs.subtracting(copies.keys)
+        #expect(missing.isEmpty, "every valid job recorded: \(missing.count) lost")
+        #expect(copies.keys.allSatisfy { !invalidJobs.contains($0) }, "no invalid job recorded")
+        #expect(copies.values.allSatisfy { $0 == 1 }, "no duplicates: no connection dropped")
+        #expect(sim.totals.rejectedByStatus[8, default: 0] == invalidJobs.count, "each invalid job refused once")
+        // NEW-COUNTERS-BEGIN
+        #expect(events.lostAfterSettle == 0)
+        #expect(rejected.count + events.refusedAfterSettle == invalidJobs.count)
+        let stats = await pool.statistics()
+        #expect(stats.allSatisfy { $0.maxUnsettledBytes <= shard.unsettledByteLimit + 2_200 }, "the unsettled window holds")
+        print("slow reader, settle 50 ms: replayed \(events.replayed), resent after settle \(events.resentAfterSettle), refused after settle \(events.refusedAfterSettle), lost after settle \(events.lostAfterSettle), sequence_unknown \(events.sequenceUnknown), reconnects \(events.reconnects)")
+        // NEW-COUNTERS-END
+        try await sim.stop()
+    }
+
     @Test func unreachableGatewayBacksOffAndRecovers() async throws {
         // The first gateway refuses connections for a while; the shard backs off, then gets through.
         var faults = FaultScript()
