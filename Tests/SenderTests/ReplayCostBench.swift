@@ -45,7 +45,7 @@ struct ReplayCostBench {
 /// CPU time of this process (user + system), in microseconds.
 func cpuMicroseconds() -> Int {
     var usage = rusage()
-    getrusage(RUSAGE_SELF, &usage)
+    getrusage(RUSAGE_SELF.rawValue, &usage)
     return (Int(usage.ru_utime.tv_sec) + Int(usage.ru_stime.tv_sec)) * 1_000_000 + Int(usage.ru_utime.tv_usec)
         + Int(usage.ru_stime.tv_usec)
 }

@@ -37,10 +37,13 @@ func startSimulator(faults: FaultScript = FaultScript()) async throws -> Gateway
 /// A test shard configuration: quick to settle, quick to reconnect.
 func testShardConfiguration() -> ShardConfiguration {
     var c = ShardConfiguration()
-    // 1.5 s: a simulator starved of CPU (a full `swift test` on 2 cores) can read later than that; the
-    // grace window (`settleGrace`, 2 s) keeps what it then discards resendable, and the unsettled window
-    // bounds how much can wait unread (issue 10, item 4). 3 s was needed before both.
-    c.settleAfter = 1.5
+    // 3 s: a full `swift test` runs the Kafka, Redis and HTTP/2 suites beside this one on 2 cores, and the
+    // simulator (debug build) can then read a frame more than 1.5 s after it was written. Since issue 10
+    // item 4, nothing is lost then (the grace window resends what an error proves discarded), but an
+    // invalid token read that late was already reported accepted (`refusedAfterSettle`), and the tests
+    // count rejections exactly. Measured: at 1.5 s, `everyValidJobOnceUnderFaults` beside the other
+    // suites reported 12 of its 1 000 invalid tokens accepted, with nothing lost.
+    c.settleAfter = 3
     c.linger = 0.001
     c.reconnect.initialDelay = 0.005
     c.reconnect.maximumDelay = 0.2
