@@ -18,8 +18,12 @@ import NIOCore
 /// Rules (docs/design.md §2.3–§2.5, §5.3):
 /// - a notification written is accepted when an error names a later one, a status 10 names it or a
 ///   later one, the drain probe after it is answered, or `settleAfter` passed since its write completed;
-/// - at most `unsettledByteLimit` bytes (and `replayMaxCount` notifications) are written and unsettled:
-///   no frame is taken beyond it;
+/// - at most `window` bytes (and `replayMaxCount` notifications) are written and unsettled: no frame
+///   is taken beyond it. The window starts at `unsettledByteLimit`; an error response that discarded
+///   frames halves it (down to `minimumWindow`), and what settles cleanly grows it back by as much (so
+///   it doubles per `settleAfter` without errors). Every frame behind a bad one is discarded and resent,
+///   so under a run of invalid tokens a small window is what keeps the replay cost near one frame per
+///   job; without errors the window is back at its cap within a few `settleAfter`s;
 /// - settled notifications stay for `settleGrace`: an error naming one replays what followed it, and
 ///   those already reported are resent without being reported again (`resentAfterSettle`); a refusal
 ///   of one already reported is counted (`refusedAfterSettle`), never reported twice;
@@ -29,6 +33,8 @@ struct BinaryConnectionStateMachine {
         var queueCapacity = 8192
         var replayMaxCount = 65_536
         var unsettledByteLimit = 8 << 20
+        /// What the window shrinks to under a run of error responses (at most `unsettledByteLimit`).
+        var minimumWindow = 16 << 10
         /// Bytes of settled notifications kept for the grace window.
         var graceMaxBytes = 8 << 20
         var settleAfter: UInt64 = 1_000_000_000
@@ -41,6 +47,7 @@ struct BinaryConnectionStateMachine {
             queueCapacity = c.queueCapacity
             replayMaxCount = c.replayMaxCount
             unsettledByteLimit = c.unsettledByteLimit
+            minimumWindow = c.minUnsettledBytes
             graceMaxBytes = max(0, c.replayMaxBytes - c.unsettledByteLimit)
             settleAfter = UInt64(c.settleAfter * 1e9)
             settleGrace = UInt64(c.settleGrace * 1e9)
@@ -81,13 +88,18 @@ struct BinaryConnectionStateMachine {
     private(set) var queue = CircularBuffer<Pending>(initialCapacity: 1024)
     private(set) var replay = ReplayBuffer<Pending>()
     private var nextIdentifier: UInt32 = 1
+    /// The unsettled window in force (see the rules above).
+    private(set) var window: Int
     private var outcomes: [Outcome] = []
     private var events = SenderEvents()
 
     init(connection: Int, configuration: Configuration) {
         self.connection = connection
         self.config = configuration
+        window = configuration.unsettledByteLimit
     }
+
+    private var minimumWindow: Int { min(config.minimumWindow, config.unsettledByteLimit) }
 
     // MARK: events in
 
@@ -100,7 +112,7 @@ struct BinaryConnectionStateMachine {
 
     /// Another notification may be written now: something is queued and the unsettled window has room.
     var mayTakeFrame: Bool {
-        !queue.isEmpty && replay.count < config.replayMaxCount && replay.bytes < config.unsettledByteLimit
+        !queue.isEmpty && replay.count < config.replayMaxCount && replay.bytes < window
     }
 
     /// Takes the next queued notification, gives it the next identifier, encodes it into `buffer` and
@@ -141,7 +153,12 @@ struct BinaryConnectionStateMachine {
     /// window. Returns whether anything settled (the connection proved useful).
     mutating func settleTick(now: UInt64) -> Bool {
         let settled = replay.settleExpired(now: now, settleAfter: config.settleAfter)
-        for e in settled { record(e.item, .accepted) }
+        var settledBytes = 0
+        for e in settled {
+            settledBytes += e.bytes
+            record(e.item, .accepted)
+        }
+        window = min(config.unsettledByteLimit, window + settledBytes)
         forgetSettled(now: now)
         return !settled.isEmpty
     }
@@ -204,6 +221,10 @@ struct BinaryConnectionStateMachine {
             }
         }
         events.replayed += r.discarded.count
+        if !r.discarded.isEmpty && response.status != .shutdown {
+            // Everything behind the bad frame had to go again: write less ahead until frames settle cleanly.
+            window = max(minimumWindow, window / 2)
+        }
         for e in r.discarded {
             var p = e.item
             if e.settledAt != nil {

@@ -44,6 +44,9 @@ public struct ShardConfiguration: Sendable {
     /// discards behind the bad frame (the replay cost), and caps a connection at this ÷ `settleAfter`
     /// bytes per second. docs/design.md §2.5.
     public var maxUnsettledBytes: Int?
+    /// The window adapts below that cap: each error response that discarded frames halves it, down to
+    /// this; what settles cleanly grows it back (docs/design.md §2.5). Equal to the cap: no adaptation.
+    public var minUnsettledBytes = 16 * 1024
     /// Settled notifications stay resendable this long after settling (kept, marked settled, outcome
     /// already reported): an error that names one of them — a gateway that read later than
     /// `settleAfter` — still replays exactly what followed it. Bounded by `replayMaxBytes` too.

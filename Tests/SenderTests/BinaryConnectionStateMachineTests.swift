@@ -48,6 +48,32 @@ import Testing
         #expect(drain(&m).outcomes.map(\.jobID) == (0..<10).map { "job-\($0)" })
     }
 
+    /// Errors that discard frames halve the window down to its minimum; clean settlement grows it back
+    /// by what settled, up to the cap; a status 10 is not an error and leaves it alone.
+    @Test func errorsShrinkTheWindowAndCleanSettlementGrowsIt() {
+        let frame = FrameEncoder.command2Size(payloadCount: notification(0).payload.count)
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.unsettledByteLimit = 40 * frame
+        c.minimumWindow = 5 * frame
+        c.settleAfter = Self.second
+        var m = BinaryConnectionStateMachine(connection: 0, configuration: c)
+        m.submitted((0..<200).map(notification))
+        #expect(write(&m, flush: 1, at: 0) == 40)
+        _ = m.errorResponse(ErrorResponse(status: .shutdown, identifier: 10))
+        #expect(m.window == 40 * frame, "a shutdown is not an error")
+        _ = m.connectionLost()
+        for flush in UInt64(2)...5 {
+            write(&m, flush: flush, at: 0)
+            _ = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: m.replay.entries.first!.identifier &+ 1))
+            _ = m.connectionLost()
+        }
+        #expect(m.window == 5 * frame, "40 → 20 → 10 → 5 → 5 frames")
+        #expect(write(&m, flush: 6, at: 0) == 5)
+        _ = m.settleTick(now: Self.second)
+        #expect(m.window == 10 * frame, "grown by what settled")
+        #expect(write(&m, flush: 7, at: Self.second) == 10)
+    }
+
     /// A job reported accepted by time, then proved discarded by an error naming an older one, is
     /// resent, and its second acceptance is not reported again.
     @Test func aSettledJobDiscardedLaterIsResentNotReportedTwice() {

@@ -10,8 +10,9 @@ import Testing
 /// `SENDER_BENCH=1 swift test --filter ReplayCostBench` (prints replays per error and CPU µs per job).
 @Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["SENDER_BENCH"] != nil))
 struct ReplayCostBench {
-    /// Unsettled windows in KiB: 16 MiB (the bound before: `replay_max_mb`), the default (0), smaller ones.
-    @Test(arguments: [16_384, 0, 512, 128]) func replaysPerError(windowKiB: Int) async throws {
+    /// Unsettled windows in KiB: 16 MiB fixed (the bound before: `replay_max_mb`), the default (0:
+    /// adaptive, from `settle_after` × 8 MiB/s down to 16 KiB), 128 KiB fixed.
+    @Test(arguments: [16_384, 0, 128]) func replaysPerError(windowKiB: Int) async throws {
         let jobs = Int(ProcessInfo.processInfo.environment["SENDER_BENCH_JOBS"] ?? "") ?? 50_000
         let invalid = Set((0..<jobs).filter { $0 % 100 == 37 })
         var faults = FaultScript()
@@ -20,7 +21,10 @@ struct ReplayCostBench {
         let log = OutcomeLog()
         var shard = testShardConfiguration()
         shard.settleAfter = 0.25
-        if windowKiB > 0 { shard.maxUnsettledBytes = windowKiB << 10 }
+        if windowKiB > 0 {
+            shard.maxUnsettledBytes = windowKiB << 10
+            shard.minUnsettledBytes = windowKiB << 10  // fixed
+        }
         let pool = try makePool(simulators: [sim], shards: 4, shard: shard, log: log)
         let cpu0 = cpuMicroseconds()
         let t0 = ContinuousClock.now
@@ -37,7 +41,7 @@ struct ReplayCostBench {
         #expect(recorded.count == jobs - invalid.count)
         #expect(e.lostAfterSettle == 0)
         print(
-            "replay cost, window \(shard.unsettledByteLimit >> 10) KiB\(windowKiB == 0 ? " (default)" : ""): \(jobs) jobs, \(errors) errors, replayed \(e.replayed) = \(e.replayed / max(errors, 1)) per error, \(String(format: "%.2f", Double(e.replayed) / Double(jobs))) per job; \(String(format: "%.1f", Double(cpu) / Double(jobs))) CPU µs per job (sender and simulator, one process); \(elapsed) wall")
+            "replay cost, window \(windowKiB == 0 ? "adaptive \(shard.minUnsettledBytes >> 10)…\(shard.unsettledByteLimit >> 10) KiB (default)" : "fixed \(windowKiB) KiB"): \(jobs) jobs, \(errors) errors, replayed \(e.replayed) = \(e.replayed / max(errors, 1)) per error, \(String(format: "%.2f", Double(e.replayed) / Double(jobs))) per job; \(String(format: "%.1f", Double(cpu) / Double(jobs))) CPU µs per job (sender and simulator, one process); \(elapsed) wall")
         try await sim.stop()
     }
 }
