@@ -173,7 +173,9 @@ import Testing
     /// exactly once, and every invalid one be refused exactly once (reported rejected, or counted
     /// `refusedAfterSettle` when it had already been reported accepted). Before the unsettled window and
     /// the grace window, what followed such an error was lost (sequence_unknown counted the events only).
-    @Test func slowReaderWithShortSettleLosesNothing() async throws {
+    /// Run with the default (adaptive) window, and with a fixed 64 KiB one that lets frames settle unread,
+    /// so the grace window's resends go over TLS too.
+    @Test(arguments: [false, true]) func slowReaderWithShortSettleLosesNothing(fixedWindow: Bool) async throws {
         let jobs = 12_000
         let invalidNumbers = Set((0..<jobs).filter { $0 % 100 == 37 })
         var faults = FaultScript()
@@ -185,6 +187,10 @@ import Testing
         let log = OutcomeLog()
         var shard = testShardConfiguration()
         shard.settleAfter = 0.05
+        if fixedWindow {
+            shard.maxUnsettledBytes = 64 * 1024
+            shard.minUnsettledBytes = 64 * 1024
+        }
         let pool = try makePool(simulators: [sim], shards: 2, shard: shard, log: log)
         for start in stride(from: 0, to: jobs, by: 500) {
             try await pool.send((start..<(start + 500)).map { job($0, token: $0) })
@@ -212,7 +218,7 @@ import Testing
         #expect(rejected.count + events.refusedAfterSettle == invalidJobs.count)
         let stats = await pool.statistics()
         #expect(stats.allSatisfy { $0.maxUnsettledBytes <= shard.unsettledByteLimit + 2_200 }, "the unsettled window holds")
-        print("slow reader, settle 50 ms: replayed \(events.replayed), resent after settle \(events.resentAfterSettle), refused after settle \(events.refusedAfterSettle), lost after settle \(events.lostAfterSettle), sequence_unknown \(events.sequenceUnknown), reconnects \(events.reconnects)")
+        print("slow reader, settle 50 ms, \(fixedWindow ? "fixed 64 KiB window" : "default window"): replayed \(events.replayed), resent after settle \(events.resentAfterSettle), refused after settle \(events.refusedAfterSettle), lost after settle \(events.lostAfterSettle), sequence_unknown \(events.sequenceUnknown), reconnects \(events.reconnects)")
         // NEW-COUNTERS-END
         try await sim.stop()
     }
