@@ -36,7 +36,7 @@ public struct ShardConfiguration: Sendable {
     /// replay buffer from `settleAfter` × rate.
     public var settleAfter = 1.0
     /// At most this many bytes written (or batched) and not yet settled per connection; at the cap the
-    /// shard stops writing until some settle. nil: `settleAfter` × `defaultUnsettledRate` (8 MiB/s),
+    /// shard stops writing until some settle. nil: `settleAfter` × `defaultUnsettledRate` (16 MiB/s),
     /// within 32 KiB…`replayMaxBytes`. Why: the settle clock starts when a write reaches the kernel, and the
     /// client cannot see when the gateway reads it (kernel buffers on both sides, the gateway's own);
     /// what is unsettled bounds what can sit unread, so as long as the gateway reads this much per
@@ -60,14 +60,14 @@ public struct ShardConfiguration: Sendable {
 
     public init() {}
 
-    /// The rate `maxUnsettledBytes` is sized for when not set: 8 MiB/s per connection (~40 000
+    /// The rate `maxUnsettledBytes` is sized for when not set: 16 MiB/s per connection (~80 000
     /// notifications of 200 bytes a second: above what one connection to Apple's gateways carried, and
-    /// above the pipeline's end-to-end rate per shard, so it does not cost throughput there; a loopback
-    /// benchmark that wants more sets `maxUnsettledBytes`). A gateway that reads slower than
+    /// twice the pipeline's end-to-end rate per shard (`ops/bench e2e`), so it does not cost throughput
+    /// there; a loopback benchmark that wants more sets `maxUnsettledBytes`). A gateway that reads slower than
     /// `maxUnsettledBytes` per `settleAfter` can still read a frame after it settled: the grace window
     /// covers that, `resent_after_settle` / `refused_after_settle` show it, `lost_after_settle` counts
     /// what even the grace window missed.
-    public static let defaultUnsettledRate = 8 << 20
+    public static let defaultUnsettledRate = 16 << 20
 
     /// The unsettled window in force.
     public var unsettledByteLimit: Int {

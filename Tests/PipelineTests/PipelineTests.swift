@@ -346,7 +346,7 @@ struct PipelineTests {
         let b = try loadShipped("binary.yaml")
         #expect(b.apps.map(\.transport) == [.binary, .binary])
         #expect(b.gateway.shard.settleAfter == 0.25)
-        #expect(b.gateway.shard.maxUnsettledBytes == nil && b.gateway.shard.unsettledByteLimit == 2 << 20)
+        #expect(b.gateway.shard.maxUnsettledBytes == nil && b.gateway.shard.unsettledByteLimit == 4 << 20)
         #expect(b.gateway.shard.settleGrace == 2)
         #expect(b.apps[1].shards == 2)
         #expect(b.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
