@@ -243,6 +243,10 @@ public struct PipelineConfiguration: Sendable {
         s.settleAfter = try g.double("settle_after_ms", default: s.settleAfter * 1000, range: 1...3_600_000) / 1000
         s.replayMaxCount = try g.int("replay_max_count", default: s.replayMaxCount, range: 16...100_000_000)
         s.replayMaxBytes = try g.int("replay_max_mb", default: s.replayMaxBytes >> 20, range: 1...65_536) << 20
+        // The unsettled window per shard: absent, it is sized from settle_after (ShardConfiguration).
+        let unsettledKB = try g.int("max_unsettled_kb", default: -1, range: 16...(s.replayMaxBytes >> 10))
+        if unsettledKB > 0 { s.maxUnsettledBytes = unsettledKB << 10 }
+        s.settleGrace = try g.double("settle_grace_ms", default: s.settleGrace * 1000, range: 0...3_600_000) / 1000
         s.maxAttempts = try g.int("max_attempts", default: s.maxAttempts, range: 1...100)
         s.drainTimeout = try g.double("drain_timeout_s", default: s.drainTimeout, range: 0...3600)
         s.connectTimeout = try g.double("connect_timeout_s", default: s.connectTimeout, range: 0.1...600)

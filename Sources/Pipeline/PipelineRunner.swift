@@ -485,6 +485,8 @@ public final class PipelineRunner: Service, Sendable {
         item.events.ambiguous = batch.events.ambiguous
         item.events.retried = batch.events.retried
         item.events.reconnects = batch.events.reconnects
+        item.events.lostAfterSettle = batch.events.lostAfterSettle
+        item.events.refusedAfterSettle = batch.events.refusedAfterSettle
         if batch.events.replayed > 0 {
             item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.connection, replayed: batch.events.replayed))
         }

@@ -34,6 +34,8 @@ final class SettlerInbox: Sendable {
             s.pending.events.reconnects += item.events.reconnects
             s.pending.events.resentAfterCrash += item.events.resentAfterCrash
             s.pending.events.inFlightWaits += item.events.inFlightWaits
+            s.pending.events.lostAfterSettle += item.events.lostAfterSettle
+            s.pending.events.refusedAfterSettle += item.events.refusedAfterSettle
             for (campaign, e) in item.campaignEvents {
                 s.pending.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += e.resentAfterCrash
                 s.pending.campaignEvents[campaign, default: PipelineEvents()].ambiguous += e.ambiguous

@@ -248,6 +248,8 @@ public struct PipelineStore: Sendable {
         count(CounterField.reconnects.rawValue, Int64(events.reconnects))
         count(CounterField.resentAfterCrash.rawValue, Int64(events.resentAfterCrash))
         count(CounterField.inFlightWaits.rawValue, Int64(events.inFlightWaits))
+        count(CounterField.lostAfterSettle.rawValue, Int64(events.lostAfterSettle))
+        count(CounterField.refusedAfterSettle.rawValue, Int64(events.refusedAfterSettle))
         for (campaign, e) in batch.campaignEvents {
             for (field, n) in [(CounterField.resentAfterCrash, e.resentAfterCrash), (.ambiguous, e.ambiguous)] where n != 0 {
                 writes.increment(keys.campaign(campaign), field.rawValue, Int64(n))

@@ -108,10 +108,15 @@ public struct PipelineEvents: Sendable, Hashable {
     public var resentAfterCrash: Int
     /// Jobs that had to wait because another live process held their lease (counted once per job).
     public var inFlightWaits: Int
+    /// Binary: notifications an error response proved discarded after they had settled and left the
+    /// grace window (reported accepted, never delivered; their job ids are in the error log). Must be 0.
+    public var lostAfterSettle: Int
+    /// Binary: notifications settled by time that the gateway then refused (outcome stays accepted).
+    public var refusedAfterSettle: Int
 
     public init(
         received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0,
-        resentAfterCrash: Int = 0, inFlightWaits: Int = 0
+        resentAfterCrash: Int = 0, inFlightWaits: Int = 0, lostAfterSettle: Int = 0, refusedAfterSettle: Int = 0
     ) {
         self.received = received
         self.replayed = replayed
@@ -120,6 +125,8 @@ public struct PipelineEvents: Sendable, Hashable {
         self.reconnects = reconnects
         self.resentAfterCrash = resentAfterCrash
         self.inFlightWaits = inFlightWaits
+        self.lostAfterSettle = lostAfterSettle
+        self.refusedAfterSettle = refusedAfterSettle
     }
 
     public static let none = PipelineEvents()
@@ -234,6 +241,10 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case resentAfterCrash = "resent_after_crash"
     /// Jobs that waited on another live process's lease (once per job).
     case inFlightWaits = "in_flight_waits"
+    /// Binary: notifications proved discarded after they had settled and left the grace window. Must be 0.
+    case lostAfterSettle = "lost_after_settle"
+    /// Binary: notifications settled by time that the gateway then refused (their outcome stays accepted).
+    case refusedAfterSettle = "refused_after_settle"
 }
 
 /// The fields of one counters hash, as read.

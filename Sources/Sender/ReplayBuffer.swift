@@ -23,13 +23,32 @@ struct ReplayBuffer<Item> {
         var flush: UInt64?
         /// When that write completed (handed to the kernel); settlement counts from here.
         var writtenAt: UInt64?
+        /// When it was settled by time (its outcome reported accepted). A settled entry stays for the
+        /// grace window: an error naming an older identifier proves it discarded, and it is resent.
+        var settledAt: UInt64?
     }
 
+    /// Written (or about to be) and not settled, then — as a prefix — the settled ones kept for the
+    /// grace window: `entries = [settled…][unsettled…]`, in identifier order.
     private(set) var entries = CircularBuffer<Entry>(initialCapacity: 1024)
+    /// Bytes and count of the entries not settled: the window a connection may have unsettled.
     private(set) var bytes = 0
+    private(set) var count = 0
+    /// Bytes of every entry kept, the settled ones of the grace window included.
+    private(set) var keptBytes = 0
+    /// Labels (job ids) of the entries that left the grace window on this connection, newest last,
+    /// at most `forgottenMemory`: what an error naming an identifier before the oldest kept one proves
+    /// lost. `lastForgotten` is the identifier of the newest of them.
+    private(set) var forgotten = CircularBuffer<String>(initialCapacity: 64)
+    private(set) var forgottenTotal = 0
+    private var lastForgotten: UInt32?
+    var forgottenMemory = 4096
 
-    var count: Int { entries.count }
+    /// Nothing kept, settled or not.
     var isEmpty: Bool { entries.isEmpty }
+    var keptCount: Int { entries.count }
+    var hasUnsettled: Bool { count > 0 }
+    var settledCount: Int { entries.count - count }
 
     mutating func append(identifier: UInt32, item: Item, bytes: Int) {
         if let last = entries.last {
@@ -37,6 +56,8 @@ struct ReplayBuffer<Item> {
         }
         entries.append(Entry(identifier: identifier, item: item, bytes: bytes, flush: nil, writtenAt: nil))
         self.bytes += bytes
+        count += 1
+        keptBytes += bytes
     }
 
     /// Marks the frames not yet flushed as part of write number `flush`.
@@ -61,49 +82,97 @@ struct ReplayBuffer<Item> {
         }
     }
 
-    /// Removes and returns the oldest entries whose write completed at least `settleAfter` ago.
+    /// Settles the oldest unsettled entries whose write completed at least `settleAfter` ago, and
+    /// returns them (their outcome is now "accepted"). They stay in the buffer, marked settled, until
+    /// `forgetSettled` lets them go.
     mutating func settleExpired(now: UInt64, settleAfter: UInt64) -> [Entry] {
         var settled: [Entry] = []
-        while let first = entries.first, let at = first.writtenAt, at + settleAfter <= now {
-            settled.append(popFirst())
+        var i = settledCount
+        while i < entries.count, let at = entries[at: i].writtenAt, at + settleAfter <= now {
+            entries[at: i].settledAt = now
+            settled.append(entries[at: i])
+            bytes -= entries[at: i].bytes
+            count -= 1
+            i += 1
         }
         return settled
     }
 
+    /// Lets settled entries go once they have been settled for `grace`, and the oldest settled ones
+    /// earlier while the settled ones take more than `maxBytes`. `label` names what is forgotten (job ids,
+    /// for the log line of a later loss).
+    mutating func forgetSettled(now: UInt64, grace: UInt64, maxBytes: Int, label: (Item) -> String) {
+        while let first = entries.first, let at = first.settledAt, at + grace <= now || keptBytes - bytes > maxBytes {
+            let e = entries.removeFirst()
+            keptBytes -= e.bytes
+            lastForgotten = e.identifier
+            forgottenTotal += 1
+            forgotten.append(label(e.item))
+            if forgotten.count > forgottenMemory { forgotten.removeFirst() }
+        }
+    }
+
     struct Resolution {
-        /// Processed before the named one: accepted.
+        /// Processed before the named one and not yet reported: accepted.
         var accepted: [Entry] = []
-        /// The notification the response names, when it was still here (not for status 10: it is in `accepted`).
+        /// The notification the response names, when it was still here (not for status 10: it is
+        /// processed). Its `settledAt` says whether it had been reported accepted already.
         var failed: Entry?
-        /// Sent after the named one: discarded by the gateway, to be resent in this order.
+        /// Sent after the named one: discarded by the gateway, to be resent in this order. Those with a
+        /// `settledAt` had been reported accepted: resent, but not reported again.
         var discarded: [Entry] = []
-        /// The named identifier had already left the buffer (settled by time, or never sent here):
-        /// what followed it may have been reported accepted though the gateway discarded it.
+        /// The named identifier is not here: it left the grace window, or it was never sent here.
         var sequenceUnknown = false
+        /// Notifications the response proves discarded although they had been settled and forgotten:
+        /// nothing can resend them. `lostLabels` are the labels still remembered (the newest ones).
+        var lostAfterSettle = 0
+        var lostLabels: [String] = []
+        /// The named notification was forgotten (settled, reported accepted) and the status says it
+        /// failed: a refusal after settlement. `forgottenNamed` is its label when still remembered.
+        var forgottenNamedFailed = false
+        var forgottenNamed: String?
     }
 
     /// Applies an error response and empties the buffer: the gateway closes the connection after one.
     mutating func resolve(_ response: ErrorResponse) -> Resolution {
         var r = Resolution()
         defer { removeAll() }
-        guard let first = entries.first else {
+        // The oldest identifier kept (or that would be): right after the newest forgotten one.
+        let oldest: UInt32
+        if let first = entries.first {
+            oldest = first.identifier
+        } else if let last = lastForgotten {
+            oldest = last &+ 1
+        } else {
             r.sequenceUnknown = true
             return r
         }
-        let offset = NotificationIdentifier.distance(from: first.identifier, to: response.identifier)
+        let offset = NotificationIdentifier.distance(from: oldest, to: response.identifier)
         guard offset >= 0, offset < entries.count else {
-            // Named before the oldest entry (already settled) or after the newest (not ours):
-            // nothing here is known processed; all of it must go again.
             r.sequenceUnknown = true
             r.discarded = Array(entries)
+            // Named before the oldest kept, among those forgotten on this connection: every identifier
+            // after it was discarded by the gateway, the forgotten ones between included.
+            if offset < 0, -offset <= forgottenTotal {
+                let k = -offset  // the named one is the k-th newest forgotten
+                r.lostAfterSettle = k - 1
+                let remembered = Array(forgotten.suffix(min(k, forgotten.count)))
+                if remembered.count == k {
+                    r.forgottenNamed = remembered.first
+                    r.lostLabels = Array(remembered.dropFirst())
+                } else {
+                    r.lostLabels = remembered
+                }
+                r.forgottenNamedFailed = !(response.status == .shutdown || response.status == .noErrors)
+            }
             return r
         }
-        r.accepted = Array(entries.prefix(offset))
+        for e in entries.prefix(offset) where e.settledAt == nil { r.accepted.append(e) }
         let named = entries[at: offset]
         if response.status == .shutdown || response.status == .noErrors {
             // "The notification identifier in the error response indicates the last notification
             // that was successfully sent."
-            r.accepted.append(named)
+            if named.settledAt == nil { r.accepted.append(named) }
         } else {
             r.failed = named
         }
@@ -111,12 +180,13 @@ struct ReplayBuffer<Item> {
         return r
     }
 
-    /// Empties the buffer (connection lost without an error response): returns the entries that were
-    /// written (their fate is unknown: "ambiguous") and those that never left the process.
+    /// Empties the buffer (connection lost without an error response): returns the unsettled entries
+    /// that were written (their fate is unknown: "ambiguous") and those that never left the process.
+    /// Settled ones stay settled: nothing says they were not processed.
     mutating func takeAll() -> (written: [Entry], unwritten: [Entry]) {
         var written: [Entry] = []
         var unwritten: [Entry] = []
-        for e in entries {
+        for e in entries where e.settledAt == nil {
             if e.flush != nil { written.append(e) } else { unwritten.append(e) }
         }
         removeAll()
@@ -124,21 +194,23 @@ struct ReplayBuffer<Item> {
     }
 
     /// Everything is accepted: a drain probe came back naming an identifier after all of these.
+    /// Returns the ones not reported yet.
     mutating func acceptAll() -> [Entry] {
-        let all = Array(entries)
+        let all = Array(entries.lazy.filter { $0.settledAt == nil })
         removeAll()
         return all
     }
 
-    private mutating func popFirst() -> Entry {
-        let e = entries.removeFirst()
-        bytes -= e.bytes
-        return e
-    }
-
+    /// Forgets everything, including what was forgotten: the connection is over, and identifiers on
+    /// the next one start after these.
     private mutating func removeAll() {
         entries.removeAll(keepingCapacity: true)
         bytes = 0
+        count = 0
+        keptBytes = 0
+        forgotten.removeAll(keepingCapacity: true)
+        forgottenTotal = 0
+        lastForgotten = nil
     }
 }
 

@@ -35,6 +35,22 @@ public struct ShardConfiguration: Sendable {
     /// No error response this long after a write completed: its notifications are accepted. Size the
     /// replay buffer from `settleAfter` × rate.
     public var settleAfter = 1.0
+    /// At most this many bytes written (or batched) and not yet settled per connection; at the cap the
+    /// shard stops writing until some settle. nil: `settleAfter` × `defaultUnsettledRate` (16 MiB/s),
+    /// within 32 KiB…`replayMaxBytes`. Why: the settle clock starts when a write reaches the kernel, and the
+    /// client cannot see when the gateway reads it (kernel buffers on both sides, the gateway's own);
+    /// what is unsettled bounds what can sit unread, so as long as the gateway reads this much per
+    /// `settleAfter`, nothing settles before it was read. It also bounds what an error response
+    /// discards behind the bad frame (the replay cost), and caps a connection at this ÷ `settleAfter`
+    /// bytes per second. docs/design.md §2.5.
+    public var maxUnsettledBytes: Int?
+    /// The window adapts below that cap: each error response that discarded frames halves it, down to
+    /// this; what settles cleanly grows it back (docs/design.md §2.5). Equal to the cap: no adaptation.
+    public var minUnsettledBytes = 16 * 1024
+    /// Settled notifications stay resendable this long after settling (kept, marked settled, outcome
+    /// already reported): an error that names one of them — a gateway that read later than
+    /// `settleAfter` — still replays exactly what followed it. Bounded by `replayMaxBytes` too.
+    public var settleGrace = 2.0
     /// Status 1 / 255: how many times a notification is written before it is dead-lettered.
     public var maxAttempts = 3
     /// How long a drain waits for the probe's answer before falling back to `settleAfter`.
@@ -43,6 +59,22 @@ public struct ShardConfiguration: Sendable {
     public var reconnect = ReconnectPolicy()
 
     public init() {}
+
+    /// The rate `maxUnsettledBytes` is sized for when not set: 16 MiB/s per connection (~80 000
+    /// notifications of 200 bytes a second: above what one connection to Apple's gateways carried, and
+    /// twice the pipeline's end-to-end rate per shard (`ops/bench e2e`), so it does not cost throughput
+    /// there; a loopback benchmark that wants more sets `maxUnsettledBytes`). A gateway that reads slower than
+    /// `maxUnsettledBytes` per `settleAfter` can still read a frame after it settled: the grace window
+    /// covers that, `resent_after_settle` / `refused_after_settle` show it, `lost_after_settle` counts
+    /// what even the grace window missed.
+    public static let defaultUnsettledRate = 16 << 20
+
+    /// The unsettled window in force.
+    public var unsettledByteLimit: Int {
+        if let m = maxUnsettledBytes { return m }
+        let sized = Int(settleAfter * Double(Self.defaultUnsettledRate))
+        return max(32 * 1024, min(sized, replayMaxBytes))
+    }
 }
 
 /// Exponential back-off with full jitter and a cap (Apple's "Best Practices for Managing Connections": "APNs treats rapid connection and

@@ -139,6 +139,15 @@ public struct SenderEvents: Sendable, Equatable {
     public var reconnects = 0
     /// Binary only: error responses naming an identifier no longer in the replay buffer.
     public var sequenceUnknown = 0
+    /// Binary only: notifications settled by time (reported accepted) that an error response then
+    /// proved discarded, resent from the grace window (not reported again).
+    public var resentAfterSettle = 0
+    /// Binary only: notifications an error response proved discarded after they had been settled and
+    /// had left the grace window: nothing could resend them. Each is logged by job id. Must be 0.
+    public var lostAfterSettle = 0
+    /// Binary only: notifications settled by time that the gateway then refused (e.g. status 8): their
+    /// outcome stays accepted (it was reported); logged by job id.
+    public var refusedAfterSettle = 0
     public var writes = 0
     public var framesWritten = 0
     public var bytesWritten = 0
@@ -151,6 +160,9 @@ public struct SenderEvents: Sendable, Equatable {
         a.retried += b.retried
         a.reconnects += b.reconnects
         a.sequenceUnknown += b.sequenceUnknown
+        a.resentAfterSettle += b.resentAfterSettle
+        a.lostAfterSettle += b.lostAfterSettle
+        a.refusedAfterSettle += b.refusedAfterSettle
         a.writes += b.writes
         a.framesWritten += b.framesWritten
         a.bytesWritten += b.bytesWritten

@@ -6,9 +6,10 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 
-/// One TLS connection to a gateway and everything that keeps it honest: a bounded queue, the
-/// Nagle-style batcher, per-connection identifiers, the replay buffer, settlement, reconnects and
-/// the drain probe. All state lives on one event loop; every entry point hops there first.
+/// One TLS connection to a gateway, driving a `BinaryConnectionStateMachine` (queue, identifiers,
+/// unsettled window, settlement, grace window, what each answer means) with what is about sockets and
+/// time: the connection's lifecycle, the Nagle-style batcher's buffer and linger, the settle timer,
+/// reconnects and the drain probe. All state lives on one event loop; every entry point hops there first.
 final class Shard: @unchecked Sendable {  // mutable state is confined to `eventLoop`
     let app: String
     let index: Int
@@ -21,14 +22,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     private let onOutcomes: OutcomeHandler
     private var logger: Logger
 
-    /// A notification in this shard's hands, with its history.
-    struct Pending {
-        var notification: PushNotification
-        /// Times written to a gateway.
-        var attempts = 0
-        /// Times answered with status 1 or 255.
-        var processingFailures = 0
-    }
+    typealias Pending = BinaryConnectionStateMachine.Pending
 
     private enum State {
         case idle
@@ -42,21 +36,17 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     private var state: State = .idle
     private var epoch = 0
-    private var queue = CircularBuffer<Pending>(initialCapacity: 1024)
+    private var machine: BinaryConnectionStateMachine
     private var waiters = CircularBuffer<EventLoopPromise<Void>>()
-    private var replay = ReplayBuffer<Pending>()
     private var outgoing: ByteBuffer
     private var framesInOutgoing = 0
     private var flushCount: UInt64 = 0
-    private var nextIdentifier: UInt32 = 1
     private var lingerTask: Scheduled<Void>?
     private var settleTask: Scheduled<Void>?
     private var reconnectAttempt = 0
     private var gatewayCursor: Int
     private var connectionsMade = 0
     private var connectionWasUseful = false
-    private var pendingOutcomes: [Outcome] = []
-    private var events = SenderEvents()
     private var drain: DrainState?
     private var random = SystemRandomNumberGenerator()
     private(set) var statistics = ShardStatistics()
@@ -89,10 +79,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         self.logger[metadataKey: "shard"] = "\(index)"
         gatewayCursor = index % gateways.count  // spread shards evenly over the gateways
         outgoing = ByteBufferAllocator().buffer(capacity: config.batchBytes + 4096)
+        machine = BinaryConnectionStateMachine(connection: index, configuration: .init(config))
     }
 
     private var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
-    private var settleAfterNanos: UInt64 { UInt64(config.settleAfter * 1e9) }
 
     // MARK: submitting
 
@@ -102,11 +92,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         eventLoop.flatSubmit { [self] in
             if case .stopped = state { return eventLoop.makeFailedFuture(SenderError.closed(app: app)) }
             if drain != nil { return eventLoop.makeFailedFuture(SenderError.draining(app: app)) }
-            for n in batch { queue.append(Pending(notification: n)) }
-            statistics.maxQueueDepth = max(statistics.maxQueueDepth, queue.count)
+            machine.submitted(batch)
+            statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
             connectIfNeeded()
             pump()
-            if queue.count <= config.queueCapacity { return eventLoop.makeSucceededVoidFuture() }
+            if !machine.queueIsFull { return eventLoop.makeSucceededVoidFuture() }
             let promise = eventLoop.makePromise(of: Void.self)
             waiters.append(promise)
             statistics.callerWaits += 1
@@ -115,7 +105,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     }
 
     private func releaseWaiters() {
-        while queue.count <= config.queueCapacity, let w = waiters.popFirst() { w.succeed() }
+        while !machine.queueIsFull, let w = waiters.popFirst() { w.succeed() }
     }
 
     // MARK: writing
@@ -125,26 +115,17 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     private func pump() {
         guard case .connected(let channel, _) = state else { return }
         if drain?.probeIdentifier != nil { return }  // nothing goes after the probe
-        while !queue.isEmpty, replay.count < config.replayMaxCount, replay.bytes < config.replayMaxBytes,
-            channel.isWritable
-        {
-            var p = queue.removeFirst()
-            p.attempts += 1
-            let identifier = nextIdentifier
-            nextIdentifier &+= 1
-            let before = outgoing.writerIndex
-            p.notification.payload.withUnsafeBytes { payload in
-                FrameEncoder.writeCommand2(
-                    token: p.notification.token, payload: payload, identifier: identifier,
-                    expiry: p.notification.expiry, priority: p.notification.priority, into: &outgoing)
-            }
-            replay.append(identifier: identifier, item: p, bytes: outgoing.writerIndex - before)
+        machine.forgetSettled(now: now)
+        // The unsettled window (`unsettledByteLimit`) is the bound on what may sit unread at the gateway.
+        while machine.mayTakeFrame, channel.isWritable {
+            machine.takeFrame(into: &outgoing)
             framesInOutgoing += 1
             if outgoing.readableBytes >= config.batchBytes { flush(channel) }
         }
-        statistics.maxReplayBytes = max(statistics.maxReplayBytes, replay.bytes)
-        statistics.maxReplayCount = max(statistics.maxReplayCount, replay.count)
-        if queue.isEmpty, drain != nil, drain?.probeIdentifier == nil { sendProbe(channel) }
+        statistics.maxReplayBytes = max(statistics.maxReplayBytes, machine.replay.keptBytes)
+        statistics.maxReplayCount = max(statistics.maxReplayCount, machine.replay.keptCount)
+        statistics.maxUnsettledBytes = max(statistics.maxUnsettledBytes, machine.replay.bytes)
+        if machine.queue.isEmpty, drain != nil, drain?.probeIdentifier == nil { sendProbe(channel) }
         if outgoing.readableBytes > 0, lingerTask == nil {
             lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.linger * 1e9))) { [self] in
                 lingerTask = nil
@@ -160,17 +141,14 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         guard outgoing.readableBytes > 0 else { return }
         flushCount += 1
         let flush = flushCount
-        replay.assignUnflushed(to: flush)
-        events.writes += 1
-        events.framesWritten += framesInOutgoing
-        events.bytesWritten += outgoing.readableBytes
+        machine.flushed(flush, frames: framesInOutgoing, bytes: outgoing.readableBytes)
         framesInOutgoing = 0
         let buffer = outgoing
         outgoing = channel.allocator.buffer(capacity: config.batchBytes + 4096)
         let writeEpoch = epoch
         channel.writeAndFlush(buffer).whenComplete { [self] result in
             guard writeEpoch == epoch, case .success = result else { return }
-            replay.writeCompleted(flush, at: now)
+            machine.writeCompleted(flush, now: now)
             scheduleSettle()
         }
     }
@@ -179,8 +157,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     /// answer it with status 4 (missing payload) naming it, and since it answers in order, that
     /// proves every earlier notification on the connection was processed.
     private func sendProbe(_ channel: any Channel) {
-        let identifier = nextIdentifier
-        nextIdentifier &+= 1
+        let identifier = machine.takeProbeIdentifier()
         drain?.probeIdentifier = identifier
         // A probe sent again on a new connection gets a fresh timeout.
         drain?.timeout?.cancel()
@@ -206,15 +183,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     // MARK: settling
 
     private func scheduleSettle() {
-        guard settleTask == nil, !replay.isEmpty else { return }
+        guard settleTask == nil, !machine.replay.isEmpty else { return }
         let period = max(0.005, config.settleAfter / 4)
         settleTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(period * 1e9))) { [self] in
             settleTask = nil
-            let settled = replay.settleExpired(now: now, settleAfter: settleAfterNanos)
-            if !settled.isEmpty {
-                connectionWasUseful = true
-                for e in settled { record(e.item, .accepted) }
-            }
+            if machine.settleTick(now: now) { connectionWasUseful = true }
             scheduleSettle()
             pump()
             finishDrainIfSettled()
@@ -222,24 +195,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         }
     }
 
-    private func record(_ p: Pending, _ delivery: Delivery, status: ErrorStatus? = nil) {
-        pendingOutcomes.append(
-            Outcome(
-                notification: p.notification, delivery: delivery, code: status.map { String($0.rawValue) },
-                attempts: p.attempts, connection: index))
-    }
-
     private func emit() {
-        guard !pendingOutcomes.isEmpty || !events.isEmpty else { return }
-        let batch = OutcomeBatch(app: app, connection: index, outcomes: pendingOutcomes, events: events)
-        pendingOutcomes = []
-        events = SenderEvents()
-        onOutcomes(batch)
-    }
-
-    /// Puts notifications back at the front of the queue, in their original order.
-    private func requeueAtFront(_ items: [Pending]) {
-        for p in items.reversed() { queue.prepend(p) }
+        guard let (outcomes, events) = machine.takeBatch() else { return }
+        onOutcomes(OutcomeBatch(app: app, connection: index, outcomes: outcomes, events: events))
     }
 
     // MARK: connection events (from GatewayResponseHandler, on the event loop)
@@ -249,7 +207,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         connectionWasUseful = true
         if let probe = drain?.probeIdentifier, response.identifier == probe {
             // Everything before the probe was processed: the drain proof.
-            for e in replay.acceptAll() { record(e.item, .accepted) }
+            machine.probeAnswered()
             drain?.answered = true
             statistics.drainsProvedByProbe += 1
             closeConnection()
@@ -258,38 +216,30 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             return
         }
         drain?.probeIdentifier = nil  // if one was sent, the gateway discarded it with the rest
-        let r = replay.resolve(response)
-        for e in r.accepted { record(e.item, .accepted) }
-        if r.sequenceUnknown {
-            events.sequenceUnknown += 1
+        let notes = machine.errorResponse(response)
+        if notes.sequenceUnknown {
             logger.error(
                 "error response names a notification no longer in the replay buffer; what followed it may be lost",
                 metadata: ["status": "\(response.status)", "identifier": "\(response.identifier)"])
         }
-        var front: [Pending] = []
-        if let failed = r.failed {
-            var p = failed.item
-            switch BinaryVerdict(response.status) {
-            case .rejected(let rejection):
-                if case .badRequest = rejection {
-                    logger.warning(
-                        "gateway refused a notification as malformed",
-                        metadata: ["status": "\(response.status)", "job": "\(p.notification.jobID)"])
-                }
-                record(p, .rejected(rejection), status: response.status)
-            case .retry(let reason):
-                p.processingFailures += 1
-                if p.processingFailures < config.maxAttempts {
-                    events.retried += 1
-                    front.append(p)
-                } else {
-                    record(p, .rejected(.transient(reason: reason)), status: response.status)
-                }
-            }
+        if notes.lost > 0 {
+            // Bounded: the count is exact; the job ids are the first 50 still remembered.
+            logger.error(
+                "notifications discarded by the gateway after they had been settled and forgotten; they cannot be resent",
+                metadata: [
+                    "lost": "\(notes.lost)", "status": "\(response.status)", "identifier": "\(response.identifier)",
+                    "jobs": "\(notes.lostJobs.joined(separator: ","))",
+                ])
         }
-        events.replayed += r.discarded.count
-        front.append(contentsOf: r.discarded.map(\.item))
-        requeueAtFront(front)
+        for job in notes.refusedAfterSettle {
+            logger.error(
+                "gateway refused a notification already reported accepted (settled by time before the gateway read it)",
+                metadata: ["job": "\(job)", "status": "\(response.status)"])
+        }
+        if let job = notes.malformed {
+            logger.warning(
+                "gateway refused a notification as malformed", metadata: ["status": "\(response.status)", "job": "\(job)"])
+        }
         statistics.lastError = "status \(response.status) for identifier \(response.identifier)"
         if response.status == .shutdown {
             logger.info("gateway shut the connection down (status 10)", metadata: ["identifier": "\(response.identifier)"])
@@ -332,15 +282,13 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         lingerTask = nil
         outgoing.clear()
         framesInOutgoing = 0
-        let (written, unwritten) = replay.takeAll()
-        if !written.isEmpty {
-            // Written, and the connection dropped with no error response: they may or may not have
-            // been processed. Resending risks a duplicate; not resending risks a loss. We resend.
-            events.ambiguous += written.count
+        // Written, and the connection dropped with no error response: they may or may not have been
+        // processed. Resending risks a duplicate; not resending risks a loss. We resend.
+        let ambiguous = machine.connectionLost()
+        if ambiguous > 0 {
             logger.warning("connection dropped with no error response; resending unsettled notifications",
-                           metadata: ["ambiguous": "\(written.count)"])
+                           metadata: ["ambiguous": "\(ambiguous)"])
         }
-        requeueAtFront((written + unwritten).map(\.item))
         if drain?.answered == false { drain?.probeIdentifier = nil }
         if case .stopped = state {
             emit()
@@ -349,7 +297,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         state = .idle
         reconnectAttempt = connectionWasUseful ? 0 : reconnectAttempt + 1
         emit()
-        if !queue.isEmpty || drain != nil { connectIfNeeded() }
+        if !machine.queue.isEmpty || drain != nil { connectIfNeeded() }
         finishDrainIfSettled()
     }
 
@@ -383,7 +331,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         let connectionEpoch = epoch
         state = .connecting(epoch: connectionEpoch)
         connectionWasUseful = false
-        if connectionsMade > 0 { events.reconnects += 1 }
+        if connectionsMade > 0 { machine.reconnecting() }
         connectionsMade += 1
         let sslContext = self.sslContext
         let hostname = serverHostname ?? gateway.host
@@ -425,7 +373,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                     state = .idle
                     reconnectAttempt += 1
                     gatewayCursor += 1  // try the next gateway
-                    if !queue.isEmpty || drain != nil { connectIfNeeded() }
+                    if !machine.queue.isEmpty || drain != nil { connectIfNeeded() }
                 }
             }
     }
@@ -442,7 +390,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             drain = DrainState(promise: promise)
             // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
             // what is still queued may take longer than the timeout, and is not the gateway being silent.
-            if queue.isEmpty && replay.isEmpty {
+            // Settled notifications still in the grace window are proved by the probe too: the gateway
+            // may not have read them yet, and closing now would lose whatever it discards after an error.
+            if machine.queue.isEmpty && machine.replay.isEmpty {
                 finish(.nothingToDrain)
             } else {
                 connectIfNeeded()
@@ -453,7 +403,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     }
 
     private func finishDrainIfSettled() {
-        guard let d = drain, queue.isEmpty, replay.isEmpty, d.answered || d.timedOut else { return }
+        guard let d = drain, machine.queue.isEmpty, !machine.replay.hasUnsettled, d.answered || d.timedOut else { return }
         finish(d.answered ? .provedByProbe : .settledByTime)
     }
 
@@ -482,9 +432,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             case .closing: s.state = "closing"
             case .stopped: s.state = "stopped"
             }
-            s.queueDepth = queue.count
-            s.replayCount = replay.count
-            s.replayBytes = replay.bytes
+            s.queueDepth = machine.queue.count
+            s.replayCount = machine.replay.keptCount
+            s.replayBytes = machine.replay.keptBytes
             return s
         }
     }
@@ -527,6 +477,8 @@ public struct ShardStatistics: Sendable {
     public var maxQueueDepth = 0
     public var maxReplayBytes = 0
     public var maxReplayCount = 0
+    /// The most bytes written (or batched) and not settled at once: never above the window plus one frame.
+    public var maxUnsettledBytes = 0
     public var callerWaits = 0
     public var drainsProvedByProbe = 0
     public var queueDepth = 0

@@ -443,6 +443,8 @@ struct PipelineTests {
         let b = try loadShipped("binary.yaml")
         #expect(b.apps.map(\.transport) == [.binary, .binary])
         #expect(b.gateway.shard.settleAfter == 0.25)
+        #expect(b.gateway.shard.maxUnsettledBytes == nil && b.gateway.shard.unsettledByteLimit == 4 << 20)
+        #expect(b.gateway.shard.settleGrace == 2)
         #expect(b.apps[1].shards == 2)
         #expect(b.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
         #expect(b.payloadLimit(app: b.apps[0], pushType: nil) == 2048)
@@ -475,6 +477,7 @@ struct PipelineTests {
         #expect(Duration.seconds(c.feedbackIntervalMinutes * 60) == FeedbackSchedule.defaultInterval)
         let shard = ShardConfiguration()
         #expect(c.gateway.shard.linger == shard.linger && c.gateway.shard.settleAfter == shard.settleAfter)
+        #expect(c.gateway.shard.maxUnsettledBytes == nil && c.gateway.shard.settleGrace == shard.settleGrace)
         #expect(c.gateway.shard.reconnect.initialDelay == shard.reconnect.initialDelay)
         #expect(c.gateway.shard.reconnect.maximumDelay == shard.reconnect.maximumDelay)
     }
@@ -496,6 +499,11 @@ struct PipelineTests {
             ("gateway:\n  linger_ms: 2000\n" + apps, "gateway.linger_ms", "expected a number in 0…1000, found \"2000\""),
             ("gateway:\n  linger_ms: -1\n" + apps, "gateway.linger_ms", "expected a number in 0…1000, found \"-1\""),
             ("gateway:\n  settle_after_ms: 0\n" + apps, "gateway.settle_after_ms", "expected a number in 1…3600000, found \"0\""),
+            // The unsettled window fits in the replay buffer; the grace window is a duration.
+            ("gateway:\n  max_unsettled_kb: 8\n" + apps, "gateway.max_unsettled_kb", "expected a whole number in 16…16384, found \"8\""),
+            ("gateway:\n  replay_max_mb: 1\n  max_unsettled_kb: 2048\n" + apps, "gateway.max_unsettled_kb",
+             "expected a whole number in 16…1024, found \"2048\""),
+            ("gateway:\n  settle_grace_ms: -5\n" + apps, "gateway.settle_grace_ms", "expected a number in 0…3600000, found \"-5\""),
             ("gateway:\n  drain_timeout_s: soon\n" + apps, "gateway.drain_timeout_s", "expected a number in 0…3600, found \"soon\""),
             ("gateway:\n  connect_timeout_s: 0\n" + apps, "gateway.connect_timeout_s", "expected a number in 0.1…600, found \"0\""),
             ("gateway:\n  reconnect:\n    initial_ms: 0\n" + apps, "gateway.reconnect.initial_ms", "expected a number in 1…60000, found \"0\""),

@@ -236,6 +236,18 @@ struct SettlerTests {
         #expect(stats.totals[.deadLettered] == 2)
     }
 
+    /// The binary sender's settle-by-time counters (issue 10 item 4) reach the totals and the minute.
+    @Test func settleByTimeLossesAreCounted() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.client())
+        try await store.settle(
+            SettleBatch(outcomes: [], events: PipelineEvents(lostAfterSettle: 3, refusedAfterSettle: 2), settledAt: Self.now))
+        let totals = try await store.readStats(lastMinutes: 1, now: Self.now).totals
+        #expect(totals[.lostAfterSettle] == 3 && totals[.refusedAfterSettle] == 2)
+        #expect(try await store.client.hashCounters("apns:stats:202601010000") == ["lost_after_settle": 3, "refused_after_settle": 2])
+    }
+
     @Test func invalidTokenIsSuppressed() async throws {
         let server = try await RedisServer()
         defer { server.stop() }

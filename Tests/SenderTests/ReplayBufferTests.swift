@@ -74,4 +74,100 @@ import Testing
         #expect(written.map(\.item) == [0, 1, 2])
         #expect(unwritten.map(\.item) == [3, 4])
     }
+
+    // MARK: the grace window (issue 10, item 4)
+
+    /// Settled entries leave the window (`count`, `bytes`) but stay kept, marked settled, for the grace
+    /// window; `forgetSettled` lets them go after it, or earlier beyond the byte bound.
+    @Test func settledStayForTheGraceWindow() {
+        var b = buffer()  // 10 × 100 bytes written at 100
+        let settled = b.settleExpired(now: 200, settleAfter: 100)
+        #expect(settled.map(\.item) == Array(0..<10) && settled.allSatisfy { $0.settledAt == 200 })
+        #expect(b.count == 0 && b.bytes == 0 && !b.hasUnsettled)
+        #expect(b.keptCount == 10 && b.keptBytes == 1_000 && !b.isEmpty)
+        #expect(b.settleExpired(now: 10_000, settleAfter: 100).isEmpty, "settled once")
+        b.forgetSettled(now: 299, grace: 100, maxBytes: 1_000, label: { "job-\($0)" })
+        #expect(b.keptCount == 10)
+        b.forgetSettled(now: 299, grace: 100, maxBytes: 650, label: { "job-\($0)" })
+        #expect(b.keptCount == 6 && b.keptBytes == 600, "the oldest go first beyond the byte bound")
+        b.forgetSettled(now: 300, grace: 100, maxBytes: 1_000, label: { "job-\($0)" })
+        #expect(b.isEmpty && Array(b.forgotten) == (0..<10).map { "job-\($0)" })
+    }
+
+    /// An error naming a settled (reported) notification still replays exactly what followed it: the
+    /// settled ones among them come back marked settled (resent, not reported again), the unsettled
+    /// ones plainly; nothing before it is reported twice.
+    @Test func errorNamingASettledOneReplaysWhatFollowed() {
+        var b = ReplayBuffer<Int>()
+        for i in 0..<6 { b.append(identifier: UInt32(i + 1), item: i, bytes: 10) }
+        b.assignUnflushed(to: 1)
+        b.writeCompleted(1, at: 100)
+        for i in 6..<10 { b.append(identifier: UInt32(i + 1), item: i, bytes: 10) }
+        b.assignUnflushed(to: 2)
+        b.writeCompleted(2, at: 150)
+        #expect(b.settleExpired(now: 160, settleAfter: 60).map(\.item) == Array(0..<6))
+        let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 3))  // item 2, settled
+        #expect(!r.sequenceUnknown && r.lostAfterSettle == 0)
+        #expect(r.accepted.isEmpty, "0 and 1 were reported when they settled")
+        #expect(r.failed?.item == 2 && r.failed?.settledAt != nil)
+        #expect(r.discarded.map(\.item) == Array(3..<10))
+        #expect(r.discarded.map { $0.settledAt != nil } == [true, true, true, false, false, false, false])
+        #expect(b.isEmpty && b.keptBytes == 0 && b.bytes == 0)
+    }
+
+    /// Status 10 naming a settled one: it and those before it were processed (and reported); the rest,
+    /// settled or not, are resent.
+    @Test func shutdownNamingASettledOne() {
+        var b = buffer()
+        _ = b.settleExpired(now: 200, settleAfter: 100)
+        b.append(identifier: 11, item: 10, bytes: 100)
+        let r = b.resolve(ErrorResponse(status: .shutdown, identifier: 5))
+        #expect(r.accepted.isEmpty && r.failed == nil)
+        #expect(r.discarded.map(\.item) == [5, 6, 7, 8, 9, 10])
+    }
+
+    /// An error naming a notification already forgotten proves the forgotten ones after it discarded:
+    /// counted exactly (identifiers are consecutive) and named by label while remembered.
+    @Test func errorNamingAForgottenOneCountsTheLoss() {
+        var b = buffer()  // identifiers 1…10
+        _ = b.settleExpired(now: 200, settleAfter: 100)
+        b.forgottenMemory = 4
+        b.forgetSettled(now: 200, grace: 100, maxBytes: 300, label: { "job-\($0)" })  // 1…7 forgotten
+        #expect(b.keptCount == 3 && Array(b.forgotten) == ["job-3", "job-4", "job-5", "job-6"])
+        let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 5))  // item 4, forgotten
+        #expect(r.sequenceUnknown)
+        #expect(r.lostAfterSettle == 2, "items 5 and 6: settled, forgotten, discarded")
+        #expect(r.lostLabels == ["job-5", "job-6"])
+        #expect(r.forgottenNamedFailed && r.forgottenNamed == "job-4")
+        #expect(r.discarded.map(\.item) == [7, 8, 9], "the kept ones are resent")
+
+        // With everything forgotten, the buffer still knows where it stands; a shutdown naming the newest
+        // forgotten one loses nothing.
+        var c = buffer()
+        _ = c.settleExpired(now: 200, settleAfter: 100)
+        c.forgetSettled(now: 300, grace: 100, maxBytes: 1_000, label: { "job-\($0)" })
+        var d = c
+        let s = c.resolve(ErrorResponse(status: .shutdown, identifier: 10))
+        #expect(s.lostAfterSettle == 0 && !s.forgottenNamedFailed && s.discarded.isEmpty)
+        let e = d.resolve(ErrorResponse(status: .shutdown, identifier: 7))
+        #expect(e.lostAfterSettle == 3 && e.lostLabels == ["job-7", "job-8", "job-9"])
+        // An identifier never sent on this connection is not a loss that can be counted.
+        var f = buffer()
+        let u = f.resolve(ErrorResponse(status: .invalidToken, identifier: 500))
+        #expect(u.sequenceUnknown && u.lostAfterSettle == 0 && u.discarded.count == 10)
+    }
+
+    /// A drop resends only the unsettled (the settled ones stay accepted); a drain probe reports only
+    /// the unsettled.
+    @Test func dropAndProbeLeaveTheSettledAlone() {
+        var b = buffer()
+        _ = b.settleExpired(now: 200, settleAfter: 100)
+        b.append(identifier: 11, item: 10, bytes: 1)
+        b.assignUnflushed(to: 2)
+        b.append(identifier: 12, item: 11, bytes: 1)
+        var c = b
+        let (written, unwritten) = b.takeAll()
+        #expect(written.map(\.item) == [10] && unwritten.map(\.item) == [11])
+        #expect(c.acceptAll().map(\.item) == [10, 11])
+    }
 }

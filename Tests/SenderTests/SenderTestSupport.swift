@@ -37,11 +37,12 @@ func startSimulator(faults: FaultScript = FaultScript()) async throws -> Gateway
 /// A test shard configuration: quick to settle, quick to reconnect.
 func testShardConfiguration() -> ShardConfiguration {
     var c = ShardConfiguration()
-    // Generous: under a loaded CI machine the simulator can lag; settling a frame before the gateway
-    // read it is the `sequence_unknown` hazard the tests must not provoke by themselves.
-    // 3 s: a full `swift test` runs the Kafka, Redis and HTTP/2 suites beside this one on 2 cores, and a
-    // simulator starved that long is what the settle-by-time hazard needs (issue 10, item 4: until the
-    // sender bounds what may sit unread, a lag beyond settle_after shows as sequence_unknown).
+    // 3 s: a full `swift test` runs the Kafka, Redis and HTTP/2 suites beside this one on 2 cores, and the
+    // simulator (debug build) can then read a frame more than 1.5 s after it was written. Since issue 10
+    // item 4, nothing is lost then (the grace window resends what an error proves discarded), but an
+    // invalid token read that late was already reported accepted (`refusedAfterSettle`), and the tests
+    // count rejections exactly. Measured: at 1.5 s, `everyValidJobOnceUnderFaults` beside the other
+    // suites reported 12 of its 1 000 invalid tokens accepted, with nothing lost.
     c.settleAfter = 3
     c.linger = 0.001
     c.reconnect.initialDelay = 0.005

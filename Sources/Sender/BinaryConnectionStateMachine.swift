@@ -1,0 +1,286 @@
+import APNsProtocol
+import NIOCore
+
+/// What one binary shard decides about its notifications across its connections: the bounded queue,
+/// per-connection identifiers, the unsettled window, settlement by time and its grace window, what an
+/// error response, a drain probe's answer or a dropped connection means for each notification, and
+/// the outcomes and events that follow. A value type with no I/O: events in (submitted, frame taken,
+/// flushed, write completed, settle tick, error response, probe answered, connection lost), decisions
+/// out (frames to write, outcomes, notifications to resend, notes to log), as
+/// `HTTP2ConnectionStateMachine` does for HTTP/2. Times are nanoseconds on a monotonic clock, passed
+/// in, so tests choose them.
+///
+/// `Shard` drives it on its event loop and keeps what is about sockets and timers: the connection's
+/// lifecycle and epochs, reconnect back-off, the linger and settle timers, the drain probe's timeout.
+/// (Issue 12's seam: this is the replay/settlement half of the cut; the connection lifecycle is still
+/// in `Shard`.)
+///
+/// Rules (docs/design.md §2.3–§2.5, §5.3):
+/// - a notification written is accepted when an error names a later one, a status 10 names it or a
+///   later one, the drain probe after it is answered, or `settleAfter` passed since its write completed;
+/// - at most `window` bytes (and `replayMaxCount` notifications) are written and unsettled: no frame
+///   is taken beyond it. The window starts at `unsettledByteLimit`; an error response that discarded
+///   frames halves it (down to `minimumWindow`), and what settles cleanly grows it back by as much (so
+///   it doubles per `settleAfter` without errors). Every frame behind a bad one is discarded and resent,
+///   so under a run of invalid tokens a small window is what keeps the replay cost near one frame per
+///   job; without errors the window is back at its cap within a few `settleAfter`s;
+/// - settled notifications stay for `settleGrace`: an error naming one replays what followed it, and
+///   those already reported are resent without being reported again (`resentAfterSettle`); a refusal
+///   of one already reported is counted (`refusedAfterSettle`), never reported twice;
+/// - what an error proves discarded after it left the grace window is counted `lostAfterSettle`.
+struct BinaryConnectionStateMachine {
+    struct Configuration {
+        var queueCapacity = 8192
+        var replayMaxCount = 65_536
+        var unsettledByteLimit = 8 << 20
+        /// What the window shrinks to under a run of error responses (at most `unsettledByteLimit`).
+        var minimumWindow = 16 << 10
+        /// Bytes of settled notifications kept for the grace window.
+        var graceMaxBytes = 8 << 20
+        var settleAfter: UInt64 = 1_000_000_000
+        var settleGrace: UInt64 = 2_000_000_000
+        var maxAttempts = 3
+
+        init() {}
+
+        init(_ c: ShardConfiguration) {
+            queueCapacity = c.queueCapacity
+            replayMaxCount = c.replayMaxCount
+            unsettledByteLimit = c.unsettledByteLimit
+            minimumWindow = c.minUnsettledBytes
+            graceMaxBytes = max(0, c.replayMaxBytes - c.unsettledByteLimit)
+            settleAfter = UInt64(c.settleAfter * 1e9)
+            settleGrace = UInt64(c.settleGrace * 1e9)
+            maxAttempts = c.maxAttempts
+        }
+    }
+
+    /// A notification in this shard's hands, with its history.
+    struct Pending {
+        var notification: PushNotification
+        /// Times written to a gateway.
+        var attempts = 0
+        /// Times answered with status 1 or 255.
+        var processingFailures = 0
+        /// Its outcome was reported (accepted, by time) before an error proved it discarded: it is being
+        /// resent from the grace window, and must not be reported again.
+        var reported = false
+    }
+
+    /// What an error response led to, for the driver's log lines (the outcomes and events are kept).
+    struct ErrorNotes {
+        /// The named identifier was not kept (`sequence_unknown`).
+        var sequenceUnknown = false
+        /// Notifications proved discarded after they had been settled and forgotten, and the job ids
+        /// still remembered (at most 50).
+        var lost = 0
+        var lostJobs: [String] = []
+        /// Jobs already reported accepted that the gateway refused (`refused_after_settle`).
+        var refusedAfterSettle: [String] = []
+        /// A job refused as malformed (status 2–7).
+        var malformed: String?
+        /// How many were resent.
+        var resent = 0
+    }
+
+    let connection: Int
+    private let config: Configuration
+    private(set) var queue = CircularBuffer<Pending>(initialCapacity: 1024)
+    private(set) var replay = ReplayBuffer<Pending>()
+    private var nextIdentifier: UInt32 = 1
+    /// The unsettled window in force (see the rules above).
+    private(set) var window: Int
+    private var outcomes: [Outcome] = []
+    private var events = SenderEvents()
+
+    init(connection: Int, configuration: Configuration) {
+        self.connection = connection
+        self.config = configuration
+        window = configuration.unsettledByteLimit
+    }
+
+    private var minimumWindow: Int { min(config.minimumWindow, config.unsettledByteLimit) }
+
+    // MARK: events in
+
+    mutating func submitted(_ batch: [PushNotification]) {
+        for n in batch { queue.append(Pending(notification: n)) }
+    }
+
+    /// The queue is over its capacity: callers wait.
+    var queueIsFull: Bool { queue.count > config.queueCapacity }
+
+    /// Another notification may be written now: something is queued and the unsettled window has room.
+    var mayTakeFrame: Bool {
+        !queue.isEmpty && replay.count < config.replayMaxCount && replay.bytes < window
+    }
+
+    /// Takes the next queued notification, gives it the next identifier, encodes it into `buffer` and
+    /// keeps it for replay. Call only when `mayTakeFrame`.
+    mutating func takeFrame(into buffer: inout ByteBuffer) {
+        var p = queue.removeFirst()
+        p.attempts += 1
+        let identifier = nextIdentifier
+        nextIdentifier &+= 1
+        let before = buffer.writerIndex
+        p.notification.payload.withUnsafeBytes { payload in
+            FrameEncoder.writeCommand2(
+                token: p.notification.token, payload: payload, identifier: identifier,
+                expiry: p.notification.expiry, priority: p.notification.priority, into: &buffer)
+        }
+        replay.append(identifier: identifier, item: p, bytes: buffer.writerIndex - before)
+    }
+
+    /// The identifier for the drain probe (it is not kept: its answer is what the driver waits for).
+    mutating func takeProbeIdentifier() -> UInt32 {
+        defer { nextIdentifier &+= 1 }
+        return nextIdentifier
+    }
+
+    /// The frames taken since the last flush went out as write number `flush`.
+    mutating func flushed(_ flush: UInt64, frames: Int, bytes: Int) {
+        replay.assignUnflushed(to: flush)
+        events.writes += 1
+        events.framesWritten += frames
+        events.bytesWritten += bytes
+    }
+
+    mutating func writeCompleted(_ flush: UInt64, now: UInt64) {
+        replay.writeCompleted(flush, at: now)
+    }
+
+    /// Settles what waited `settleAfter` since its write completed and forgets what left the grace
+    /// window. Returns whether anything settled (the connection proved useful).
+    mutating func settleTick(now: UInt64) -> Bool {
+        let settled = replay.settleExpired(now: now, settleAfter: config.settleAfter)
+        var settledBytes = 0
+        for e in settled {
+            settledBytes += e.bytes
+            record(e.item, .accepted)
+        }
+        window = min(config.unsettledByteLimit, window + settledBytes)
+        forgetSettled(now: now)
+        return !settled.isEmpty
+    }
+
+    /// Lets settled notifications go after the grace window, or earlier beyond `graceMaxBytes`.
+    mutating func forgetSettled(now: UInt64) {
+        guard replay.settledCount > 0 else { return }
+        replay.forgetSettled(now: now, grace: config.settleGrace, maxBytes: config.graceMaxBytes, label: { $0.notification.jobID })
+    }
+
+    /// The drain probe was answered: everything kept was processed.
+    mutating func probeAnswered() {
+        for e in replay.acceptAll() { record(e.item, .accepted) }
+    }
+
+    /// An error response (the gateway closes the connection after it): outcomes for the named one and
+    /// those before it, and what followed it back at the head of the queue, in order.
+    mutating func errorResponse(_ response: ErrorResponse) -> ErrorNotes {
+        var notes = ErrorNotes()
+        let r = replay.resolve(response)
+        for e in r.accepted { record(e.item, .accepted) }
+        if r.sequenceUnknown {
+            events.sequenceUnknown += 1
+            notes.sequenceUnknown = true
+        }
+        var lost = r.lostAfterSettle
+        var lostJobs = r.lostLabels
+        if r.forgottenNamedFailed {
+            if case .retry = BinaryVerdict(response.status) {
+                // A processing error for a notification reported accepted: never delivered, not resendable.
+                lost += 1
+                if let named = r.forgottenNamed { lostJobs.insert(named, at: 0) }
+            } else {
+                events.refusedAfterSettle += 1
+                notes.refusedAfterSettle.append(r.forgottenNamed ?? "?")
+            }
+        }
+        events.lostAfterSettle += lost
+        notes.lost = lost
+        notes.lostJobs = Array(lostJobs.prefix(50))
+
+        var front: [Pending] = []
+        if let failed = r.failed {
+            var p = failed.item
+            if failed.settledAt != nil { p.reported = true }
+            switch BinaryVerdict(response.status) {
+            case .rejected(let rejection):
+                if case .badRequest = rejection { notes.malformed = p.notification.jobID }
+                if p.reported { notes.refusedAfterSettle.append(p.notification.jobID) }
+                record(p, .rejected(rejection), status: response.status)
+            case .retry(let reason):
+                p.processingFailures += 1
+                if p.processingFailures < config.maxAttempts {
+                    events.retried += 1
+                    front.append(p)
+                } else {
+                    if p.reported { notes.refusedAfterSettle.append(p.notification.jobID) }
+                    record(p, .rejected(.transient(reason: reason)), status: response.status)
+                }
+            }
+        }
+        events.replayed += r.discarded.count
+        if !r.discarded.isEmpty && response.status != .shutdown {
+            // Everything behind the bad frame had to go again: write less ahead until frames settle cleanly.
+            window = max(minimumWindow, window / 2)
+        }
+        for e in r.discarded {
+            var p = e.item
+            if e.settledAt != nil {
+                // Settled by time, reported accepted, but the gateway had not read it: resent from the
+                // grace window (its outcome is not reported again).
+                p.reported = true
+                events.resentAfterSettle += 1
+            }
+            front.append(p)
+        }
+        notes.resent = front.count
+        requeueAtFront(front)
+        return notes
+    }
+
+    /// The connection ended without an error response (or after one: then nothing is kept). Unsettled
+    /// notifications that were written may have been processed: resent, counted `ambiguous`; returns
+    /// how many. Settled ones stay accepted.
+    mutating func connectionLost() -> Int {
+        let (written, unwritten) = replay.takeAll()
+        events.ambiguous += written.count
+        requeueAtFront((written + unwritten).map(\.item))
+        return written.count
+    }
+
+    mutating func reconnecting() { events.reconnects += 1 }
+
+    // MARK: decisions out
+
+    /// The outcomes and events since the last call, or nil when there are none.
+    mutating func takeBatch() -> (outcomes: [Outcome], events: SenderEvents)? {
+        guard !outcomes.isEmpty || !events.isEmpty else { return nil }
+        defer {
+            outcomes = []
+            events = SenderEvents()
+        }
+        return (outcomes, events)
+    }
+
+    // MARK: private
+
+    private mutating func record(_ p: Pending, _ delivery: Delivery, status: ErrorStatus? = nil) {
+        if p.reported {
+            // Its outcome (accepted) went out when it settled. A resend accepted again is not counted
+            // twice; one the gateway refused is counted (the caller logs it).
+            if case .rejected = delivery { events.refusedAfterSettle += 1 }
+            return
+        }
+        outcomes.append(
+            Outcome(
+                notification: p.notification, delivery: delivery, code: status.map { String($0.rawValue) },
+                attempts: p.attempts, connection: connection))
+    }
+
+    /// Puts notifications back at the front of the queue, in their original order.
+    private mutating func requeueAtFront(_ items: [Pending]) {
+        for p in items.reversed() { queue.prepend(p) }
+    }
+}

@@ -1,0 +1,164 @@
+import APNsProtocol
+import NIOCore
+import Testing
+
+@testable import Sender
+
+/// The binary shard's decisions without sockets (issue 10 item 4, issue 12's seam): the unsettled
+/// window, settlement with its grace window, and what each answer means for outcomes and resends.
+@Suite struct BinaryConnectionStateMachineTests {
+    static let second: UInt64 = 1_000_000_000
+
+    func machine(window: Int = 1 << 20, graceBytes: Int = 1 << 20) -> BinaryConnectionStateMachine {
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.unsettledByteLimit = window
+        c.graceMaxBytes = graceBytes
+        c.settleAfter = Self.second
+        c.settleGrace = 2 * Self.second
+        return BinaryConnectionStateMachine(connection: 0, configuration: c)
+    }
+
+    /// Takes every frame the window allows and flushes them as write `flush`, completed at `at`.
+    @discardableResult
+    func write(_ m: inout BinaryConnectionStateMachine, flush: UInt64, at: UInt64) -> Int {
+        var buffer = ByteBufferAllocator().buffer(capacity: 4096)
+        var frames = 0
+        while m.mayTakeFrame {
+            m.takeFrame(into: &buffer)
+            frames += 1
+        }
+        m.flushed(flush, frames: frames, bytes: buffer.readableBytes)
+        m.writeCompleted(flush, now: at)
+        return frames
+    }
+
+    func drain(_ m: inout BinaryConnectionStateMachine) -> (outcomes: [Outcome], events: SenderEvents) {
+        m.takeBatch() ?? ([], SenderEvents())
+    }
+
+    /// The window stops taking frames at `unsettledByteLimit`; settling frees it again.
+    @Test func theUnsettledWindowBoundsWhatIsWritten() {
+        let frame = FrameEncoder.command2Size(payloadCount: notification(0).payload.count)
+        var m = machine(window: 10 * frame)
+        m.submitted((0..<30).map(notification))
+        #expect(write(&m, flush: 1, at: 0) == 10, "ten frames fill the window")
+        #expect(!m.mayTakeFrame && m.queue.count == 20)
+        _ = m.settleTick(now: Self.second)
+        #expect(write(&m, flush: 2, at: Self.second) == 10, "settling made room for ten more")
+        #expect(drain(&m).outcomes.map(\.jobID) == (0..<10).map { "job-\($0)" })
+    }
+
+    /// Errors that discard frames halve the window down to its minimum; clean settlement grows it back
+    /// by what settled, up to the cap; a status 10 is not an error and leaves it alone.
+    @Test func errorsShrinkTheWindowAndCleanSettlementGrowsIt() {
+        let frame = FrameEncoder.command2Size(payloadCount: notification(0).payload.count)
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.unsettledByteLimit = 40 * frame
+        c.minimumWindow = 5 * frame
+        c.settleAfter = Self.second
+        var m = BinaryConnectionStateMachine(connection: 0, configuration: c)
+        m.submitted((0..<200).map(notification))
+        #expect(write(&m, flush: 1, at: 0) == 40)
+        _ = m.errorResponse(ErrorResponse(status: .shutdown, identifier: 10))
+        #expect(m.window == 40 * frame, "a shutdown is not an error")
+        _ = m.connectionLost()
+        for flush in UInt64(2)...5 {
+            write(&m, flush: flush, at: 0)
+            _ = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: m.replay.entries.first!.identifier &+ 1))
+            _ = m.connectionLost()
+        }
+        #expect(m.window == 5 * frame, "40 → 20 → 10 → 5 → 5 frames")
+        #expect(write(&m, flush: 6, at: 0) == 5)
+        _ = m.settleTick(now: Self.second)
+        #expect(m.window == 10 * frame, "grown by what settled")
+        #expect(write(&m, flush: 7, at: Self.second) == 10)
+    }
+
+    /// A job reported accepted by time, then proved discarded by an error naming an older one, is
+    /// resent, and its second acceptance is not reported again.
+    @Test func aSettledJobDiscardedLaterIsResentNotReportedTwice() {
+        var m = machine()
+        m.submitted((0..<3).map(notification))
+        write(&m, flush: 1, at: 0)
+        m.submitted((3..<6).map(notification))
+        write(&m, flush: 2, at: Self.second / 2)
+        _ = m.settleTick(now: Self.second)  // 0, 1, 2 settle and are reported accepted
+        #expect(drain(&m).outcomes.map(\.jobID) == ["job-0", "job-1", "job-2"])
+
+        // The gateway read late: job 1 (identifier 2) had a processing error; 2…5 were discarded.
+        let notes = m.errorResponse(ErrorResponse(status: .processingError, identifier: 2))
+        #expect(notes.lost == 0 && !notes.sequenceUnknown)
+        #expect(m.queue.map(\.notification.jobID) == ["job-1", "job-2", "job-3", "job-4", "job-5"], "in order")
+        #expect(m.queue.map(\.reported) == [true, true, false, false, false])
+        let (outcomes, events) = drain(&m)
+        #expect(outcomes.isEmpty)
+        #expect(events.resentAfterSettle == 1 && events.replayed == 4 && events.retried == 1)
+
+        _ = m.connectionLost()  // nothing kept: the error emptied the buffer
+        write(&m, flush: 3, at: 2 * Self.second)
+        _ = m.settleTick(now: 3 * Self.second)
+        #expect(drain(&m).outcomes.map(\.jobID) == ["job-3", "job-4", "job-5"], "1 and 2 are not reported twice")
+    }
+
+    /// A refusal of a job already reported accepted is counted, not reported.
+    @Test func aRefusalAfterSettlementIsCountedNotReported() {
+        var m = machine()
+        m.submitted((0..<4).map(notification))
+        write(&m, flush: 1, at: 0)
+        _ = m.settleTick(now: Self.second)
+        _ = drain(&m)
+        let notes = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: 3))
+        #expect(notes.refusedAfterSettle == ["job-2"])
+        let (outcomes, events) = drain(&m)
+        #expect(outcomes.isEmpty && events.refusedAfterSettle == 1 && events.resentAfterSettle == 1)
+        #expect(m.queue.map(\.notification.jobID) == ["job-3"])
+    }
+
+    /// Past the grace window the settled are forgotten; an error naming one of them counts what it
+    /// proves lost, with job ids, and resends what is still kept.
+    @Test func pastTheGraceWindowTheLossIsCounted() {
+        var m = machine()
+        m.submitted((0..<4).map(notification))
+        write(&m, flush: 1, at: 0)
+        _ = m.settleTick(now: Self.second)
+        m.submitted((4..<6).map(notification))
+        write(&m, flush: 2, at: Self.second)
+        _ = m.settleTick(now: 3 * Self.second)  // 0…3 forgotten (settled at 1 s + 2 s grace); 4, 5 settle
+        #expect(m.replay.keptCount == 2 && m.replay.forgottenTotal == 4)
+        _ = drain(&m)
+        let notes = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: 2))  // job-1, forgotten
+        #expect(notes.sequenceUnknown && notes.lost == 2 && notes.lostJobs == ["job-2", "job-3"])
+        #expect(notes.refusedAfterSettle == ["job-1"])
+        let (outcomes, events) = drain(&m)
+        #expect(outcomes.isEmpty)
+        #expect(events.lostAfterSettle == 2 && events.sequenceUnknown == 1 && events.refusedAfterSettle == 1)
+        #expect(m.queue.map(\.notification.jobID) == ["job-4", "job-5"] && m.queue.allSatisfy(\.reported))
+    }
+
+    /// A dropped connection resends the unsettled (ambiguous) and leaves the settled accepted; the
+    /// drain probe's answer accepts what is unsettled, once.
+    @Test func dropAndProbe() {
+        var m = machine()
+        m.submitted((0..<2).map(notification))
+        write(&m, flush: 1, at: 0)
+        _ = m.settleTick(now: Self.second)
+        m.submitted((2..<4).map(notification))
+        write(&m, flush: 2, at: Self.second)
+        #expect(m.connectionLost() == 2)
+        #expect(m.queue.map(\.notification.jobID) == ["job-2", "job-3"])
+        write(&m, flush: 3, at: Self.second)
+        m.probeAnswered()
+        let (outcomes, events) = drain(&m)
+        #expect(outcomes.map(\.jobID) == ["job-0", "job-1", "job-2", "job-3"])
+        #expect(outcomes.map(\.attempts) == [1, 1, 2, 2] && events.ambiguous == 2)
+        #expect(m.replay.isEmpty)
+    }
+
+    func notification(_ n: Int) -> PushNotification {
+        var bytes = [UInt8](repeating: 0x22, count: 32)
+        bytes[31] = UInt8(n)
+        return PushNotification(
+            jobID: "job-\(n)", app: "com.example.shop", token: try! DeviceToken(bytes: bytes),
+            payload: Array(#"{"aps":{"alert":"hello there"},"x":1}"#.utf8), expiry: 0, priority: .immediate)
+    }
+}
