@@ -30,6 +30,9 @@ public final class PipelineMetrics: Sendable {
         public static let retried = "apns_retried_total"
         public static let reconnects = "apns_reconnects_total"
         public static let sequenceUnknown = "apns_sequence_unknown_total"
+        public static let resentAfterSettle = "apns_resent_after_settle_total"
+        public static let lostAfterSettle = "apns_lost_after_settle_total"
+        public static let refusedAfterSettle = "apns_refused_after_settle_total"
         public static let deadLetterFailures = "apns_dead_letter_failures_total"
         public static let resentAfterCrash = "apns_resent_after_crash_total"
         public static let inFlightWaits = "apns_in_flight_waits_total"
@@ -192,6 +195,9 @@ public final class PipelineMetrics: Sendable {
         if e.retried > 0 { counter(Name.retried, labels).increment(by: e.retried) }
         if e.reconnects > 0 { counter(Name.reconnects, labels).increment(by: e.reconnects) }
         if e.sequenceUnknown > 0 { counter(Name.sequenceUnknown, labels).increment(by: e.sequenceUnknown) }
+        if e.resentAfterSettle > 0 { counter(Name.resentAfterSettle, labels).increment(by: e.resentAfterSettle) }
+        if e.lostAfterSettle > 0 { counter(Name.lostAfterSettle, labels).increment(by: e.lostAfterSettle) }
+        if e.refusedAfterSettle > 0 { counter(Name.refusedAfterSettle, labels).increment(by: e.refusedAfterSettle) }
         if e.writes > 0 { counter(Name.writes, labels).increment(by: e.writes) }
         if e.framesWritten > 0 { counter(Name.framesWritten, labels).increment(by: e.framesWritten) }
         if e.bytesWritten > 0 { counter(Name.bytesWritten, labels).increment(by: e.bytesWritten) }
