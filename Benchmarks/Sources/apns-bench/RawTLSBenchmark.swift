@@ -132,6 +132,10 @@ enum GatewayBenchmark {
         shard.settleAfter = 0.5
         shard.replayMaxCount = 262_144
         shard.replayMaxBytes = 64 * 1024 * 1024
+        // The unsettled window's default (settle_after × 16 MiB/s) is sized for a pipeline's rate, not for
+        // the raw TLS limit on loopback: here the whole replay buffer may be unsettled.
+        shard.maxUnsettledBytes = shard.replayMaxBytes
+        shard.minUnsettledBytes = shard.replayMaxBytes
         let config = PoolConfiguration(
             credentials: .test(app: "com.example.shop", in: certificates),
             gateways: [GatewayAddress(host: "127.0.0.1", port: port)], shards: shards, shard: shard,
