@@ -13,7 +13,10 @@ public struct PrometheusMetrics: Sendable {
     public init() {
         registry = PrometheusCollectorRegistry()
         var factory = PrometheusMetricsFactory(registry: registry)
-        factory.durationHistogramBuckets = [PipelineMetrics.Name.settlementLatency: PipelineMetrics.latencyBuckets]
+        factory.durationHistogramBuckets = [
+            PipelineMetrics.Name.settlementLatency: PipelineMetrics.latencyBuckets,
+            PipelineMetrics.Name.answerLatency: PipelineMetrics.answerLatencyBuckets,
+        ]
         factory.valueHistogramBuckets = [
             PipelineMetrics.Name.kafkaBatch: PipelineMetrics.batchBuckets,
             PipelineMetrics.Name.settleBatch: PipelineMetrics.batchBuckets,

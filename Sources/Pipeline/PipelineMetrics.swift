@@ -51,6 +51,8 @@ public final class PipelineMetrics: Sendable {
         public static let settlementLatency = "apns_settlement_latency_seconds"
         public static let kafkaBatch = "apns_kafka_batch_messages"
         public static let settleBatch = "apns_settle_batch_outcomes"
+        public static let answerLatency = "apns_gateway_answer_latency_seconds"
+        public static let providerTokenAge = "apns_provider_token_age_seconds"
     }
 
     /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
@@ -62,6 +64,8 @@ public final class PipelineMetrics: Sendable {
         .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500),
         .seconds(5), .seconds(10), .seconds(30), .seconds(60), .seconds(300), .seconds(900),
     ]
+    /// The sender's own fixed buckets (`GatewayAnswerLatency`), so Prometheus' buckets match them.
+    public static let answerLatencyBuckets: [Duration] = GatewayAnswerLatency.upperBounds
     public static let batchBuckets: [Double] = [1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10_000]
 
     private let factory: any MetricsFactory
@@ -72,6 +76,7 @@ public final class PipelineMetrics: Sendable {
     }
     private let counters = Mutex<[Key: Counter]>([:])
     private let gauges = Mutex<[Key: Gauge]>([:])
+    private let timers = Mutex<[Key: CoreMetrics.Timer]>([:])
     private let received: Counter
     private let resentAfterCrash: Counter
     private let inFlightWaits: Counter
@@ -124,6 +129,16 @@ public final class PipelineMetrics: Sendable {
             let g = Gauge(label: name, dimensions: labels.map { ($0.key, $0.value) }, factory: factory)
             cache[key] = g
             return g
+        }
+    }
+
+    private func timer(_ name: String, _ labels: KeyValuePairs<String, String>) -> CoreMetrics.Timer {
+        let key = Key(name: name, labels: labels.flatMap { [$0.key, $0.value] })
+        return timers.withLock { cache in
+            if let t = cache[key] { return t }
+            let t = CoreMetrics.Timer(label: name, dimensions: labels.map { ($0.key, $0.value) }, factory: factory)
+            cache[key] = t
+            return t
         }
     }
 
@@ -201,6 +216,18 @@ public final class PipelineMetrics: Sendable {
         if e.writes > 0 { counter(Name.writes, labels).increment(by: e.writes) }
         if e.framesWritten > 0 { counter(Name.framesWritten, labels).increment(by: e.framesWritten) }
         if e.bytesWritten > 0 { counter(Name.bytesWritten, labels).increment(by: e.bytesWritten) }
+        let latency = e.answerLatency
+        if !latency.isEmpty {
+            // swift-metrics records one value at a time: each bucket is replayed as its count of the
+            // bucket's mean, which lies in the same bucket (Prometheus' bucket counts and sum stay
+            // exact). Here, off the connection's event loop, not in the sender's per-request path.
+            let histogram = timer(Name.answerLatency, labels)
+            for i in latency.counts.indices where latency.counts[i] > 0 {
+                let n = latency.counts[i]
+                let mean = latency.nanoseconds[i] / Int64(n)
+                for _ in 0..<n { histogram.recordNanoseconds(mean) }
+            }
+        }
     }
 
     func deadLetterFailed(_ count: Int) { deadLetterFailures.increment(by: count) }
@@ -232,6 +259,7 @@ public final class PipelineMetrics: Sendable {
     func connections(_ all: [(transport: String, statistics: [ShardStatistics])]) {
         for (transport, stats) in all {
             var perState: [String: [String: Int]] = [:]
+            var tokenAge: [String: Int64] = [:]
             for s in stats {
                 let labels: KeyValuePairs<String, String> = ["app": s.app, "transport": transport, "connection": String(s.index)]
                 gauge(Name.connectionUp, labels).record(s.state == "connected" || s.state == "draining" ? 1 : 0)
@@ -244,7 +272,10 @@ public final class PipelineMetrics: Sendable {
                     gauge(Name.replayBufferBytes, ["app": s.app, "connection": String(s.index)]).record(s.replayBytes)
                 }
                 perState[s.app, default: [:]][s.state, default: 0] += 1
+                if let age = s.providerTokenAge { tokenAge[s.app] = max(tokenAge[s.app] ?? 0, age) }
             }
+            // The oldest token an app's connections send (they share one per (team, key)).
+            for (app, age) in tokenAge { gauge(Name.providerTokenAge, ["app": app]).record(age) }
             for (app, counts) in perState {
                 for state in Set(Self.connectionStates).union(counts.keys) {
                     gauge(Name.connections, ["app": app, "transport": transport, "state": state]).record(counts[state] ?? 0)

@@ -126,6 +126,57 @@ public struct Outcome: Sendable {
     public var token: DeviceToken { notification.token }
 }
 
+/// Gateway answer latencies in fixed buckets: a count and a sum of nanoseconds per bucket, in inline
+/// storage, so recording one answer is a comparison or two and two additions (no allocation on the
+/// per-request path), and batches add up with `+=` like the other `SenderEvents` fields. The metrics
+/// replay each bucket into a Prometheus histogram with the same bounds (`upperBounds`).
+public struct GatewayAnswerLatency: Sendable, Equatable {
+    /// Upper bounds of the buckets (inclusive, as Prometheus' `le`); one more bucket takes the rest.
+    public static let upperBounds: [Duration] = [
+        .milliseconds(1), .microseconds(2500), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+        .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
+    ]
+    public static let bucketCount = 14
+    private static let boundsNanoseconds: [Int64] = upperBounds.map { $0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000 }
+
+    /// Answers per bucket (bucket i: up to `upperBounds[i]`; the last: above every bound).
+    public private(set) var counts = InlineArray<14, Int>(repeating: 0)
+    /// The sum of the latencies of each bucket, in nanoseconds.
+    public private(set) var nanoseconds = InlineArray<14, Int64>(repeating: 0)
+
+    public init() {}
+
+    public var count: Int {
+        var n = 0
+        for i in counts.indices { n += counts[i] }
+        return n
+    }
+
+    public var isEmpty: Bool { count == 0 }
+
+    /// One answer, `seconds` after its request was written (negative values count as 0).
+    public mutating func record(seconds: Double) {
+        let ns = Int64(max(0, min(seconds, 1e9)) * 1e9)
+        let bounds = Self.boundsNanoseconds
+        var i = 0
+        while i < bounds.count && ns > bounds[i] { i += 1 }
+        counts[i] += 1
+        nanoseconds[i] += ns
+    }
+
+    public static func += (a: inout GatewayAnswerLatency, b: GatewayAnswerLatency) {
+        for i in a.counts.indices {
+            a.counts[i] += b.counts[i]
+            a.nanoseconds[i] += b.nanoseconds[i]
+        }
+    }
+
+    public static func == (a: GatewayAnswerLatency, b: GatewayAnswerLatency) -> Bool {
+        for i in a.counts.indices where a.counts[i] != b.counts[i] || a.nanoseconds[i] != b.nanoseconds[i] { return false }
+        return true
+    }
+}
+
 /// Counts of what happened besides outcomes, delivered with each batch (add them up).
 public struct SenderEvents: Sendable, Equatable {
     /// Notifications resent because the gateway discarded them unprocessed (binary: after an error or a
@@ -151,6 +202,8 @@ public struct SenderEvents: Sendable, Equatable {
     public var writes = 0
     public var framesWritten = 0
     public var bytesWritten = 0
+    /// HTTP/2 only: the time from writing each request to its answer (any status), in fixed buckets.
+    public var answerLatency = GatewayAnswerLatency()
 
     public init() {}
 
@@ -166,6 +219,7 @@ public struct SenderEvents: Sendable, Equatable {
         a.writes += b.writes
         a.framesWritten += b.framesWritten
         a.bytesWritten += b.bytesWritten
+        a.answerLatency += b.answerLatency
     }
 
     public var isEmpty: Bool { self == SenderEvents() }

@@ -484,4 +484,7 @@ public struct ShardStatistics: Sendable {
     public var queueDepth = 0
     public var replayCount = 0
     public var replayBytes = 0
+    /// HTTP/2 token authentication: the age in seconds of the provider token this connection last sent
+    /// (APNs refuses tokens over an hour old; the cache renews them at ~50 minutes). Nil otherwise.
+    public var providerTokenAge: Int64?
 }

@@ -2,6 +2,7 @@ import APNsProtocol
 import APNsTransport
 import Foundation
 import GatewaySimulator
+import HTTP2Simulator
 import Kafka
 import Logging
 import Operations
@@ -174,6 +175,82 @@ struct OperationsTests {
         try? await simulator.stop()
     }
 
+    /// The HTTP/2 transport's own metrics, scraped over a socket after a campaign through `run`'s
+    /// runner to the HTTP/2 simulator with token authentication: one answer-latency sample per
+    /// request (none refused or retried here, so as many as accepted), and the provider token's age.
+    @Test func http2MetricsShowAnswerLatencyAndTokenAge() async throws {
+        let cluster = try MockCluster(brokers: 1, topics: [.init(name: "apns.jobs", partitions: 2), .init(name: "apns.jobs.dlq", partitions: 1)], logger: testLogger)
+        defer { cluster.stop() }
+        let redis = try await RedisServer()
+        defer { redis.stop() }
+        var sim = HTTP2SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+        let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenKeyPath)
+        sim.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
+        let simulator = try HTTP2Simulator(configuration: sim)
+        try await simulator.start()
+
+        var c = PipelineConfiguration()
+        c.kafka.bootstrapServers = cluster.bootstrapServers
+        c.kafka.sessionTimeoutMs = 6000
+        c.kafka.batchSize = 50
+        c.kafka.registrationsTopic = nil
+        c.redis.url = redis.url
+        c.apps = [
+            .init(bundleID: shop, transport: .http2,
+                  authentication: .token(keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
+        ]
+        c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
+        c.http2.serverHostname = "localhost"
+        c.http2.ca = "\(TestCertificates.directory)/ca.pem"
+        c.http2.connections = 2
+        c.http2.reconnect.initialDelay = 0.005
+        c.http2.reconnect.attemptsPerSecondPerGateway = 1000
+        c.feedbackIntervalMinutes = 0
+
+        let prometheus = PrometheusMetrics()
+        let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
+        let (server, data) = try await OperationsSurface.serve(
+            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
+        let base = "http://127.0.0.1:\(server.port)"
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
+        let running = Task { try await group.run() }
+
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
+        let template = try JSONParser.parse(#"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello"}}}"#)
+        let audience = (0..<200).map(token)
+        try await producer.sendBatch(audience.map { t in
+            KafkaProducerMessage(topic: "apns.jobs", key: Array(t.hex.utf8),
+                value: Campaign.job(template: template, campaign: "h1", recipient: .init(token: t, language: nil)))
+        })
+
+        let accepted = #"apns_accepted_total{app="com.example.shop",transport="http2"}"#
+        let answers = #"apns_gateway_answer_latency_seconds_count{app="com.example.shop",transport="http2"}"#
+        let age = #"apns_provider_token_age_seconds{app="com.example.shop"}"#
+        var text = ""
+        try await eventually("the campaign settled and the token age sampled") {
+            text = try await get(base + "/metrics").body
+            return sample(text, accepted) == 200 && sample(text, age) != nil
+        }
+        #expect(sample(text, answers) == 200, "one latency sample per answer")
+        // Every answer is in the +Inf bucket; the sum is positive and, on loopback, the mean well under
+        // the 10 s bucket (a debug-built simulator checking each request's token answers the 100
+        // requests written at once on a connection in turn: a few hundred ms each here).
+        #expect(sample(text, #"apns_gateway_answer_latency_seconds_bucket{app="com.example.shop",transport="http2",le="+Inf"}"#) == 200)
+        let sum = sample(text, #"apns_gateway_answer_latency_seconds_sum{app="com.example.shop",transport="http2"}"#) ?? -1
+        #expect(sum > 0 && sum / 200 < 10, "sum \(sum)")
+        #expect(text.contains(#"apns_gateway_answer_latency_seconds_bucket{app="com.example.shop",transport="http2",le="0.001"}"#))
+        // The token was made with the first request of this test: seconds old, not an hour.
+        let seconds = sample(text, age) ?? -1
+        #expect(seconds >= 0 && seconds < 3600, "token age \(seconds)")
+
+        await group.triggerGracefulShutdown()
+        try await running.value
+        await server.stop()
+        await data.close()
+        await producer.close()
+        try? await simulator.stop()
+    }
+
     /// The dashboard page rendered by headless Chromium (its JavaScript run) over a Redis holding a
     /// campaign's counters and a connection's status: the campaign's numbers are in the DOM.
     @Test func dashboardRendersACampaignInHeadlessChromium() async throws {
@@ -258,7 +335,7 @@ struct OperationsTests {
         PipelineMetrics.Name.connectionUp, PipelineMetrics.Name.connections, PipelineMetrics.Name.queueDepth, PipelineMetrics.Name.replayBuffer,
         PipelineMetrics.Name.replayBufferBytes, PipelineMetrics.Name.streamsInUse, PipelineMetrics.Name.consumerLag,
         PipelineMetrics.Name.assignedPartitions, PipelineMetrics.Name.settlementLatency, PipelineMetrics.Name.kafkaBatch,
-        PipelineMetrics.Name.settleBatch,
+        PipelineMetrics.Name.settleBatch, PipelineMetrics.Name.answerLatency, PipelineMetrics.Name.providerTokenAge,
     ]
     let used = Set(json.matches(of: /apns_[a-z0-9_]+/).map { String($0.output) }.map { name in
         name.hasSuffix("_bucket") ? String(name.dropLast("_bucket".count)) : name

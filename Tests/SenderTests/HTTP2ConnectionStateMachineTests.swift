@@ -291,6 +291,50 @@ import Testing
         #expect(m.connected(now: 2).writes.map(\.streamID) == [1])
     }
 
+    /// The answer-latency value: each latency lands in the first bucket whose bound it does not
+    /// exceed (bounds inclusive, as Prometheus' `le`), above every bound in the last one; values add
+    /// up bucket by bucket with `+=`, as `SenderEvents` of several batches do.
+    @Test func answerLatencyBucketsAndSums() {
+        var a = GatewayAnswerLatency()
+        #expect(a.isEmpty && GatewayAnswerLatency.bucketCount == GatewayAnswerLatency.upperBounds.count + 1)
+        a.record(seconds: 0.0004)  // ≤ 1 ms: bucket 0
+        a.record(seconds: 0.001)  // exactly 1 ms: still bucket 0
+        a.record(seconds: 0.003)  // ≤ 5 ms: bucket 2
+        a.record(seconds: 30)  // above 10 s: the last bucket
+        a.record(seconds: -1)  // a clock step back counts as 0
+        #expect(a.counts[0] == 3 && a.counts[2] == 1 && a.counts[13] == 1 && a.count == 5)
+        #expect(a.nanoseconds[0] == 1_400_000 && a.nanoseconds[2] == 3_000_000 && a.nanoseconds[13] == 30_000_000_000)
+        var b = GatewayAnswerLatency()
+        b.record(seconds: 0.003)
+        b.record(seconds: 0.2)  // ≤ 250 ms: bucket 7
+        var events = SenderEvents()
+        events.answerLatency = a
+        var other = SenderEvents()
+        other.answerLatency = b
+        #expect(!other.isEmpty, "latencies alone make a batch's events worth reporting")
+        events += other
+        #expect(events.answerLatency.count == 7)
+        #expect(events.answerLatency.counts[2] == 2 && events.answerLatency.nanoseconds[2] == 6_000_000)
+        #expect(events.answerLatency.counts[7] == 1 && events.answerLatency.nanoseconds[7] == 200_000_000)
+        #expect(events.answerLatency != a)
+    }
+
+    /// Every answer (whatever its status) records the time since its stream was written; a reset
+    /// stream or an answer for a stream given up on records nothing.
+    @Test func answersRecordTheirLatencyFromTheWrite() {
+        var m = Self.authenticated()
+        let w = m.enqueue(Array(1...3), now: 10).writes.map(\.streamID)
+        _ = m.response(streamID: w[0], status: 200, reason: nil, timestamp: nil, now: 10.004)
+        _ = m.response(streamID: w[1], status: 400, reason: "BadDeviceToken", timestamp: nil, now: 10.3)
+        _ = m.reset(streamID: w[2], refused: true, now: 10.4)
+        _ = m.response(streamID: w[2], status: 200, reason: nil, timestamp: nil, now: 10.5)
+        let latency = m.takeEvents().answerLatency
+        #expect(latency.count == 2)
+        #expect(latency.counts[2] == 1, "4 ms: the ≤ 5 ms bucket")
+        #expect(latency.counts[8] == 1, "300 ms: the ≤ 500 ms bucket")
+        #expect(m.takeEvents().answerLatency.isEmpty, "taken once")
+    }
+
     @Test func fifoKeepsOrderAndTakesItemsBackAtTheHead() {
         var q = FIFO<Int>()
         for i in 0..<10_000 { q.append(i) }

@@ -144,6 +144,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             s.queueDepth = machine.queue.count
             s.replayCount = machine.inFlight.count
             s.state = stateName
+            s.providerTokenAge = token.map { max(0, Int64(Date().timeIntervalSince1970) - $0.issuedAt) }
             return s
         }
     }

@@ -203,7 +203,9 @@ struct HTTP2ConnectionStateMachine<Job> {
         var action = Action()
         // An answer for a stream already given up on (reset, timed out) is ignored: its request was
         // resent, and settling it twice would count it twice.
-        guard var request = inFlight.removeValue(forKey: streamID)?.request else { return action }
+        guard let answered = inFlight.removeValue(forKey: streamID) else { return action }
+        var request = answered.request
+        events.answerLatency.record(seconds: now - answered.sentAt)
         let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
         let code = HTTP2Verdict.code(status: status, reason: reason)
         switch verdict {
