@@ -10,10 +10,10 @@ import NIOCore
 /// `HTTP2ConnectionStateMachine` does for HTTP/2. Times are nanoseconds on a monotonic clock, passed
 /// in, so tests choose them.
 ///
-/// `Shard` drives it on its event loop and keeps what is about sockets and timers: the connection's
-/// lifecycle and epochs, reconnect back-off, the linger and settle timers, the drain probe's timeout.
-/// (Issue 12's seam: this is the replay/settlement half of the cut; the connection lifecycle is still
-/// in `Shard`.)
+/// `Shard` drives it on its event loop, beside `BinaryShardLifecycle` (the connection's lifecycle and
+/// epochs, reconnect back-off, gateway rotation, the drain and its probe: issue 12's seam, the other
+/// half of the cut), and keeps only what is about sockets and timers: the channel, the outgoing buffer,
+/// the linger, settle and probe-timeout timers.
 ///
 /// Rules (docs/design.md §2.3–§2.5, §5.3):
 /// - a notification written is accepted when an error names a later one, a status 10 names it or a

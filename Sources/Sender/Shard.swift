@@ -6,10 +6,13 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 
-/// One TLS connection to a gateway, driving a `BinaryConnectionStateMachine` (queue, identifiers,
-/// unsettled window, settlement, grace window, what each answer means) with what is about sockets and
-/// time: the connection's lifecycle, the Nagle-style batcher's buffer and linger, the settle timer,
-/// reconnects and the drain probe. All state lives on one event loop; every entry point hops there first.
+/// One TLS connection to a gateway: a thin driver of two value types that make the decisions,
+/// `BinaryConnectionStateMachine` (queue, identifiers, unsettled window, settlement, grace window, what
+/// each answer means) and `BinaryShardLifecycle` (connect, back-off, gateway rotation, epochs, the drain
+/// and its probe). It feeds them NIO events and timer fires and carries out what they decide, and keeps
+/// what is about sockets and time: the channel and bootstrap, the Nagle-style batcher's buffer and
+/// linger timer, the settle and probe-timeout timers, the drain's promise and the waiters. All state
+/// lives on one event loop; every entry point hops there first.
 final class Shard: @unchecked Sendable {  // mutable state is confined to `eventLoop`
     let app: String
     let index: Int
@@ -24,41 +27,20 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     typealias Pending = BinaryConnectionStateMachine.Pending
 
-    private enum State {
-        case idle
-        case waitingToConnect
-        case connecting(epoch: Int)
-        case connected(any Channel, epoch: Int)
-        /// An error response arrived (or we gave up on the connection): waiting for it to close.
-        case closing(epoch: Int)
-        case stopped
-    }
-
-    private var state: State = .idle
-    private var epoch = 0
+    private var lifecycle: BinaryShardLifecycle
     private var machine: BinaryConnectionStateMachine
+    /// The channel while `lifecycle` is connected or closing.
+    private var channel: (any Channel)?
     private var waiters = CircularBuffer<EventLoopPromise<Void>>()
     private var outgoing: ByteBuffer
     private var framesInOutgoing = 0
     private var flushCount: UInt64 = 0
     private var lingerTask: Scheduled<Void>?
     private var settleTask: Scheduled<Void>?
-    private var reconnectAttempt = 0
-    private var gatewayCursor: Int
-    private var connectionsMade = 0
-    private var connectionWasUseful = false
-    private var drain: DrainState?
+    private var drainPromise: EventLoopPromise<DrainResult>?
+    private var probeTimeout: Scheduled<Void>?
     private var random = SystemRandomNumberGenerator()
     private(set) var statistics = ShardStatistics()
-
-    private struct DrainState {
-        var promise: EventLoopPromise<DrainResult>
-        var probeIdentifier: UInt32?
-        /// The gateway answered the probe: everything before it is proved processed.
-        var answered = false
-        var timedOut = false
-        var timeout: Scheduled<Void>?
-    }
 
     init(
         app: String, index: Int, eventLoop: any EventLoop, config: ShardConfiguration, sslContext: NIOSSLContext,
@@ -77,7 +59,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         self.logger = logger
         self.logger[metadataKey: "app"] = "\(app)"
         self.logger[metadataKey: "shard"] = "\(index)"
-        gatewayCursor = index % gateways.count  // spread shards evenly over the gateways
+        lifecycle = BinaryShardLifecycle(shard: index, gateways: gateways, reconnect: config.reconnect)
         outgoing = ByteBufferAllocator().buffer(capacity: config.batchBytes + 4096)
         machine = BinaryConnectionStateMachine(connection: index, configuration: .init(config))
     }
@@ -90,8 +72,8 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     /// that awaits it never has more than one batch beyond the bound in flight.
     func submit(_ batch: [PushNotification]) -> EventLoopFuture<Void> {
         eventLoop.flatSubmit { [self] in
-            if case .stopped = state { return eventLoop.makeFailedFuture(SenderError.closed(app: app)) }
-            if drain != nil { return eventLoop.makeFailedFuture(SenderError.draining(app: app)) }
+            if lifecycle.isStopped { return eventLoop.makeFailedFuture(SenderError.closed(app: app)) }
+            if lifecycle.isDraining { return eventLoop.makeFailedFuture(SenderError.draining(app: app)) }
             machine.submitted(batch)
             statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
             connectIfNeeded()
@@ -113,8 +95,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     /// Moves notifications from the queue into the outgoing batch while the connection, the replay
     /// buffer and the socket all have room.
     private func pump() {
-        guard case .connected(let channel, _) = state else { return }
-        if drain?.probeIdentifier != nil { return }  // nothing goes after the probe
+        guard lifecycle.mayWrite, let channel else { return }  // nothing goes after the probe
         machine.forgetSettled(now: now)
         // The unsettled window (`unsettledByteLimit`) is the bound on what may sit unread at the gateway.
         while machine.mayTakeFrame, channel.isWritable {
@@ -125,11 +106,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         statistics.maxReplayBytes = max(statistics.maxReplayBytes, machine.replay.keptBytes)
         statistics.maxReplayCount = max(statistics.maxReplayCount, machine.replay.keptCount)
         statistics.maxUnsettledBytes = max(statistics.maxUnsettledBytes, machine.replay.bytes)
-        if machine.queue.isEmpty, drain != nil, drain?.probeIdentifier == nil { sendProbe(channel) }
+        if lifecycle.shouldSendProbe(queueIsEmpty: machine.queue.isEmpty) { sendProbe(channel) }
         if outgoing.readableBytes > 0, lingerTask == nil {
             lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.linger * 1e9))) { [self] in
                 lingerTask = nil
-                if case .connected(let channel, _) = state, outgoing.readableBytes > 0 { flush(channel) }
+                if lifecycle.isConnected, let channel = self.channel, outgoing.readableBytes > 0 { flush(channel) }
             }
         }
         releaseWaiters()
@@ -145,9 +126,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         framesInOutgoing = 0
         let buffer = outgoing
         outgoing = channel.allocator.buffer(capacity: config.batchBytes + 4096)
-        let writeEpoch = epoch
+        let writeEpoch = lifecycle.epoch
         channel.writeAndFlush(buffer).whenComplete { [self] result in
-            guard writeEpoch == epoch, case .success = result else { return }
+            guard lifecycle.isCurrent(writeEpoch), case .success = result else { return }
             machine.writeCompleted(flush, now: now)
             scheduleSettle()
         }
@@ -158,11 +139,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     /// proves every earlier notification on the connection was processed.
     private func sendProbe(_ channel: any Channel) {
         let identifier = machine.takeProbeIdentifier()
-        drain?.probeIdentifier = identifier
+        lifecycle.probeSent(identifier)
         // A probe sent again on a new connection gets a fresh timeout.
-        drain?.timeout?.cancel()
-        drain?.timeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
-            drain?.timedOut = true
+        probeTimeout?.cancel()
+        probeTimeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
+            lifecycle.probeTimedOut()
             logger.warning("drain probe not answered in time; settling by time instead", metadata: ["identifier": "\(identifier)"])
             finishDrainIfSettled()
         }
@@ -187,7 +168,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         let period = max(0.005, config.settleAfter / 4)
         settleTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(period * 1e9))) { [self] in
             settleTask = nil
-            if machine.settleTick(now: now) { connectionWasUseful = true }
+            if machine.settleTick(now: now) { lifecycle.connectionProvedUseful() }
             scheduleSettle()
             pump()
             finishDrainIfSettled()
@@ -203,19 +184,16 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     // MARK: connection events (from GatewayResponseHandler, on the event loop)
 
     func errorResponse(_ response: ErrorResponse, epoch: Int) {
-        guard epoch == self.epoch else { return }
-        connectionWasUseful = true
-        if let probe = drain?.probeIdentifier, response.identifier == probe {
+        guard lifecycle.isCurrent(epoch) else { return }
+        if lifecycle.errorResponse(identifier: response.identifier) {
             // Everything before the probe was processed: the drain proof.
             machine.probeAnswered()
-            drain?.answered = true
             statistics.drainsProvedByProbe += 1
             closeConnection()
             emit()
             finishDrainIfSettled()
             return
         }
-        drain?.probeIdentifier = nil  // if one was sent, the gateway discarded it with the rest
         let notes = machine.errorResponse(response)
         if notes.sequenceUnknown {
             logger.error(
@@ -249,15 +227,15 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     }
 
     func protocolViolation(_ what: String, epoch: Int) {
-        guard epoch == self.epoch else { return }
+        guard lifecycle.isCurrent(epoch) else { return }
         logger.error("gateway sent something that is not an error response; closing", metadata: ["error": "\(what)"])
     }
 
     func connectionError(_ error: any Error, epoch: Int) {
-        guard epoch == self.epoch else { return }
+        guard lifecycle.isCurrent(epoch) else { return }
         // A gateway closes the connection right after an error response, often without TLS's
         // close_notify: that is part of the event already logged (and counted), not another one.
-        if case .closing = state, let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
+        if lifecycle.isClosing, let tls = error as? NIOSSLError, case .uncleanShutdown = tls {
             logger.debug("gateway closed without close_notify after its error response")
             return
         }
@@ -266,18 +244,17 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     }
 
     func handshakeCompleted(epoch: Int) {
-        guard epoch == self.epoch else { return }
+        guard lifecycle.isCurrent(epoch) else { return }
         logger.debug("connected")
     }
 
     func writable(epoch: Int) {
-        guard epoch == self.epoch else { return }
+        guard lifecycle.isCurrent(epoch) else { return }
         pump()
     }
 
     func connectionClosed(epoch: Int) {
-        guard epoch == self.epoch else { return }
-        self.epoch += 1
+        guard lifecycle.isCurrent(epoch) else { return }
         lingerTask?.cancel()
         lingerTask = nil
         outgoing.clear()
@@ -289,21 +266,16 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             logger.warning("connection dropped with no error response; resending unsettled notifications",
                            metadata: ["ambiguous": "\(ambiguous)"])
         }
-        if drain?.answered == false { drain?.probeIdentifier = nil }
-        if case .stopped = state {
-            emit()
-            return
-        }
-        state = .idle
-        reconnectAttempt = connectionWasUseful ? 0 : reconnectAttempt + 1
+        channel = nil
+        let closed = lifecycle.connectionClosed(hasQueued: !machine.queue.isEmpty, random: &random)
         emit()
-        if !machine.queue.isEmpty || drain != nil { connectIfNeeded() }
+        guard case .idle(let connect) = closed else { return }
+        if let connect { scheduleConnect(connect) }
         finishDrainIfSettled()
     }
 
     private func closeConnection() {
-        guard case .connected(let channel, let e) = state else { return }
-        state = .closing(epoch: e)
+        guard lifecycle.closeRequested(), let channel else { return }
         lingerTask?.cancel()
         lingerTask = nil
         outgoing.clear()
@@ -314,11 +286,14 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     // MARK: connecting
 
     private func connectIfNeeded() {
-        guard case .idle = state else { return }
-        state = .waitingToConnect
-        var delay = reconnectAttempt == 0 ? 0 : config.reconnect.delay(attempt: reconnectAttempt - 1, random: &random)
-        let gateway = gateways[gatewayCursor % gateways.count]
-        delay = max(delay, limiter.reserve(gateway))
+        if let connect = lifecycle.connectIfNeeded(random: &random) { scheduleConnect(connect) }
+    }
+
+    /// Carries out a connect decision: the back-off, or the process-wide limit on attempts per
+    /// gateway if that is longer.
+    private func scheduleConnect(_ decision: BinaryShardLifecycle.Connect) {
+        let gateway = decision.gateway
+        let delay = max(decision.backOff, limiter.reserve(gateway))
         if delay <= 0 {
             connect(to: gateway)
         } else {
@@ -327,12 +302,8 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     }
 
     private func connect(to gateway: GatewayAddress) {
-        guard case .waitingToConnect = state else { return }
-        let connectionEpoch = epoch
-        state = .connecting(epoch: connectionEpoch)
-        connectionWasUseful = false
-        if connectionsMade > 0 { machine.reconnecting() }
-        connectionsMade += 1
+        guard let (connectionEpoch, isReconnect) = lifecycle.connectStarting(to: gateway) else { return }
+        if isReconnect { machine.reconnecting() }
         let sslContext = self.sslContext
         let hostname = serverHostname ?? gateway.host
         ClientBootstrap(group: eventLoop)
@@ -353,27 +324,26 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             }
             .connect(host: gateway.host, port: gateway.port)
             .whenComplete { [self] result in
-                guard case .connecting(let e) = state, e == connectionEpoch else {
-                    if case .success(let channel) = result { channel.close(promise: nil) }
-                    return
-                }
                 switch result {
                 case .success(let channel):
-                    state = .connected(channel, epoch: connectionEpoch)
+                    guard lifecycle.connected(epoch: connectionEpoch) else {
+                        channel.close(promise: nil)
+                        return
+                    }
+                    self.channel = channel
                     statistics.connections += 1
                     statistics.gateway = gateway.description
                     statistics.connectedSince = Int64(Date().timeIntervalSince1970)
                     pump()
                 case .failure(let error):
+                    let (ignored, next) = lifecycle.connectFailed(
+                        epoch: connectionEpoch, hasQueued: !machine.queue.isEmpty, random: &random)
+                    if ignored { return }
                     statistics.lastError = "connect \(gateway): \(error)"
                     logger.warning(
                         "cannot connect to gateway", metadata: ["gateway": "\(gateway)", "error": "\(error)",
-                                                                 "attempt": "\(reconnectAttempt + 1)"])
-                    epoch += 1
-                    state = .idle
-                    reconnectAttempt += 1
-                    gatewayCursor += 1  // try the next gateway
-                    if !machine.queue.isEmpty || drain != nil { connectIfNeeded() }
+                                                                 "attempt": "\(lifecycle.reconnectAttempt)"])
+                    if let next { scheduleConnect(next) }
                 }
             }
     }
@@ -384,39 +354,49 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     /// answered within `drainTimeout`, waits out `settleAfter`), then closes. New submissions fail.
     func drainAndClose() -> EventLoopFuture<DrainResult> {
         eventLoop.flatSubmit { [self] in
-            if case .stopped = state { return eventLoop.makeSucceededFuture(.nothingToDrain) }
-            if let existing = drain { return existing.promise.futureResult }
-            let promise = eventLoop.makePromise(of: DrainResult.self)
-            drain = DrainState(promise: promise)
             // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
             // what is still queued may take longer than the timeout, and is not the gateway being silent.
-            // Settled notifications still in the grace window are proved by the probe too: the gateway
-            // may not have read them yet, and closing now would lose whatever it discards after an error.
-            if machine.queue.isEmpty && machine.replay.isEmpty {
-                finish(.nothingToDrain)
-            } else {
-                connectIfNeeded()
+            let start = lifecycle.drainRequested(
+                somethingKept: !machine.queue.isEmpty || !machine.replay.isEmpty, random: &random)
+            switch start {
+            case .alreadyStopped:
+                return eventLoop.makeSucceededFuture(.nothingToDrain)
+            case .joinExisting:
+                guard let drainPromise else { return eventLoop.makeSucceededFuture(.nothingToDrain) }
+                return drainPromise.futureResult
+            case .finish(let result):
+                let promise = eventLoop.makePromise(of: DrainResult.self)
+                drainPromise = promise
+                finish(result)
+                return promise.futureResult
+            case .proceed(let connect):
+                let promise = eventLoop.makePromise(of: DrainResult.self)
+                drainPromise = promise
+                if let connect { scheduleConnect(connect) }
                 pump()
+                return promise.futureResult
             }
-            return promise.futureResult
         }
     }
 
     private func finishDrainIfSettled() {
-        guard let d = drain, machine.queue.isEmpty, !machine.replay.hasUnsettled, d.answered || d.timedOut else { return }
-        finish(d.answered ? .provedByProbe : .settledByTime)
+        if let result = lifecycle.finishDrainIfSettled(
+            queueIsEmpty: machine.queue.isEmpty, hasUnsettled: machine.replay.hasUnsettled)
+        {
+            finish(result)
+        }
     }
 
     private func finish(_ result: DrainResult) {
-        guard let d = drain else { return }
-        d.timeout?.cancel()
-        if case .connected(let channel, _) = state { channel.close(promise: nil) }
-        state = .stopped
+        guard let promise = drainPromise, !lifecycle.isStopped else { return }
+        probeTimeout?.cancel()
+        probeTimeout = nil
+        if lifecycle.stop(), let channel { channel.close(promise: nil) }
         settleTask?.cancel()
         settleTask = nil
         emit()
         while let w = waiters.popFirst() { w.fail(SenderError.closed(app: app)) }
-        d.promise.succeed(result)
+        promise.succeed(result)
     }
 
     func currentStatistics() -> EventLoopFuture<ShardStatistics> {
@@ -424,14 +404,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             var s = statistics
             s.app = app
             s.index = index
-            switch state {
-            case .idle: s.state = "idle"
-            case .waitingToConnect: s.state = reconnectAttempt > 0 ? "backing-off" : "idle"
-            case .connecting: s.state = "connecting"
-            case .connected: s.state = drain != nil ? "draining" : "connected"
-            case .closing: s.state = "closing"
-            case .stopped: s.state = "stopped"
-            }
+            s.state = lifecycle.stateName
             s.queueDepth = machine.queue.count
             s.replayCount = machine.replay.keptCount
             s.replayBytes = machine.replay.keptBytes
