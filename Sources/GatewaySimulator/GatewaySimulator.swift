@@ -282,8 +282,9 @@ final class SimulatorCore: Sendable {
     }
 }
 
-/// A small, fast, seedable generator (SplitMix64): fault runs must be repeatable from their seed.
-package struct SplitMix64: Sendable {
+/// A small, fast, seedable generator (SplitMix64): fault runs must be repeatable from their seed (and the
+/// state machines' tests draw their back-off jitter from it).
+package struct SplitMix64: RandomNumberGenerator, Sendable {
     var state: UInt64
     package init(seed: UInt64) { state = seed }
     package mutating func next() -> UInt64 {

@@ -1,4 +1,5 @@
 import APNsProtocol
+import GatewaySimulator
 import NIOCore
 import Testing
 
@@ -13,19 +14,6 @@ import Testing
         GatewayAddress(host: "a.example", port: 2195), GatewayAddress(host: "b.example", port: 2195),
         GatewayAddress(host: "c.example", port: 2195),
     ]
-
-    /// A seeded generator (SplitMix64), so a run is repeatable. (A constant one would not do:
-    /// `Double.random(in:using:)` rejects and redraws some values, and would loop forever.)
-    struct SeededRandom: RandomNumberGenerator {
-        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     func policy(jitter: Double = 0) -> ReconnectPolicy {
         var p = ReconnectPolicy()
@@ -68,7 +56,7 @@ import Testing
     /// Failed attempts double the back-off; a connection that proved useful resets it, so the next
     /// reconnect is immediate; one that closed without being useful lengthens it again.
     @Test func reconnectBackOffGrowsAndResetsAfterAUsefulConnection() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         var decision = l.connectIfNeeded(random: &random)
         #expect(decision?.backOff == 0, "the first connection is not delayed")
@@ -99,7 +87,7 @@ import Testing
 
     /// The jitter draws part of the delay at random: at 50 % jitter, between half of it and all of it.
     @Test func theJitterTakesUpToItsFractionOffTheDelay() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy(jitter: 0.5))
         let first = l.connectIfNeeded(random: &random)
         let epoch = l.connectStarting(to: first!.gateway)!.epoch
@@ -110,7 +98,7 @@ import Testing
     /// Shards start on different gateways; a failed connect moves to the next one, wrapping around;
     /// a connection that was made and closed reconnects to the same gateway.
     @Test func aFailedConnectRotatesToTheNextGateway() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 1, gateways: gateways, reconnect: policy())
         var decision = l.connectIfNeeded(random: &random)
         var tried: [String] = [decision!.gateway.host]
@@ -137,7 +125,7 @@ import Testing
     /// Events from an older connection are ignored: a late connect result is closed, a late failure
     /// decides nothing.
     @Test func eventsFromAnOlderConnectionAreIgnored() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         let old = connect(&l, l.connectIfNeeded(random: &random))
         let closing = l.closeRequested()
@@ -152,7 +140,7 @@ import Testing
 
     /// Nothing queued or kept: the drain finishes at once; a second drain finds the shard stopped.
     @Test func aDrainWithNothingToDrainFinishesAtOnce() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         let start = l.drainRequested(somethingKept: false, random: &random)
         #expect(start == .finish(.nothingToDrain))
@@ -166,7 +154,7 @@ import Testing
     /// The probe goes out once the queue is empty, nothing is written after it, and its answer proves
     /// every notification before it processed: the drain finishes proved by probe.
     @Test func aDrainIsProvedByTheProbe() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         var m = machine()
         m.submitted((0..<3).map(notification))
@@ -196,7 +184,7 @@ import Testing
     /// The probe goes unanswered: after its timeout the drain waits for everything to settle by time,
     /// and finishes settled by time.
     @Test func anUnansweredProbeSettlesTheDrainByTime() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         var m = machine()
         m.submitted((0..<3).map(notification))
@@ -222,7 +210,7 @@ import Testing
     /// connection (counted ambiguous), the probe is sent again with a new identifier, and its answer
     /// finishes the drain.
     @Test func aConnectionLostMidDrainResendsAndProbesAgain() {
-        var random = SeededRandom()
+        var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         var m = machine()
         m.submitted((0..<3).map(notification))

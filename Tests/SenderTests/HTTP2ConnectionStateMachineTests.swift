@@ -1,3 +1,4 @@
+import GatewaySimulator
 import Testing
 
 @testable import Sender
@@ -5,18 +6,6 @@ import Testing
 /// The per-connection logic without sockets: events in, actions out, times chosen by the test.
 @Suite struct HTTP2ConnectionStateMachineTests {
     typealias Machine = HTTP2ConnectionStateMachine<Int>
-
-    /// A seeded generator (SplitMix64), so back-off delays are the same on every run.
-    struct Fixed: RandomNumberGenerator {
-        var state: UInt64 = 42
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     static func machine(cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in }) -> Machine {
         var c = Machine.Configuration()
@@ -28,7 +17,7 @@ import Testing
         c.maxRateLimitedAttempts = 3
         c.authFailureDelay = 60
         configure(&c)
-        return Machine(configuration: c, random: Fixed())
+        return Machine(configuration: c, random: SplitMix64(seed: 42))
     }
 
     /// A connected machine that already had one authenticated answer, with `max` server streams.
