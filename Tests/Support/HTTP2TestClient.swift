@@ -88,23 +88,31 @@ public final class HTTP2TestClient: Sendable {
         method: String = "POST", path: String, headers: [(String, String)] = [], body: [UInt8] = []
     ) async throws -> Response {
         let promise = channel.eventLoop.makePromise(of: Response.self)
-        let stream = try await multiplexer.createStreamChannel { stream in
-            stream.eventLoop.makeCompletedFuture {
-                try stream.pipeline.syncOperations.addHandler(ResponseCollector(promise: promise))
+        // A stream that cannot be opened or written (the server closed the connection meanwhile) must
+        // still complete the promise: NIO traps on a promise that is dropped uncompleted.
+        let stream: any Channel
+        do {
+            stream = try await multiplexer.createStreamChannel { stream in
+                stream.eventLoop.makeCompletedFuture {
+                    try stream.pipeline.syncOperations.addHandler(ResponseCollector(promise: promise))
+                }
+            }.get()
+            var head = HPACKHeaders([
+                (":method", method), (":scheme", "https"), (":path", path), (":authority", "localhost"),
+            ])
+            for (n, v) in headers { head.add(name: n, value: v) }
+            let headFrame = HTTP2Frame.FramePayload.headers(.init(headers: head, endStream: body.isEmpty))
+            if body.isEmpty {
+                try await stream.writeAndFlush(headFrame)
+            } else {
+                stream.write(headFrame, promise: nil)
+                var buffer = stream.allocator.buffer(capacity: body.count)
+                buffer.writeBytes(body)
+                try await stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(buffer), endStream: true)))
             }
-        }.get()
-        var head = HPACKHeaders([
-            (":method", method), (":scheme", "https"), (":path", path), (":authority", "localhost"),
-        ])
-        for (n, v) in headers { head.add(name: n, value: v) }
-        let headFrame = HTTP2Frame.FramePayload.headers(.init(headers: head, endStream: body.isEmpty))
-        if body.isEmpty {
-            try await stream.writeAndFlush(headFrame)
-        } else {
-            stream.write(headFrame, promise: nil)
-            var buffer = stream.allocator.buffer(capacity: body.count)
-            buffer.writeBytes(body)
-            try await stream.writeAndFlush(HTTP2Frame.FramePayload.data(.init(data: .byteBuffer(buffer), endStream: true)))
+        } catch {
+            promise.fail(error)
+            throw error
         }
         // NIO numbers an outbound stream when its first frame is written.
         let streamID = try? await stream.getOption(HTTP2StreamChannelOptions.streamID).get()
