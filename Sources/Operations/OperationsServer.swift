@@ -43,6 +43,15 @@ public final class OperationsServer: Sendable {
         }
     }
 
+    /// The address could not be bound (taken, not local, not permitted): says which address, so the
+    /// caller can name the setting that chose it.
+    public struct ListenError: Error, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+        public var reason: String
+        public var description: String { "cannot listen on \(host):\(port): \(reason)" }
+    }
+
     public let host: String
     private let routes: Routes
     private let group: MultiThreadedEventLoopGroup
@@ -69,7 +78,10 @@ public final class OperationsServer: Sendable {
                 .bind(host: host, port: port).get()
         } catch {
             try? await group.shutdownGracefully()
-            throw error
+            if let io = error as? IOError {
+                throw ListenError(host: host, port: port, reason: "\(io.description)")
+            }
+            throw ListenError(host: host, port: port, reason: "\(error)")
         }
     }
 

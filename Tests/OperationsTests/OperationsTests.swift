@@ -369,3 +369,16 @@ struct OperationsTests {
         #expect(try load(text).metricsListen == GatewayAddress(host: "127.0.0.1", port: 9464), "\(name)")
     }
 }
+
+/// A taken port (a second `run` with the same file) stops the start with the address that could not be
+/// bound, so `run` can name `metrics.listen`, instead of NIO's bare "Address already in use".
+@Test func aTakenPortIsAListenErrorNamingTheAddress() async throws {
+    let first = try await OperationsServer(host: "127.0.0.1", port: 0, routes: .init(), logger: Logger(label: "ops-test"))
+    await #expect {
+        _ = try await OperationsServer(host: "127.0.0.1", port: first.port, routes: .init(), logger: Logger(label: "ops-test"))
+    } throws: { error in
+        guard let listen = error as? OperationsServer.ListenError else { return false }
+        return listen.port == first.port && "\(listen)".contains("127.0.0.1:\(first.port)") && "\(listen)".contains("in use")
+    }
+    await first.stop()
+}

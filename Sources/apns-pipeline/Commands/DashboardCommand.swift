@@ -27,8 +27,14 @@ struct DashboardCommand: AsyncParsableCommand {
         guard let address = GatewayAddress(listen) else { throw ValidationError("--listen: expected host:port, found \"\(listen)\"") }
         let logger = Logger(label: "apns.dashboard")
         let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
-        let (server, data) = try await OperationsSurface.serveDashboard(
-            redisURL: config.redis.url, prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
+        let served: (server: OperationsServer, data: DashboardData)
+        do {
+            served = try await OperationsSurface.serveDashboard(
+                redisURL: config.redis.url, prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
+        } catch let error as OperationsServer.ListenError {
+            throw ValidationError("--listen: \(error): pass a free port (0 picks one).")
+        }
+        let (server, data) = served
         print("dashboard: http://\(address.host):\(server.port)/")
         for await _ in signals { break }
         await server.stop()

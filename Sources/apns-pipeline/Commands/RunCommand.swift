@@ -38,8 +38,15 @@ struct RunCommand: AsyncParsableCommand {
         let runner = PipelineRunner(configuration: config, logger: logger, metrics: prometheus?.pipelineMetrics(for: config))
         var surface: (server: OperationsServer, data: DashboardData)?
         if let listen = config.metricsListen, let prometheus {
-            surface = try await OperationsSurface.serve(
-                configuration: config, runner: runner, metrics: prometheus, host: listen.host, port: listen.port, logger: logger)
+            do {
+                surface = try await OperationsSurface.serve(
+                    configuration: config, runner: runner, metrics: prometheus, host: listen.host, port: listen.port, logger: logger)
+            } catch let error as OperationsServer.ListenError {
+                // Most often a second `run` with the same pipeline file on this machine: say which key to change.
+                throw ValidationError(
+                    "\(pipeline): metrics.listen: \(error). Another process (often a second `run` with the same file) "
+                        + "holds that port: give this process another port (0 picks a free one) or remove metrics.listen.")
+            }
             logger.info(
                 "operations surface listening",
                 metadata: [
