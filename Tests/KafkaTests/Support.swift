@@ -17,9 +17,16 @@ enum Support {
         KafkaConsumerConfiguration(
             bootstrapServers: cluster.bootstrapServers, groupID: group, topics: topics,
             // KAFKA_TEST_STRATEGY=cooperative-sticky (etc.) reruns the suite with another assignment protocol.
-            properties: ProcessInfo.processInfo.environment["KAFKA_TEST_STRATEGY"].map { ["partition.assignment.strategy": $0] } ?? [:],
+            // KAFKA_TEST_DEBUG=cgrp,fetch,topic (etc.) turns on librdkafka's debug contexts, to see why a run stalls.
+            properties: debugProperties.merging(
+                ProcessInfo.processInfo.environment["KAFKA_TEST_STRATEGY"].map { ["partition.assignment.strategy": $0] } ?? [:]
+            ) { $1 },
             sessionTimeout: .seconds(3), maxBatchSize: maxBatchSize, maxBufferedMessages: maxBuffered,
             commitInterval: .milliseconds(200))
+    }
+
+    static var debugProperties: [String: String] {
+        ProcessInfo.processInfo.environment["KAFKA_TEST_DEBUG"].map { ["debug": $0] } ?? [:]
     }
 
     static func producer(_ cluster: MockCluster) throws -> KafkaProducer {
