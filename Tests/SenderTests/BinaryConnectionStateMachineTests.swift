@@ -18,18 +18,9 @@ import Testing
         return BinaryConnectionStateMachine(connection: 0, configuration: c)
     }
 
-    /// Takes every frame the window allows and flushes them as write `flush`, completed at `at`.
     @discardableResult
     func write(_ m: inout BinaryConnectionStateMachine, flush: UInt64, at: UInt64) -> Int {
-        var buffer = ByteBufferAllocator().buffer(capacity: 4096)
-        var frames = 0
-        while m.mayTakeFrame {
-            m.takeFrame(into: &buffer)
-            frames += 1
-        }
-        m.flushed(flush, frames: frames, bytes: buffer.readableBytes)
-        m.writeCompleted(flush, now: at)
-        return frames
+        m.writeEverythingAllowed(flush: flush, completedAt: at)
     }
 
     func drain(_ m: inout BinaryConnectionStateMachine) -> (outcomes: [Outcome], events: SenderEvents) {

@@ -43,14 +43,7 @@ import Testing
     /// Writes every frame the machine may take, as `Shard.pump` does while the lifecycle allows it.
     func write(_ m: inout BinaryConnectionStateMachine, _ l: BinaryShardLifecycle, flush: UInt64, at: UInt64) {
         guard l.mayWrite else { return }
-        var buffer = ByteBufferAllocator().buffer(capacity: 4096)
-        var frames = 0
-        while m.mayTakeFrame {
-            m.takeFrame(into: &buffer)
-            frames += 1
-        }
-        m.flushed(flush, frames: frames, bytes: buffer.readableBytes)
-        m.writeCompleted(flush, now: at)
+        m.writeEverythingAllowed(flush: flush, completedAt: at)
     }
 
     /// Failed attempts double the back-off; a connection that proved useful resets it, so the next

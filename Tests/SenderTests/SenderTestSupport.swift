@@ -4,13 +4,29 @@ import Foundation
 import GatewaySimulator
 import NIOCore
 import NIOPosix
-import Sender
+@testable import Sender
 import Synchronization
 import Testing
 import TestSupport
 
-
 let shop = "com.example.shop"
+
+extension BinaryConnectionStateMachine {
+    /// Takes every frame the window allows and flushes them as write `flush`, completed at `at`, as
+    /// `Shard.pump` does with a socket that accepts everything. Returns the number of frames written.
+    @discardableResult
+    mutating func writeEverythingAllowed(flush: UInt64, completedAt at: UInt64) -> Int {
+        var buffer = ByteBufferAllocator().buffer(capacity: 4096)
+        var frames = 0
+        while mayTakeFrame {
+            takeFrame(into: &buffer)
+            frames += 1
+        }
+        flushed(flush, frames: frames, bytes: buffer.readableBytes)
+        writeCompleted(flush, now: at)
+        return frames
+    }
+}
 
 /// Collects outcome batches from the shards' event loops.
 final class OutcomeLog: Sendable {
