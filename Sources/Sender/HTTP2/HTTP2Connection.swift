@@ -177,19 +177,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         logger.error("server did not negotiate HTTP/2", metadata: ["alpn": "\(negotiated ?? "none")"])
     }
 
-    func answer(epoch: Int, streamID: HTTP2StreamID, status: Int, body: ByteBuffer?) {
+    /// The complete answers of a read burst, in arrival order (collected by `HTTP2FrameHandler`).
+    func answers(epoch: Int, _ answers: [Machine.Answer]) {
         guard epoch == self.epoch else { return }
-        var reason: String?
-        var timestamp: Int64?
-        if status != 200, let body, body.readableBytes > 0 {
-            // A body that does not decode still settles the request, by its status alone.
-            if let decoded = try? APNsErrorBody(decoding: body.readableBytesView) {
-                reason = decoded.reasonText
-                timestamp = decoded.timestamp
-            }
-        }
         inRead = true
-        apply(machine.response(streamID: UInt32(Int32(streamID)), status: status, reason: reason, timestamp: timestamp, now: now))
+        apply(machine.responses(answers, now: now))
     }
 
     func reset(epoch: Int, streamID: HTTP2StreamID, code: HTTP2ErrorCode) {
