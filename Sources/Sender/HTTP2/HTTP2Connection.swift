@@ -214,7 +214,10 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         guard epoch == self.epoch else { return }
         inRead = false
         publishOutcomes()
-        flushIfDue(force: unflushedBytes > 0 && lingerTask == nil && configuration.linger <= 0)
+        // The streams this burst's answers freed are refilled now (`answers` ran just before): the
+        // burst is the batch, so they leave at once rather than after `linger`, which is for work
+        // arriving from the caller.
+        flushIfDue(force: true)
     }
 
     func channelError(epoch: Int, error: any Error) {
