@@ -89,21 +89,16 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     // MARK: entry points (any thread)
 
-    /// Queues notifications; invalid ones settle at once as bad requests. The future completes when
-    /// the queue is back within its capacity (back-pressure).
-    func submit(_ batch: [PushNotification]) -> EventLoopFuture<Void> {
+    /// Queues jobs (built and checked on the caller's thread by `HTTP2Transport.send`); `refused` ones
+    /// (invalid before sending) settle at once as bad requests, reported with this connection's outcomes.
+    /// The future completes when the queue is back within its capacity (back-pressure).
+    func submit(_ jobs: [HTTP2Job], refused: [(notification: PushNotification, reason: String)] = []) -> EventLoopFuture<Void> {
         eventLoop.flatSubmit { [self] in
             if machine.draining { return eventLoop.makeFailedFuture(SenderError.draining(app: configuration.app)) }
-            var jobs: [HTTP2Job] = []
-            jobs.reserveCapacity(batch.count)
-            for n in batch {
-                do throws(HTTP2Request.Invalid) {
-                    jobs.append(HTTP2Job(notification: n, head: try HTTP2Request(n)))
-                } catch {
-                    pendingOutcomes.append(
-                        Outcome(notification: n, delivery: .rejected(.badRequest(reason: error.reason)), code: error.reason,
-                                attempts: 0, connection: index))
-                }
+            for r in refused {
+                pendingOutcomes.append(
+                    Outcome(notification: r.notification, delivery: .rejected(.badRequest(reason: r.reason)), code: r.reason,
+                            attempts: 0, connection: index))
             }
             apply(machine.enqueue(jobs, now: now))
             statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
