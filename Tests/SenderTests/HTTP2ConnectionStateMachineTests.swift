@@ -91,6 +91,19 @@ import Testing
         #expect(refused.close)
     }
 
+    /// Answers read just before the connection closed settle their requests without opening streams on
+    /// the dead channel: only the streams really left unanswered come back as ambiguous.
+    @Test func answersAtTheCloseSettleWithoutRefilling() {
+        var m = Self.authenticated(cap: 2)
+        #expect(m.enqueue(Array(1...4), now: 1).writes.map(\.streamID) == [3, 5])
+        let last = m.responses([.init(streamID: 3, status: 200)], now: 2, refill: false)
+        #expect(last.settled.map(\.request.job) == [1])
+        #expect(last.writes.isEmpty)
+        _ = m.closed(now: 2)
+        #expect(m.takeEvents().ambiguous == 1)  // stream 5 only
+        #expect(m.queue.count == 3)
+    }
+
     @Test func goAwayResendsOnlyStreamsAboveLastStreamID() {
         var m = Self.authenticated()
         let w = m.enqueue(Array(1...4), now: 1).writes.map(\.streamID)  // 3, 5, 7, 9

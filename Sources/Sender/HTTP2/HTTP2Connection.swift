@@ -173,10 +173,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     }
 
     /// The complete answers of a read burst, in arrival order (collected by `HTTP2FrameHandler`).
-    func answers(epoch: Int, _ answers: [Machine.Answer]) {
+    /// `closing`: the channel is going inactive; the answers settle without opening new streams on it.
+    func answers(epoch: Int, _ answers: [Machine.Answer], closing: Bool = false) {
         guard epoch == self.epoch else { return }
         inRead = true
-        apply(machine.responses(answers, now: now))
+        apply(machine.responses(answers, now: now, refill: !closing))
     }
 
     func reset(epoch: Int, streamID: HTTP2StreamID, code: HTTP2ErrorCode) {

@@ -214,12 +214,15 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// request exactly as one `response` would, and the freed streams are refilled once at the end,
     /// so a burst of a hundred answers becomes one action with a hundred writes instead of a hundred
     /// actions with one each (the per-answer action was ~5% of the sender's CPU).
-    mutating func responses(_ answers: some Sequence<Answer>, now: Double) -> Action {
+    ///
+    /// `refill: false` is for the answers read just before the connection closed: they settle, but no
+    /// new stream is opened on a channel that is gone (its requests would count as unanswered).
+    mutating func responses(_ answers: some Sequence<Answer>, now: Double, refill: Bool = true) -> Action {
         lastRead = now
         var action = Action()
         for answer in answers { settle(answer, now: now, into: &action) }
         finishIfGoingAway(into: &action)
-        pump(now: now, into: &action)
+        if refill { pump(now: now, into: &action) }
         checkDrained(into: &action)
         return action
     }

@@ -117,11 +117,11 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
         complete.append(.init(streamID: UInt32(Int32(streamID)), status: status, reason: reason, timestamp: timestamp))
     }
 
-    private func handOverAnswers() {
+    private func handOverAnswers(closing: Bool = false) {
         guard !complete.isEmpty else { return }
         let batch = complete
         complete.removeAll(keepingCapacity: true)
-        connection.answers(epoch: epoch, batch)
+        connection.answers(epoch: epoch, batch, closing: closing)
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -136,8 +136,9 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        // Answers read before the close settle their requests; only the rest are unanswered.
-        handOverAnswers()
+        // Answers read before the close settle their requests; only the rest are unanswered. Nothing
+        // new is written on the closed channel (a request written there would count as unanswered).
+        handOverAnswers(closing: true)
         connection.channelClosed(epoch: epoch)
         context.fireChannelInactive()
     }
