@@ -61,6 +61,49 @@ import Testing
         #expect(n.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2).writes.count == 1)
     }
 
+    /// A read burst's answers settle as single answers would, and the freed streams are refilled in one
+    /// action: in order, each request once, a stale answer ignored, the refused credential still stops
+    /// the connection for the rest of the burst.
+    @Test func aBurstOfAnswersSettlesEachAndRefillsOnce() {
+        var m = Self.authenticated(cap: 3)
+        #expect(m.enqueue(Array(1...8), now: 1).writes.map(\.streamID) == [3, 5, 7])
+        let burst = m.responses(
+            [
+                .init(streamID: 3, status: 200), .init(streamID: 5, status: 410, reason: "Unregistered", timestamp: 7000),
+                .init(streamID: 3, status: 200),  // stale: already settled
+                .init(streamID: 7, status: 200),
+            ], now: 2)
+        #expect(burst.settled.map(\.request.job) == [1, 2, 3])
+        #expect(burst.settled[1].delivery == .rejected(.invalidToken(since: 7, reason: "unregistered")))
+        #expect(burst.writes.map(\.streamID) == [9, 11, 13])
+        #expect(burst.writes.map(\.request.job) == [4, 5, 6])
+
+        let refused = m.responses(
+            [
+                .init(streamID: 9, status: 200), .init(streamID: 11, status: 403, reason: "InvalidProviderToken"),
+                .init(streamID: 13, status: 200),
+            ], now: 3)
+        #expect(refused.settled.map(\.request.job) == [4, 6])
+        #expect(refused.credentialsRefused == "InvalidProviderToken")
+        #expect(refused.writes.isEmpty)
+        // The refused request and the queue go to another connection; nothing is open, so it closes.
+        #expect(refused.reroute.map(\.job) == [5, 7, 8])
+        #expect(refused.close)
+    }
+
+    /// Answers read just before the connection closed settle their requests without opening streams on
+    /// the dead channel: only the streams really left unanswered come back as ambiguous.
+    @Test func answersAtTheCloseSettleWithoutRefilling() {
+        var m = Self.authenticated(cap: 2)
+        #expect(m.enqueue(Array(1...4), now: 1).writes.map(\.streamID) == [3, 5])
+        let last = m.responses([.init(streamID: 3, status: 200)], now: 2, refill: false)
+        #expect(last.settled.map(\.request.job) == [1])
+        #expect(last.writes.isEmpty)
+        _ = m.closed(now: 2)
+        #expect(m.takeEvents().ambiguous == 1)  // stream 5 only
+        #expect(m.queue.count == 3)
+    }
+
     @Test func goAwayResendsOnlyStreamsAboveLastStreamID() {
         var m = Self.authenticated()
         let w = m.enqueue(Array(1...4), now: 1).writes.map(\.streamID)  // 3, 5, 7, 9

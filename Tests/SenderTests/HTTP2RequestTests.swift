@@ -42,6 +42,9 @@ import Testing
         #expect(parts == [8, 4, 4, 4, 12])
         #expect(a.allSatisfy { $0 == "-" || $0.isHexDigit })
         #expect(Array(a)[14] == "8")  // version 8
+        // SHA-256("job-1"), first 16 bytes, version and variant bits set: the id must not change
+        // between releases (a resent job carries the id it was first sent with).
+        #expect(a == "026AB639-C21D-88AA-80E5-789370A9DB1B")
     }
 
     @Test(arguments: [

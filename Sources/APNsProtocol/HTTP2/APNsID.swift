@@ -5,6 +5,12 @@ public enum APNsID {
     /// The 16 bytes as 8-4-4-4-12 upper-case hex digits. The caller sets the version and variant bits.
     public static func string(uuidBytes bytes: [UInt8]) -> String {
         precondition(bytes.count == 16, "a UUID is 16 bytes")
+        return bytes.withUnsafeBytes { string(uuidBytes: $0) }
+    }
+
+    /// The same from the first 16 bytes of `bytes` (a digest's, without copying them into an array first).
+    public static func string(uuidBytes bytes: UnsafeRawBufferPointer) -> String {
+        precondition(bytes.count >= 16, "a UUID is 16 bytes")
         let digits: StaticString = "0123456789ABCDEF"
         return String(unsafeUninitializedCapacity: 36) { out in
             digits.withUTF8Buffer { hex in

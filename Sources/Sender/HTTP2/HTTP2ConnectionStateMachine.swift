@@ -197,13 +197,41 @@ struct HTTP2ConnectionStateMachine<Job> {
         pingSentAt = nil
     }
 
+    /// A complete answer on one stream: `:status` from HEADERS, reason and timestamp from the body.
+    struct Answer: Equatable {
+        var streamID: UInt32
+        var status: Int
+        var reason: String?
+        var timestamp: Int64?
+    }
+
     /// A complete answer on `streamID` (status from HEADERS, reason and timestamp from the body).
     mutating func response(streamID: UInt32, status: Int, reason: String?, timestamp: Int64?, now: Double) -> Action {
+        responses(CollectionOfOne(Answer(streamID: streamID, status: status, reason: reason, timestamp: timestamp)), now: now)
+    }
+
+    /// The answers of one read burst, in the order they arrived: each settles (or requeues) its
+    /// request exactly as one `response` would, and the freed streams are refilled once at the end,
+    /// so a burst of a hundred answers becomes one action with a hundred writes instead of a hundred
+    /// actions with one each (the per-answer action was ~5% of the sender's CPU).
+    ///
+    /// `refill: false` is for the answers read just before the connection closed: they settle, but no
+    /// new stream is opened on a channel that is gone (its requests would count as unanswered).
+    mutating func responses(_ answers: some Sequence<Answer>, now: Double, refill: Bool = true) -> Action {
         lastRead = now
         var action = Action()
+        for answer in answers { settle(answer, now: now, into: &action) }
+        finishIfGoingAway(into: &action)
+        if refill { pump(now: now, into: &action) }
+        checkDrained(into: &action)
+        return action
+    }
+
+    private mutating func settle(_ answer: Answer, now: Double, into action: inout Action) {
+        let (streamID, status, reason, timestamp) = (answer.streamID, answer.status, answer.reason, answer.timestamp)
         // An answer for a stream already given up on (reset, timed out) is ignored: its request was
         // resent, and settling it twice would count it twice.
-        guard let answered = inFlight.removeValue(forKey: streamID) else { return action }
+        guard let answered = inFlight.removeValue(forKey: streamID) else { return }
         var request = answered.request
         events.answerLatency.record(seconds: now - answered.sentAt)
         let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
@@ -244,10 +272,6 @@ struct HTTP2ConnectionStateMachine<Job> {
                 delayed.append((now + delay, request, true))
             }
         }
-        finishIfGoingAway(into: &action)
-        pump(now: now, into: &action)
-        checkDrained(into: &action)
-        return action
     }
 
     /// RST_STREAM from the server. REFUSED_STREAM means "not processed" (RFC 9113 §8.7); any other code

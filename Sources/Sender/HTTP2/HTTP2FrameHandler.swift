@@ -1,3 +1,4 @@
+import APNsProtocol
 import NIOCore
 import NIOHTTP2
 import NIOTLS
@@ -6,6 +7,9 @@ import NIOTLS
 /// channels), assembles each stream's answer from its HEADERS and DATA frames, and hands everything
 /// else (SETTINGS, GOAWAY, RST_STREAM, PING acks, the TLS handshake, the close) to its
 /// `HTTP2Connection`, tagged with the connection's epoch so a late event from an old channel is ignored.
+/// Complete answers are handed over together, once per read burst (or before any other event, so the
+/// connection sees everything in the order it arrived): one state-machine step and one write of new
+/// streams per burst rather than per answer.
 final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
@@ -14,6 +18,8 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
     private let epoch: Int
     /// Answers being assembled: `:status` from HEADERS, the body from DATA.
     private var answers: [HTTP2StreamID: (status: Int, body: ByteBuffer?)] = [:]
+    /// Complete answers of this read burst not yet handed to the connection.
+    private var complete: [HTTP2Connection.Machine.Answer] = []
     /// Response bytes read since the connection window was last topped up.
     private var unacknowledgedBytes = 0
     /// The TLS handshake is done: the user events that follow are NIO-HTTP2's per-stream ones (several
@@ -54,7 +60,7 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
             let status = headers.headers.first(name: ":status").flatMap { Int($0) } ?? 0
             if headers.endStream {
                 answers[frame.streamID] = nil
-                connection.answer(epoch: epoch, streamID: frame.streamID, status: status, body: nil)
+                completed(frame.streamID, status: status, body: nil)
             } else if answers[frame.streamID] == nil {
                 answers[frame.streamID] = (status, nil)
             }
@@ -69,27 +75,57 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
                 }
                 if data.endStream {
                     answers[frame.streamID] = nil
-                    connection.answer(epoch: epoch, streamID: frame.streamID, status: answer.status, body: answer.body)
+                    completed(frame.streamID, status: answer.status, body: answer.body)
                 } else {
                     answers[frame.streamID] = answer
                 }
             }
         case .rstStream(let code):
             answers[frame.streamID] = nil
+            handOverAnswers()
             connection.reset(epoch: epoch, streamID: frame.streamID, code: code)
         case .goAway(let lastStreamID, let code, let debug):
+            // NIOHTTP2Handler has already taken the GOAWAY in: a stream opened now would be refused
+            // with an error. So the connection learns of it first (no new streams; the streams above
+            // `lastStreamID` are resent, and this burst's answers are all at or below it), then the answers.
             connection.goAway(epoch: epoch, lastStreamID: lastStreamID, code: code, debug: debug)
+            handOverAnswers()
         case .settings(.settings(let settings)):
             let max = settings.last { $0.parameter == .maxConcurrentStreams }?.value
+            // Already in force in NIOHTTP2Handler: the streams the answers free are refilled within it.
             connection.settings(epoch: epoch, maxConcurrentStreams: max)
+            handOverAnswers()
         case .ping(_, ack: true):
+            handOverAnswers()
             connection.pingAnswered(epoch: epoch)
         default:
             break
         }
     }
 
+    /// A stream's answer is complete; its error body (about 50 bytes, only for non-200s) is read here.
+    private func completed(_ streamID: HTTP2StreamID, status: Int, body: ByteBuffer?) {
+        var reason: String?
+        var timestamp: Int64?
+        if status != 200, let body, body.readableBytes > 0 {
+            // A body that does not decode still settles the request, by its status alone.
+            if let decoded = try? APNsErrorBody(decoding: body.readableBytesView) {
+                reason = decoded.reasonText
+                timestamp = decoded.timestamp
+            }
+        }
+        complete.append(.init(streamID: UInt32(Int32(streamID)), status: status, reason: reason, timestamp: timestamp))
+    }
+
+    private func handOverAnswers(closing: Bool = false) {
+        guard !complete.isEmpty else { return }
+        let batch = complete
+        complete.removeAll(keepingCapacity: true)
+        connection.answers(epoch: epoch, batch, closing: closing)
+    }
+
     func channelReadComplete(context: ChannelHandlerContext) {
+        handOverAnswers()
         if unacknowledgedBytes >= Self.windowTopUp {
             let frame = HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledgedBytes))
             unacknowledgedBytes = 0
@@ -100,6 +136,9 @@ final class HTTP2FrameHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        // Answers read before the close settle their requests; only the rest are unanswered. Nothing
+        // new is written on the closed channel (a request written there would count as unanswered).
+        handOverAnswers(closing: true)
         connection.channelClosed(epoch: epoch)
         context.fireChannelInactive()
     }

@@ -58,10 +58,20 @@ struct HTTP2Request: Equatable, Sendable {
     /// A UUID made from SHA-256 of the job id (version 8, "custom"): the same job always carries the
     /// same `apns-id`, so a resent request is recognisably the same notification in Apple's and our logs.
     static func apnsID(jobID: String) -> String {
-        var bytes = Array(SHA256.hash(data: Array(jobID.utf8)).prefix(16))
-        bytes[6] = (bytes[6] & 0x0F) | 0x80  // version 8
-        bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 9562 variant
-        return APNsID.string(uuidBytes: bytes)
+        // Hashed and formatted in place: copying the id and the digest into arrays first was two
+        // allocations per request.
+        var id = jobID
+        var sha = SHA256()
+        id.withUTF8 { sha.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        let digest = sha.finalize()
+        return digest.withUnsafeBytes { hash in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { bytes in
+                for i in 0..<16 { bytes[i] = hash[i] }
+                bytes[6] = (bytes[6] & 0x0F) | 0x80  // version 8
+                bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 9562 variant
+                return APNsID.string(uuidBytes: UnsafeRawBufferPointer(bytes))
+            }
+        }
     }
 
     /// `background` when the payload's `aps` holds nothing but `content-available` (a silent push:

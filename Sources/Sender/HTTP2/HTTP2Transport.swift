@@ -83,15 +83,25 @@ public final class HTTP2Transport: NotificationTransport {
     }
 
     /// Hands notifications to their connections; returns when each has room again (back-pressure).
+    /// Each request head (path, `apns-id` from SHA-256 of the job id, the checks) is built here, on the
+    /// caller's thread, so the connections' event loops only write and read.
     public func send(_ notifications: [PushNotification]) async throws {
-        if connections.count == 1 {
-            try await connections[0].submit(notifications).get()
-            return
+        let n = connections.count
+        var jobs = Array(repeating: [HTTP2Job](), count: n)
+        var refused = Array(repeating: [(notification: PushNotification, reason: String)](), count: n)
+        if n == 1 { jobs[0].reserveCapacity(notifications.count) }
+        for notification in notifications {
+            let i = n == 1 ? 0 : connectionIndex(for: notification.token)
+            do throws(HTTP2Request.Invalid) {
+                jobs[i].append(HTTP2Job(notification: notification, head: try HTTP2Request(notification)))
+            } catch {
+                refused[i].append((notification, error.reason))
+            }
         }
-        var parts = Array(repeating: [PushNotification](), count: connections.count)
-        for n in notifications { parts[connectionIndex(for: n.token)].append(n) }
         var waits: [EventLoopFuture<Void>] = []
-        for (i, part) in parts.enumerated() where !part.isEmpty { waits.append(connections[i].submit(part)) }
+        for i in 0..<n where !jobs[i].isEmpty || !refused[i].isEmpty {
+            waits.append(connections[i].submit(jobs[i], refused: refused[i]))
+        }
         for w in waits { try await w.get() }
     }
 
