@@ -259,6 +259,8 @@ public final class PipelineRunner: Service, Sendable {
         let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit)
         let decoding = Task {
             defer { handoff.finish() }
+            // A campaign's jobs share their payload and alerts: read once, encoded once per variant.
+            let templates = JobTemplates()
             while !Task.isCancelled {
                 guard let batch = await consumer.nextBatch(), !batch.isEmpty else {
                     if Task.isCancelled { break }
@@ -272,7 +274,10 @@ public final class PipelineRunner: Service, Sendable {
                 d.jobs.reserveCapacity(batch.count)
                 for m in batch {
                     do throws(JobError) {
-                        d.jobs.append((try decoder.decode(m.value, now: now), m))
+                        let job = try m.value.withUnsafeBytes { raw in
+                            Result { () throws(JobError) in try decoder.decode(raw, now: now, templates: templates) }
+                        }.get()
+                        d.jobs.append((job, m))
                     } catch {
                         d.deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
                         logger.debug(
