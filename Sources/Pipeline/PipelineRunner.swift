@@ -287,30 +287,70 @@ public final class PipelineRunner: Service, Sendable {
                 await handoff.put(d)
             }
         }
-        // Stopping: the decoding stage ends at cancellation; batches it already took are still sent.
-        try await withTaskCancellationHandler {
+        // The gate runs a batch ahead of the send stage: Redis decides on the next batch while this
+        // process encodes and hands the current one to the shards (the two work at once instead of
+        // taking turns). Gate calls are issued one after another, and batches are sent in the order they
+        // were gated, so one token's jobs keep their order and a later copy of a job id is gated after
+        // the earlier copy took its lease, as with one stage.
+        let gated = BatchHandoff<GatedBatch>(capacity: Self.gatedAhead)
+        let gating = Task {
+            defer { gated.finish() }
             while let d = await handoff.next() {
-                try await gateAndSend(d, store: store, router: router, deadLetters: deadLetters, handoff: handoff)
+                let decisions = try await gate(d, store: store)
+                await gated.put(GatedBatch(decoded: d, decisions: decisions))
             }
-        } onCancel: {
-            decoding.cancel()
         }
+        // Stopping: the decoding stage ends at cancellation; batches it already took are still gated
+        // and sent.
+        do {
+            try await withTaskCancellationHandler {
+                while let g = await gated.next() {
+                    try await send(g, router: router, deadLetters: deadLetters, handoff: handoff)
+                }
+            } onCancel: {
+                decoding.cancel()
+            }
+        } catch {
+            // The send stage failed: stop the stages before it (what they hold stays unsettled, so
+            // Kafka redelivers it).
+            decoding.cancel()
+            gating.cancel()
+            handoff.finish()
+            gated.finish()
+            throw error
+        }
+        // The gate's failure (Redis gone longer than the client waits) ends the ingest with its error.
+        try await gating.value
     }
 
-    private func gateAndSend(
-        _ d: DecodedBatch, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>
-    ) async throws {
+    /// How many gated batches may wait for the send stage.
+    static let gatedAhead = 1
+
+    /// A decoded batch and the gate's decision for each of its jobs, in order.
+    struct GatedBatch: Sendable {
+        var decoded: DecodedBatch
+        var decisions: [GateDecision]
+    }
+
+    /// The gate: one Redis round trip for the whole batch.
+    private func gate(_ d: DecodedBatch, store: PipelineStore) async throws -> [GateDecision] {
+        if d.jobs.isEmpty { return [] }
+        var requests: [GateRequest] = []
+        requests.reserveCapacity(d.jobs.count)
+        for (job, _) in d.jobs { requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.token.hex)) }
+        return try await store.gate(requests)
+    }
+
+    private func send(_ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>) async throws {
         let c = configuration
+        let d = g.decoded
+        let decisions = g.decisions
         let apps = Dictionary(uniqueKeysWithValues: c.apps.map { ($0.bundleID, $0) })
         let batch = d.messages
         let jobs = d.jobs
         var refused = d.deadLetters
         var item = SettlerInbox.Item()
         item.events.received = d.isRetry ? 0 : batch.count
-
-        // Gate: one Redis round trip for the whole batch.
-        let decisions = jobs.isEmpty ? [] : try await store.gate(
-            jobs.map { GateRequest(jobID: $0.job.id, app: $0.job.app, tokenHex: $0.job.token.hex) })
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(jobs.count)
         var inFlight: [(job: Job, message: KafkaConsumerMessage)] = []
