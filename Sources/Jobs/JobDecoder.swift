@@ -58,7 +58,7 @@ public struct JobDecoder: Sendable {
     public func decode(_ bytes: UnsafeRawBufferPointer, now: UInt32, templates: JobTemplates) throws(JobError) -> Job {
         let parsed: [(key: String, value: JSONParser.Member)]?
         do throws(JSONParser.Error) {
-            parsed = try JSONParser.parseObject(bytes, keepingRaw: { Self.rawKeys.contains($0) })
+            parsed = try JSONParser.parseObject(bytes, keepingRaw: Self.isRawKey)
         } catch {
             throw JobError(.invalidJSON, error.description)
         }
@@ -124,8 +124,13 @@ public struct JobDecoder: Sendable {
         return try validate(f, now: now)
     }
 
-    /// Top-level keys `decode(_:now:templates:)` reads from their bytes.
-    static let rawKeys: Set<String> = ["payload", "alerts", "token", "app"]
+    /// Top-level keys `decode(_:now:templates:)` reads from their bytes (a switch: no hashing per key).
+    static func isRawKey(_ key: String) -> Bool {
+        switch key {
+        case "payload", "alerts", "token", "app": true
+        default: false
+        }
+    }
 
     /// The contents of a JSON string without escapes (between its quotes), else nil.
     static func plainString(_ raw: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {

@@ -337,7 +337,10 @@ public final class PipelineRunner: Service, Sendable {
         if d.jobs.isEmpty { return [] }
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count)
-        for (job, _) in d.jobs { requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.token.hex)) }
+        // Fields read in place (a `for (job, _) in` loop copied every job and Kafka message).
+        for i in d.jobs.indices {
+            requests.append(GateRequest(jobID: d.jobs[i].job.id, app: d.jobs[i].job.app, tokenHex: d.jobs[i].job.token.hex))
+        }
         return try await store.gate(requests)
     }
 
@@ -354,54 +357,68 @@ public final class PipelineRunner: Service, Sendable {
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(jobs.count)
         var inFlight: [(job: Job, message: KafkaConsumerMessage)] = []
-        for (i, (job, message)) in jobs.enumerated() {
+        // Jobs and messages are read in place (`jobs[i].job.id`), not copied out per job; the encoder
+        // is made once per run of jobs of one app and push type.
+        var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
+        let jobIDKey = c.gateway.embedJobID ? "jid" : nil
+        for i in jobs.indices {
             let outcome = { (kind: Redis.OutcomeKind) in
-                Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.token.hex, campaign: job.campaign, kind: kind)
+                Redis.Outcome(
+                    jobID: jobs[i].job.id, app: jobs[i].job.app, tokenHex: jobs[i].job.token.hex, campaign: jobs[i].job.campaign,
+                    kind: kind)
             }
             switch decisions[i] {
             case .deduped:
                 item.outcomes.append(outcome(.deduped))
-                item.refs.append(message.ref)
+                item.refs.append(jobs[i].message.ref)
             case .inFlightElsewhere(let holder):
                 // As below, but the copy belongs to another live process: say so (a long wait here is a
                 // stuck process, or a job published twice across processes).
-                inFlight.append((job, message))
+                inFlight.append(jobs[i])
                 if !d.isRetry {
                     item.events.inFlightWaits += 1
-                    waitLog.note(jobID: job.id, holder: holder, logger: logger)
+                    waitLog.note(jobID: jobs[i].job.id, holder: holder, logger: logger)
                 }
             case .inFlight:
                 // Another copy is being sent right now (by this process or another one, e.g. across a
                 // rebalance). Settling this message now would lose the job if that sender crashed before
                 // settling its own; so it waits and is gated again: deduped once the other copy is
                 // accepted, admitted if its lease lapsed.
-                inFlight.append((job, message))
+                inFlight.append(jobs[i])
             case .suppressed:
                 item.outcomes.append(outcome(.suppressed))
-                item.refs.append(message.ref)
+                item.refs.append(jobs[i].message.ref)
             case .admitted(let language), .takenOver(let language):
                 if case .takenOver = decisions[i] {
                     // The dead process may have written it: the crash duplicate window, counted.
                     item.events.resentAfterCrash += 1
                     item.events.ambiguous += 1
-                    if let campaign = job.campaign {
+                    if let campaign = jobs[i].job.campaign {
                         item.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
                         item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += 1
                     }
                 }
                 do {
-                    let encoder = PayloadEncoder(
-                        limit: c.payloadLimit(app: apps[job.app], pushType: job.pushType), truncatesAlertBody: c.gateway.truncateAlert)
-                    let payload = try job.encodedPayload(
-                        language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
+                    let app = jobs[i].job.app
+                    let pushType = jobs[i].job.pushType
+                    let encoder: PayloadEncoder
+                    if let e = encoderFor, e.app == app, e.pushType == pushType {
+                        encoder = e.encoder
+                    } else {
+                        encoder = PayloadEncoder(
+                            limit: c.payloadLimit(app: apps[app], pushType: pushType), truncatesAlertBody: c.gateway.truncateAlert)
+                        encoderFor = (app, pushType, encoder)
+                    }
+                    let payload = try jobs[i].job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
                     notifications.append(
                         PushNotification(
-                            jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID,
-                            pushType: job.pushType?.rawValue, position: Self.position(of: message)))
+                            jobID: jobs[i].job.id, app: app, token: jobs[i].job.token, payload: payload, expiry: jobs[i].job.expiry,
+                            priority: jobs[i].job.priority, campaign: jobs[i].job.campaign, collapseID: jobs[i].job.collapseID,
+                            pushType: pushType?.rawValue,
+                            position: SourcePosition(partition: jobs[i].message.partition, offset: jobs[i].message.offset)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.
-                    refused.append((message, error.reason.rawValue, outcome(.deadLettered)))
+                    refused.append((jobs[i].message, error.reason.rawValue, outcome(.deadLettered)))
                 }
             }
         }
