@@ -113,6 +113,17 @@ struct ReplayBuffer<Item> {
     /// returns them (their outcome is now "accepted"). They stay in the buffer, marked settled, until
     /// `forgetSettled` lets them go.
     mutating func settleExpired(now: UInt64, settleAfter: UInt64) -> [Entry] {
+        let range = settleExpiredRange(now: now, settleAfter: settleAfter)
+        return entries(range)
+    }
+
+    /// As `settleExpired(now:settleAfter:)`, handing each settled item and its bytes to `body` in order
+    /// instead of building entries (the per-tick path: no array of copies).
+    mutating func settleExpired(now: UInt64, settleAfter: UInt64, _ body: (Item, Int) -> Void) {
+        for i in settleExpiredRange(now: now, settleAfter: settleAfter) { body(items[offset: i], meta[offset: i].bytes) }
+    }
+
+    private mutating func settleExpiredRange(now: UInt64, settleAfter: UInt64) -> Range<Int> {
         let first = settledCount
         var i = first
         while i < meta.count, let at = meta[offset: i].writtenAt, at + settleAfter <= now {
@@ -121,7 +132,7 @@ struct ReplayBuffer<Item> {
             count -= 1
             i += 1
         }
-        return entries(first..<i)
+        return first..<i
     }
 
     /// Lets settled entries go once they have been settled for `grace`, and the oldest settled ones
