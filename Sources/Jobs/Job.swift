@@ -7,10 +7,17 @@ public struct Job: Sendable {
     /// Bundle id = certificate topic: selects the pool. Non-empty.
     public var app: String
     public var token: DeviceToken
-    public var payload: Payload
+    public var payload: Payload {
+        didSet { template = nil }
+    }
     /// Language → alert (a string or an alert dictionary), used instead of the payload's own alert for
     /// devices registered with that language. May be empty.
-    public var alerts: [String: Alert]
+    public var alerts: [String: Alert] {
+        didSet { template = nil }
+    }
+    /// Where `payload` and `alerts` came from when the decoder shared them between jobs: their encoded
+    /// variants are kept there, one per (alert, encoder). Dropped when either is changed.
+    var template: JobTemplate?
     /// Epoch seconds after which APNs may discard the notification; 0 = do not store.
     public var expiry: UInt32
     public var priority: Priority
@@ -42,10 +49,16 @@ public struct Job: Sendable {
     /// The alert for a device registered with `language`: `alerts[language]`, else the alert of its
     /// primary language subtag (`fr` for `fr-CA` or `fr_CA`), else nil (the payload's own alert applies).
     public func alert(for language: String) -> Alert? {
+        alertKey(for: language).flatMap { alerts[$0] }
+    }
+
+    /// The `alerts` key `alert(for:)` picks for `language`, nil when none applies.
+    func alertKey(for language: String) -> String? {
         if alerts.isEmpty { return nil }
-        if let exact = alerts[language] { return exact }
+        if alerts[language] != nil { return language }
         if let cut = language.utf8.firstIndex(where: { $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") }) {
-            return alerts[String(language[..<cut])]
+            let primary = String(language[..<cut])
+            return alerts[primary] != nil ? primary : nil
         }
         return nil
     }
@@ -64,6 +77,21 @@ public struct Job: Sendable {
     public func encodedPayload(
         language: String?, encoder: PayloadEncoder, jobIDKey: String? = nil, into out: inout [UInt8]
     ) throws(JobError) {
+        if jobIDKey == nil, let template {
+            // One encoding per variant, shared by every job of the template.
+            let key = language.flatMap { alertKey(for: $0) }
+            let bytes = try template.encodedPayload(alert: key, encoder: encoder) { () throws(JobError) in
+                var fresh: [UInt8] = []
+                try encodeFresh(language: language, encoder: encoder, jobIDKey: nil, into: &fresh)
+                return fresh
+            }
+            if out.isEmpty { out = bytes } else { out.append(contentsOf: bytes) }
+            return
+        }
+        try encodeFresh(language: language, encoder: encoder, jobIDKey: jobIDKey, into: &out)
+    }
+
+    private func encodeFresh(language: String?, encoder: PayloadEncoder, jobIDKey: String?, into out: inout [UInt8]) throws(JobError) {
         let localized = language.flatMap { alert(for: $0) }
         if localized == nil && jobIDKey == nil {
             try Self.encode(payload, encoder, into: &out)

@@ -50,14 +50,126 @@ public struct JobDecoder: Sendable {
         try bytes.withUnsafeBytes { raw in Result { () throws(JobError) in try decode(raw, now: now) } }.get()
     }
 
-    /// Validates a job already parsed (e.g. by a tool that reads NDJSON).
-    public func decode(json: JSONValue, now: UInt32) throws(JobError) -> Job {
-        guard case .object(let members) = json else {
-            throw JobError(.notAnObject, "a job is a JSON object, got \(Self.kind(json))")
+    /// As `decode(_:now:)`, sharing what repeats between jobs through `templates`: a payload and alerts
+    /// seen before (by their bytes) are not read, validated or size-checked again, and the job keeps a
+    /// reference to them so its payload is encoded once per variant (`Job.encodedPayload`); app names
+    /// are one String each; the token is read from the message's bytes. The result, and every error, is
+    /// the one `decode(_:now:)` gives for the same bytes.
+    public func decode(_ bytes: UnsafeRawBufferPointer, now: UInt32, templates: JobTemplates) throws(JobError) -> Job {
+        let parsed: [(key: String, value: JSONParser.Member)]?
+        do throws(JSONParser.Error) {
+            parsed = try JSONParser.parseObject(bytes, keepingRaw: Self.isRawKey)
+        } catch {
+            throw JobError(.invalidJSON, error.description)
         }
+        // Not an object: the general path says what it is.
+        guard let parsed else { return try decode(bytes, now: now) }
+        func slice(_ r: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[r]) }
+        var f = Fields()
+        var rawPayload: Range<Int>?
+        var rawAlerts: Range<Int>?
+        for (key, member) in parsed {
+            let value: JSONValue
+            switch member {
+            case .value(let v): value = v
+            case .raw(let r):
+                // Known keys given twice are refused before anything is read.
+                let seen =
+                    switch key {
+                    case "payload": rawPayload != nil
+                    case "alerts": rawAlerts != nil
+                    case "token": f.token != nil
+                    default: f.app != nil
+                    }
+                if seen { throw JobError(.invalidJSON, "the key \"\(key)\" appears more than once") }
+                switch key {
+                case "payload": rawPayload = r; continue
+                case "alerts": rawAlerts = r; continue
+                case "token":
+                    if let inner = Self.plainString(slice(r)) {
+                        f.token = .string("")  // marks it present; the token itself is read from the bytes
+                        f.tokenBytes = inner
+                        continue
+                    }
+                case "app":
+                    if let inner = Self.plainString(slice(r)) {
+                        f.app = .string(inner.isEmpty ? "" : templates.app(inner))
+                        continue
+                    }
+                default: break
+                }
+                value = Self.materialize(slice(r))
+            }
+            try f.take(key, value)
+        }
+        // The payload and alerts: through a template when the payload is an object (null, or another
+        // kind, is refused or reported by the general rules below).
+        if let p = rawPayload, bytes[p.lowerBound] == UInt8(ascii: "{"), p.count <= JobTemplates.maxBytes,
+            (rawAlerts?.count ?? 0) <= JobTemplates.maxBytes
+        {
+            let alertsSlice = rawAlerts.flatMap { a in bytes[a.lowerBound] == UInt8(ascii: "n") ? nil : slice(a) }
+            if let known = templates.find(payload: slice(p), alerts: alertsSlice, payloadLimit: payloadLimit) {
+                f.template = known
+            } else {
+                let t = makeTemplate(payload: slice(p), alerts: alertsSlice)
+                templates.remember(t)
+                f.template = t
+            }
+            f.payload = .object([])  // present; read from the template
+            if rawAlerts != nil { f.alerts = .null }
+        } else {
+            if let p = rawPayload { f.payload = Self.materialize(slice(p)) }
+            if let a = rawAlerts { f.alerts = Self.materialize(slice(a)) }
+        }
+        return try validate(f, now: now)
+    }
+
+    /// Top-level keys `decode(_:now:templates:)` reads from their bytes (a switch: no hashing per key).
+    static func isRawKey(_ key: String) -> Bool {
+        switch key {
+        case "payload", "alerts", "token", "app": true
+        default: false
+        }
+    }
+
+    /// The contents of a JSON string without escapes (between its quotes), else nil.
+    static func plainString(_ raw: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
+        guard raw.count >= 2, raw[0] == UInt8(ascii: "\""), !raw.contains(UInt8(ascii: "\\")) else { return nil }
+        return UnsafeRawBufferPointer(rebasing: raw[1..<(raw.count - 1)])
+    }
+
+    /// A value the parser already checked, built.
+    static func materialize(_ raw: UnsafeRawBufferPointer) -> JSONValue {
+        do throws(JSONParser.Error) {
+            return try JSONParser.parse(raw)
+        } catch {
+            preconditionFailure("a value JSONParser checked does not parse: \(error)")
+        }
+    }
+
+    /// Reads a payload and its alerts as `validate` does, keeping each result (or error).
+    private func makeTemplate(payload: UnsafeRawBufferPointer, alerts: UnsafeRawBufferPointer?) -> JobTemplate {
+        let typed = Result { () throws(JobError) in try Self.readPayload(Self.materialize(payload)) }
+        let localized = Result { () throws(JobError) -> [String: Alert] in
+            guard let alerts else { return [:] }
+            return try Self.readAlerts(Self.materialize(alerts))
+        }
+        var sizeError: JobError?
+        if case .success(let p) = typed, case .success(let a) = localized {
+            do throws(JobError) { try checkSize(p, a) } catch { sizeError = error }
+        }
+        return JobTemplate(
+            payloadBytes: Array(payload), alertsBytes: alerts.map { Array($0) }, payload: typed, alerts: localized,
+            sizeError: sizeError, payloadLimit: payloadLimit)
+    }
+
+    /// The known keys of a job as found in its message.
+    struct Fields {
         var id: JSONValue?
         var app: JSONValue?
         var token: JSONValue?
+        /// The token's hex, when read from the message's bytes (then `token` only marks it present).
+        var tokenBytes: UnsafeRawBufferPointer?
         var payload: JSONValue?
         var alerts: JSONValue?
         var expiry: JSONValue?
@@ -65,21 +177,39 @@ public struct JobDecoder: Sendable {
         var campaign: JSONValue?
         var collapseID: JSONValue?
         var pushType: JSONValue?
-        for (key, value) in members {
+        /// Payload and alerts already read (then `payload` only marks the payload present).
+        var template: JobTemplate?
+
+        mutating func take(_ key: String, _ value: JSONValue) throws(JobError) {
             switch key {
-            case "id": try Self.take(&id, value, key)
-            case "app": try Self.take(&app, value, key)
-            case "token": try Self.take(&token, value, key)
-            case "payload": try Self.take(&payload, value, key)
-            case "alerts": try Self.take(&alerts, value, key)
-            case "expiry": try Self.take(&expiry, value, key)
-            case "priority": try Self.take(&priority, value, key)
-            case "campaign": try Self.take(&campaign, value, key)
-            case "collapse_id": try Self.take(&collapseID, value, key)
-            case "push_type": try Self.take(&pushType, value, key)
-            default: continue  // unknown keys: ignored (forward compatible)
+            case "id": try JobDecoder.take(&id, value, key)
+            case "app": try JobDecoder.take(&app, value, key)
+            case "token": try JobDecoder.take(&token, value, key)
+            case "payload": try JobDecoder.take(&payload, value, key)
+            case "alerts": try JobDecoder.take(&alerts, value, key)
+            case "expiry": try JobDecoder.take(&expiry, value, key)
+            case "priority": try JobDecoder.take(&priority, value, key)
+            case "campaign": try JobDecoder.take(&campaign, value, key)
+            case "collapse_id": try JobDecoder.take(&collapseID, value, key)
+            case "push_type": try JobDecoder.take(&pushType, value, key)
+            default: return  // unknown keys: ignored (forward compatible)
             }
         }
+    }
+
+    /// Validates a job already parsed (e.g. by a tool that reads NDJSON).
+    public func decode(json: JSONValue, now: UInt32) throws(JobError) -> Job {
+        guard case .object(let members) = json else {
+            throw JobError(.notAnObject, "a job is a JSON object, got \(Self.kind(json))")
+        }
+        var f = Fields()
+        for (key, value) in members { try f.take(key, value) }
+        return try validate(f, now: now)
+    }
+
+    private func validate(_ f: Fields, now: UInt32) throws(JobError) -> Job {
+        let (id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType) =
+            (f.id, f.app, f.token, f.payload, f.alerts, f.expiry, f.priority, f.campaign, f.collapseID, f.pushType)
 
         // id
         guard let idValue = id.flatMap(Self.nonNull) else { throw JobError(.missingID, "the job has no id") }
@@ -104,32 +234,26 @@ public struct JobDecoder: Sendable {
         }
         let deviceToken: DeviceToken
         do throws(DeviceToken.ParseError) {
-            deviceToken = try DeviceToken(hex: tokenHex)
+            if let hex = f.tokenBytes {
+                deviceToken = try DeviceToken(hexBytes: hex)
+            } else {
+                deviceToken = try DeviceToken(hex: tokenHex)
+            }
         } catch {
             throw JobError(.invalidToken, "token: \(error.description)")
         }
 
-        // payload
-        guard let payloadValue = payload.flatMap(Self.nonNull) else {
-            throw JobError(.missingPayload, "the job has no payload")
-        }
-        guard case .object(let payloadMembers) = payloadValue else {
-            throw JobError(.invalidPayload, "payload must be a JSON object, got \(Self.kind(payloadValue))")
-        }
-        guard payloadMembers.contains(where: { $0.key == "aps" }) else {
-            throw JobError(.invalidPayload, "payload has no aps dictionary")
-        }
+        // payload, alerts
         let typedPayload: Payload
-        do throws(PayloadError) {
-            typedPayload = try Payload(json: payloadValue)
-        } catch {
-            throw JobError(.invalidPayload, Self.describe(error, prefix: "payload."))
-        }
-
-        // alerts
         var localized: [String: Alert] = [:]
-        if let alertsValue = alerts.flatMap(Self.nonNull) {
-            localized = try Self.readAlerts(alertsValue)
+        if let template = f.template {
+            typedPayload = try template.payload.get()
+            localized = try template.alerts.get()
+        } else {
+            typedPayload = try Self.readPayload(payload)
+            if let alertsValue = alerts.flatMap(Self.nonNull) {
+                localized = try Self.readAlerts(alertsValue)
+            }
         }
 
         // push type (before priority: a background push defaults to priority 5)
@@ -215,11 +339,34 @@ public struct JobDecoder: Sendable {
         }
 
         // size
-        try checkSize(typedPayload, localized)
+        if let template = f.template {
+            if let error = template.sizeError { throw error }
+        } else {
+            try checkSize(typedPayload, localized)
+        }
 
-        return Job(
+        var job = Job(
             id: jobID, app: appName, token: deviceToken, payload: typedPayload, alerts: localized, expiry: jobExpiry,
             priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
+        job.template = f.template
+        return job
+    }
+
+    private static func readPayload(_ payload: JSONValue?) throws(JobError) -> Payload {
+        guard let payloadValue = payload.flatMap(Self.nonNull) else {
+            throw JobError(.missingPayload, "the job has no payload")
+        }
+        guard case .object(let payloadMembers) = payloadValue else {
+            throw JobError(.invalidPayload, "payload must be a JSON object, got \(Self.kind(payloadValue))")
+        }
+        guard payloadMembers.contains(where: { $0.key == "aps" }) else {
+            throw JobError(.invalidPayload, "payload has no aps dictionary")
+        }
+        do throws(PayloadError) {
+            return try Payload(json: payloadValue)
+        } catch {
+            throw JobError(.invalidPayload, Self.describe(error, prefix: "payload."))
+        }
     }
 
     /// The compact payload and its largest alerts variant must fit the limit. Sizes are counted, not

@@ -177,10 +177,19 @@ public final class PipelineMetrics: Sendable {
         }
         var byOutcome: [OutcomeKey: Int] = [:]
         var byRefusal: [RefusalKey: Int] = [:]
+        // Outcomes come in runs of one app and kind (a shard's settle tick): counted per run, so the
+        // dictionary is touched once per run rather than once per job.
+        var run: (key: OutcomeKey, count: Int)?
         for o in outcomes {
-            byOutcome[OutcomeKey(app: o.app, kind: o.kind), default: 0] += 1
+            if let r = run, r.key.kind == o.kind, r.key.app == o.app {
+                run!.count += 1
+            } else {
+                if let r = run { byOutcome[r.key, default: 0] += r.count }
+                run = (OutcomeKey(app: o.app, kind: o.kind), 1)
+            }
             if let code = o.code { byRefusal[RefusalKey(app: o.app, code: code), default: 0] += 1 }
         }
+        if let r = run { byOutcome[r.key, default: 0] += r.count }
         for (key, n) in byOutcome {
             // A message that failed to decode has no app.
             let app = key.app.isEmpty ? "unknown" : key.app

@@ -33,6 +33,10 @@ public final class PipelineRunner: Service, Sendable {
         var transports: [any NotificationTransport]
     }
     static let metricsSampleInterval: Duration = .seconds(1)
+    /// librdkafka's prefetch queue (`queued.max.messages.kbytes`) unless `kafka.properties` sets it.
+    static let prefetchKilobytes = 8 * 1024
+    /// glibc malloc arenas for the process unless `MALLOC_ARENA_MAX` is set.
+    static let mallocArenas: Int32 = 2
 
     /// What this instance did, for tests and operators.
     public struct Observed: Sendable {
@@ -45,11 +49,26 @@ public final class PipelineRunner: Service, Sendable {
     public var observations: Observed { observed.withLock { $0 } }
 
     public init(configuration: PipelineConfiguration, logger: Logger, metrics: PipelineMetrics? = nil) {
+        Self.limitMallocArenas()
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         budget = InFlightBudget(capacity: configuration.maxInFlight)
+    }
+
+    /// glibc gives each thread that allocates its own arena (up to 8 per core), and memory freed in one
+    /// stays there: with the event loop, the cooperative pool, the Redis and Kafka threads all passing
+    /// jobs along, that fragmentation was ~10 MiB of `run`'s peak RSS (ops/bench e2e). Two arenas (plus
+    /// each thread's small-allocation cache) keep it down. `MALLOC_ARENA_MAX` in the environment wins.
+    static func limitMallocArenas() {
+        #if os(Linux)
+        // mallopt is in <malloc.h>, which the Glibc module does not export: looked up by name.
+        guard getenv("MALLOC_ARENA_MAX") == nil, let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
+        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+        let mArenaMax: Int32 = -8  // M_ARENA_MAX in <malloc.h>
+        _ = unsafeBitCast(symbol, to: Mallopt.self)(mArenaMax, mallocArenas)
+        #endif
     }
 
     /// The Kafka position a notification carries through the sender (the jobs topic is the only one
@@ -98,11 +117,18 @@ public final class PipelineRunner: Service, Sendable {
             // librdkafka's statistics carry the consumer lag per partition (a gauge); `properties` may change the period.
             consumerProperties["statistics.interval.ms"] = "5000"
         }
+        if consumerProperties["queued.max.messages.kbytes"] == nil {
+            // librdkafka prefetches up to this much per consumer beyond what `run` buffers itself; its
+            // default (64 MiB, ~100 MiB of resident memory with its per-message overhead) was most of
+            // `run`'s peak RSS. 8 MiB is still ~16 000 jobs of ~500 bytes ahead of the pipeline, on top of
+            // the consumer's own buffer.
+            consumerProperties["queued.max.messages.kbytes"] = String(Self.prefetchKilobytes)
+        }
         let consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
-                maxBufferedMessages: max(c.kafka.batchSize * 20, 20_000)),
+                maxBufferedMessages: max(c.kafka.batchSize * 10, 10_000)),
             logger: logger)
 
         let inbox = self.inbox
@@ -259,6 +285,8 @@ public final class PipelineRunner: Service, Sendable {
         let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit)
         let decoding = Task {
             defer { handoff.finish() }
+            // A campaign's jobs share their payload and alerts: read once, encoded once per variant.
+            let templates = JobTemplates()
             while !Task.isCancelled {
                 guard let batch = await consumer.nextBatch(), !batch.isEmpty else {
                     if Task.isCancelled { break }
@@ -272,7 +300,10 @@ public final class PipelineRunner: Service, Sendable {
                 d.jobs.reserveCapacity(batch.count)
                 for m in batch {
                     do throws(JobError) {
-                        d.jobs.append((try decoder.decode(m.value, now: now), m))
+                        let job = try m.value.withUnsafeBytes { raw in
+                            Result { () throws(JobError) in try decoder.decode(raw, now: now, templates: templates) }
+                        }.get()
+                        d.jobs.append((job, m))
                     } catch {
                         d.deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
                         logger.debug(
@@ -282,81 +313,138 @@ public final class PipelineRunner: Service, Sendable {
                 await handoff.put(d)
             }
         }
-        // Stopping: the decoding stage ends at cancellation; batches it already took are still sent.
-        try await withTaskCancellationHandler {
+        // The gate runs a batch ahead of the send stage: Redis decides on the next batch while this
+        // process encodes and hands the current one to the shards (the two work at once instead of
+        // taking turns). Gate calls are issued one after another, and batches are sent in the order they
+        // were gated, so one token's jobs keep their order and a later copy of a job id is gated after
+        // the earlier copy took its lease, as with one stage.
+        let gated = BatchHandoff<GatedBatch>(capacity: Self.gatedAhead)
+        let gating = Task {
+            defer { gated.finish() }
             while let d = await handoff.next() {
-                try await gateAndSend(d, store: store, router: router, deadLetters: deadLetters, handoff: handoff)
+                let decisions = try await gate(d, store: store)
+                await gated.put(GatedBatch(decoded: d, decisions: decisions))
             }
-        } onCancel: {
-            decoding.cancel()
         }
+        // Stopping: the decoding stage ends at cancellation; batches it already took are still gated
+        // and sent.
+        do {
+            try await withTaskCancellationHandler {
+                while let g = await gated.next() {
+                    try await send(g, router: router, deadLetters: deadLetters, handoff: handoff)
+                }
+            } onCancel: {
+                decoding.cancel()
+            }
+        } catch {
+            // The send stage failed: stop the stages before it (what they hold stays unsettled, so
+            // Kafka redelivers it).
+            decoding.cancel()
+            gating.cancel()
+            handoff.finish()
+            gated.finish()
+            throw error
+        }
+        // The gate's failure (Redis gone longer than the client waits) ends the ingest with its error.
+        try await gating.value
     }
 
-    private func gateAndSend(
-        _ d: DecodedBatch, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>
-    ) async throws {
+    /// How many gated batches may wait for the send stage.
+    static let gatedAhead = 1
+
+    /// A decoded batch and the gate's decision for each of its jobs, in order.
+    struct GatedBatch: Sendable {
+        var decoded: DecodedBatch
+        var decisions: [GateDecision]
+    }
+
+    /// The gate: one Redis round trip for the whole batch.
+    private func gate(_ d: DecodedBatch, store: PipelineStore) async throws -> [GateDecision] {
+        if d.jobs.isEmpty { return [] }
+        var requests: [GateRequest] = []
+        requests.reserveCapacity(d.jobs.count)
+        // Fields read in place (a `for (job, _) in` loop copied every job and Kafka message).
+        for i in d.jobs.indices {
+            requests.append(GateRequest(jobID: d.jobs[i].job.id, app: d.jobs[i].job.app, tokenHex: d.jobs[i].job.token.hex))
+        }
+        return try await store.gate(requests)
+    }
+
+    private func send(_ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>) async throws {
         let c = configuration
+        let d = g.decoded
+        let decisions = g.decisions
         let apps = Dictionary(uniqueKeysWithValues: c.apps.map { ($0.bundleID, $0) })
         let batch = d.messages
         let jobs = d.jobs
         var refused = d.deadLetters
         var item = SettlerInbox.Item()
         item.events.received = d.isRetry ? 0 : batch.count
-
-        // Gate: one Redis round trip for the whole batch.
-        let decisions = jobs.isEmpty ? [] : try await store.gate(
-            jobs.map { GateRequest(jobID: $0.job.id, app: $0.job.app, tokenHex: $0.job.token.hex) })
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(jobs.count)
         var inFlight: [(job: Job, message: KafkaConsumerMessage)] = []
-        for (i, (job, message)) in jobs.enumerated() {
+        // Jobs and messages are read in place (`jobs[i].job.id`), not copied out per job; the encoder
+        // is made once per run of jobs of one app and push type.
+        var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
+        let jobIDKey = c.gateway.embedJobID ? "jid" : nil
+        for i in jobs.indices {
             let outcome = { (kind: Redis.OutcomeKind) in
-                Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.token.hex, campaign: job.campaign, kind: kind)
+                Redis.Outcome(
+                    jobID: jobs[i].job.id, app: jobs[i].job.app, tokenHex: jobs[i].job.token.hex, campaign: jobs[i].job.campaign,
+                    kind: kind)
             }
             switch decisions[i] {
             case .deduped:
                 item.outcomes.append(outcome(.deduped))
-                item.refs.append(message.ref)
+                item.refs.append(jobs[i].message.ref)
             case .inFlightElsewhere(let holder):
                 // As below, but the copy belongs to another live process: say so (a long wait here is a
                 // stuck process, or a job published twice across processes).
-                inFlight.append((job, message))
+                inFlight.append(jobs[i])
                 if !d.isRetry {
                     item.events.inFlightWaits += 1
-                    waitLog.note(jobID: job.id, holder: holder, logger: logger)
+                    waitLog.note(jobID: jobs[i].job.id, holder: holder, logger: logger)
                 }
             case .inFlight:
                 // Another copy is being sent right now (by this process or another one, e.g. across a
                 // rebalance). Settling this message now would lose the job if that sender crashed before
                 // settling its own; so it waits and is gated again: deduped once the other copy is
                 // accepted, admitted if its lease lapsed.
-                inFlight.append((job, message))
+                inFlight.append(jobs[i])
             case .suppressed:
                 item.outcomes.append(outcome(.suppressed))
-                item.refs.append(message.ref)
+                item.refs.append(jobs[i].message.ref)
             case .admitted(let language), .takenOver(let language):
                 if case .takenOver = decisions[i] {
                     // The dead process may have written it: the crash duplicate window, counted.
                     item.events.resentAfterCrash += 1
                     item.events.ambiguous += 1
-                    if let campaign = job.campaign {
+                    if let campaign = jobs[i].job.campaign {
                         item.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
                         item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += 1
                     }
                 }
                 do {
-                    let encoder = PayloadEncoder(
-                        limit: c.payloadLimit(app: apps[job.app], pushType: job.pushType), truncatesAlertBody: c.gateway.truncateAlert)
-                    let payload = try job.encodedPayload(
-                        language: language, encoder: encoder, jobIDKey: c.gateway.embedJobID ? "jid" : nil)
+                    let app = jobs[i].job.app
+                    let pushType = jobs[i].job.pushType
+                    let encoder: PayloadEncoder
+                    if let e = encoderFor, e.app == app, e.pushType == pushType {
+                        encoder = e.encoder
+                    } else {
+                        encoder = PayloadEncoder(
+                            limit: c.payloadLimit(app: apps[app], pushType: pushType), truncatesAlertBody: c.gateway.truncateAlert)
+                        encoderFor = (app, pushType, encoder)
+                    }
+                    let payload = try jobs[i].job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
                     notifications.append(
                         PushNotification(
-                            jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID,
-                            pushType: job.pushType?.rawValue, position: Self.position(of: message)))
+                            jobID: jobs[i].job.id, app: app, token: jobs[i].job.token, payload: payload, expiry: jobs[i].job.expiry,
+                            priority: jobs[i].job.priority, campaign: jobs[i].job.campaign, collapseID: jobs[i].job.collapseID,
+                            pushType: pushType?.rawValue,
+                            position: SourcePosition(partition: jobs[i].message.partition, offset: jobs[i].message.offset)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.
-                    refused.append((message, error.reason.rawValue, outcome(.deadLettered)))
+                    refused.append((jobs[i].message, error.reason.rawValue, outcome(.deadLettered)))
                 }
             }
         }

@@ -25,8 +25,10 @@ final class SettlerInbox: Sendable {
 
     func put(_ item: Item) {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            s.pending.outcomes.append(contentsOf: item.outcomes)
-            s.pending.refs.append(contentsOf: item.refs)
+            // Taken over whole when nothing is pending (the usual case: the settler keeps up), rather
+            // than copied element by element.
+            if s.pending.outcomes.isEmpty { s.pending.outcomes = item.outcomes } else { s.pending.outcomes.append(contentsOf: item.outcomes) }
+            if s.pending.refs.isEmpty { s.pending.refs = item.refs } else { s.pending.refs.append(contentsOf: item.refs) }
             s.pending.events.received += item.events.received
             s.pending.events.replayed += item.events.replayed
             s.pending.events.ambiguous += item.events.ambiguous

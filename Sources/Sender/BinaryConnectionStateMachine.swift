@@ -152,15 +152,24 @@ struct BinaryConnectionStateMachine {
     /// Settles what waited `settleAfter` since its write completed and forgets what left the grace
     /// window. Returns whether anything settled (the connection proved useful).
     mutating func settleTick(now: UInt64) -> Bool {
-        let settled = replay.settleExpired(now: now, settleAfter: config.settleAfter)
         var settledBytes = 0
-        for e in settled {
-            settledBytes += e.bytes
-            record(e.item, .accepted)
+        var settledCount = 0
+        var accepted = outcomes
+        outcomes = []
+        let connection = self.connection
+        replay.settleExpired(now: now, settleAfter: config.settleAfter) { p, bytes in
+            settledBytes += bytes
+            settledCount += 1
+            // As `record(p, .accepted)`: one already reported (resent from the grace window) is not
+            // reported again.
+            if !p.reported {
+                accepted.append(Outcome(notification: p.notification, delivery: .accepted, attempts: p.attempts, connection: connection))
+            }
         }
+        outcomes = accepted
         window = min(config.unsettledByteLimit, window + settledBytes)
         forgetSettled(now: now)
-        return !settled.isEmpty
+        return settledCount > 0
     }
 
     /// Lets settled notifications go after the grace window, or earlier beyond `graceMaxBytes`.

@@ -28,9 +28,20 @@ struct ReplayBuffer<Item> {
         var settledAt: UInt64?
     }
 
+    /// An entry without its item: plain values, so the scans of every write and settle tick (which
+    /// touch these only) copy no references.
+    struct Meta {
+        var identifier: UInt32
+        var bytes: Int
+        var flush: UInt64?
+        var writtenAt: UInt64?
+        var settledAt: UInt64?
+    }
+
     /// Written (or about to be) and not settled, then — as a prefix — the settled ones kept for the
-    /// grace window: `entries = [settled…][unsettled…]`, in identifier order.
-    private(set) var entries = CircularBuffer<Entry>(initialCapacity: 1024)
+    /// grace window: `[settled…][unsettled…]`, in identifier order. `items[i]` belongs to `meta[i]`.
+    private var meta = CircularBuffer<Meta>(initialCapacity: 1024)
+    private var items = CircularBuffer<Item>(initialCapacity: 1024)
     /// Bytes and count of the entries not settled: the window a connection may have unsettled.
     private(set) var bytes = 0
     private(set) var count = 0
@@ -45,16 +56,31 @@ struct ReplayBuffer<Item> {
     var forgottenMemory = 4096
 
     /// Nothing kept, settled or not.
-    var isEmpty: Bool { entries.isEmpty }
-    var keptCount: Int { entries.count }
+    var isEmpty: Bool { meta.isEmpty }
+    var keptCount: Int { meta.count }
     var hasUnsettled: Bool { count > 0 }
-    var settledCount: Int { entries.count - count }
+    var settledCount: Int { meta.count - count }
+    /// The identifier of the oldest entry kept.
+    var oldestIdentifier: UInt32? { meta.first?.identifier }
+
+    private func entry(_ i: Int) -> Entry {
+        let m = meta[offset: i]
+        return Entry(identifier: m.identifier, item: items[offset: i], bytes: m.bytes, flush: m.flush, writtenAt: m.writtenAt, settledAt: m.settledAt)
+    }
+
+    private func entries(_ range: Range<Int>) -> [Entry] {
+        var out: [Entry] = []
+        out.reserveCapacity(range.count)
+        for i in range { out.append(entry(i)) }
+        return out
+    }
 
     mutating func append(identifier: UInt32, item: Item, bytes: Int) {
-        if let last = entries.last {
+        if let last = meta.last {
             precondition(identifier == last.identifier &+ 1, "identifiers on a connection are consecutive")
         }
-        entries.append(Entry(identifier: identifier, item: item, bytes: bytes, flush: nil, writtenAt: nil))
+        meta.append(Meta(identifier: identifier, bytes: bytes, flush: nil, writtenAt: nil))
+        items.append(item)
         self.bytes += bytes
         count += 1
         keptBytes += bytes
@@ -62,9 +88,9 @@ struct ReplayBuffer<Item> {
 
     /// Marks the frames not yet flushed as part of write number `flush`.
     mutating func assignUnflushed(to flush: UInt64) {
-        var i = entries.count - 1
-        while i >= 0, entries[at: i].flush == nil {
-            entries[at: i].flush = flush
+        var i = meta.count - 1
+        while i >= 0, meta[offset: i].flush == nil {
+            meta[offset: i].flush = flush
             i -= 1
         }
     }
@@ -72,11 +98,12 @@ struct ReplayBuffer<Item> {
     /// Write number `flush` completed at `now`.
     mutating func writeCompleted(_ flush: UInt64, at now: UInt64) {
         // Writes complete in order; the frames of one write are contiguous. Walk back from the newest.
-        var i = entries.count - 1
+        var i = meta.count - 1
         while i >= 0 {
-            if let f = entries[at: i].flush, f <= flush {
-                if entries[at: i].writtenAt != nil { break }
-                entries[at: i].writtenAt = now
+            let m = meta[offset: i]
+            if let f = m.flush, f <= flush {
+                if m.writtenAt != nil { break }
+                meta[offset: i].writtenAt = now
             }
             i -= 1
         }
@@ -86,28 +113,39 @@ struct ReplayBuffer<Item> {
     /// returns them (their outcome is now "accepted"). They stay in the buffer, marked settled, until
     /// `forgetSettled` lets them go.
     mutating func settleExpired(now: UInt64, settleAfter: UInt64) -> [Entry] {
-        var settled: [Entry] = []
-        var i = settledCount
-        while i < entries.count, let at = entries[at: i].writtenAt, at + settleAfter <= now {
-            entries[at: i].settledAt = now
-            settled.append(entries[at: i])
-            bytes -= entries[at: i].bytes
+        let range = settleExpiredRange(now: now, settleAfter: settleAfter)
+        return entries(range)
+    }
+
+    /// As `settleExpired(now:settleAfter:)`, handing each settled item and its bytes to `body` in order
+    /// instead of building entries (the per-tick path: no array of copies).
+    mutating func settleExpired(now: UInt64, settleAfter: UInt64, _ body: (Item, Int) -> Void) {
+        for i in settleExpiredRange(now: now, settleAfter: settleAfter) { body(items[offset: i], meta[offset: i].bytes) }
+    }
+
+    private mutating func settleExpiredRange(now: UInt64, settleAfter: UInt64) -> Range<Int> {
+        let first = settledCount
+        var i = first
+        while i < meta.count, let at = meta[offset: i].writtenAt, at + settleAfter <= now {
+            meta[offset: i].settledAt = now
+            bytes -= meta[offset: i].bytes
             count -= 1
             i += 1
         }
-        return settled
+        return first..<i
     }
 
     /// Lets settled entries go once they have been settled for `grace`, and the oldest settled ones
     /// earlier while the settled ones take more than `maxBytes`. `label` names what is forgotten (job ids,
     /// for the log line of a later loss).
     mutating func forgetSettled(now: UInt64, grace: UInt64, maxBytes: Int, label: (Item) -> String) {
-        while let first = entries.first, let at = first.settledAt, at + grace <= now || keptBytes - bytes > maxBytes {
-            let e = entries.removeFirst()
-            keptBytes -= e.bytes
-            lastForgotten = e.identifier
+        while let first = meta.first, let at = first.settledAt, at + grace <= now || keptBytes - bytes > maxBytes {
+            meta.removeFirst()
+            let item = items.removeFirst()
+            keptBytes -= first.bytes
+            lastForgotten = first.identifier
             forgottenTotal += 1
-            forgotten.append(label(e.item))
+            forgotten.append(label(item))
             if forgotten.count > forgottenMemory { forgotten.removeFirst() }
         }
     }
@@ -139,7 +177,7 @@ struct ReplayBuffer<Item> {
         defer { removeAll() }
         // The oldest identifier kept (or that would be): right after the newest forgotten one.
         let oldest: UInt32
-        if let first = entries.first {
+        if let first = meta.first {
             oldest = first.identifier
         } else if let last = lastForgotten {
             oldest = last &+ 1
@@ -148,9 +186,9 @@ struct ReplayBuffer<Item> {
             return r
         }
         let offset = NotificationIdentifier.distance(from: oldest, to: response.identifier)
-        guard offset >= 0, offset < entries.count else {
+        guard offset >= 0, offset < meta.count else {
             r.sequenceUnknown = true
-            r.discarded = Array(entries)
+            r.discarded = entries(0..<meta.count)
             // Named before the oldest kept, among those forgotten on this connection: every identifier
             // after it was discarded by the gateway, the forgotten ones between included.
             if offset < 0, -offset <= forgottenTotal {
@@ -167,8 +205,8 @@ struct ReplayBuffer<Item> {
             }
             return r
         }
-        for e in entries.prefix(offset) where e.settledAt == nil { r.accepted.append(e) }
-        let named = entries[at: offset]
+        for i in 0..<offset where meta[offset: i].settledAt == nil { r.accepted.append(entry(i)) }
+        let named = entry(offset)
         if response.status == .shutdown || response.status == .noErrors {
             // "The notification identifier in the error response indicates the last notification
             // that was successfully sent."
@@ -176,7 +214,7 @@ struct ReplayBuffer<Item> {
         } else {
             r.failed = named
         }
-        r.discarded = Array(entries.dropFirst(offset + 1))
+        r.discarded = entries((offset + 1)..<meta.count)
         return r
     }
 
@@ -186,7 +224,8 @@ struct ReplayBuffer<Item> {
     mutating func takeAll() -> (written: [Entry], unwritten: [Entry]) {
         var written: [Entry] = []
         var unwritten: [Entry] = []
-        for e in entries where e.settledAt == nil {
+        for i in 0..<meta.count where meta[offset: i].settledAt == nil {
+            let e = entry(i)
             if e.flush != nil { written.append(e) } else { unwritten.append(e) }
         }
         removeAll()
@@ -196,7 +235,8 @@ struct ReplayBuffer<Item> {
     /// Everything is accepted: a drain probe came back naming an identifier after all of these.
     /// Returns the ones not reported yet.
     mutating func acceptAll() -> [Entry] {
-        let all = Array(entries.lazy.filter { $0.settledAt == nil })
+        var all: [Entry] = []
+        for i in 0..<meta.count where meta[offset: i].settledAt == nil { all.append(entry(i)) }
         removeAll()
         return all
     }
@@ -204,7 +244,8 @@ struct ReplayBuffer<Item> {
     /// Forgets everything, including what was forgotten: the connection is over, and identifiers on
     /// the next one start after these.
     private mutating func removeAll() {
-        entries.removeAll(keepingCapacity: true)
+        meta.removeAll(keepingCapacity: true)
+        items.removeAll(keepingCapacity: true)
         bytes = 0
         count = 0
         keptBytes = 0
@@ -214,10 +255,3 @@ struct ReplayBuffer<Item> {
     }
 }
 
-extension CircularBuffer {
-    /// Element at an integer offset from the start (O(1)).
-    subscript(at offset: Int) -> Element {
-        get { self[index(startIndex, offsetBy: offset)] }
-        set { self[index(startIndex, offsetBy: offset)] = newValue }
-    }
-}

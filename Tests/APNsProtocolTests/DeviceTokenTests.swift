@@ -1,3 +1,4 @@
+import Foundation
 import APNsProtocol
 import Testing
 
@@ -7,6 +8,24 @@ import Testing
         #expect(upper == countingToken)
         #expect(upper.hex == countingTokenHex)
         #expect(upper.bytes == (0..<32).map { UInt8($0) })
+    }
+
+    /// Every byte value in the last hex position: only 0-9, a-f and A-F are digits, with their values;
+    /// and every byte value round-trips through `hex`.
+    @Test func everyByteValueAsAHexDigit() throws {
+        let valid = Array("0123456789abcdefABCDEF".utf8)
+        for b in UInt8.min...UInt8.max {
+            let text = Array(repeating: UInt8(ascii: "0"), count: 63) + [b]
+            let parsed = text.withUnsafeBytes { raw in Result { () throws(DeviceToken.ParseError) in try DeviceToken(hexBytes: raw) } }
+            if let i = valid.firstIndex(of: b) {
+                #expect((try? parsed.get())?.bytes.last == UInt8(i < 16 ? i : i - 6), "byte \(b)")
+            } else {
+                #expect(throws: DeviceToken.ParseError.notHex(offset: 63)) { try parsed.get() }
+            }
+        }
+        let all = try DeviceToken(bytes: (0..<32).map { UInt8($0 * 8 + 7) })
+        #expect(all.hex == (0..<32).map { String(format: "%02x", $0 * 8 + 7) }.joined())
+        #expect(try DeviceToken(hex: all.hex) == all)
     }
 
     @Test func typedErrors() {

@@ -9,6 +9,7 @@ import Testing
 
     /// The reason a message is refused with (fails the test when it is accepted).
     func reason(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder(), sourceLocation: SourceLocation = #_sourceLocation) -> JobErrorReason? {
+        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
         do {
             let job = try decoder.decode(bytes, now: now)
             Issue.record("accepted: \(job.id) from \(Fixtures.string(bytes))", sourceLocation: sourceLocation)
@@ -18,7 +19,8 @@ import Testing
         }
     }
 
-    func error(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder()) -> JobError? {
+    func error(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder(), sourceLocation: SourceLocation = #_sourceLocation) -> JobError? {
+        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
         do {
             _ = try decoder.decode(bytes, now: now)
             return nil

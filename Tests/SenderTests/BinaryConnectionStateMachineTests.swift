@@ -55,7 +55,7 @@ import Testing
         _ = m.connectionLost()
         for flush in UInt64(2)...5 {
             write(&m, flush: flush, at: 0)
-            _ = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: m.replay.entries.first!.identifier &+ 1))
+            _ = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: m.replay.oldestIdentifier! &+ 1))
             _ = m.connectionLost()
         }
         #expect(m.window == 5 * frame, "40 → 20 → 10 → 5 → 5 frames")

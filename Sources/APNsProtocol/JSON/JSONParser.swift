@@ -36,8 +36,172 @@ public struct JSONParser {
         return value
     }
 
+    /// A member of a top-level object read by `parseObject(_:keepingRaw:)`: its value built, or only
+    /// checked and located (the byte range it occupies in the input).
+    public enum Member: Sendable {
+        case value(JSONValue)
+        case raw(Range<Int>)
+    }
+
+    /// Parses a top-level object like `parse`, but the values of the keys `keepRaw` picks are not built:
+    /// they are checked exactly as `parse` checks them (the same errors at the same offsets, so the
+    /// message is refused in the same way), and returned as the bytes they occupy. Returns nil when the
+    /// top-level value is not an object (`parse` then says what it is). Why: a job's payload and alerts
+    /// are the same bytes for every job of a campaign; a caller can recognise them by their bytes and
+    /// skip building (and validating, and encoding) them again.
+    public static func parseObject(
+        _ raw: UnsafeRawBufferPointer, keepingRaw keepRaw: (String) -> Bool
+    ) throws(Error) -> [(key: String, value: Member)]? {
+        var parser = JSONParser(bytes: raw)
+        parser.skipWhitespace()
+        guard parser.index < raw.count, raw[parser.index] == UInt8(ascii: "{") else { return nil }
+        let members = try parser.parseTopObject(keepRaw)
+        parser.skipWhitespace()
+        guard parser.index == raw.count else { throw parser.error("unexpected data after the value") }
+        return members
+    }
+
     private let bytes: UnsafeRawBufferPointer
     private var index = 0
+
+    /// `parseObject(depth: 1)` with the values of some keys checked in place of being built.
+    private mutating func parseTopObject(_ keepRaw: (String) -> Bool) throws(Error) -> [(key: String, value: Member)] {
+        index += 1
+        var members: [(key: String, value: Member)] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return members
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key string") }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            if keepRaw(key) {
+                let start = index
+                try skipValue(depth: 1)
+                members.append((key: key, value: .raw(start..<index)))
+            } else {
+                members.append((key: key, value: .value(try parseValue(depth: 1))))
+            }
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input in object") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return members
+            } else {
+                throw error("expected ',' or '}'")
+            }
+        }
+    }
+
+    /// `parseValue` without building the value: the same checks in the same order.
+    private mutating func skipValue(depth: Int) throws(Error) {
+        guard index < bytes.count else { throw error("unexpected end of input") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"):
+            guard depth + 1 <= Self.maxDepth else { throw error("nested deeper than \(Self.maxDepth)") }
+            index += 1
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key string") }
+                try skipString()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+                index += 1
+                skipWhitespace()
+                try skipValue(depth: depth + 1)
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input in object") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                } else if bytes[index] == UInt8(ascii: "}") {
+                    index += 1
+                    return
+                } else {
+                    throw error("expected ',' or '}'")
+                }
+            }
+        case UInt8(ascii: "["):
+            guard depth + 1 <= Self.maxDepth else { throw error("nested deeper than \(Self.maxDepth)") }
+            index += 1
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return
+            }
+            while true {
+                skipWhitespace()
+                try skipValue(depth: depth + 1)
+                skipWhitespace()
+                guard index < bytes.count else { throw error("unexpected end of input in array") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                } else if bytes[index] == UInt8(ascii: "]") {
+                    index += 1
+                    return
+                } else {
+                    throw error("expected ',' or ']'")
+                }
+            }
+        case UInt8(ascii: "\""): try skipString()
+        case UInt8(ascii: "t"): try expectLiteral("true")
+        case UInt8(ascii: "f"): try expectLiteral("false")
+        case UInt8(ascii: "n"): try expectLiteral("null")
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try scanNumber()
+        default: throw error("unexpected character")
+        }
+    }
+
+    /// `parseString` without building the string: an all-ASCII string without escapes (nearly all) is
+    /// only scanned; one with other bytes is checked as UTF-8 in place, without a copy.
+    private mutating func skipString() throws(Error) {
+        let quote = index
+        index += 1
+        let start = index
+        var ascii = true
+        while index < bytes.count {
+            let b = bytes[index]
+            if b == UInt8(ascii: "\"") {
+                if !ascii && !Self.isValidUTF8(UnsafeRawBufferPointer(rebasing: bytes[start..<index])) {
+                    throw error("invalid UTF-8 in string")
+                }
+                index += 1
+                return
+            }
+            if b == UInt8(ascii: "\\") { break }
+            if b < 0x20 { throw error("control character in string") }
+            if b >= 0x80 { ascii = false }
+            index += 1
+        }
+        // Escapes (rare): the building path, whose checks these are.
+        index = quote
+        _ = try parseString()
+    }
+
+    /// Whether `bytes` is well-formed UTF-8 (the rules of `String(validating:)`), without allocating.
+    private static func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var iterator = bytes.makeIterator()
+        var parser = Unicode.UTF8.ForwardParser()
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid: continue
+            case .emptyInput: return true
+            case .error: return false
+            }
+        }
+    }
 
     private init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
@@ -133,6 +297,11 @@ public struct JSONParser {
 
     private mutating func parseNumber() throws(Error) -> String {
         let start = index
+        try scanNumber()
+        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+    }
+
+    private mutating func scanNumber() throws(Error) {
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
         guard index < bytes.count else { throw error("incomplete number") }
         if bytes[index] == UInt8(ascii: "0") {
@@ -155,7 +324,6 @@ public struct JSONParser {
             guard index < bytes.count, isDigit(bytes[index]) else { throw error("digit expected in exponent") }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
-        return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
     }
 
     @inline(__always)

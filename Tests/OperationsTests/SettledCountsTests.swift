@@ -1,0 +1,31 @@
+import Operations
+import Redis
+import Testing
+
+@testable import Pipeline
+
+/// The settled counters are summed per run of outcomes (app and kind): mixed runs still add up.
+@Suite struct SettledCountsTests {
+    @Test func runsOfOutcomesAddUpPerAppAndKind() {
+        let prometheus = PrometheusMetrics()
+        let metrics = PipelineMetrics(factory: prometheus.factory, transports: ["a": "binary", "b": "http2"])
+        func o(_ app: String, _ kind: OutcomeKind, code: String? = nil) -> Outcome {
+            Outcome(jobID: "j", app: app, tokenHex: "", kind: kind, code: code)
+        }
+        metrics.settled(
+            outcomes: [
+                o("a", .accepted), o("a", .accepted), o("b", .accepted), o("a", .accepted), o("a", .rejected, code: "8"),
+                o("a", .rejected, code: "8"), o("b", .deduped), o("", .deadLettered), o("a", .accepted),
+            ], events: PipelineEvents())
+        metrics.settled(outcomes: [o("a", .accepted), o("b", .suppressed)], events: PipelineEvents())
+        let text = String(decoding: prometheus.text(), as: UTF8.self)
+        for line in [
+            #"apns_accepted_total{app="a",transport="binary"} 5"#, #"apns_accepted_total{app="b",transport="http2"} 1"#,
+            #"apns_rejected_total{app="a",transport="binary"} 2"#, #"apns_deduped_total{app="b"} 1"#,
+            #"apns_dead_lettered_total{app="unknown"} 1"#, #"apns_suppressed_total{app="b"} 1"#,
+            #"apns_gateway_refusals_total{app="a",transport="binary",code="8"} 2"#,
+        ] {
+            #expect(text.contains(line), "\(line) in\n\(text)")
+        }
+    }
+}
