@@ -381,8 +381,9 @@ final class ConsumerCore: @unchecked Sendable {
                 for r in requests { r.resume(with: result) }
             }
             // Buffer full: hold, leaving fetched messages in librdkafka's own queue, which stops fetching
-            // at `queued.max.messages.kbytes` (64 MiB by default; set it in `properties` to bound it lower:
-            // 16 MiB cost a third of the throughput here). (Pausing the partitions instead purges that queue, and
+            // at `queued.max.messages.kbytes` (librdkafka's default is 64 MiB, which cost ~100 MiB of
+            // `run`'s RSS; the pipeline sets a smaller one unless `kafka.properties` does, see
+            // `PipelineRunner.prefetchKilobytes`). (Pausing the partitions instead purges that queue, and
             // each resume then left the consumer idle for the better part of a second while it refetched.)
             // While holding, rebalance events wait too: at most the time the pipeline takes to drain
             // half the buffer.

@@ -49,7 +49,6 @@ public final class PipelineRunner: Service, Sendable {
     public var observations: Observed { observed.withLock { $0 } }
 
     public init(configuration: PipelineConfiguration, logger: Logger, metrics: PipelineMetrics? = nil) {
-        Self.limitMallocArenas()
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
@@ -61,7 +60,8 @@ public final class PipelineRunner: Service, Sendable {
     /// stays there: with the event loop, the cooperative pool, the Redis and Kafka threads all passing
     /// jobs along, that fragmentation was ~10 MiB of `run`'s peak RSS (ops/bench e2e). Two arenas (plus
     /// each thread's small-allocation cache) keep it down. `MALLOC_ARENA_MAX` in the environment wins.
-    static func limitMallocArenas() {
+    /// A process-wide setting, so the process's entry point (`run`) makes it, not every runner.
+    public static func limitMallocArenas() {
         #if os(Linux)
         // mallopt is in <malloc.h>, which the Glibc module does not export: looked up by name.
         guard getenv("MALLOC_ARENA_MAX") == nil, let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
