@@ -140,7 +140,7 @@ public struct RedisClusterConfiguration: Sendable, Hashable {
         for entry in entries {
             let parsed = try RedisConfiguration(url: entry.hasPrefix("redis://") || entry.hasPrefix("rediss://") ? entry : "redis://" + entry)
             guard parsed.database == 0 else {
-                throw RedisError.invalidURL("\(entry): Redis Cluster has only database 0")
+                throw RedisError.invalidURL("\(parsed.host):\(parsed.port): Redis Cluster has only database 0")
             }
             if parsed.password != nil || parsed.username != nil {
                 if let template, template.password != parsed.password || template.username != parsed.username {

@@ -109,3 +109,60 @@ extension RedisClusterServer {
         return value.split(separator: ",").map(String.init)
     }
 }
+
+/// Which Redis a parameterised test runs against: the Redis stage's suites and the pipeline integration
+/// test take it as an argument (`@Test(arguments: RedisTestTarget.allCases)`), so the same test body proves
+/// the same behaviour on one server and on a 3-primary cluster.
+public enum RedisTestTarget: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case single
+    case cluster
+
+    public var testDescription: String { self == .single ? "one redis-server" : "Redis Cluster (3 primaries)" }
+}
+
+/// A running Redis of either kind, started for one test.
+public final class RedisUnderTest: @unchecked Sendable {
+    public let target: RedisTestTarget
+    /// Set for `.single`.
+    public let server: RedisServer?
+    /// Set for `.cluster`.
+    public let cluster: RedisClusterServer?
+
+    public init(_ target: RedisTestTarget) async throws {
+        self.target = target
+        switch target {
+        case .single:
+            server = try await RedisServer()
+            cluster = nil
+        case .cluster:
+            server = nil
+            cluster = try await RedisClusterServer()
+        }
+    }
+
+    /// A client of the right kind (``RedisClient`` or ``RedisCluster``), failing fast enough for tests.
+    public func connection(maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> any RedisConnection {
+        if let server { return try server.client(maximumWait: maximumWait, logLevel: logLevel) }
+        return try cluster!.client(maximumWait: maximumWait, logLevel: logLevel)
+    }
+
+    /// The pipeline file's view of it: `redis.url` for one server, `redis.cluster` for a cluster.
+    public var url: String { server?.url ?? RedisConfiguration.defaultURL }
+    public var clusterNodes: [String]? { cluster?.addresses }
+
+    /// Keys matching `pattern` on every node (KEYS reaches one node only).
+    public func keys(_ pattern: String) async throws -> [String] {
+        var result: [String] = []
+        let clients = try server.map { [try $0.client(logLevel: .critical)] } ?? cluster!.nodes.indices.map { try cluster!.nodeClient($0) }
+        for client in clients {
+            result += (try await client.send(RedisCommand("KEYS", pattern)).array ?? []).compactMap(\.string)
+            await client.close()
+        }
+        return result
+    }
+
+    public func stop() {
+        server?.stop()
+        cluster?.stop()
+    }
+}
