@@ -93,6 +93,7 @@ public actor RedisCluster: RedisConnection {
 
     @discardableResult
     public func send(_ command: RedisCommand) async throws -> RedisReply {
+        try await ensureSlotMap(command.name)
         let reply = try await routedReply(command, slot: try await slot(of: command))
         if case .error(let message) = reply { throw RedisError.server(message) }
         return reply
@@ -105,10 +106,10 @@ public actor RedisCluster: RedisConnection {
     /// its own, routed like ``send(_:)``.
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RedisReply] {
         if commands.isEmpty { return [] }
+        try await ensureSlotMap("pipeline")
         var slots: [Int?] = []
         slots.reserveCapacity(commands.count)
         for command in commands { slots.append(try await slot(of: command)) }
-        try await ensureSlotMap("pipeline")
 
         var groups: [RedisNodeAddress: [Int]] = [:]
         var unrouted: [Int] = []
@@ -386,6 +387,7 @@ public actor RedisCluster: RedisConnection {
                 continue
             }
             try apply(reply, from: node)
+            try await loadKeyTable(from: node)
             statistics.slotMapRefreshes += 1
             mapLoaded = true
             mapSuspect = false
@@ -429,17 +431,13 @@ public actor RedisCluster: RedisConnection {
 
     /// The slot of `command`'s keys (nil: no keys, any node will do).
     private func slot(of command: RedisCommand) async throws -> Int? {
-        let elements = command.arguments.elements
-        let keys: [[UInt8]]
-        if let known = try await keyTable().keys(of: elements) {
-            keys = known
-        } else {
-            // Keys whose position depends on other arguments (SORT … STORE, XREAD STREAMS…): ask a node.
-            let reply = try await routedReply(RedisCommand("COMMAND", arguments: command.arguments.prefixed(with: "GETKEYS")), slot: nil)
-            if case .error(let message) = reply { throw RedisError.server(message) }
-            keys = (reply.array ?? []).compactMap { $0.string.map { Array($0.utf8) } }
-        }
-        return try Self.commonSlot(of: keys, command: command.name)
+        let arguments = RedisArgumentsView(command.arguments)
+        if let slot = try commandKeys().slot(of: arguments, command: command) { return slot.value }
+        if !(try commandKeys().isMovable(arguments)) { return nil }
+        // Keys whose position depends on other arguments (SORT … STORE, XREAD STREAMS…): ask a node.
+        let reply = try await routedReply(RedisCommand("COMMAND", arguments: command.arguments.prefixed(with: "GETKEYS")), slot: nil)
+        if case .error(let message) = reply { throw RedisError.server(message) }
+        return try Self.commonSlot(of: (reply.array ?? []).compactMap { $0.string.map { Array($0.utf8) } }, command: command.name)
     }
 
     private static func commonSlot(of keys: [[UInt8]], command: String) throws -> Int? {
@@ -454,14 +452,16 @@ public actor RedisCluster: RedisConnection {
         return slot
     }
 
-    private func keyTable() async throws -> RedisCommandKeyTable {
-        if let keyTable { return keyTable }
-        // Where each command's keys are, from the server itself (`COMMAND`): right for every command of
-        // the running version, with no table of ours to keep up to date.
-        let reply = try await routed("COMMAND", slot: nil) { client, _ in try await client.send(RedisCommand("COMMAND")) }
-        let table = try RedisCommandKeyTable(reply)
-        keyTable = table
-        return table
+    /// Where each command's keys are, from the server itself (`COMMAND`, read once): right for every
+    /// command of the running version, with no table of ours to keep up to date.
+    private func commandKeys() throws -> RedisCommandKeyTable {
+        guard let keyTable else { throw RedisError.unexpectedReply("COMMAND table not loaded") }
+        return keyTable
+    }
+
+    private func loadKeyTable(from node: RedisNodeAddress) async throws {
+        if keyTable != nil { return }
+        keyTable = try RedisCommandKeyTable(try await client(for: node).send(RedisCommand("COMMAND")))
     }
 }
 
@@ -519,30 +519,78 @@ struct RedisCommandKeyTable: Sendable {
         }
     }
 
-    /// The keys among `elements` (the command name first); nil when only the server can tell.
-    func keys(of elements: [[UInt8]]) -> [[UInt8]]? {
-        guard let nameBytes = elements.first else { return [] }
-        let name = String(decoding: nameBytes, as: UTF8.self).lowercased()
-        switch name {
-        case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
-            // `EVALSHA sha numkeys key… arg…`
-            guard elements.count >= 3, let count = Int(String(decoding: elements[2], as: UTF8.self)),
-                count >= 0, elements.count >= 3 + count
-            else { return [] }
-            return Array(elements[3..<3 + count])
-        default: break
-        }
-        guard var positions = commands[name] else { return [] }
-        if positions.first == 0, elements.count > 1,
-            let sub = commands[name + "|" + String(decoding: elements[1], as: UTF8.self).lowercased()]
-        {
+    private func positions(_ arguments: RedisArgumentsView) -> Positions? {
+        guard arguments.count > 0 else { return nil }
+        let name = arguments.lowercased(0)
+        guard var positions = commands[name] else { return nil }
+        if positions.first == 0, arguments.count > 1, let sub = commands[name + "|" + arguments.lowercased(1)] {
             positions = sub
         }
-        if positions.movable { return nil }
-        guard positions.first > 0, positions.first < elements.count else { return [] }
-        let last = positions.last < 0 ? elements.count + positions.last : min(positions.last, elements.count - 1)
-        guard last >= positions.first else { return [] }
-        return stride(from: positions.first, through: last, by: max(1, positions.step)).map { elements[$0] }
+        return positions
+    }
+
+    /// Whether only the server can tell where the keys are (`COMMAND GETKEYS`).
+    func isMovable(_ arguments: RedisArgumentsView) -> Bool {
+        guard !Self.scriptCalls.contains(arguments.count > 0 ? arguments.lowercased(0) : "") else { return false }
+        return positions(arguments)?.movable ?? false
+    }
+
+    private static let scriptCalls: Set<String> = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"]
+
+    /// The one slot of the command's keys; nil when it has none or only the server can tell
+    /// (``isMovable(_:)``). Keys in two slots throw ``RedisClusterError/crossSlot(command:slots:)``.
+    func slot(of arguments: RedisArgumentsView, command: RedisCommand) throws -> RedisSlot? {
+        guard arguments.count > 0 else { return nil }
+        var range: StrideThrough<Int>
+        if Self.scriptCalls.contains(arguments.lowercased(0)) {
+            // `EVALSHA sha numkeys key… arg…`
+            guard arguments.count >= 3, let count = Int(arguments.lowercased(2)), count > 0, arguments.count >= 3 + count else { return nil }
+            range = stride(from: 3, through: 2 + count, by: 1)
+        } else {
+            guard let positions = positions(arguments), !positions.movable, positions.first > 0, positions.first < arguments.count else { return nil }
+            let last = positions.last < 0 ? arguments.count + positions.last : min(positions.last, arguments.count - 1)
+            guard last >= positions.first else { return nil }
+            range = stride(from: positions.first, through: last, by: max(1, positions.step))
+        }
+        var slot: RedisSlot?
+        var slots: Set<Int> = []
+        for index in range {
+            let keySlot = arguments.withElement(index) { RedisSlot(keyBytes: $0) }
+            slots.insert(keySlot.value)
+            slot = slot ?? keySlot
+        }
+        if slots.count > 1 { throw RedisClusterError.crossSlot(command: command.name, slots: slots.sorted()) }
+        return slot
+    }
+}
+
+/// The arguments of one command read in place (no copy per argument): a command of a large pipeline
+/// is routed by hashing its key's bytes where they are.
+struct RedisArgumentsView {
+    private let arguments: RedisArguments
+    private let offsets: [Int]
+
+    init(_ arguments: RedisArguments) {
+        self.arguments = arguments
+        var offsets: [Int] = []
+        offsets.reserveCapacity(arguments.lengths.count)
+        var offset = 0
+        for length in arguments.lengths {
+            offsets.append(offset)
+            offset += length
+        }
+        self.offsets = offsets
+    }
+
+    var count: Int { offsets.count }
+
+    func withElement<R>(_ index: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        let start = offsets[index], length = arguments.lengths[index]
+        return arguments.bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[start..<start + length])) }
+    }
+
+    func lowercased(_ index: Int) -> String {
+        withElement(index) { String(decoding: $0, as: UTF8.self).lowercased() }
     }
 }
 
