@@ -80,11 +80,18 @@ public actor RedisCluster: RedisConnection {
 
     // MARK: - RedisConnection
 
-    /// Reads the slot map and connects to every primary, without retrying: a wrong address, a password
-    /// refused or a server that is not a cluster fails here, at start.
+    /// Reads the slot map and connects to every primary, without retrying: no seed answering, a password
+    /// refused or a server that is not a cluster fails here, at start. A primary that does not answer
+    /// while others do is only logged: its slots may be failing over, and calls for them wait as usual.
     public func connect() async throws {
         try await refreshSlotMap()
-        for node in primaries { try await client(for: node).connect() }
+        for node in primaries {
+            do {
+                try await client(for: node).connect()
+            } catch let error as RedisError where Self.isNodeFailure(error) {
+                logger.warning("redis cluster primary not reachable at start", metadata: ["redis.node": "\(node)", "error": "\(error)"])
+            }
+        }
     }
 
     public func close() async {

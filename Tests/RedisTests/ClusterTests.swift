@@ -185,6 +185,22 @@ struct ClusterClientTests {
         #expect(try await cluster.send(RedisCommand("GET", onVictim)).string == "after")
     }
 
+    /// The first seed is down: the slot map comes from the next one, and calls for the live primaries
+    /// go through.
+    @Test func aDeadSeedIsSkipped() async throws {
+        let server = try await RedisClusterServer()
+        defer { server.stop() }
+        let ranges = try await slotRanges(server)
+        server.nodes[0].kill()
+        let cluster = try server.client(maximumWait: .milliseconds(300), logLevel: .critical)
+        try await cluster.connect()
+        #expect(try await cluster.primaryNodes().count == 3)
+        let key = (0...).lazy.map { "seed:\($0)" }.first { key in ranges.first { $0.slots.contains(RedisSlot(key: key).value) }!.node == 1 }!
+        #expect(try await cluster.send(RedisCommand("SET", key, "1")) == .status("OK"))
+        // Only the dead one given: a start-up error, at once.
+        await #expect(throws: RedisError.self) { try await RedisCluster(nodes: ["127.0.0.1:\(server.nodes[0].port)"]).connect() }
+    }
+
     /// A plain server given as a cluster node: a start-up error that says what to do.
     @Test func aPlainServerIsRefusedAsAClusterNode() async throws {
         let plain = try await RedisServer()
