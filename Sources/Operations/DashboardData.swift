@@ -79,17 +79,17 @@ public final class DashboardData: Sendable {
             let stats = try await store.readStats(lastMinutes: 60, now: now)
             s.totals = stats.totals.fields
             s.minutes = stats.minutes.map { .init(start: $0.start, counters: $0.counters.fields) }
-            let campaignKeys = try await scan(keys.campaign(""), limit: Self.maxCampaigns)
-            let shardKeys = try await scan("\(keys.prefix):shard:", limit: Self.maxConnections)
+            let campaignKeys = try await scan(keys.campaignPrefix, limit: Self.maxCampaigns)
+            let shardKeys = try await scan(keys.shardPrefix, limit: Self.maxConnections)
             let replies = try await client.pipeline((campaignKeys + shardKeys).map { RedisCommand("HGETALL", $0) })
             for (key, reply) in zip(campaignKeys, replies) {
                 let fields = Self.fields(reply).compactMapValues { Int64($0) }
-                let id = String(key.dropFirst(keys.campaign("").count))
+                let id = String(key.dropFirst(keys.campaignPrefix.count))
                 s.campaigns.append(.init(id: id, published: fields["published"] ?? 0, counters: fields))
             }
             for (key, reply) in zip(shardKeys, replies.dropFirst(campaignKeys.count)) {
-                // <p>:shard:<app>:<n>; the app (a bundle id) has no colon.
-                let rest = key.dropFirst("\(keys.prefix):shard:".count)
+                // {<p>}:shard:<app>:<n>; the app (a bundle id) has no colon.
+                let rest = key.dropFirst(keys.shardPrefix.count)
                 guard let colon = rest.lastIndex(of: ":"), let n = Int(rest[rest.index(after: colon)...]) else { continue }
                 s.connections.append(.init(app: String(rest[..<colon]), shard: n, fields: Self.fields(reply)))
             }

@@ -15,7 +15,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// checks every bucket within the retention (retention / width + 2 lookups per job), so wider
     /// buckets mean fewer lookups but more records per bucket.
     public var dedupBucketWidth: Duration
-    /// Sets per time bucket. Size it so a set stays below the server's `set-max-intset-entries`
+    /// Sets per time bucket and app, split over its token buckets (``dedupSubBucketsPerTag`` per tag). Size it so a set stays below the server's `set-max-intset-entries`
     /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400
     /// (the default, 4096 per 12 h bucket, suits up to ~1.6 million accepted jobs per 12 h).
     /// Beyond that a set still works but converts to a hash table (~7× the memory); the settler logs a
@@ -26,8 +26,26 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// How long a job admitted by the gate blocks other copies of its id if it is never settled (a
     /// crashed process). Longer than gate-to-settle takes: settle_after, retries and replays.
     public var inFlightLease: Duration
-    /// How long a settle batch id is remembered to make retries of the batch no-ops.
+    /// How long a settle batch id is remembered to make retries of the batch no-ops (its counters'
+    /// marker `{<p>}:batch:<id>`).
     public var batchMarkerRetention: Duration
+    /// How long the marker of a settle batch's part in one token tag (`{<p>:<app>:<n>}:batch:<id>`, which
+    /// holds the part's result) lives: a retry of the batch within it replays the part instead of applying
+    /// it again. One marker per tag and batch, so shorter than ``batchMarkerRetention``; longer than a
+    /// client retries a call (``RedisReconnectPolicy/maximumWait``, 300 s by default).
+    public var partMarkerRetention: Duration
+    /// Token buckets per app (`redis.token_buckets`): the hash tags, so Redis Cluster slots, one app's
+    /// per-token keys spread over (``RedisKeys/tokenBucket(_:)``). Fixed for the life of the data: changing
+    /// it moves every token to another bucket (dedup records, suppressions and registrations unfindable).
+    public var tokenBuckets: Int
+    /// How far another process's clock may run ahead of this one's: within this much of the next dedup
+    /// time bucket's start, the gate probes that bucket too (a record settled by a process whose clock
+    /// already passed the boundary lands there).
+    public var clockSkewAllowance: Duration
+    /// Send each script call with the keys of one Redis Cluster slot only (``RedisSlot``). Off for a
+    /// single Redis, which then gets all groups of a batch in one call (one round trip); the groups and
+    /// their keys are the same either way.
+    public var oneSlotPerCall: Bool
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
     /// The process that holds the leases this store's gate takes: its heartbeat key must live (see
@@ -47,7 +65,11 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
         batchMarkerRetention: Duration = .seconds(3600),
         minuteBucketRetention: Duration = .seconds(86_400),
         leaseOwner: String = UUID().uuidString.lowercased(),
-        ownerHeartbeat: Duration = .seconds(10)
+        ownerHeartbeat: Duration = .seconds(10),
+        partMarkerRetention: Duration = .seconds(600),
+        tokenBuckets: Int = RedisKeys.defaultTokenBuckets,
+        clockSkewAllowance: Duration = .seconds(600),
+        oneSlotPerCall: Bool = false
     ) {
         self.keyPrefix = keyPrefix
         self.dedupRetention = dedupRetention
@@ -59,7 +81,14 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
         self.minuteBucketRetention = minuteBucketRetention
         self.leaseOwner = leaseOwner
         self.ownerHeartbeat = ownerHeartbeat
+        self.partMarkerRetention = partMarkerRetention
+        self.tokenBuckets = max(1, tokenBuckets)
+        self.clockSkewAllowance = clockSkewAllowance
+        self.oneSlotPerCall = oneSlotPerCall
     }
+
+    /// Dedup sets per token tag and time bucket: ``dedupSubBuckets`` is per app, split over its token buckets.
+    public var dedupSubBucketsPerTag: Int { max(1, dedupSubBuckets / max(1, tokenBuckets)) }
 }
 
 /// The pipeline's shared state in Redis: the gate before sending, the settler after, registrations,
@@ -82,7 +111,7 @@ public struct PipelineStore: Sendable {
     public init(client: RedisClient, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(), logger: Logger = Logger(label: "apns.redis.store")) {
         self.client = client
         self.configuration = configuration
-        self.keys = RedisKeys(prefix: configuration.keyPrefix)
+        self.keys = RedisKeys(prefix: configuration.keyPrefix, tokenBuckets: configuration.tokenBuckets)
         self.logger = logger
     }
 
@@ -103,57 +132,123 @@ public struct PipelineStore: Sendable {
     /// Decides, for each job of a batch, whether to send it: already settled as accepted → ``GateDecision/deduped``;
     /// another copy in flight → ``GateDecision/inFlight``; token suppressed and not registered since →
     /// ``GateDecision/suppressed``; else ``GateDecision/admitted(language:)`` with an in-flight lease
-    /// taken. One round trip. Decisions come back in the order of `requests`.
+    /// taken. One round trip on a single Redis (one call per slot on a cluster), plus one when a lease of
+    /// another process is met (its heartbeat is read, and a dead owner's lease taken over). Decisions come
+    /// back in the order of `requests`.
     public func gate(_ requests: [GateRequest], now: Int64 = PipelineStore.epochNow()) async throws -> [GateDecision] {
         if requests.isEmpty { return [] }
-        var arguments = RedisArguments()
-        arguments.append(configuration.leaseOwner)
-        arguments.append(Self.newBatchID())  // the gate call: the same across retries of this call
-        arguments.append(max(1, configuration.inFlightLease.milliseconds))
-        arguments.append(keys.ownerPrefix)
-        let buckets = dedupBucketsToCheck(now: now)
-        arguments.append(buckets.count)
-        for bucket in buckets { arguments.append(keys.dedupPrefix(bucket: bucket)) }
+        let call = Self.newBatchID()  // the gate call: the same across retries of this call
+        var (decisions, held) = try await gateOnce(requests, indices: Array(requests.indices), voids: [:], call: call, now: now)
+        if held.isEmpty { return decisions }
 
-        var appIndex: [String: Int] = [:]
-        var apps: [String] = []
-        for request in requests where appIndex[request.app] == nil {
-            apps.append(request.app)
-            appIndex[request.app] = apps.count  // 1-based for Lua
+        // Leases of other processes: void if the owner's heartbeat is gone (it died between gate and
+        // settle). Heartbeats are keys of no job's slot, so they are read here with plain commands, and
+        // the take-over is a second gate call that overwrites a lease only if it still holds the value
+        // read (a conditional write in the lease's own slot). The alternative, a copy of every heartbeat
+        // in every token tag, would write apps × token buckets keys per beat for a path taken only after
+        // a crash.
+        var alive: [String: Bool] = [:]
+        for value in Set(held.values) {
+            let owner = Self.leaseOwner(of: value)
+            if alive[owner] == nil { alive[owner] = try await command(RedisCommand("EXISTS", keys.owner(owner))).integer == 1 }
         }
-        arguments.append(apps.count)
-        for app in apps {
-            arguments.append(keys.suppressed(app: app))
-            arguments.append(keys.registered(app: app))
-            arguments.append(keys.language(app: app))
+        let void = held.filter { alive[Self.leaseOwner(of: $0.value)] == false }
+        if void.isEmpty { return decisions }
+        let indices = void.keys.sorted()
+        let (retried, _) = try await gateOnce(requests, indices: indices, voids: void, call: call, now: now)
+        for index in indices { decisions[index] = retried[index] }
+        return decisions
+    }
+
+    static func leaseOwner(of value: String) -> String {
+        String(value.prefix { $0 != "/" })
+    }
+
+    /// One gate pass over `requests[indices]`; `voids`: leases (by request index) to take over if they
+    /// still hold that value. Returns the decisions (only `indices` filled) and, for jobs in flight in
+    /// another process, the lease's value.
+    private func gateOnce(
+        _ requests: [GateRequest], indices: [Int], voids: [Int: String], call: String, now: Int64
+    ) async throws -> (decisions: [GateDecision], held: [Int: String]) {
+        struct Group {
+            var tag: String
+            var jobs: [Int] = []
+            var keys: [String]
+            var subIndex: [Int: Int] = [:]
+            var dedupKeys: [String] = []
+            var jobArguments = RedisArguments()
         }
-        for request in requests {
+        let probes = dedupBucketsToProbe(now: now)
+        let subs = configuration.dedupSubBucketsPerTag
+        var groups: [Group] = []
+        var groupOf: [TagID: Int] = [:]
+        for index in indices {
+            let request = requests[index]
+            let id = TagID(app: request.app, bucket: keys.tokenBucket(request.tokenHex))
+            let g: Int
+            if let known = groupOf[id] {
+                g = known
+            } else {
+                let tag = keys.tokenTag(app: id.app, bucket: id.bucket)
+                groups.append(Group(tag: tag, keys: [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag)]))
+                g = groups.count - 1
+                groupOf[id] = g
+            }
             let fingerprint = JobFingerprint(jobID: request.jobID)
-            arguments.append(keys.inFlight(jobID: request.jobID))
-            arguments.append(appIndex[request.app]!)
-            arguments.append(RedisKeys.tokenField(request.tokenHex))
-            arguments.append(fingerprint.member)
-            arguments.append(fingerprint.subBucket(of: configuration.dedupSubBuckets))
+            let sub = fingerprint.subBucket(of: subs)
+            let base: Int
+            if let known = groups[g].subIndex[sub] {
+                base = known
+            } else {
+                base = groups[g].dedupKeys.count
+                groups[g].subIndex[sub] = base
+                for bucket in probes { groups[g].dedupKeys.append(keys.dedup(tag: groups[g].tag, bucket: bucket, subBucket: sub)) }
+            }
+            groups[g].jobs.append(index)
+            groups[g].jobArguments.append(lowercasingASCII: request.tokenHex)
+            groups[g].jobArguments.append(fingerprint.member)
+            groups[g].jobArguments.append(base)
+            groups[g].jobArguments.append(voids[index] ?? "")
         }
+        let scriptGroups = groups.map { group -> ScriptGroup in
+            var arguments = RedisArguments()
+            arguments.append(group.dedupKeys.count)
+            arguments.append(group.jobs.count)
+            arguments.append(probes.count)
+            arguments.append(contentsOf: group.jobArguments)
+            var keys = group.keys
+            keys.append(contentsOf: group.dedupKeys)
+            for index in group.jobs { keys.append(self.keys.inFlight(tag: group.tag, jobID: requests[index].jobID)) }
+            return ScriptGroup(tag: group.tag, keys: keys, arguments: arguments)
+        }
+        var header = RedisArguments()
+        header.append(configuration.leaseOwner)
+        header.append(call)
+        header.append(max(1, configuration.inFlightLease.milliseconds))
+        let replies = try await run(Scripts.gate, header: header, groups: scriptGroups)
 
-        let reply = try await client.eval(Scripts.gate, arguments: arguments)
-        guard let flat = reply.array, flat.count == requests.count * 2 else {
-            throw RedisError.unexpectedReply("gate: expected \(requests.count * 2) elements, got \(reply)")
-        }
-        var decisions: [GateDecision] = []
-        decisions.reserveCapacity(requests.count)
-        for index in requests.indices {
-            switch flat[index * 2].integer {
-            case 1: decisions.append(.admitted(language: flat[index * 2 + 1].string))
-            case 2: decisions.append(.deduped)
-            case 3: decisions.append(.inFlight)
-            case 4: decisions.append(.suppressed)
-            case 5: decisions.append(.takenOver(language: flat[index * 2 + 1].string))
-            case 6: decisions.append(.inFlightElsewhere(owner: flat[index * 2 + 1].string ?? "?"))
-            default: throw RedisError.unexpectedReply("gate: bad decision \(flat[index * 2])")
+        var decisions = Array(repeating: GateDecision.inFlight, count: requests.count)
+        var held: [Int: String] = [:]
+        for (group, reply) in zip(groups, replies) {
+            guard let flat = reply.array, flat.count == group.jobs.count * 2 else {
+                throw RedisError.unexpectedReply("gate: expected \(group.jobs.count * 2) elements, got \(reply)")
+            }
+            for (position, index) in group.jobs.enumerated() {
+                let value = flat[position * 2 + 1].string
+                switch flat[position * 2].integer {
+                case 1: decisions[index] = .admitted(language: value)
+                case 2: decisions[index] = .deduped
+                case 3: decisions[index] = .inFlight
+                case 4: decisions[index] = .suppressed
+                case 5: decisions[index] = .takenOver(language: value)
+                case 6:
+                    decisions[index] = .inFlightElsewhere(owner: value.map(Self.leaseOwner(of:)) ?? "?")
+                    if let value { held[index] = value }
+                default: throw RedisError.unexpectedReply("gate: bad decision \(flat[position * 2])")
+                }
             }
         }
-        return decisions
+        return (decisions, held)
     }
 
     // MARK: Lease owner
@@ -161,7 +256,7 @@ public struct PipelineStore: Sendable {
     /// Writes (or refreshes) this process's heartbeat, `<p>:owner:<leaseOwner>`, living
     /// ``PipelineStoreConfiguration/ownerHeartbeat``. While it lives, this process's leases hold.
     public func beat(description: String = "") async throws {
-        _ = try await client.send(
+        _ = try await command(
             RedisCommand(
                 "SET", keys.owner(configuration.leaseOwner), description.isEmpty ? "alive" : description, "PX",
                 String(max(1, configuration.ownerHeartbeat.milliseconds))))
@@ -169,7 +264,7 @@ public struct PipelineStore: Sendable {
 
     /// Removes the heartbeat (graceful stop): whatever this process still leases is void at once.
     public func endHeartbeat() async throws {
-        _ = try await client.send(RedisCommand("DEL", keys.owner(configuration.leaseOwner)))
+        _ = try await command(RedisCommand("DEL", keys.owner(configuration.leaseOwner)))
     }
 
     /// Buckets that may hold a live record: those whose expiry (end + retention) is after `now`, plus the
@@ -182,30 +277,61 @@ public struct PipelineStore: Sendable {
         return Array(first...last)
     }
 
+    /// The buckets the gate probes, in the order it probes them: the current one first (where most
+    /// duplicates are), then older ones, and the next one only within ``PipelineStoreConfiguration/clockSkewAllowance``
+    /// of its start (a process whose clock runs that much ahead may already write there). Each probe is
+    /// a call per job, so a probe that cannot hit is skipped.
+    func dedupBucketsToProbe(now: Int64) -> [Int64] {
+        let width = max(1, configuration.dedupBucketWidth.components.seconds)
+        let all = dedupBucketsToCheck(now: now)
+        let next = all.last!
+        var probes = Array(all.dropLast().reversed())
+        if now + configuration.clockSkewAllowance.components.seconds >= next * width { probes.append(next) }
+        return probes
+    }
+
     // MARK: Settler
 
     /// Records a batch of outcomes: dedup records for accepted jobs, suppression of the tokens an outcome
     /// asks to suppress, releases the in-flight leases, and increments totals, the minute bucket,
-    /// campaigns, `rejected:<code>` and shard counters. One round trip.
+    /// campaigns, `rejected:<code>` and shard counters. One round trip on a single Redis; on a cluster one
+    /// call per token slot (in parallel), then one for the counters.
     ///
-    /// Exactly once: the batch's ``SettleBatch/id`` is set as a marker in the same script; applying a
-    /// batch whose marker exists changes nothing and returns `false`. So a retry after a lost reply (ours
-    /// or the caller's) never counts twice.
+    /// Exactly once: each part runs under a marker in its own slot. The counters' marker
+    /// `{<p>}:batch:<id>`: applying counters whose marker exists changes nothing and returns `false`. A
+    /// token tag's part marker `{…}:batch:<id>` holds the part's result (which accepted jobs were new), so
+    /// a retry — after a lost reply, or a crash between the parts — replays the result instead of writing
+    /// again, and the counters count each job once.
     @discardableResult
     public func settle(_ batch: SettleBatch) async throws -> Bool {
-        var writes = Writes(marker: keys.batch(batch.id), markerTTL: configuration.batchMarkerRetention.components.seconds)
+        try await settle(batch, partsOnly: false)
+    }
+
+    /// `partsOnly`: run the token tags' parts and stop, as a process that crashed between them and the
+    /// counters would (for tests of the replay).
+    func settle(_ batch: SettleBatch, partsOnly: Bool) async throws -> Bool {
+        var counters = CounterWrites(marker: keys.batch(batch.id))
         let minuteKey = keys.stats(minuteOf: batch.settledAt)
         func count(_ field: String, _ delta: Int64, campaign: String? = nil) {
             guard delta != 0 else { return }
-            writes.increment(keys.stats, field, delta)
-            writes.increment(minuteKey, field, delta)
-            if let campaign { writes.increment(keys.campaign(campaign), field, delta) }
+            counters.increment(keys.stats, field, delta)
+            counters.increment(minuteKey, field, delta)
+            if let campaign { counters.increment(keys.campaign(campaign), field, delta) }
         }
 
         let width = max(1, configuration.dedupBucketWidth.components.seconds)
         let bucket = Self.floorDivide(batch.settledAt, width)
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
-        writes.countedTTL = jobMarkRetention
+        let subs = configuration.dedupSubBucketsPerTag
+        var parts: [TagWrites] = []
+        var partOf: [TagID: Int] = [:]
+        func part(app: String, tokenHex: String) -> Int {
+            let id = TagID(app: app, bucket: keys.tokenBucket(tokenHex))
+            if let known = partOf[id] { return known }
+            parts.append(TagWrites(keys: keys, tag: keys.tokenTag(app: app, bucket: id.bucket), marker: batch.id, expireAt: dedupExpiry))
+            partOf[id] = parts.count - 1
+            return parts.count - 1
+        }
         struct CampaignJob: Hashable {
             var campaign: String
             var member: Int64
@@ -215,30 +341,35 @@ public struct PipelineStore: Sendable {
             count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
             if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
-                writes.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
+                counters.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
             }
             let fingerprint = JobFingerprint(jobID: outcome.jobID)
-            // Per-job progress: counted by the script if this is the job's first settlement (Scripts.apply).
+            // Per-job progress: counted by the counters script if this is the job's first settlement.
             // Only a job's first outcome in this batch can be (a later one is a redelivered copy).
-            var progress: (hash: String, counted: String, field: CampaignField)?
+            var progress: (campaign: String, field: CampaignField)?
             if let campaign = outcome.campaign, let field = CampaignField.jobs(outcome.kind),
                 seenInBatch.insert(CampaignJob(campaign: campaign, member: fingerprint.member)).inserted
             {
-                progress = (keys.campaign(campaign), keys.countedJobs(campaign: campaign), field)
+                progress = (campaign, field)
             }
+            // A deduped job without a suppression writes nothing in its tag.
+            guard outcome.kind != .deduped || outcome.suppressToken != nil else {
+                if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
+                continue
+            }
+            let p = part(app: outcome.app, tokenHex: outcome.tokenHex)
             if outcome.kind == .accepted {
-                let key = keys.dedup(bucket: bucket, subBucket: fingerprint.subBucket(of: configuration.dedupSubBuckets))
-                writes.add(key, member: fingerprint.member, expireAt: dedupExpiry, countingFor: progress.map { ($0.hash, $0.counted) })
+                let add = parts[p].add(dedupBucket: bucket, subBucket: fingerprint.subBucket(of: subs), member: fingerprint.member)
+                if let progress { counters.accepted(campaign: progress.campaign, keys: keys, member: fingerprint.member, part: p, add: add) }
             } else if let progress {
-                writes.progress(campaign: progress.hash, counted: progress.counted, field: progress.field.rawValue, member: fingerprint.member)
+                counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member)
             }
             if let suppression = outcome.suppressToken {
-                writes.suppress(
-                    keys.suppressed(app: outcome.app), RedisKeys.tokenField(outcome.tokenHex), at: suppression.since ?? batch.settledAt,
-                    reason: suppression.reason)
+                let at = suppression.since ?? batch.settledAt
+                parts[p].suppress(tokenHex: outcome.tokenHex, at: at, reason: suppression.reason)
             }
             // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
-            if outcome.kind != .deduped { writes.delete(keys.inFlight(jobID: outcome.jobID)) }
+            if outcome.kind != .deduped { parts[p].release(jobID: outcome.jobID) }
         }
         let events = batch.events
         count(CounterField.received.rawValue, Int64(events.received))
@@ -252,43 +383,109 @@ public struct PipelineStore: Sendable {
         count(CounterField.refusedAfterSettle.rawValue, Int64(events.refusedAfterSettle))
         for (campaign, e) in batch.campaignEvents {
             for (field, n) in [(CounterField.resentAfterCrash, e.resentAfterCrash), (.ambiguous, e.ambiguous)] where n != 0 {
-                writes.increment(keys.campaign(campaign), field.rawValue, Int64(n))
+                counters.increment(keys.campaign(campaign), field.rawValue, Int64(n))
             }
         }
         for shardEvent in batch.shardEvents where shardEvent.replayed != 0 {
-            writes.increment(keys.shard(app: shardEvent.app, shard: shardEvent.shard), "replayed", Int64(shardEvent.replayed))
+            counters.increment(keys.shard(app: shardEvent.app, shard: shardEvent.shard), "replayed", Int64(shardEvent.replayed))
         }
-        if writes.touches(minuteKey) {
-            writes.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
+        if counters.touches(minuteKey) {
+            counters.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
         }
-        return try await apply(writes, operation: "settle")
+        counters.countedTTL = jobMarkRetention
+
+        let groups = parts.map { $0.group(markerTTL: configuration.partMarkerRetention.components.seconds) }
+        if !configuration.oneSlotPerCall && !partsOnly {
+            // A single Redis: both parts in one script, one round trip; the same key lists as below.
+            var header = RedisArguments()
+            header.append(configuration.partMarkerRetention.components.seconds)
+            header.append(groups.count)
+            var keyList: [String] = []
+            for group in groups {
+                keyList.append(contentsOf: group.keys)
+                header.append(contentsOf: group.arguments)
+            }
+            let countersCall = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: nil)
+            keyList.append(contentsOf: countersCall.keys)
+            header.append(contentsOf: countersCall.arguments)
+            let reply = try await eval(Scripts.settle, keys: keyList, arguments: header)
+            guard let both = reply.array, both.count == 2, let tagReplies = both[0].array ?? (groups.isEmpty ? [] : nil),
+                tagReplies.count == groups.count, let applied = both[1].integer
+            else { throw RedisError.unexpectedReply("settle: \(reply)") }
+            _ = try tagResults(tagReplies)
+            return noteApplied(applied == 1, operation: "settle")
+        }
+        // Redis Cluster: each token slot's part, then the counters with the parts' results.
+        var header = RedisArguments()
+        header.append(configuration.partMarkerRetention.components.seconds)
+        let flags = try tagResults(try await run(Scripts.tagWrites, header: header, groups: groups))
+        if partsOnly { return false }
+        let countersCall = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: flags)
+        let reply = try await eval(Scripts.counters, keys: countersCall.keys, arguments: countersCall.arguments)
+        guard let applied = reply.integer else { throw RedisError.unexpectedReply("settle counters: \(reply)") }
+        return noteApplied(applied == 1, operation: "settle")
+    }
+
+    /// The flags of the tag parts' replies (`{ flags, sampled set size }` each); warns once about dedup
+    /// sets past the intset size.
+    private func tagResults(_ replies: [RedisReply]) throws -> [[UInt8]] {
+        var flags: [[UInt8]] = []
+        flags.reserveCapacity(replies.count)
+        for reply in replies {
+            guard let pair = reply.array, pair.count == 2, let sample = pair[1].integer else {
+                throw RedisError.unexpectedReply("settle part: \(reply)")
+            }
+            if case .bulk(let bytes) = pair[0] { flags.append(bytes) } else { flags.append([]) }
+            if sample > configuration.dedupSetCapacity, overflowWarning.setOnce() {
+                logger.warning("dedup sets exceed the intset size: raise dedupSubBuckets", metadata: [
+                    "redis.dedup_set_size": "\(sample)", "redis.dedup_sub_buckets": "\(configuration.dedupSubBuckets)",
+                ])
+            }
+        }
+        return flags
+    }
+
+    private func noteApplied(_ applied: Bool, operation: String) -> Bool {
+        if !applied {
+            logger.debug("batch already applied; replay ignored", metadata: ["redis.operation": "\(operation)"])
+        }
+        return applied
     }
 
     // MARK: Registrations and suppressions
 
     /// Applies registration events: `registered` and the language are written only when the event is at
     /// least as new as the stored registration, so a registration lifts an older suppression and a stale
-    /// one changes nothing. One round trip.
+    /// one changes nothing. One round trip on a single Redis (one call per token slot on a cluster).
     public func applyRegistrations(_ registrations: [Registration]) async throws {
         if registrations.isEmpty { return }
-        var writes = Writes()
+        var parts = TagWritesSet(keys: keys)
         for registration in registrations {
-            writes.register(
-                keys.registered(app: registration.app), keys.language(app: registration.app),
-                RedisKeys.tokenField(registration.tokenHex), at: registration.registeredAt, language: registration.language ?? "")
+            parts.update(app: registration.app, tokenHex: registration.tokenHex) {
+                $0.register(tokenHex: registration.tokenHex, at: registration.registeredAt, language: registration.language ?? "")
+            }
         }
-        _ = try await apply(writes, operation: "registrations")
+        try await applyTagWrites(parts.parts)
     }
 
-    /// Suppresses tokens (`<p>:suppressed:<app>` token → `<epoch>:<reason>`), keeping the newest time of
-    /// each token. For the feedback poller: one round trip per batch of tuples.
+    /// Suppresses tokens (`{<p>:<app>:<n>}:suppressed` token → `<epoch>:<reason>`), keeping the newest
+    /// time of each token. For the feedback poller: one round trip per batch of tuples (one call per
+    /// token slot on a cluster).
     public func suppress(_ suppressions: [Suppression]) async throws {
         if suppressions.isEmpty { return }
-        var writes = Writes()
+        var parts = TagWritesSet(keys: keys)
         for suppression in suppressions {
-            writes.suppress(keys.suppressed(app: suppression.app), RedisKeys.tokenField(suppression.tokenHex), at: suppression.at, reason: suppression.reason)
+            parts.update(app: suppression.app, tokenHex: suppression.tokenHex) {
+                $0.suppress(tokenHex: suppression.tokenHex, at: suppression.at, reason: suppression.reason)
+            }
         }
-        _ = try await apply(writes, operation: "suppress")
+        try await applyTagWrites(parts.parts)
+    }
+
+    private func applyTagWrites(_ parts: [TagWrites]) async throws {
+        var header = RedisArguments()
+        header.append(configuration.partMarkerRetention.components.seconds)
+        _ = try tagResults(try await run(Scripts.tagWrites, header: header, groups: parts.map { $0.group(markerTTL: 0) }))
     }
 
     // MARK: Counters
@@ -299,7 +496,7 @@ public struct PipelineStore: Sendable {
     public func beginPublish(campaign: String, expectedJobs: Int, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws -> Int {
         let key = keys.campaign(campaign)
         let sets = max(1, (expectedJobs + 399) / 400)
-        let replies = try await client.pipeline([
+        let replies = try await commands([
             RedisCommand("HSET", key, CampaignField.publishStartedMs.rawValue, String(nowMs)),
             RedisCommand("HSETNX", key, CampaignField.jobMarkSets.rawValue, String(sets)),
             RedisCommand("HGET", key, CampaignField.jobMarkSets.rawValue),
@@ -310,27 +507,36 @@ public struct PipelineStore: Sendable {
 
     /// Ends a publish of `campaign` (`publish_finished_ms`).
     public func finishPublish(campaign: String, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws {
-        _ = try await client.send(RedisCommand("HSET", keys.campaign(campaign), CampaignField.publishFinishedMs.rawValue, String(nowMs)))
+        _ = try await command(RedisCommand("HSET", keys.campaign(campaign), CampaignField.publishFinishedMs.rawValue, String(nowMs)))
     }
 
     /// Records a batch of published jobs: `messages` (default: one per id) to `published`, and the ids
-    /// never published before in this campaign to `jobs` (marked in `…:jobs:published:<id>:<set>`,
+    /// never published before in this campaign to `jobs` (marked in `{<p>}:jobs:published:<id>:<set>`,
     /// `markSets` from ``beginPublish(campaign:expectedJobs:nowMs:)``). Exactly once even if retried. One
     /// round trip. Returns how many ids were new.
     @discardableResult
     public func recordPublished(campaign: String, jobIDs: [String], messages: Int? = nil, markSets: Int) async throws -> Int {
+        var keyList = [keys.batch(Self.newBatchID()), keys.campaign(campaign)]
+        var setIndex: [Int: Int] = [:]
         var arguments = RedisArguments()
-        arguments.append(keys.batch(Self.newBatchID()))
         arguments.append(configuration.batchMarkerRetention.components.seconds)
-        arguments.append(keys.campaign(campaign))
         arguments.append(messages ?? jobIDs.count)
         arguments.append(jobMarkRetention)
         for id in jobIDs {
             let fingerprint = JobFingerprint(jobID: id)
-            arguments.append(keys.publishedJobs(campaign: campaign, set: fingerprint.subBucket(of: max(1, markSets))))
+            let set = fingerprint.subBucket(of: max(1, markSets))
+            let index: Int
+            if let known = setIndex[set] {
+                index = known
+            } else {
+                keyList.append(keys.publishedJobs(campaign: campaign, set: set))
+                index = keyList.count - 2
+                setIndex[set] = index
+            }
+            arguments.append(index)
             arguments.append(fingerprint.member)
         }
-        let reply = try await client.eval(Scripts.publish, arguments: arguments)
+        let reply = try await eval(Scripts.publish, keys: keyList, arguments: arguments)
         guard let new = reply.integer else { throw RedisError.unexpectedReply("publish: \(reply)") }
         return max(0, Int(new))
     }
@@ -338,32 +544,39 @@ public struct PipelineStore: Sendable {
     /// Adds `count` to the campaign's `published` field, exactly once even if the call is retried. (Only
     /// messages: `jobs`, the base of per-job progress, comes from ``recordPublished(campaign:jobIDs:messages:markSets:)``.)
     public func incrementPublished(campaign: String, by count: Int) async throws {
-        var writes = Writes(marker: keys.batch(Self.newBatchID()), markerTTL: configuration.batchMarkerRetention.components.seconds)
-        writes.increment(keys.campaign(campaign), "published", Int64(count))
-        _ = try await apply(writes, operation: "published")
+        var counters = CounterWrites(marker: keys.batch(Self.newBatchID()))
+        counters.increment(keys.campaign(campaign), "published", Int64(count))
+        try await applyCounters(counters, operation: "published")
     }
 
     /// Adds to counters of the totals and of the current minute (not exactly once: for events counted
     /// outside a settle batch, such as failed dead-letter writes).
     public func increment(_ field: CounterField, by delta: Int64, now: Int64 = PipelineStore.epochNow()) async throws {
         guard delta != 0 else { return }
-        var writes = Writes()
+        var counters = CounterWrites(marker: nil)
         let minuteKey = keys.stats(minuteOf: now)
-        writes.increment(keys.stats, field.rawValue, delta)
-        writes.increment(minuteKey, field.rawValue, delta)
-        writes.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
-        _ = try await apply(writes, operation: "increment")
+        counters.increment(keys.stats, field.rawValue, delta)
+        counters.increment(minuteKey, field.rawValue, delta)
+        counters.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
+        try await applyCounters(counters, operation: "increment")
     }
 
     /// Writes a shard's connection state (idempotent).
     public func updateShard(_ status: ShardStatus) async throws {
-        var writes = Writes()
+        var counters = CounterWrites(marker: nil)
         let key = keys.shard(app: status.app, shard: status.shard)
-        writes.set(key, "state", status.state)
-        if let gateway = status.gateway { writes.set(key, "gateway", gateway) }
-        if let since = status.connectedSince { writes.set(key, "connected_since", String(since)) }
-        if let error = status.lastError { writes.set(key, "last_error", error) }
-        _ = try await apply(writes, operation: "shard")
+        counters.set(key, "state", status.state)
+        if let gateway = status.gateway { counters.set(key, "gateway", gateway) }
+        if let since = status.connectedSince { counters.set(key, "connected_since", String(since)) }
+        if let error = status.lastError { counters.set(key, "last_error", error) }
+        try await applyCounters(counters, operation: "shard")
+    }
+
+    private func applyCounters(_ counters: CounterWrites, operation: String) async throws {
+        let call = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: [])
+        let reply = try await eval(Scripts.counters, keys: call.keys, arguments: call.arguments)
+        guard let applied = reply.integer else { throw RedisError.unexpectedReply("\(operation): \(reply)") }
+        _ = noteApplied(applied == 1, operation: operation)
     }
 
     /// Totals and the per-minute buckets of the last `lastMinutes` minutes (ending with the current
@@ -371,9 +584,9 @@ public struct PipelineStore: Sendable {
     public func readStats(lastMinutes: Int = 60, now: Int64 = PipelineStore.epochNow()) async throws -> PipelineStats {
         let currentMinute = Self.floorDivide(now, 60) * 60
         let starts = (0..<max(0, lastMinutes)).reversed().map { currentMinute - Int64($0) * 60 }
-        var commands = [RedisCommand("HGETALL", keys.stats)]
-        for start in starts { commands.append(RedisCommand("HGETALL", keys.stats(minuteOf: start))) }
-        let replies = try await client.pipeline(commands)
+        var list = [RedisCommand("HGETALL", keys.stats)]
+        for start in starts { list.append(RedisCommand("HGETALL", keys.stats(minuteOf: start))) }
+        let replies = try await commands(list)
         let totals = try Self.counters(replies[0])
         var minutes: [PipelineStats.Minute] = []
         for (start, reply) in zip(starts, replies.dropFirst()) {
@@ -383,26 +596,74 @@ public struct PipelineStore: Sendable {
     }
 
     public func readCampaign(_ id: String) async throws -> CampaignProgress {
-        let counters = try Self.counters(try await client.send(RedisCommand("HGETALL", keys.campaign(id))))
+        let counters = try Self.counters(try await command(RedisCommand("HGETALL", keys.campaign(id))))
         return CampaignProgress(id: id, published: counters.fields["published"] ?? 0, counters: counters)
     }
 
-    // MARK: Internals
+    // MARK: Internals: every Redis call of the store goes through these four
 
-    private func apply(_ writes: Writes, operation: String) async throws -> Bool {
-        let reply = try await client.eval(Scripts.apply, arguments: writes.arguments)
-        guard let result = reply.array, result.count == 2, let applied = result[0].integer, let largest = result[1].integer else {
-            throw RedisError.unexpectedReply("\(operation): \(reply)")
+    /// Runs `script` over `groups` (each the keys of one hash tag): one call with all groups on a single
+    /// Redis; one call per slot (``RedisSlot``), in parallel, with ``PipelineStoreConfiguration/oneSlotPerCall``.
+    /// ARGV of a call: `header`, the number of its groups, then their arguments; KEYS: their keys.
+    /// Returns each group's element of the script's reply, in the order of `groups`.
+    func run(_ script: RedisScript, header: RedisArguments, groups: [ScriptGroup]) async throws -> [RedisReply] {
+        if groups.isEmpty { return [] }
+        let calls = Self.calls(groups, oneSlotPerCall: configuration.oneSlotPerCall)
+        func one(_ members: [Int]) async throws -> [RedisReply] {
+            var arguments = header
+            arguments.append(members.count)
+            var keyList: [String] = []
+            for member in members {
+                keyList.append(contentsOf: groups[member].keys)
+                arguments.append(contentsOf: groups[member].arguments)
+            }
+            let reply = try await eval(script, keys: keyList, arguments: arguments)
+            guard let replies = reply.array, replies.count == members.count else {
+                throw RedisError.unexpectedReply("expected \(members.count) group replies, got \(reply)")
+            }
+            return replies
         }
-        if largest > configuration.dedupSetCapacity, overflowWarning.setOnce() {
-            logger.warning("dedup sets exceed the intset size: raise dedupSubBuckets", metadata: [
-                "redis.dedup_set_size": "\(largest)", "redis.dedup_sub_buckets": "\(configuration.dedupSubBuckets)",
-            ])
+        var result = Array(repeating: RedisReply.null, count: groups.count)
+        if calls.count == 1 {
+            for (member, reply) in zip(calls[0], try await one(calls[0])) { result[member] = reply }
+            return result
         }
-        if applied == 0 {
-            logger.debug("batch already applied; replay ignored", metadata: ["redis.operation": "\(operation)"])
+        try await withThrowingTaskGroup(of: ([Int], [RedisReply]).self) { tasks in
+            for members in calls { tasks.addTask { (members, try await one(members)) } }
+            for try await (members, replies) in tasks {
+                for (member, reply) in zip(members, replies) { result[member] = reply }
+            }
         }
-        return applied == 1
+        return result
+    }
+
+    /// Which groups go in one call: all of them, or those of one slot per call (in first-seen order).
+    static func calls(_ groups: [ScriptGroup], oneSlotPerCall: Bool) -> [[Int]] {
+        guard oneSlotPerCall else { return [Array(groups.indices)] }
+        var calls: [[Int]] = []
+        var callOf: [RedisSlot: Int] = [:]
+        for (index, group) in groups.enumerated() {
+            if let known = callOf[group.slot] {
+                calls[known].append(index)
+            } else {
+                callOf[group.slot] = calls.count
+                calls.append([index])
+            }
+        }
+        return calls
+    }
+
+    private func eval(_ script: RedisScript, keys: [String], arguments: RedisArguments) async throws -> RedisReply {
+        try await client.eval(script, keys: keys, arguments: arguments)
+    }
+
+    private func command(_ command: RedisCommand) async throws -> RedisReply {
+        try await client.send(command)
+    }
+
+    /// Plain commands in one round trip; callers send only keys of one slot together.
+    private func commands(_ list: [RedisCommand]) async throws -> [RedisReply] {
+        try await client.pipeline(list)
     }
 
     private static func counters(_ reply: RedisReply) throws -> Counters {
@@ -422,109 +683,222 @@ public struct PipelineStore: Sendable {
     }
 }
 
-/// The sections of one `Scripts.apply` call, collected in Swift (counters summed per key and field, so
+/// A token tag of an app: (app, token bucket).
+struct TagID: Hashable {
+    var app: String
+    var bucket: Int
+}
+
+/// One group of a script call: keys of one hash tag (so of one slot) and the group's arguments.
+struct ScriptGroup: Sendable {
+    var slot: RedisSlot
+    var keys: [String]
+    var arguments: RedisArguments
+
+    init(tag: String, keys: [String], arguments: RedisArguments) {
+        self.slot = RedisSlot(key: tag)
+        self.keys = keys
+        self.arguments = arguments
+    }
+}
+
+/// The writes of one token tag for `Scripts.tagWrites`: dedup records, lease releases, suppressions and
+/// registrations. Built per job without Strings where it can: integers and token hex go straight into
+/// the argument bytes.
+struct TagWrites {
+    let keys: RedisKeys
+    let tag: String
+    let marker: String?
+    let expireAt: Int64
+    private var dedupKeys: [String] = []
+    private var dedupIndex: [Int64: [Int: Int]] = [:]
+    private(set) var adds = 0
+    private var addArguments = RedisArguments()
+    private var releases: [String] = []
+    private var suppressions = 0
+    private var suppressArguments = RedisArguments()
+    private var registrations = 0
+    private var registerArguments = RedisArguments()
+
+    init(keys: RedisKeys, tag: String, marker: String?, expireAt: Int64 = 0) {
+        self.keys = keys
+        self.tag = tag
+        self.marker = marker
+        self.expireAt = expireAt
+    }
+
+    /// Adds a dedup record; returns its position (1-based) among the adds: its flag in the reply.
+    mutating func add(dedupBucket: Int64, subBucket: Int, member: Int64) -> Int {
+        let index: Int
+        if let known = dedupIndex[dedupBucket]?[subBucket] {
+            index = known
+        } else {
+            dedupKeys.append(keys.dedup(tag: tag, bucket: dedupBucket, subBucket: subBucket))
+            index = dedupKeys.count
+            dedupIndex[dedupBucket, default: [:]][subBucket] = index
+        }
+        addArguments.append(index)
+        addArguments.append(member)
+        adds += 1
+        return adds
+    }
+
+    mutating func release(jobID: String) { releases.append(keys.inFlight(tag: tag, jobID: jobID)) }
+
+    mutating func suppress(tokenHex: String, at: Int64, reason: String) {
+        suppressArguments.append(lowercasingASCII: tokenHex)
+        suppressArguments.append(at)
+        suppressArguments.append("\(at):\(reason)")
+        suppressions += 1
+    }
+
+    mutating func register(tokenHex: String, at: Int64, language: String) {
+        registerArguments.append(lowercasingASCII: tokenHex)
+        registerArguments.append(at)
+        registerArguments.append(language)
+        registrations += 1
+    }
+
+    /// The group's keys and arguments. A settle part with nothing to replay-protect (no dedup record, no
+    /// lease: only newest-wins suppressions) needs no marker.
+    func group(markerTTL: Int64) -> ScriptGroup {
+        let marked = marker != nil && (adds > 0 || !releases.isEmpty)
+        var keyList: [String] = []
+        keyList.reserveCapacity(4 + dedupKeys.count + releases.count)
+        if marked, let marker { keyList.append(keys.batch(tag: tag, marker)) }
+        keyList.append(keys.suppressed(tag: tag))
+        keyList.append(keys.registered(tag: tag))
+        keyList.append(keys.language(tag: tag))
+        keyList.append(contentsOf: dedupKeys)
+        keyList.append(contentsOf: releases)
+        var a = RedisArguments()
+        a.append(marked ? 1 : 0)
+        a.append(dedupKeys.count)
+        a.append(adds)
+        a.append(releases.count)
+        a.append(suppressions)
+        a.append(registrations)
+        a.append(expireAt)
+        a.append(contentsOf: addArguments)
+        a.append(contentsOf: suppressArguments)
+        a.append(contentsOf: registerArguments)
+        return ScriptGroup(tag: tag, keys: keyList, arguments: a)
+    }
+}
+
+/// Tag writes by token tag, in first-seen order.
+struct TagWritesSet {
+    let keys: RedisKeys
+    private(set) var parts: [TagWrites] = []
+    private var index: [TagID: Int] = [:]
+
+    init(keys: RedisKeys) { self.keys = keys }
+
+    /// Applies `body` to the writes of the tag of `tokenHex` of `app`, created on first use.
+    mutating func update(app: String, tokenHex: String, _ body: (inout TagWrites) -> Void) {
+        body(&parts[position(app: app, tokenHex: tokenHex)])
+    }
+
+    private mutating func position(app: String, tokenHex: String) -> Int {
+        let id = TagID(app: app, bucket: keys.tokenBucket(tokenHex))
+        if let known = index[id] { return known }
+        parts.append(TagWrites(keys: keys, tag: keys.tokenTag(app: app, bucket: id.bucket), marker: nil))
+        index[id] = parts.count - 1
+        return parts.count - 1
+    }
+}
+
+/// The writes of `Scripts.counters`, all keys in the tag `{<p>}` (counters summed per key and field, so
 /// a batch of 1000 accepted jobs is one HINCRBY per counter, not 1000).
-struct Writes {
-    var marker = ""
-    var markerTTL: Int64 = 0
-    private var adds: [(String, Int64)] = []
-    private var expireAts: [String: Int64] = [:]
-    private var suppressions: [(String, String, Int64, String)] = []
-    private var registrations: [(String, String, String, Int64, String)] = []
-    private var deletes: [String] = []
-    private var increments: [String: [String: Int64]] = [:]
-    private var expires: [String: Int64] = [:]
-    private var sets: [(String, String, String)] = []
-    private struct CampaignProgressWrites {
-        var hash: String
-        var counted: String
-        /// Dedup records of the campaign's accepted jobs: emitted together, first in the #sadd section.
-        var accepted: [(String, Int64)] = []
+struct CounterWrites {
+    let marker: String?
+    private var keyList: [String] = []
+    private var keyIndex: [String: Int] = [:]
+    private var increments: [Int: [String: Int64]] = [:]
+    private var incrementOrder: [Int] = []
+    private var expires: [Int: Int64] = [:]
+    private var sets: [(Int, String, String)] = []
+    private struct Progress {
+        var hash: Int
+        var counted: Int
+        /// Accepted jobs: member, tag part (0-based) and add position (1-based) of its dedup record.
+        var accepted: [(member: Int64, part: Int, add: Int)] = []
         var others: [(field: String, member: Int64)] = []
     }
-    private var progress: [CampaignProgressWrites] = []
+    private var progress: [Progress] = []
     private var campaignIndex: [String: Int] = [:]
     var countedTTL: Int64 = 1
 
-    init(marker: String = "", markerTTL: Int64 = 0) {
-        self.marker = marker
-        self.markerTTL = markerTTL
+    init(marker: String?) { self.marker = marker }
+
+    private mutating func index(_ key: String) -> Int {
+        if let known = keyIndex[key] { return known }
+        keyList.append(key)
+        keyIndex[key] = keyList.count
+        return keyList.count
     }
 
-    /// `countingFor`: the campaign (hash, counted set) whose per-job progress this accepted job's dedup
-    /// record counts in.
-    mutating func add(_ key: String, member: Int64, expireAt: Int64, countingFor campaign: (hash: String, counted: String)? = nil) {
-        if let campaign {
-            progress[self.campaign(campaign.hash, campaign.counted)].accepted.append((key, member))
-        } else {
-            adds.append((key, member))
-        }
-        expireAts[key] = expireAt
+    mutating func increment(_ key: String, _ field: String, _ delta: Int64) {
+        let k = index(key)
+        if increments[k] == nil { incrementOrder.append(k) }
+        increments[k, default: [:]][field, default: 0] += delta
     }
-    /// A job's first outcome other than accepted, for its campaign's per-job fields.
-    mutating func progress(campaign hash: String, counted: String, field: String, member: Int64) {
-        progress[campaign(hash, counted)].others.append((field, member))
-    }
-    private mutating func campaign(_ hash: String, _ counted: String) -> Int {
-        if let known = campaignIndex[hash] { return known }
-        progress.append(CampaignProgressWrites(hash: hash, counted: counted))
-        campaignIndex[hash] = progress.count - 1
+    mutating func expire(_ key: String, seconds: Int64) { expires[index(key)] = seconds }
+    mutating func set(_ key: String, _ field: String, _ value: String) { sets.append((index(key), field, value)) }
+    func touches(_ key: String) -> Bool { keyIndex[key].map { increments[$0] != nil } ?? false }
+
+    private mutating func campaign(_ id: String, keys: RedisKeys) -> Int {
+        if let known = campaignIndex[id] { return known }
+        progress.append(Progress(hash: index(keys.campaign(id)), counted: index(keys.countedJobs(campaign: id))))
+        campaignIndex[id] = progress.count - 1
         return progress.count - 1
     }
-    mutating func suppress(_ key: String, _ token: String, at: Int64, reason: String) {
-        suppressions.append((key, token, at, "\(at):\(reason)"))
+    mutating func accepted(campaign id: String, keys: RedisKeys, member: Int64, part: Int, add: Int) {
+        progress[campaign(id, keys: keys)].accepted.append((member, part, add))
     }
-    mutating func register(_ key: String, _ languageKey: String, _ token: String, at: Int64, language: String) {
-        registrations.append((key, languageKey, token, at, language))
+    mutating func other(campaign id: String, keys: RedisKeys, field: String, member: Int64) {
+        progress[campaign(id, keys: keys)].others.append((field, member))
     }
-    mutating func delete(_ key: String) { deletes.append(key) }
-    mutating func increment(_ key: String, _ field: String, _ delta: Int64) {
-        increments[key, default: [:]][field, default: 0] += delta
-    }
-    mutating func expire(_ key: String, seconds: Int64) { expires[key] = seconds }
-    mutating func set(_ key: String, _ field: String, _ value: String) { sets.append((key, field, value)) }
-    func touches(_ key: String) -> Bool { increments[key] != nil }
 
-    var arguments: RedisArguments {
+    /// KEYS and ARGV of the counters. `resolved`: the tag parts' flags when they ran in earlier calls
+    /// (only accepted jobs whose dedup SADD added are sent, as group 0); nil when the parts run in the
+    /// same script (each accepted job refers to its part's flag: group = part + 1).
+    func call(markerTTL: Int64, resolved: [[UInt8]]?) -> (keys: [String], arguments: RedisArguments) {
+        var allKeys: [String] = []
+        if let marker { allKeys.append(marker) }
+        allKeys.append(contentsOf: keyList)
         var a = RedisArguments()
-        a.append(marker)
+        a.append(marker == nil ? 0 : 1)
         a.append(markerTTL)
-        a.append(adds.count + progress.reduce(0) { $0 + $1.accepted.count })
-        for campaign in progress {
-            for (key, member) in campaign.accepted { a.append(key); a.append(member) }
-        }
-        for (key, member) in adds { a.append(key); a.append(member) }
-        a.append(expireAts.count)
-        for (key, at) in expireAts { a.append(key); a.append(at) }
-        a.append(suppressions.count)
-        for (key, token, at, value) in suppressions { a.append(key); a.append(token); a.append(at); a.append(value) }
-        a.append(registrations.count)
-        for (key, languageKey, token, at, language) in registrations {
-            a.append(key); a.append(languageKey); a.append(token); a.append(at); a.append(language)
-        }
-        a.append(deletes.count)
-        for key in deletes { a.append(key) }
         a.append(increments.values.reduce(0) { $0 + $1.count })
-        for (key, fields) in increments {
-            for (field, delta) in fields { a.append(key); a.append(field); a.append(delta) }
+        for k in incrementOrder {
+            for (field, delta) in increments[k]! { a.append(k); a.append(field); a.append(delta) }
         }
         a.append(expires.count)
-        for (key, seconds) in expires { a.append(key); a.append(seconds) }
+        for (k, seconds) in expires { a.append(k); a.append(seconds) }
         a.append(sets.count)
-        for (key, field, value) in sets { a.append(key); a.append(field); a.append(value) }
+        for (k, field, value) in sets { a.append(k); a.append(field); a.append(value) }
         a.append(countedTTL)
         a.append(progress.count)
-        var firstAdd = 1
         for campaign in progress {
             a.append(campaign.hash)
             a.append(campaign.counted)
-            a.append(firstAdd)
-            a.append(campaign.accepted.count)
-            a.append(campaign.others.count)
+            if let resolved {
+                let added = campaign.accepted.filter { job in
+                    let flags = resolved[job.part]
+                    return job.add <= flags.count && flags[job.add - 1] == UInt8(ascii: "1")
+                }
+                a.append(added.count)
+                a.append(campaign.others.count)
+                for job in added { a.append(job.member); a.append(0); a.append(0) }
+            } else {
+                a.append(campaign.accepted.count)
+                a.append(campaign.others.count)
+                for job in campaign.accepted { a.append(job.member); a.append(job.part + 1); a.append(job.add) }
+            }
             for (field, member) in campaign.others { a.append(field); a.append(member) }
-            firstAdd += campaign.accepted.count
         }
-        return a
+        return (allKeys, a)
     }
 }
 

@@ -1,21 +1,30 @@
 /// The Redis key layout: the contract ops dashboards read (`docs/design.md §4.1`). Every key name the pipeline
 /// writes is spelled here, and only here.
 ///
+/// Laid out for Redis Cluster (issue 15): every key carries a hash tag, and a script only ever touches the
+/// keys of one tag (so of one slot). Two kinds of tag:
+/// - `{<p>}`: the counters and campaign state dashboards read, all in one slot, so one marker-guarded
+///   script per batch updates them atomically (one call per batch, not per job: no hot spot).
+/// - `{<p>:<app>:<n>}`, n = ``tokenBucket(_:)`` of the token (0 ..< `tokenBuckets`): everything one job
+///   needs, the dedup records, the lease and the token's suppression, registration and language, so one
+///   app's traffic spreads over `tokenBuckets` slots of the cluster.
+///
 /// | key | type | content |
 /// |---|---|---|
-/// | `<p>:stats` | HASH | totals: ``CounterField`` fields and `rejected:<status>` |
-/// | `<p>:stats:<yyyyMMddHHmm>` | HASH | the same per UTC minute; expires after a day |
-/// | `<p>:campaign:<id>` | HASH | `published` + the outcome fields (per message); `jobs`, `jobs_settled`, `jobs_<outcome>` (per job), `job_mark_sets`, `publish_started_ms`, `publish_finished_ms` |
-/// | `<p>:jobs:published:<id>:<sub>` | SET (intset) | fingerprints of the campaign's published job ids (`jobs`) |
-/// | `<p>:jobs:counted:<id>` | SET | fingerprints of the campaign's jobs counted with an outcome other than accepted |
-/// | `<p>:shard:<app>:<n>` | HASH | `state gateway connected_since sent replayed last_error` |
-/// | `<p>:suppressed:<app>` | HASH | token hex → `<epoch>:<reason>` |
-/// | `<p>:registered:<app>` | HASH | token hex → `<epoch>` |
-/// | `<p>:lang:<app>` | HASH | token hex → language |
-/// | `<p>:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
-/// | `<p>:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL): `<owner>/<gate call>` |
-/// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process (PX TTL, refreshed) |
-/// | `<p>:batch:<id>` | STRING | marker of an applied settle batch (EX 1 h): exactly-once counting |
+/// | `{<p>}:stats` | HASH | totals: ``CounterField`` fields and `rejected:<status>` |
+/// | `{<p>}:stats:<yyyyMMddHHmm>` | HASH | the same per UTC minute; expires after a day |
+/// | `{<p>}:campaign:<id>` | HASH | `published` + the outcome fields (per message); `jobs`, `jobs_settled`, `jobs_<outcome>` (per job), `job_mark_sets`, `publish_started_ms`, `publish_finished_ms` |
+/// | `{<p>}:jobs:published:<id>:<sub>` | SET (intset) | fingerprints of the campaign's published job ids (`jobs`) |
+/// | `{<p>}:jobs:counted:<id>` | SET | fingerprints of the campaign's jobs counted with an outcome other than accepted |
+/// | `{<p>}:shard:<app>:<n>` | HASH | `state gateway connected_since sent replayed last_error` |
+/// | `{<p>}:batch:<id>` | STRING | marker of an applied settle batch's counters (EX 1 h): exactly-once counting |
+/// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
+/// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
+/// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
+/// | `{<p>:<app>:<n>}:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
+/// | `{<p>:<app>:<n>}:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL): `<owner>/<gate call>` |
+/// | `{<p>:<app>:<n>}:batch:<id>` | STRING | marker of a settle batch's part in this tag, holding its result (EX 10 min) |
+/// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process (PX TTL, refreshed); read by plain commands, never in a script |
 ///
 /// Token hex is stored lower-case.
 public struct RedisKeys: Sendable, Hashable {
@@ -24,36 +33,82 @@ public struct RedisKeys: Sendable, Hashable {
     public static func tokenField(_ hex: String) -> String { hex.lowercased() }
 
     public let prefix: String
+    /// How many token buckets (hash tags, so slots) one app's per-token keys spread over.
+    public let tokenBuckets: Int
 
     /// The prefix when none is configured (`redis.prefix`): its one home; commands and the pipeline
     /// file read it from here.
     public static let defaultPrefix = "apns"
+    /// Token buckets per app when none is configured (`redis.token_buckets`).
+    public static let defaultTokenBuckets = 16
 
-    public init(prefix: String = RedisKeys.defaultPrefix) {
+    public init(prefix: String = RedisKeys.defaultPrefix, tokenBuckets: Int = RedisKeys.defaultTokenBuckets) {
         self.prefix = prefix
+        self.tokenBuckets = max(1, tokenBuckets)
     }
 
-    public var stats: String { "\(prefix):stats" }
-    public func stats(minute: String) -> String { "\(prefix):stats:\(minute)" }
+    // MARK: Counters and campaigns: tag `{<p>}`
+
+    /// `{<p>}`: the hash tag of the counters, campaigns and shard hashes.
+    public var countersTag: String { "{\(prefix)}" }
+    public var stats: String { "{\(prefix)}:stats" }
+    public func stats(minute: String) -> String { "{\(prefix)}:stats:\(minute)" }
     public func stats(minuteOf epochSeconds: Int64) -> String { stats(minute: Self.minuteStamp(epochSeconds)) }
-    public func campaign(_ id: String) -> String { "\(prefix):campaign:\(id)" }
+    /// `{<p>}:campaign:`; the campaign id follows (dashboards scan for it).
+    public var campaignPrefix: String { "{\(prefix)}:campaign:" }
+    public func campaign(_ id: String) -> String { campaignPrefix + id }
     /// Marks of a campaign's published job ids, one of `sets` sets (``CampaignField/jobMarkSets``).
-    public func publishedJobs(campaign: String, set: Int) -> String { "\(prefix):jobs:published:\(campaign):\(set)" }
+    public func publishedJobs(campaign: String, set: Int) -> String { "{\(prefix)}:jobs:published:\(campaign):\(set)" }
     /// Marks of a campaign's jobs counted in `jobs_*` with an outcome other than accepted (accepted ones
     /// are marked by their dedup record).
-    public func countedJobs(campaign: String) -> String { "\(prefix):jobs:counted:\(campaign)" }
-    public func shard(app: String, shard: Int) -> String { "\(prefix):shard:\(app):\(shard)" }
-    public func suppressed(app: String) -> String { "\(prefix):suppressed:\(app)" }
-    public func registered(app: String) -> String { "\(prefix):registered:\(app)" }
-    public func language(app: String) -> String { "\(prefix):lang:\(app)" }
-    public func inFlight(jobID: String) -> String { "\(prefix):inflight:\(jobID)" }
-    public func batch(_ id: String) -> String { "\(prefix):batch:\(id)" }
-    /// `<p>:owner:`; the owner id follows (the gate script appends it).
+    public func countedJobs(campaign: String) -> String { "{\(prefix)}:jobs:counted:\(campaign)" }
+    /// `{<p>}:shard:`; `<app>:<n>` follows (dashboards scan for it).
+    public var shardPrefix: String { "{\(prefix)}:shard:" }
+    public func shard(app: String, shard: Int) -> String { "\(shardPrefix)\(app):\(shard)" }
+    /// Marker of a batch's counters update (and of a publish batch).
+    public func batch(_ id: String) -> String { "{\(prefix)}:batch:\(id)" }
+
+    // MARK: Per token: tag `{<p>:<app>:<n>}`
+
+    /// The token bucket of a token (hex, any case): FNV-1a 32 of its lower-case hex mod ``tokenBuckets``.
+    /// Persisted through the key names: it must never change (a different one would hide every stored
+    /// suppression, registration and dedup record).
+    public func tokenBucket(_ hex: String) -> Int {
+        var hash: UInt32 = 0x811c_9dc5
+        for byte in hex.utf8 {
+            let lower = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+            hash = (hash ^ UInt32(lower)) &* 0x0100_0193
+        }
+        return Int(hash % UInt32(tokenBuckets))
+    }
+
+    /// `{<p>:<app>:<n>}`: the hash tag of the keys of tokens of bucket n of `app`.
+    public func tokenTag(app: String, bucket: Int) -> String { "{\(prefix):\(app):\(bucket)}" }
+    public func tokenTag(app: String, tokenHex: String) -> String { tokenTag(app: app, bucket: tokenBucket(tokenHex)) }
+    /// Every token tag of `app`, one per token bucket: to read all of an app's suppressions, say.
+    public func tokenTags(app: String) -> [String] { (0..<tokenBuckets).map { tokenTag(app: app, bucket: $0) } }
+
+    public func suppressed(tag: String) -> String { tag + ":suppressed" }
+    public func registered(tag: String) -> String { tag + ":registered" }
+    public func language(tag: String) -> String { tag + ":lang" }
+    public func inFlight(tag: String, jobID: String) -> String { tag + ":inflight:" + jobID }
+    public func dedup(tag: String, bucket: Int64, subBucket: Int) -> String { "\(tag):dedup:\(bucket):\(subBucket)" }
+    public func batch(tag: String, _ id: String) -> String { tag + ":batch:" + id }
+
+    /// The suppressions of the token `tokenHex` of `app` (and those of the other tokens of its bucket).
+    public func suppressed(app: String, tokenHex: String) -> String { suppressed(tag: tokenTag(app: app, tokenHex: tokenHex)) }
+    public func registered(app: String, tokenHex: String) -> String { registered(tag: tokenTag(app: app, tokenHex: tokenHex)) }
+    public func language(app: String, tokenHex: String) -> String { language(tag: tokenTag(app: app, tokenHex: tokenHex)) }
+    /// The lease of a job id (a job id always comes with its token: the lease lives in the token's tag).
+    public func inFlight(app: String, tokenHex: String, jobID: String) -> String {
+        inFlight(tag: tokenTag(app: app, tokenHex: tokenHex), jobID: jobID)
+    }
+
+    // MARK: Heartbeats: no tag (plain commands only)
+
+    /// `<p>:owner:`; the owner id follows.
     public var ownerPrefix: String { "\(prefix):owner:" }
     public func owner(_ id: String) -> String { ownerPrefix + id }
-    /// `<p>:dedup:<bucket>:`; the sub-bucket number follows (the gate script appends it).
-    public func dedupPrefix(bucket: Int64) -> String { "\(prefix):dedup:\(bucket):" }
-    public func dedup(bucket: Int64, subBucket: Int) -> String { dedupPrefix(bucket: bucket) + String(subBucket) }
 
     /// `yyyyMMddHHmm` of the UTC minute holding `epochSeconds` (no Foundation calendar: this runs per batch).
     public static func minuteStamp(_ epochSeconds: Int64) -> String {

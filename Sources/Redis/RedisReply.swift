@@ -84,8 +84,29 @@ public struct RedisArguments: Sendable, Hashable {
         lengths.append(string.utf8.count)
     }
 
+    /// The decimal text of `value`, written straight into the buffer (no String per argument: the
+    /// gate and settle send several integers per job).
     public mutating func append(_ value: some BinaryInteger) {
-        append(String(value))
+        guard let value = Int64(exactly: value) else { return append(String(value)) }
+        let start = bytes.count
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        let digits = bytes.count
+        var magnitude = value.magnitude
+        repeat {
+            bytes.append(UInt8(truncatingIfNeeded: magnitude % 10) &+ UInt8(ascii: "0"))
+            magnitude /= 10
+        } while magnitude > 0
+        bytes[digits...].reverse()
+        lengths.append(bytes.count - start)
+    }
+
+    /// `string` with ASCII upper-case letters lowered (token hex), without an intermediate String.
+    public mutating func append(lowercasingASCII string: String) {
+        let start = bytes.count
+        for byte in string.utf8 {
+            bytes.append(byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte)
+        }
+        lengths.append(bytes.count - start)
     }
 
     public mutating func append(bytes value: some Collection<UInt8>) {

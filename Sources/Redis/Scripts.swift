@@ -1,209 +1,326 @@
-/// The Lua scripts. Each runs atomically and is one `EVALSHA`: one round trip per batch. Key names are
-/// computed in Swift (``RedisKeys``) and passed in, so the layout is spelled in one place. (That, and the
-/// mix of per-app and global keys in one call, means these scripts target a single Redis server or
-/// primary, not Redis Cluster.)
+/// The Lua scripts. Each is one `EVALSHA`; key names are computed in Swift (``RedisKeys``) and every key a
+/// script touches comes in `KEYS` (Redis Cluster requires it), referred to from `ARGV` by index.
+///
+/// A call carries one or more **groups**; every key of a group shares one hash tag (``RedisSlot``). Under
+/// Redis Cluster, ``PipelineStore`` sends the groups of one slot per call (to the node owning it); on a
+/// single Redis it may send all groups of a batch in one call. Either way the groups and their key lists
+/// are the same: the scripts loop over groups and never mix keys of two groups.
+///
+/// Cost (issue 14): the scripts make batch-level calls where Redis allows them (HMGET per hash and group,
+/// one DEL for all leases of a group, one EXPIREAT per dedup set and batch, one SCARD per group), so the
+/// per-job calls are the dedup probes, the lease's SET NX and the dedup record's SADD.
 enum Scripts {
-    /// Gate. ARGV: owner, call, lease-ms, heartbeat-prefix, #buckets, bucket-prefix…, #apps,
-    /// (suppressed-key registered-key lang-key)…, then per job: lease-key app-index token member sub-bucket.
-    /// Returns a flat array: per job a code (1 admitted, 2 deduped, 3 in flight in this process,
-    /// 4 suppressed, 5 admitted by taking over the lease of a dead process, 6 in flight in another live
-    /// process) and a value: the language for 1 and 5 (nil when none), the lease holder for 6.
-    ///
-    /// A lease's value is `<owner>/<call>`: the owner is the process (its heartbeat key
-    /// `<heartbeat-prefix><owner>` lives while the process does), the call is this gate call, so a retry
-    /// of the call after a lost reply recognises (and refreshes) its own leases, while another batch of
-    /// the same process holding the id is still in flight. A lease whose owner's heartbeat is gone is
-    /// void: that process died between gate and settle, and its job is taken over at once instead of
-    /// waiting out the lease.
-    static let gate = RedisScript(#"""
-        local owner, call, leaseMs, heartbeatPrefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-        local mine = owner .. '/' .. call
-        local i = 5
-        local nb = tonumber(ARGV[i]); i = i + 1
-        local buckets = {}
-        for b = 1, nb do buckets[b] = ARGV[i]; i = i + 1 end
-        local na = tonumber(ARGV[i]); i = i + 1
-        local apps = {}
-        for a = 1, na do apps[a] = { ARGV[i], ARGV[i + 1], ARGV[i + 2] }; i = i + 3 end
-        local out, admittedInBatch, alive = {}, {}, {}
-        while i <= #ARGV do
-          local lease, app, token, member, sub = ARGV[i], apps[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-          i = i + 5
-          local code, lang = 1, false
-          for b = 1, nb do
-            if redis.call('SISMEMBER', buckets[b] .. sub, member) == 1 then code = 2; break end
+    /// Lua helpers shared by the scripts (prepended to their source).
+    private static let helpers = #"""
+        local function mget(cmd, key, fields)
+          -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack().
+          local out = {}
+          for from = 1, #fields, 1000 do
+            local chunk = {}
+            for x = from, math.min(#fields, from + 999) do chunk[#chunk + 1] = fields[x] end
+            local got = redis.call(cmd, key, unpack(chunk))
+            for x = 1, #got do out[from + x - 1] = got[x] end
           end
-          if code == 1 then
-            if admittedInBatch[lease] then
-              code = 3
-            elseif not redis.call('SET', lease, mine, 'NX', 'PX', leaseMs) then
-              local held = redis.call('GET', lease)
-              if held == mine then
-                -- A retry of this very call (its reply was lost): its own lease.
-                redis.call('PEXPIRE', lease, leaseMs)
+          return out
+        end
+        local function delAll(keys)
+          for from = 1, #keys, 1000 do
+            local chunk = {}
+            for x = from, math.min(#keys, from + 999) do chunk[#chunk + 1] = keys[x] end
+            redis.call('DEL', unpack(chunk))
+          end
+        end
+
+        """#
+
+    /// Gate. ARGV: owner, call, lease-ms, #groups, then per group: #dedup-keys, #jobs, #probes, then per
+    /// job: token, member, dedup-index, void-lease ('' for none). KEYS per group: suppressed, registered,
+    /// lang, the dedup keys, one lease key per job. A job probes the dedup keys dedup-index + 1 … + #probes
+    /// of its group (its sub-bucket in each live time bucket, newest first).
+    /// Returns per group a flat array: per job a code (1 admitted, 2 deduped, 3 in flight in this process,
+    /// 4 suppressed, 5 admitted by taking over a void lease, 6 in flight in another process) and a value:
+    /// the language for 1 and 5 (nil when none), the lease's value (`<owner>/<call>`) for 6.
+    ///
+    /// A lease's value is `<owner>/<call>`: the owner is the process, the call is this gate call, so a retry
+    /// of the call after a lost reply recognises (and refreshes) its own leases, while another batch of the
+    /// same process holding the id is still in flight. Whether another owner is alive (its heartbeat key)
+    /// is not read here: that key is in no job's slot. The script answers 6 with the lease's value; Swift
+    /// reads the heartbeats and, for a dead owner, gates the job again with that value as `void-lease`: the
+    /// lease is taken over only if it still holds exactly that value (so a lease renewed or re-taken in
+    /// between is never stolen).
+    static let gate = RedisScript(helpers + #"""
+        local owner, call, leaseMs = ARGV[1], ARGV[2], ARGV[3]
+        local mine = owner .. '/' .. call
+        local out = {}
+        local k, i = 0, 5
+        for g = 1, tonumber(ARGV[4]) do
+          local nd, nj, nb = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+          i = i + 3
+          local supKey, regKey, langKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+          local dk = k + 3
+          local lk = dk + nd
+          k = lk + nj
+          local codes, values, tokens, firstOf, dupOf, leased = {}, {}, {}, {}, {}, {}
+          for j = 1, nj do
+            local token, member, d, void = ARGV[i], ARGV[i + 1], dk + tonumber(ARGV[i + 2]), ARGV[i + 3]
+            i = i + 4
+            tokens[j] = token
+            local code = 1
+            for b = d + 1, d + nb do
+              if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = 2; break end
+            end
+            if code == 1 then
+              local lease = KEYS[lk + j]
+              if firstOf[lease] then
+                code = 3; dupOf[j] = firstOf[lease]
+              elseif redis.call('SET', lease, mine, 'NX', 'PX', leaseMs) then
+                firstOf[lease] = j
               else
-                local holder = held and string.match(held, '^([^/]+)/')
-                if not holder or holder == owner then
-                  -- Another batch of this process (or a lease of unknown form): in flight.
-                  code = 3
+                local held = redis.call('GET', lease)
+                if held == mine then
+                  -- A retry of this very call (its reply was lost): its own lease.
+                  redis.call('PEXPIRE', lease, leaseMs); firstOf[lease] = j
+                elseif held and void ~= '' and held == void then
+                  -- Swift found this holder dead; the lease is unchanged since: take it over.
+                  redis.call('SET', lease, mine, 'PX', leaseMs); firstOf[lease] = j; code = 5
                 else
-                  -- Another process's lease: void if its heartbeat lapsed (it died). NOTE: the heartbeat
-                  -- key is not in the lease's hash slot, so this read is cross-slot under Redis Cluster
-                  -- (issue 15 reworks the key layout).
-                  if alive[holder] == nil then alive[holder] = redis.call('EXISTS', heartbeatPrefix .. holder) == 1 end
-                  if alive[holder] then
-                    code = 6; lang = holder
-                  else
-                    redis.call('SET', lease, mine, 'PX', leaseMs)
-                    code = 5
-                  end
+                  local holder = held and string.match(held, '^([^/]+)/')
+                  if not holder or holder == owner then code = 3 else code = 6; values[j] = held end
                 end
               end
             end
+            codes[j] = code
+            if code == 1 or code == 5 then leased[#leased + 1] = j end
           end
-          if code == 1 or code == 5 then
-            local s = redis.call('HGET', app[1], token)
-            if s then
-              local t = tonumber(string.match(s, '^(%d+)'))
-              local r = redis.call('HGET', app[2], token)
-              local rt = r and tonumber(r)
-              -- Suppressed unless registered strictly after the suppression time.
-              if not (t and rt and rt > t) then code = 4; redis.call('DEL', lease) end
+          if #leased > 0 then
+            -- Suppressed unless registered strictly after the suppression time: one HMGET for the group.
+            local fields = {}
+            for x = 1, #leased do fields[x] = tokens[leased[x]] end
+            local sup = mget('HMGET', supKey, fields)
+            local supJobs, supTimes, regFields = {}, {}, {}
+            for x = 1, #leased do
+              if sup[x] then
+                supJobs[#supJobs + 1] = leased[x]
+                supTimes[#supJobs] = tonumber(string.match(sup[x], '^(%d+)'))
+                regFields[#supJobs] = fields[x]
+              end
+            end
+            if #supJobs > 0 then
+              local reg = mget('HMGET', regKey, regFields)
+              local dels = {}
+              for x = 1, #supJobs do
+                local t, rt = supTimes[x], reg[x] and tonumber(reg[x])
+                if not (t and rt and rt > t) then
+                  codes[supJobs[x]] = 4
+                  dels[#dels + 1] = KEYS[lk + supJobs[x]]
+                end
+              end
+              delAll(dels)
+            end
+            local langJobs, langFields = {}, {}
+            for x = 1, #leased do
+              if codes[leased[x]] ~= 4 then langJobs[#langJobs + 1] = leased[x]; langFields[#langJobs] = fields[x] end
+            end
+            if #langJobs > 0 then
+              local langs = mget('HMGET', langKey, langFields)
+              for x = 1, #langJobs do values[langJobs[x]] = langs[x] end
             end
           end
-          if code == 1 or code == 5 then
-            admittedInBatch[lease] = true
-            lang = redis.call('HGET', app[3], token)
+          local res = {}
+          for j = 1, nj do
+            local code = codes[j]
+            -- A second copy in the call shares the fate of the first when that one was suppressed.
+            if code == 3 and dupOf[j] and codes[dupOf[j]] == 4 then code = 4 end
+            res[2 * j - 1] = code
+            res[2 * j] = values[j] or false
           end
-          out[#out + 1] = code
-          out[#out + 1] = lang
+          out[g] = res
         end
         return out
         """#)
 
-    /// Records published jobs of a campaign. ARGV: marker-key, marker-ttl-s, campaign-hash, messages,
-    /// marks-ttl-s, then per job: mark-set member. Adds `messages` to `published` and the number of job
-    /// ids never published before (their fingerprint added to a mark set) to `jobs`; every mark set
-    /// touched lives marks-ttl-s from now. Returns the number added to `jobs`, or -1 when the marker
-    /// existed (a replay of this call: nothing done).
-    static let publish = RedisScript(#"""
-        if not redis.call('SET', ARGV[1], '1', 'NX', 'EX', ARGV[2]) then return -1 end
-        local hash, messages, ttl = ARGV[3], ARGV[4], ARGV[5]
-        local new, touched = 0, {}
-        for i = 6, #ARGV, 2 do
-          new = new + redis.call('SADD', ARGV[i], ARGV[i + 1])
-          touched[ARGV[i]] = true
+    /// The writes of one tag: a settle batch's part (dedup records, lease releases, suppressions) or
+    /// registrations and suppressions. ARGV from `i`: marker-ttl-s, #groups, then per group: has-marker
+    /// ('1'/'0'), #dedup-keys, #adds, #dels, #suppress, #register, dedup-expire-at, then
+    /// (dedup-index member)… (token epoch value)… (token epoch lang)…. KEYS per group: [marker], suppressed,
+    /// registered, lang, the dedup keys, the lease keys to delete.
+    ///
+    /// Returns per group { flags, sampled set size }: flags has a '1' for each add whose SADD added the
+    /// member (the job id was never accepted before), else '0'. With a marker, the first run stores flags
+    /// in it and a replay (the marker exists) writes nothing and returns the stored flags: so a settle
+    /// retried after a crash between its parts still counts each job exactly once.
+    /// Suppressions: the newest time wins. Registrations: written when at least as new as the stored one;
+    /// lang '' = keep.
+    private static let tagWritesFunction = #"""
+        local function tagWrites(k, i)
+          local markerTTL = ARGV[i]
+          local out = {}
+          local ng = tonumber(ARGV[i + 1])
+          i = i + 2
+          for g = 1, ng do
+            local hasMarker = ARGV[i] == '1'
+            local nd, nAdd, nDel, nSup, nReg = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+            local expireAt = ARGV[i + 6]
+            i = i + 7
+            local marker
+            if hasMarker then k = k + 1; marker = KEYS[k] end
+            local supKey, regKey, langKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+            local dk = k + 3
+            local delk = dk + nd
+            k = delk + nDel
+            local stored = marker and redis.call('GET', marker)
+            if stored then
+              -- 'a': every add added (the usual case, stored in one byte); else 'r' and the flags.
+              out[g] = { stored == 'a' and string.rep('1', nAdd) or string.sub(stored, 2), 0 }
+              i = i + 2 * nAdd + 3 * nSup + 3 * nReg
+            else
+              local flags, sample = {}, 0
+              for a = 1, nAdd do
+                local key = KEYS[dk + tonumber(ARGV[i])]
+                if redis.call('SADD', key, ARGV[i + 1]) == 1 then
+                  flags[a] = '1'
+                  -- One set per group and batch is enough to notice sets outgrowing the intset encoding.
+                  if sample == 0 then sample = redis.call('SCARD', key) end
+                else
+                  flags[a] = '0'
+                end
+                i = i + 2
+              end
+              for d = dk + 1, dk + nd do redis.call('EXPIREAT', KEYS[d], expireAt) end
+              if nDel > 0 then
+                local dels = {}
+                for d = delk + 1, delk + nDel do dels[#dels + 1] = KEYS[d] end
+                delAll(dels)
+              end
+              for _ = 1, nSup do
+                local token, t, value = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+                i = i + 3
+                local current = redis.call('HGET', supKey, token)
+                local ct = current and tonumber(string.match(current, '^(%d+)'))
+                if not ct or t > ct then redis.call('HSET', supKey, token, value) end
+              end
+              for _ = 1, nReg do
+                local token, ts, lang = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+                i = i + 3
+                local current = redis.call('HGET', regKey, token)
+                local ct = current and tonumber(current)
+                if not ct or tonumber(ts) >= ct then
+                  redis.call('HSET', regKey, token, ts)
+                  if lang ~= '' then redis.call('HSET', langKey, token, lang) end
+                end
+              end
+              local result = table.concat(flags)
+              if marker then
+                redis.call('SET', marker, string.find(result, '0', 1, true) and 'r' .. result or 'a', 'EX', markerTTL)
+              end
+              out[g] = { result, sample }
+            end
+          end
+          return out, k, i
         end
-        for key in pairs(touched) do redis.call('EXPIRE', key, ttl) end
+
+        """#
+
+    /// The counters of a batch, all in the tag `{<p>}`. ARGV from `i`: has-marker, marker-ttl-s,
+    /// #hincrby (key-index field delta)…, #expire (key-index seconds)…, #hset (key-index field value)…,
+    /// counted-ttl-s, #campaigns (hash-index counted-index #accepted #others (member group add)…
+    /// (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first after
+    /// the marker). Returns 1, or 0 when the marker existed (a replay: nothing done).
+    ///
+    /// Per-job progress (`docs/design.md §4.4`): each job of a campaign counts once in `jobs_*`. An accepted
+    /// job counts when the SADD of its dedup record added it (group 0: Swift resolved that from the tag
+    /// part's flags; else `tagOut[group]` flag `add`, the tag part having run in the same script) and its
+    /// fingerprint is not in the campaign's counted set (one SMISMEMBER per campaign and batch); any other
+    /// outcome counts when the SADD of its fingerprint to the counted set adds it.
+    private static let countersFunction = #"""
+        local function counters(k, i, tagOut)
+          local function take() local v = ARGV[i]; i = i + 1; return v end
+          local hasMarker, markerTTL = take() == '1', take()
+          if hasMarker then
+            k = k + 1
+            if not redis.call('SET', KEYS[k], '1', 'NX', 'EX', markerTTL) then return 0 end
+          end
+          for _ = 1, tonumber(take()) do
+            local key = KEYS[k + tonumber(take())]; local field = take(); local delta = take()
+            redis.call('HINCRBY', key, field, delta)
+          end
+          for _ = 1, tonumber(take()) do
+            local key = KEYS[k + tonumber(take())]; local seconds = take()
+            redis.call('EXPIRE', key, seconds)
+          end
+          for _ = 1, tonumber(take()) do
+            local key = KEYS[k + tonumber(take())]; local field = take(); local value = take()
+            redis.call('HSET', key, field, value)
+          end
+          local countedTTL = take()
+          for _ = 1, tonumber(take()) do
+            local hash, counted = KEYS[k + tonumber(take())], KEYS[k + tonumber(take())]
+            local na, no = tonumber(take()), tonumber(take())
+            local added = {}
+            for _ = 1, na do
+              local member, g, a = take(), tonumber(take()), tonumber(take())
+              if g == 0 or string.sub(tagOut[g][1], a, a) == '1' then added[#added + 1] = member end
+            end
+            local counts, total, accepted = {}, 0, #added
+            if accepted > 0 and redis.call('EXISTS', counted) == 1 then
+              -- Accepted jobs counted before with another outcome (e.g. a dead letter published again).
+              local found = mget('SMISMEMBER', counted, added)
+              accepted = 0
+              for x = 1, #added do if found[x] == 0 then accepted = accepted + 1 end end
+            end
+            if accepted > 0 then counts['jobs_accepted'] = accepted; total = accepted end
+            for _ = 1, no do
+              local field, member = take(), take()
+              if redis.call('SADD', counted, member) == 1 then
+                counts[field] = (counts[field] or 0) + 1
+                total = total + 1
+              end
+            end
+            if no > 0 then redis.call('EXPIRE', counted, countedTTL) end
+            for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
+            if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
+          end
+          return 1
+        end
+
+        """#
+
+    /// ``tagWritesFunction`` as a script: ARGV and KEYS as described there, from the first.
+    static let tagWrites = RedisScript(helpers + tagWritesFunction + #"""
+        local out = tagWrites(0, 1)
+        return out
+        """#)
+
+    /// ``countersFunction`` as a script; the accepted jobs' groups are 0 (resolved by Swift).
+    static let counters = RedisScript(helpers + countersFunction + #"""
+        return counters(0, 1, {})
+        """#)
+
+    /// A whole settle batch in one call, for a single Redis (which lets one script touch many slots):
+    /// the tag parts then the counters, KEYS and ARGV of ``tagWritesFunction`` followed by those of
+    /// ``countersFunction``: exactly the key lists the cluster path sends in separate calls.
+    /// Returns { tag part's result, counters' result }.
+    static let settle = RedisScript(helpers + tagWritesFunction + countersFunction + #"""
+        local tagOut, k, i = tagWrites(0, 1)
+        return { tagOut, counters(k, i, tagOut) }
+        """#)
+
+    /// Records published jobs of a campaign; every key in the tag `{<p>}`. KEYS: marker, campaign hash,
+    /// then the mark sets. ARGV: marker-ttl-s, messages, marks-ttl-s, then per job: mark-set-index
+    /// (1 = the first mark set) member. Adds `messages` to `published` and the number of job ids never
+    /// published before (their fingerprint added to a mark set) to `jobs`; every mark set touched lives
+    /// marks-ttl-s from now. Returns the number added to `jobs`, or -1 when the marker existed (a replay
+    /// of this call: nothing done).
+    static let publish = RedisScript(#"""
+        if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return -1 end
+        local hash, messages, ttl = KEYS[2], ARGV[2], ARGV[3]
+        local new = 0
+        for i = 4, #ARGV, 2 do
+          new = new + redis.call('SADD', KEYS[2 + tonumber(ARGV[i])], ARGV[i + 1])
+        end
+        for k = 3, #KEYS do redis.call('EXPIRE', KEYS[k], ttl) end
         redis.call('HINCRBY', hash, 'published', messages)
         redis.call('HINCRBY', hash, 'jobs', new)
         return new
-        """#)
-
-    /// Applies one batch of writes; used by settle, suppress, registrations and published counts.
-    /// ARGV sections, each led by its entry count:
-    ///   marker-key ('' for none), marker-ttl-s;
-    ///   #sadd (key member)…;  #expireat (key epoch)…;
-    ///   #suppress (hash token epoch value)…      newest time wins;
-    ///   #register (reg-hash lang-hash token epoch lang)…  newest time wins; lang '' = keep;
-    ///   #del (key)…;  #hincrby (key field delta)…;  #expire (key seconds)…;  #hset (key field value)…;
-    ///   counted-ttl-s, #campaigns (campaign-hash counted-set first-add #accepted #others (field member)…)…
-    /// Returns { applied (0 when the marker existed: a replay), largest dedup set touched }.
-    ///
-    /// The progress section counts each job of a campaign once in the campaign's `jobs_*` fields
-    /// (`docs/design.md §4.4`), whatever the redeliveries. An accepted job (its dedup record's entry in
-    /// the #sadd section) counts when that SADD added its fingerprint (the id was never accepted before)
-    /// and its fingerprint is not in the campaign's counted set; any other outcome counts when the SADD
-    /// of its fingerprint to the counted set adds it. So the dedup record is the mark of accepted jobs
-    /// (no extra call, no extra byte), the counted set that of the others; one SMISMEMBER per campaign
-    /// and batch (when the set exists) checks the accepted ones against it. Swift sends only a job's
-    /// first outcome in the batch here (a later one in the same batch cannot be its first settlement).
-    static let apply = RedisScript(#"""
-        local i = 1
-        local function take() local v = ARGV[i]; i = i + 1; return v end
-        local marker, markerTTL = take(), take()
-        if marker ~= '' and not redis.call('SET', marker, '1', 'NX', 'EX', markerTTL) then
-          return { 0, 0 }
-        end
-        local largest, added = 0, {}
-        local addsBase = i  -- the member of add a is ARGV[addsBase + 2a]
-        for a = 1, tonumber(take()) do
-          local key = take(); local member = take()
-          added[a] = redis.call('SADD', key, member)
-          local n = redis.call('SCARD', key)
-          if n > largest then largest = n end
-        end
-        for _ = 1, tonumber(take()) do
-          local key = take(); local at = take()
-          redis.call('EXPIREAT', key, at)
-        end
-        for _ = 1, tonumber(take()) do
-          local key = take(); local token = take(); local t = tonumber(take()); local value = take()
-          local current = redis.call('HGET', key, token)
-          local ct = current and tonumber(string.match(current, '^(%d+)'))
-          if not ct or t > ct then redis.call('HSET', key, token, value) end
-        end
-        for _ = 1, tonumber(take()) do
-          local reg = take(); local langKey = take(); local token = take(); local ts = take(); local lang = take()
-          local t = tonumber(ts)
-          local current = redis.call('HGET', reg, token)
-          local ct = current and tonumber(current)
-          if not ct or t >= ct then
-            redis.call('HSET', reg, token, ts)
-            if lang ~= '' then redis.call('HSET', langKey, token, lang) end
-          end
-        end
-        for _ = 1, tonumber(take()) do redis.call('DEL', take()) end
-        for _ = 1, tonumber(take()) do
-          local key = take(); local field = take(); local delta = take()
-          redis.call('HINCRBY', key, field, delta)
-        end
-        for _ = 1, tonumber(take()) do
-          local key = take(); local seconds = take()
-          redis.call('EXPIRE', key, seconds)
-        end
-        for _ = 1, tonumber(take()) do
-          local key = take(); local field = take(); local value = take()
-          redis.call('HSET', key, field, value)
-        end
-        -- Per-job progress (see above). Per campaign: its accepted jobs' dedup records are the #sadd
-        -- entries first-add … first-add + #accepted - 1 (Swift puts them together), so an accepted job
-        -- costs no argument here; other outcomes come as (field member).
-        local countedTTL = take()
-        for _ = 1, tonumber(take()) do
-          local hash, counted = take(), take()
-          local first, na, no = tonumber(take()), tonumber(take()), tonumber(take())
-          local last = first + na - 1
-          local counts, total = {}, 0
-          local accepted = 0
-          if na > 0 and redis.call('EXISTS', counted) == 1 then
-            -- Accepted jobs counted before with another outcome (e.g. a dead letter published again):
-            -- SMISMEMBER in chunks (Lua's stack), not a call per job.
-            local marked = {}
-            for from = first, last, 1000 do
-              local chunk = {}
-              for a = from, math.min(last, from + 999) do chunk[#chunk + 1] = ARGV[addsBase + 2 * a] end
-              local found = redis.call('SMISMEMBER', counted, unpack(chunk))
-              for k = 1, #chunk do if found[k] == 1 then marked[chunk[k]] = true end end
-            end
-            for a = first, last do
-              if added[a] == 1 and not marked[ARGV[addsBase + 2 * a]] then accepted = accepted + 1 end
-            end
-          else
-            for a = first, last do accepted = accepted + added[a] end
-          end
-          if accepted > 0 then counts['jobs_accepted'] = accepted; total = accepted end
-          for _ = 1, no do
-            local field, member = take(), take()
-            if redis.call('SADD', counted, member) == 1 then
-              counts[field] = (counts[field] or 0) + 1
-              total = total + 1
-            end
-          end
-          if no > 0 then redis.call('EXPIRE', counted, countedTTL) end
-          for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
-          if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
-        end
-        return { 1, largest }
         """#)
 }

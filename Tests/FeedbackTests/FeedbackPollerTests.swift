@@ -29,16 +29,16 @@ struct FeedbackPollerTests {
 
                 var expected: [String: String] = [:]
                 for (n, time) in times.enumerated() { expected[token(n).hex] = "\(time):feedback" }
-                #expect(try await store.client.hash("apns:suppressed:\(shop)") == expected)
+                #expect(try await store.client.suppressions(shop) == expected)
                 // The service cleared the shop's list; the news list is untouched and nothing of it was written.
                 #expect(simulator.pendingFeedback(app: shop).isEmpty)
                 #expect(simulator.pendingFeedback(app: news).map(\.timestamp) == [1_700_000_300, 1_700_000_400])
-                #expect(try await !store.client.exists("apns:suppressed:\(news)"))
+                #expect(try await store.client.suppressions(news).isEmpty)
 
                 // A second poll finds the list empty and changes nothing.
                 let again = try await poller.poll(feedbackApp(shop, port: simulator.ports.feedback))
                 #expect(again.tuplesRead == 0)
-                #expect(try await store.client.hash("apns:suppressed:\(shop)") == expected)
+                #expect(try await store.client.suppressions(shop) == expected)
             }
         }
     }
@@ -50,7 +50,7 @@ struct FeedbackPollerTests {
                 let poller = FeedbackPoller(store: store, logger: quietLogger())
                 let summary = try await poller.poll(feedbackApp(news, port: simulator.ports.feedback, serverHostname: nil))
                 #expect(summary.suppressed == 1)
-                #expect(try await store.client.hash("p2:suppressed:\(news)") == [token(7).hex: "1700000007:feedback"])
+                #expect(try await store.client.suppressions(news, prefix: "p2") == [token(7).hex: "1700000007:feedback"])
             }
         }
     }
@@ -119,7 +119,7 @@ struct FeedbackPollerTests {
                 #expect(read < total, "the poll must have stopped mid-stream")
                 #expect(error.summary.suppressed == read)
 
-                let stored = try await store.client.hash("apns:suppressed:\(shop)")
+                let stored = try await store.client.suppressions(shop)
                 var expected: [String: String] = [:]
                 for n in 0..<read { expected[token(n).hex] = "\(1_600_000_000 + n):feedback" }
                 #expect(stored.count == read)
@@ -145,7 +145,7 @@ struct FeedbackPollerTests {
             #expect(summary.tuplesRead == complete)
             #expect(summary.suppressed == complete)
             #expect(summary.endedMidTuple)
-            let stored = try await store.client.hash("apns:suppressed:\(shop)")
+            let stored = try await store.client.suppressions(shop)
             #expect(stored.count == complete)
             #expect(stored[token(complete - 1).hex] == "\(1_650_000_000 + complete - 1):feedback")
             #expect(stored[token(9999).hex] == nil)
@@ -169,7 +169,7 @@ struct FeedbackPollerTests {
             #expect(summary.malformed == 3)
             #expect(summary.suppressed == 2)
             #expect(summary.endedMidTuple)
-            #expect(try await store.client.hash("apns:suppressed:\(shop)") == [
+            #expect(try await store.client.suppressions(shop) == [
                 token(1).hex: "1700000001:feedback", token(5).hex: "1700000005:feedback",
             ])
         }
@@ -193,7 +193,7 @@ struct FeedbackPollerTests {
             #expect(caught?.stage == .stream)
             #expect(caught?.summary.suppressed == 1)
             #expect(caught?.underlying.contains("no data") == true, "\(String(describing: caught))")
-            #expect(try await store.client.hash("apns:suppressed:\(shop)") == [token(1).hex: "1700000001:feedback"])
+            #expect(try await store.client.suppressions(shop) == [token(1).hex: "1700000001:feedback"])
         }
         try await service.stop()
     }
@@ -254,13 +254,13 @@ struct FeedbackPollerTests {
                 simulator.queueFeedback(app: shop, token: token(1), time: 1_700_000_001)
                 simulator.queueFeedback(app: news, token: token(2), time: 1_700_000_002)
                 try await eventually("first round's tuples in Redis") {
-                    let shops = try await store.client.hash("apns:suppressed:\(shop)").count
-                    let newses = try await store.client.hash("apns:suppressed:\(news)").count
+                    let shops = try await store.client.suppressions(shop).count
+                    let newses = try await store.client.suppressions(news).count
                     return shops == 1 && newses == 1
                 }
                 simulator.queueFeedback(app: shop, token: token(3), time: 1_700_000_003)
                 try await eventually("a later round's tuple in Redis") {
-                    try await store.client.hash("apns:suppressed:\(shop)").count == 2
+                    try await store.client.suppressions(shop).count == 2
                 }
                 running.cancel()
                 await running.value

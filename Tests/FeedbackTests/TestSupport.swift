@@ -74,6 +74,14 @@ extension RedisClient {
         return result
     }
 
+    /// Every suppression of `app`, over all its token tags (`{<p>:<app>:<n>}:suppressed`).
+    func suppressions(_ app: String, prefix: String = "apns") async throws -> [String: String] {
+        let keys = RedisKeys(prefix: prefix)
+        var all: [String: String] = [:]
+        for tag in keys.tokenTags(app: app) { all.merge(try await hash(keys.suppressed(tag: tag))) { a, _ in a } }
+        return all
+    }
+
     func exists(_ key: String) async throws -> Bool {
         try await send(RedisCommand("EXISTS", key)).integer == 1
     }

@@ -99,9 +99,9 @@ struct HTTP2PipelineTests {
         #expect(h4?.auth.contains(TestCertificates.tokenTeamID) == true, "token auth: \(h4?.auth ?? "-")")
 
         // Both kinds of dead token are suppressed at once; a 410 from Apple's timestamp.
-        #expect(try await stack.hashLength("apns:suppressed:\(shop)") == 30)
+        #expect(try await stack.tokenHashLength("suppressed", shop) == 30)
         let stamp = try await stack.store.client.send(
-            RedisCommand("HGET", "apns:suppressed:\(shop)", uninstalled.first!.hex.lowercased())).string
+            RedisCommand("HGET", stack.store.keys.suppressed(app: shop, tokenHex: uninstalled.first!.hex), uninstalled.first!.hex.lowercased())).string
         #expect(stamp?.hasPrefix("\(unregisteredAt):") == true, "410 suppression time \(stamp ?? "-")")
 
         // Five uninstalled tokens register again after their 410 time (but before now): lifted. An
@@ -112,7 +112,7 @@ struct HTTP2PipelineTests {
         try await stack.publishRaw(
             (reregistered + [invalidOne]).map { t in #"{"app":"com.example.shop","token":"\#(t.hex)","registered_at":\#(registeredAt)}"# },
             topic: "apns.registrations")
-        try await eventually("registrations applied") { try await stack.hashLength("apns:registered:\(shop)") == 6 }
+        try await eventually("registrations applied") { try await stack.tokenHashLength("registered", shop) == 6 }
 
         // Campaign B to the same audience: the dead tokens suppressed before sending, the re-registered
         // sent again (the simulator, unlike a device, still answers them 410).

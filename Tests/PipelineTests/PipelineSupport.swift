@@ -92,6 +92,13 @@ final class Stack: @unchecked Sendable {
         try await producer.sendBatch(values.map { KafkaProducerMessage(topic: topic, key: nil, value: Array($0.utf8)) })
     }
 
+    /// Entries of one per-token hash of `app` (`suppressed`, `registered`, `lang`) over all its token tags.
+    func tokenHashLength(_ kind: String, _ app: String) async throws -> Int64 {
+        var total: Int64 = 0
+        for tag in store.keys.tokenTags(app: app) { total += try await hashLength("\(tag):\(kind)") }
+        return total
+    }
+
     func hashLength(_ key: String) async throws -> Int64 {
         try await client.send(RedisCommand("HLEN", key)).integer ?? -1
     }

@@ -47,7 +47,7 @@ struct PipelineTests {
         #expect(Set(recordedA.keys) == Set(audience.filter { !invalid.contains($0) }.map { "a:\($0.hex)" }))
 
         // The invalid tokens are suppressed, with the reason.
-        let suppressed = try await stack.hashLength("apns:suppressed:\(shop)")
+        let suppressed = try await stack.tokenHashLength("suppressed", shop)
         #expect(suppressed == 10)
 
         // Dead letters: unchanged, with their reasons.
@@ -81,7 +81,7 @@ struct PipelineTests {
                 credentials: .test(app: shop, in: TestCertificates.directory),
                 endpoint: FeedbackEndpoint(host: "127.0.0.1", port: stack.simulator.ports.feedback, serverHostname: "localhost")))
         #expect(summary.suppressed == 20)
-        #expect(try await stack.hashLength("apns:suppressed:\(shop)") == 30)
+        #expect(try await stack.tokenHashLength("suppressed", shop) == 30)
 
         // Five of them re-register after their feedback time (one of them in French): they get campaign B.
         let reregistered = Array(uninstalled.sorted { $0.hex < $1.hex }.prefix(5))
@@ -90,7 +90,7 @@ struct PipelineTests {
             reregistered.enumerated().map { i, t in
                 #"{"app":"com.example.shop","token":"\#(t.hex)","registered_at":\#(later)\#(i == 0 ? #","language":"fr""# : "")}"#
             }, topic: "apns.registrations")
-        try await eventually("registrations applied") { try await stack.hashLength("apns:registered:\(shop)") == 5 }
+        try await eventually("registrations applied") { try await stack.tokenHashLength("registered", shop) == 5 }
 
         // Campaign B to the same audience: invalid and still-uninstalled tokens suppressed before sending.
         try await stack.publish(campaign: "b", template: template, tokens: audience)
@@ -253,7 +253,7 @@ struct PipelineTests {
         }
         first.crash()
         let killed = ContinuousClock.now
-        let leased = try await stack.store.client.send(RedisCommand("KEYS", "apns:inflight:k:*")).array?.count ?? 0
+        let leased = try await stack.store.client.send(RedisCommand("KEYS", "{apns:*}:inflight:k:*")).array?.count ?? 0
         #expect(leased > 0, "the crash left leases behind")
         let second = try PipelineProcess(pipelineFile: file, logFile: log)
         // The deadline is far below the 600 s lease: only a takeover can meet it.

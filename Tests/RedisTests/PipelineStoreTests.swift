@@ -27,7 +27,8 @@ struct GateTests {
         let width = store.configuration.dedupBucketWidth.components.seconds
         let retention = store.configuration.dedupRetention.components.seconds
         let ttl = try await store.client.send(RedisCommand("TTL", store.keys.dedup(
-            bucket: now / width, subBucket: JobFingerprint(jobID: "a").subBucket(of: store.configuration.dedupSubBuckets)))).integer ?? -2
+            tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / width,
+            subBucket: JobFingerprint(jobID: "a").subBucket(of: store.configuration.dedupSubBucketsPerTag)))).integer ?? -2
         #expect(ttl > retention && ttl <= retention + width)
         #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention - 1) == [.deduped])
         #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention + 2 * width) == [.admitted(language: nil)])
@@ -48,7 +49,7 @@ struct GateTests {
         #expect(batch == [.admitted(language: nil), .inFlight])
 
         // The lease expires on its own (a crashed process does not block the job forever)…
-        let pttl = try await store.client.send(RedisCommand("PTTL", store.keys.inFlight(jobID: "a"))).integer ?? -2
+        let pttl = try await store.client.send(RedisCommand("PTTL", store.keys.inFlight(app: app, tokenHex: token(1), jobID: "a"))).integer ?? -2
         #expect(pttl > 0 && pttl <= 30_000)
 
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
@@ -56,7 +57,7 @@ struct GateTests {
             Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
             Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
         ]))
-        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(jobID: "a"))) == .integer(0))
+        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(app: app, tokenHex: token(1), jobID: "a"))) == .integer(0))
         let after = try await store.gate([
             GateRequest(jobID: "a", app: app, tokenHex: token(1)),
             GateRequest(jobID: "b", app: app, tokenHex: token(2)),
@@ -81,15 +82,15 @@ struct GateTests {
         #expect(try await storeA.gate(job) == [.admitted(language: nil)])
         #expect(try await storeB.gate(job) == [.inFlightElsewhere(owner: "owner-a")], "A is alive")
         #expect(try await storeA.gate(job) == [.inFlight], "another batch of A")
-        let lease = try await client.send(RedisCommand("GET", storeA.keys.inFlight(jobID: "j"))).string ?? ""
+        let lease = try await client.send(RedisCommand("GET", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).string ?? ""
         #expect(lease.hasPrefix("owner-a/"))
 
         // A dies: its heartbeat is gone (here at once; after a crash, when its TTL runs out).
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         #expect(try await storeB.gate(job) == [.takenOver(language: nil)])
-        let taken = try await client.send(RedisCommand("GET", storeA.keys.inFlight(jobID: "j"))).string ?? ""
+        let taken = try await client.send(RedisCommand("GET", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).string ?? ""
         #expect(taken.hasPrefix("owner-b/"))
-        let pttl = try await client.send(RedisCommand("PTTL", storeA.keys.inFlight(jobID: "j"))).integer ?? -2
+        let pttl = try await client.send(RedisCommand("PTTL", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).integer ?? -2
         #expect(pttl > 590_000, "a full lease for the new holder")
         #expect(try await storeB.gate(job) == [.inFlight], "now B's, in flight for B's other batches")
 
@@ -114,7 +115,7 @@ struct GateTests {
         let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(7)) }
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1000, reason: "feedback")])
         #expect(try await store.gate([request("1")]) == [.suppressed])
-        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(jobID: "1"))) == .integer(0))
+        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(app: app, tokenHex: token(7), jobID: "1"))) == .integer(0))
 
         // Registered before the suppression (or at the same second): still suppressed.
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(7), registeredAt: 900)])
@@ -127,7 +128,7 @@ struct GateTests {
         // A later feedback suppresses again; an older one does not overwrite it.
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1200, reason: "feedback")])
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1050, reason: "old")])
-        #expect(try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app), token(7).lowercased())).string == "1200:feedback")
+        #expect(try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app, tokenHex: token(7)), token(7).lowercased())).string == "1200:feedback")
         #expect(try await store.gate([request("5")]) == [.suppressed])
     }
 
@@ -142,7 +143,7 @@ struct GateTests {
         #expect(try await store.gate([request("1")]) == [.admitted(language: "fr")])
         // A stale registration event changes neither the time nor the language.
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 1000, language: "it")])
-        #expect(try await store.client.send(RedisCommand("HGET", store.keys.registered(app: app), token(8).lowercased())).string == "2000")
+        #expect(try await store.client.send(RedisCommand("HGET", store.keys.registered(app: app, tokenHex: token(8)), token(8).lowercased())).string == "2000")
         #expect(try await store.gate([request("2")]) == [.admitted(language: "fr")])
         // Feedback newer than the registration: suppressed.
         try await store.suppress([Suppression(app: app, tokenHex: token(8), at: 2500, reason: "feedback")])
@@ -211,16 +212,16 @@ struct SettlerTests {
         let client = store.client
         #expect(try await store.settle(Self.mixedBatch()))
 
-        #expect(try await client.hashCounters("apns:stats") == Self.expectedTotals)
-        #expect(try await client.hashCounters("apns:stats:202601010000") == Self.expectedTotals)
-        let minuteTTL = try await client.send(RedisCommand("TTL", "apns:stats:202601010000")).integer ?? -2
+        #expect(try await client.hashCounters("{apns}:stats") == Self.expectedTotals)
+        #expect(try await client.hashCounters("{apns}:stats:202601010000") == Self.expectedTotals)
+        let minuteTTL = try await client.send(RedisCommand("TTL", "{apns}:stats:202601010000")).integer ?? -2
         #expect(minuteTTL > 0 && minuteTTL <= 86_400)
-        #expect(try await client.hashCounters("apns:campaign:c1") == [
+        #expect(try await client.hashCounters("{apns}:campaign:c1") == [
             "accepted": 2, "rejected": 1, "rejected:8": 1, "dead_lettered": 1, "rejected:1": 1, "suppressed": 1,
             "jobs_accepted": 2, "jobs_rejected": 1, "jobs_dead_lettered": 1, "jobs_suppressed": 1, "jobs_settled": 5,
         ])
-        #expect(try await client.hashCounters("apns:shard:\(app):0") == ["sent": 4, "replayed": 4])
-        #expect(try await client.hashCounters("apns:shard:\(app):1") == ["sent": 2])
+        #expect(try await client.hashCounters("{apns}:shard:\(app):0") == ["sent": 4, "replayed": 4])
+        #expect(try await client.hashCounters("{apns}:shard:\(app):1") == ["sent": 2])
 
         // The typed read side agrees.
         try await store.incrementPublished(campaign: "c1", by: 7)
@@ -245,7 +246,7 @@ struct SettlerTests {
             SettleBatch(outcomes: [], events: PipelineEvents(lostAfterSettle: 3, refusedAfterSettle: 2), settledAt: Self.now))
         let totals = try await store.readStats(lastMinutes: 1, now: Self.now).totals
         #expect(totals[.lostAfterSettle] == 3 && totals[.refusedAfterSettle] == 2)
-        #expect(try await store.client.hashCounters("apns:stats:202601010000") == ["lost_after_settle": 3, "refused_after_settle": 2])
+        #expect(try await store.client.hashCounters("{apns}:stats:202601010000") == ["lost_after_settle": 3, "refused_after_settle": 2])
     }
 
     @Test func invalidTokenIsSuppressed() async throws {
@@ -253,9 +254,12 @@ struct SettlerTests {
         defer { server.stop() }
         let store = PipelineStore(client: try server.client())
         try await store.settle(Self.mixedBatch())
-        let suppressed = try await store.client.send(RedisCommand("HGETALL", store.keys.suppressed(app: app)))
+        var suppressed: [RedisReply] = []
+        for tag in store.keys.tokenTags(app: app) {
+            suppressed += try await store.client.send(RedisCommand("HGETALL", store.keys.suppressed(tag: tag))).array ?? []
+        }
         // Only an outcome that asks for it suppresses its token; another refusal does not.
-        #expect(suppressed == .array([.bulk(Array(token(4).lowercased().utf8)), .bulk(Array("\(Self.now):invalid-token".utf8))]))
+        #expect(suppressed == [.bulk(Array(token(4).lowercased().utf8)), .bulk(Array("\(Self.now):invalid-token".utf8))])
         #expect(try await store.gate([GateRequest(jobID: "new", app: app, tokenHex: token(4))]) == [.suppressed])
         #expect(try await store.gate([GateRequest(jobID: "new5", app: app, tokenHex: token(5))]) == [.admitted(language: nil)])
     }
@@ -278,9 +282,9 @@ struct SettlerTests {
                         suppressToken: TokenSuppression(since: since, reason: "unregistered")),
                 ],
                 settledAt: Self.now))
-        let stored = try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app), token(11).lowercased()))
+        let stored = try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app, tokenHex: token(11)), token(11).lowercased()))
         #expect(stored == .bulk(Array("\(since):unregistered".utf8)))
-        #expect(try await store.client.hashCounters("apns:stats")["rejected:Unregistered"] == 2)
+        #expect(try await store.client.hashCounters("{apns}:stats")["rejected:Unregistered"] == 2)
         try await store.applyRegistrations([
             Registration(app: app, tokenHex: token(11), registeredAt: since + 1),  // after: lifts it
             Registration(app: app, tokenHex: token(12), registeredAt: since - 1),  // before: does not
@@ -299,11 +303,11 @@ struct SettlerTests {
         #expect(try await store.settle(batch))
         // The same batch again, as after a reply lost with the connection: a no-op.
         #expect(try await store.settle(batch) == false)
-        #expect(try await store.client.hashCounters("apns:stats") == Self.expectedTotals)
-        #expect(try await store.client.hashCounters("apns:shard:\(app):0") == ["sent": 4, "replayed": 4])
+        #expect(try await store.client.hashCounters("{apns}:stats") == Self.expectedTotals)
+        #expect(try await store.client.hashCounters("{apns}:shard:\(app):0") == ["sent": 4, "replayed": 4])
         // A different batch with the same content is counted.
         #expect(try await store.settle(Self.mixedBatch()))
-        #expect(try await store.client.hashCounters("apns:stats") == Self.scaled(Self.expectedTotals, by: 2))
+        #expect(try await store.client.hashCounters("{apns}:stats") == Self.scaled(Self.expectedTotals, by: 2))
         let marker = try await store.client.send(RedisCommand("TTL", store.keys.batch(batch.id))).integer ?? -2
         #expect(marker > 0 && marker <= 3600)
     }
@@ -331,10 +335,10 @@ struct SettlerTests {
         try await server.start()
         try await run.value
 
-        let totals = try await store.client.hashCounters("apns:stats")
+        let totals = try await store.client.hashCounters("{apns}:stats")
         #expect(totals == ["accepted": Int64(batches * 5), "received": Int64(batches * 5)])
         // Each batch has five jobs of its own: per job as per message.
-        #expect(try await store.client.hashCounters("apns:campaign:spring") == [
+        #expect(try await store.client.hashCounters("{apns}:campaign:spring") == [
             "accepted": Int64(batches * 5), "jobs_accepted": Int64(batches * 5), "jobs_settled": Int64(batches * 5),
         ])
         // After the restart the script cache was empty: the gate reloads its script by itself.
@@ -350,9 +354,10 @@ struct SettlerTests {
         let store = PipelineStore(client: try server.client())
         let observer = try server.client()
         let requests = (0..<20).map { GateRequest(jobID: "rt-\($0)", app: $0 % 2 == 0 ? app : "com.example.other", tokenHex: token($0)) }
-        // Warm up: connect and load both scripts.
+        // Warm up: connect and load the scripts (gate, settle, and the tag writes of registrations).
         _ = try await store.gate([GateRequest(jobID: "warm", app: app, tokenHex: token(0))])
         try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)]))
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(0), registeredAt: 1)])
 
         func roundTrips(_ operation: () async throws -> Void) async throws -> (client: Int, serverReads: Int) {
             let clientBefore = await store.client.statistics.roundTrips
@@ -382,7 +387,8 @@ struct SettlerTests {
     }
 
     /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.
-    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with 1024.
+    /// 100 000 records: ~390 per set with 256 sub-buckets, ~98 with 1024 (split over the app's 16 token
+    /// tags: the jobs' tokens spread over them).
     @Test(arguments: [256, 1024])
     func dedupRecordsAreCompact(subBuckets: Int) async throws {
         let server = try await RedisServer()
@@ -395,17 +401,18 @@ struct SettlerTests {
         try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)], settledAt: now))
         let before = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
         for start in stride(from: 0, to: jobs, by: perBatch) {
-            let outcomes = (start..<start + perBatch).map { Outcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token(1), kind: .accepted) }
+            let outcomes = (start..<start + perBatch).map { Outcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token($0 % 1024), kind: .accepted) }
             try await store.settle(SettleBatch(outcomes: outcomes, settledAt: now))
         }
         let after = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
         let bytesPerJob = Double(after - before) / Double(jobs)
         print("dedup: \(String(format: "%.1f", bytesPerJob)) bytes per accepted job (\(jobs) jobs, \(subBuckets) sub-buckets, used_memory delta)")
         #expect(bytesPerJob > 8 && bytesPerJob < 12)
-        let key = store.keys.dedup(bucket: now / store.configuration.dedupBucketWidth.components.seconds, subBucket: 0)
+        let key = store.keys.dedup(
+            tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / store.configuration.dedupBucketWidth.components.seconds, subBucket: 0)
         #expect(try await store.client.send(RedisCommand("OBJECT", "ENCODING", key)) == .bulk(Array("intset".utf8)))
         // Every one of them is found again.
-        let sample = (0..<200).map { GateRequest(jobID: "campaign-x:\($0 * 499)", app: app, tokenHex: token(1)) }
+        let sample = (0..<200).map { GateRequest(jobID: "campaign-x:\($0 * 499)", app: app, tokenHex: token($0 * 499 % 1024)) }
         #expect(try await store.gate(sample, now: now) == Array(repeating: .deduped, count: 200))
     }
 }

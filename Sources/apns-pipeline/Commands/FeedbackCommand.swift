@@ -124,7 +124,7 @@ struct FeedbackCommand: AsyncParsableCommand {
                 ("app", summary.app),
                 ("feedback service", summary.endpoint),
                 ("tuples read", "\(summary.tuplesRead)"),
-                ("suppressed", "\(summary.suppressed)  → \(prefix):suppressed:\(summary.app)"),
+                ("suppressed", "\(summary.suppressed)  → {\(prefix):\(summary.app):<n>}:suppressed"),
                 ("malformed (skipped)", "\(summary.malformed)"),
                 ("ended mid-tuple", summary.endedMidTuple ? "yes (partial tuple dropped)" : "no"),
                 ("feedback times", summary.oldestTimestamp == nil ? "–" : "\(time(summary.oldestTimestamp)) … \(time(summary.newestTimestamp))"),
