@@ -42,7 +42,7 @@ public enum OperationsSurface {
         configuration: PipelineConfiguration, runner: PipelineRunner, metrics: PrometheusMetrics, host: String, port: Int,
         logger: Logger
     ) async throws -> (server: OperationsServer, data: DashboardData) {
-        let data = try DashboardData(redisURL: configuration.redis.url, prefix: configuration.redis.prefix, logger: logger)
+        let data = try DashboardData(redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger)
         let routes = OperationsServer.Routes(
             metrics: { metrics.text() },
             readiness: {

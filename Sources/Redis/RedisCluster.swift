@@ -106,6 +106,15 @@ public actor RedisCluster: RedisConnection {
         return reply
     }
 
+    @discardableResult
+    public func send(_ command: RedisCommand, routedBy key: String) async throws -> RedisReply {
+        let reply = try await routedReply(command, slot: RedisSlot(key: key).value)
+        if case .error(let message) = reply { throw RedisError.server(message) }
+        return reply
+    }
+
+    public nonisolated var redactedDescription: String { configuration.redactedDescription }
+
     /// The commands grouped by the node owning their slot, one round trip per node, the nodes in
     /// parallel; replies in the order of `commands`. Commands on one node run in order; commands on
     /// different nodes in no defined order (as on a cluster they would anyway). A command redirected or

@@ -17,6 +17,12 @@ public protocol RedisConnection: AnyObject, Sendable {
     func pipeline(_ commands: [RedisCommand]) async throws -> [RedisReply]
     /// `script` by `EVALSHA` (loaded on `NOSCRIPT`); an error reply throws.
     func eval(_ script: RedisScript, keys: [String], arguments: RedisArguments) async throws -> RedisReply
+    /// A command without keys of its own (`SCAN` over a key pattern) sent where `key` lives: on a cluster,
+    /// the primary owning `key`'s slot; on one server, that server. An error reply throws.
+    @discardableResult
+    func send(_ command: RedisCommand, routedBy key: String) async throws -> RedisReply
+    /// For logs and error messages: the server's or the cluster's address, without the password.
+    var redactedDescription: String { get }
 }
 
 extension RedisConnection {
@@ -31,4 +37,11 @@ extension RedisConnection {
     }
 }
 
-extension RedisClient: RedisConnection {}
+extension RedisClient: RedisConnection {
+    @discardableResult
+    public func send(_ command: RedisCommand, routedBy key: String) async throws -> RedisReply {
+        try await send(command)
+    }
+
+    public nonisolated var redactedDescription: String { configuration.redactedURL }
+}
