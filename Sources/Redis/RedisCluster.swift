@@ -135,31 +135,34 @@ public actor RedisCluster: RedisConnection {
         var replies = [RedisReply?](repeating: nil, count: commands.count)
         var again = unrouted
         let work = groups.map { (client(for: $0.key), $0.value) }
-        let results = await withTaskGroup(of: ([Int], Result<[RedisReply], Error>).self) { group in
+        // A struct, not a tuple, as the child tasks' result: a `([Int], Result<…>)` tuple crashed the
+        // release build's task group (swift_retain on a bad pointer when the group copied a result).
+        let results = await withTaskGroup(of: NodeReplies.self) { group in
             for (client, indices) in work {
                 let part = indices.map { commands[$0] }
                 group.addTask {
-                    do { return (indices, .success(try await client.pipeline(part))) } catch { return (indices, .failure(error)) }
+                    do { return NodeReplies(indices: indices, replies: try await client.pipeline(part), failure: nil) } catch {
+                        return NodeReplies(indices: indices, replies: [], failure: error as? RedisError ?? .unexpectedReply("\(error)"))
+                    }
                 }
             }
-            var results: [([Int], Result<[RedisReply], Error>)] = []
+            var results: [NodeReplies] = []
             for await result in group { results.append(result) }
             return results
         }
-        for (indices, result) in results {
-            switch result {
-            case .success(let partReplies):
-                for (index, reply) in zip(indices, partReplies) {
-                    if case .error(let message) = reply, RedisRedirection(message, from: nil) != nil {
-                        again.append(index)
-                    } else {
-                        replies[index] = reply
-                    }
-                }
-            case .failure(let error):
-                guard let redisError = error as? RedisError, Self.isNodeFailure(redisError) else { throw error }
+        for result in results {
+            if let failure = result.failure {
+                guard Self.isNodeFailure(failure) else { throw failure }
                 mapSuspect = true
-                again.append(contentsOf: indices)
+                again.append(contentsOf: result.indices)
+                continue
+            }
+            for (index, reply) in zip(result.indices, result.replies) {
+                if case .error(let message) = reply, RedisRedirection(message, from: nil) != nil {
+                    again.append(index)
+                } else {
+                    replies[index] = reply
+                }
             }
         }
         for index in again.sorted() {
@@ -479,6 +482,13 @@ public actor RedisCluster: RedisConnection {
         if keyTable != nil { return }
         keyTable = try RedisCommandKeyTable(try await client(for: node).send(RedisCommand("COMMAND")))
     }
+}
+
+/// What one node answered to its part of a pipeline.
+struct NodeReplies: Sendable {
+    var indices: [Int]
+    var replies: [RedisReply]
+    var failure: RedisError?
 }
 
 /// A cluster's answer that sends the call elsewhere or asks it to wait.
