@@ -28,7 +28,7 @@ struct DashboardCommand: AsyncParsableCommand {
         let logger = Logger(label: "apns.dashboard")
         let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         let (server, data) = try await OperationsSurface.serveDashboard(
-            redisURL: config.redis.url, prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
+            redis: try config.redis.target(), prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
         print("dashboard: http://\(address.host):\(server.port)/")
         for await _ in signals { break }
         await server.stop()
