@@ -1,5 +1,5 @@
 import Foundation
-import Redis
+@testable import Redis
 import Testing
 import TestSupport
 
@@ -22,6 +22,17 @@ import TestSupport
         #expect(throws: RedisError.self) {
             try RedisClusterConfiguration(nodes: ["redis://:a@10.0.0.1:7000", "redis://:b@10.0.0.2:7000"])
         }
+    }
+
+    @Test func redirectionsAreParsed() {
+        let from = RedisNodeAddress(host: "10.0.0.9", port: 7000)
+        #expect(RedisRedirection("MOVED 3999 127.0.0.1:6381", from: from) == .moved(slot: 3999, to: RedisNodeAddress(host: "127.0.0.1", port: 6381)))
+        #expect(RedisRedirection("ASK 12 :6382", from: from) == .ask(slot: 12, to: RedisNodeAddress(host: "10.0.0.9", port: 6382)))
+        #expect(RedisRedirection("MOVED 1 [::1]:7001", from: nil) == .moved(slot: 1, to: RedisNodeAddress(host: "::1", port: 7001)))
+        #expect(RedisRedirection("TRYAGAIN Multiple keys request during rehashing of slot", from: nil) == .retryLater)
+        #expect(RedisRedirection("CLUSTERDOWN The cluster is down", from: nil) == .retryLater)
+        #expect(RedisRedirection("ERR wrong number of arguments", from: nil) == nil)
+        #expect(RedisRedirection("MOVED x 127.0.0.1:1", from: nil) == nil)
     }
 
     @Test func targetIsAClusterOnlyWhenNodesAreGiven() throws {
