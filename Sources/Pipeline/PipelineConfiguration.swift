@@ -62,11 +62,15 @@ public struct PipelineConfiguration: Sendable {
         public var cluster: [String]?
         public var prefix = storeDefaults.keyPrefix
         public var dedupTTLHours = Int(storeDefaults.dedupRetention.components.seconds / 3600)
-        /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 2 buckets
-        /// per job, so wider buckets mean fewer lookups (and records living up to one width longer).
+        /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 1 buckets
+        /// per job (+1 near a bucket's end), so wider buckets mean fewer lookups (and records living up to
+        /// one width longer).
         public var dedupBucketHours = Int(storeDefaults.dedupBucketWidth.components.seconds / 3600)
         /// Sets per bucket: keep peak accepted jobs per bucket ÷ sub-buckets under ~400 (compact intsets).
         public var dedupSubBuckets = storeDefaults.dedupSubBuckets
+        /// Token buckets per app (`token_buckets`): the Redis Cluster hash tags one app's per-token keys
+        /// spread over. Fixed for the life of the data (it is in the key names).
+        public var tokenBuckets = storeDefaults.tokenBuckets
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
         /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
@@ -240,6 +244,7 @@ public struct PipelineConfiguration: Sendable {
         c.redis.dedupTTLHours = try r.int("dedup_ttl_hours", default: c.redis.dedupTTLHours, range: 1...24 * 365)
         c.redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: c.redis.dedupBucketHours, range: 1...24 * 365)
         c.redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: c.redis.dedupSubBuckets, range: 1...1 << 24)
+        c.redis.tokenBuckets = try r.int("token_buckets", default: c.redis.tokenBuckets, range: 1...16_384)
         c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
         c.redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: c.redis.ownerHeartbeatSeconds, range: 2...600)
         try r.finish()

@@ -70,6 +70,7 @@ public final class PipelineRunner: Service, Sendable {
         storeConfig.inFlightLease = .seconds(c.redis.inFlightLeaseSeconds)
         storeConfig.dedupBucketWidth = .seconds(c.redis.dedupBucketHours * 3600)
         storeConfig.dedupSubBuckets = c.redis.dedupSubBuckets
+        storeConfig.tokenBuckets = c.redis.tokenBuckets
         storeConfig.ownerHeartbeat = .seconds(c.redis.ownerHeartbeatSeconds)
         // This process's identity as a lease holder (logged, and on its heartbeat key).
         let owner = storeConfig.leaseOwner

@@ -31,6 +31,9 @@ func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> 
     // The dedup settings fix how long a campaign's job marks live (PipelineStore.jobMarkRetention).
     storeConfiguration.dedupRetention = .seconds(config.redis.dedupTTLHours * 3600)
     storeConfiguration.dedupBucketWidth = .seconds(config.redis.dedupBucketHours * 3600)
+    // Where registrations and suppressions of a token live (its token bucket is in the key names).
+    storeConfiguration.tokenBuckets = config.redis.tokenBuckets
+    storeConfiguration.dedupSubBuckets = config.redis.dedupSubBuckets
     let store = PipelineStore(client: redis, configuration: storeConfiguration, logger: logger)
     return (redis, store)
 }

@@ -4,37 +4,74 @@ import Testing
 import TestSupport
 
 /// redis-server CPU per job for gate + settle (issue 14): not a unit test — it runs only when
-/// `APNS_REDIS_CPU_JOBS` is set (e.g. 200000) and prints µs of redis-server CPU (utime + stime from
-/// /proc, so independent of the Swift build mode) and `redis.call`s per job from `INFO commandstats`.
-/// One app, batches of 500, one dedup record per accepted job, every tenth token suppressed:
-///   APNS_REDIS_CPU_JOBS=200000 swift test --filter RedisCPUBenchmark
+/// `APNS_REDIS_CPU_JOBS` is set (e.g. 100000) and prints µs of redis-server CPU (utime + stime from
+/// /proc, so independent of the Swift build mode) and commands per job from `INFO commandstats`.
+/// One app, batches of 500, one dedup record per accepted job, every tenth token suppressed; each
+/// variant on a fresh redis-server, in turn, `APNS_REDIS_CPU_ROUNDS` times (default 2):
+///   APNS_REDIS_CPU_JOBS=100000 swift test --filter RedisCPUBenchmark
 @Suite(.enabled(if: ProcessInfo.processInfo.environment["APNS_REDIS_CPU_JOBS"] != nil && RedisServer.available))
 struct RedisCPUBenchmark {
-    @Test func gateAndSettleCPUPerJob() async throws {
-        let jobs = Int(ProcessInfo.processInfo.environment["APNS_REDIS_CPU_JOBS"] ?? "") ?? 200_000
-        let batchSize = 500
-        let server = try await RedisServer()
-        defer { server.stop() }
-        let client = try server.client()
+    struct Variant: Sendable {
+        var name: String
+        var gate: @Sendable ([GateRequest]) async throws -> [GateDecision]
+        var settle: @Sendable (SettleBatch) async throws -> Void
+        var suppress: @Sendable ([Suppression]) async throws -> Void
+        var stats: String
+    }
+
+    static func variants(_ client: RedisClient) -> [Variant] {
         let store = PipelineStore(client: client)
+        let cluster = PipelineStore(client: client, configuration: .init(oneSlotPerCall: true))
+        let dense = PipelineStore(client: client, configuration: .init(dedupSubBuckets: 256))
+        return [
+            legacy(client),
+            Variant(
+                name: "this code, single Redis (one call per batch)", gate: { try await store.gate($0) }, settle: { try await store.settle($0) },
+                suppress: { try await store.suppress($0) }, stats: store.keys.stats),
+            Variant(
+                name: "this code, one slot per call (the cluster path)", gate: { try await cluster.gate($0) },
+                settle: { try await cluster.settle($0) }, suppress: { try await cluster.suppress($0) }, stats: cluster.keys.stats),
+            Variant(
+                name: "this code, single Redis, 256 dedup sets per time bucket (more jobs per set)", gate: { try await dense.gate($0) },
+                settle: { try await dense.settle($0) }, suppress: { try await dense.suppress($0) }, stats: dense.keys.stats),
+        ]
+    }
+
+    @Test func gateAndSettleCPUPerJob() async throws {
+        let jobs = Int(ProcessInfo.processInfo.environment["APNS_REDIS_CPU_JOBS"] ?? "") ?? 100_000
+        let rounds = Int(ProcessInfo.processInfo.environment["APNS_REDIS_CPU_ROUNDS"] ?? "") ?? 2
+        for _ in 0..<rounds {
+            let chosen = (ProcessInfo.processInfo.environment["APNS_REDIS_CPU_VARIANTS"] ?? "0,1,2,3").split(separator: ",").compactMap { Int($0) }
+            for index in chosen {
+                let server = try await RedisServer()
+                defer { server.stop() }
+                try await measure(Self.variants(try server.client())[index], server: server, jobs: jobs)
+            }
+        }
+    }
+
+    func measure(_ variant: Variant, server: RedisServer, jobs: Int) async throws {
+        let batchSize = 500
+        let client = try server.client()
         let app = "com.example.bench"
         let pid = try await client.info("server")["process_id"] ?? "?"
-        func cpuTicks() throws -> Double {
+        func cpuTicks() throws -> (user: Double, system: Double) {
             let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
             let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
-            return Double(fields[11])! + Double(fields[12])!  // utime, stime (fields 14, 15)
+            return (Double(fields[11])!, Double(fields[12])!)  // utime, stime (fields 14, 15)
         }
-        // Warm up (script load, first keys), then measure.
-        try await store.suppress((0..<(jobs / 10)).map { Suppression(app: app, tokenHex: String(format: "%064x", $0 * 10), at: 1, reason: "feedback") })
+        try await variant.suppress((0..<(jobs / 10)).map { Suppression(app: app, tokenHex: String(format: "%064x", $0 * 10), at: 1, reason: "feedback") })
         _ = try await client.send(RedisCommand("CONFIG", "RESETSTAT"))
         let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+        // The gate of every batch first, then their settles: so each has its own CPU figure.
         let before = try cpuTicks()
         var gated = 0
+        var batches: [SettleBatch] = []
         for start in stride(from: 0, to: jobs, by: batchSize) {
             let requests = (start..<min(jobs, start + batchSize)).map {
                 GateRequest(jobID: "bench:\($0)", app: app, tokenHex: String(format: "%064x", $0))
             }
-            let decisions = try await store.gate(requests)
+            let decisions = try await variant.gate(requests)
             var outcomes: [Outcome] = []
             for (request, decision) in zip(requests, decisions) {
                 switch decision {
@@ -45,20 +82,26 @@ struct RedisCPUBenchmark {
                 default: break
                 }
             }
-            try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: requests.count)))
+            batches.append(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: requests.count)))
             gated += requests.count
         }
-        let cpuSeconds = (try cpuTicks() - before) / ticksPerSecond
+        let middle = try cpuTicks()
+        for batch in batches { try await variant.settle(batch) }
+        let after = try cpuTicks()
+        let gateSeconds = (middle.user + middle.system - before.user - before.system) / ticksPerSecond
+        let user = (after.user - before.user) / ticksPerSecond
+        let total = user + (after.system - before.system) / ticksPerSecond
         let stats = try await client.send(RedisCommand("INFO", "commandstats")).string ?? ""
         var calls: [(String, Int)] = []
         for line in stats.split(separator: "\r\n") where line.hasPrefix("cmdstat_") {
             let name = line.dropFirst("cmdstat_".count).prefix { $0 != ":" }
             if let range = line.range(of: "calls="), let n = Int(line[range.upperBound...].prefix { $0.isNumber }) { calls.append((String(name), n)) }
         }
-        let perJob = calls.sorted { $0.1 > $1.1 }.map { "\($0.0) \(String(format: "%.2f", Double($0.1) / Double(gated)))" }
-        let lua = calls.filter { !["evalsha", "eval", "config", "info", "script"].contains($0.0) }.reduce(0) { $0 + $1.1 }
-        print("redis-server CPU per job (gate+settle, \(gated) jobs, batches of \(batchSize)): \(String(format: "%.2f", cpuSeconds * 1e6 / Double(gated))) µs; commands per job \(String(format: "%.2f", Double(lua) / Double(gated))): \(perJob.joined(separator: ", "))")
-        let totals = try await client.hashCounters(store.keys.stats)
+        let perJob = calls.filter { $0.1 * 100 >= gated }.sorted { $0.1 > $1.1 }.map { "\($0.0) \(String(format: "%.2f", Double($0.1) / Double(gated)))" }
+        let commands = calls.filter { !["evalsha", "eval", "config|resetstat", "info", "script|load"].contains($0.0) }.reduce(0) { $0 + $1.1 }
+        func us(_ seconds: Double) -> String { String(format: "%.2f", seconds * 1e6 / Double(gated)) }
+        print("redis-server CPU per job, \(variant.name): \(us(total)) µs (user \(us(user)); gate \(us(gateSeconds)), settle \(us(total - gateSeconds))); \(String(format: "%.2f", Double(commands) / Double(gated))) commands per job: \(perJob.joined(separator: ", ")) [\(gated) jobs, batches of \(batchSize)]")
+        let totals = try await client.hashCounters(variant.stats)
         #expect(totals["received"] == Int64(gated))
     }
 }

@@ -39,6 +39,8 @@ struct FeedbackCommand: AsyncParsableCommand {
         @Option(help: "Name to verify the service's certificate against (default: the host).") var serverName: String?
         @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
         @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
+        @Option(help: "Token buckets per app (the pipeline file's redis.token_buckets): where a token's suppressions live.")
+        var tokenBuckets: Int = RedisKeys.defaultTokenBuckets
         @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = FeedbackPollerConfiguration().batchSize
         @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double = FeedbackPollerConfiguration().readTimeout / .seconds(1)
         @Option(help: "Seconds to keep retrying Redis before giving up.") var redisWait: Double = 30
@@ -64,10 +66,12 @@ struct FeedbackCommand: AsyncParsableCommand {
             var targets: [FeedbackApp] = []
             var redisURL = redis
             var keyPrefix = prefix
+            var buckets = tokenBuckets
             if let pipeline {
                 let config = try loadPipeline(pipeline)
                 redisURL = config.redis.url
                 keyPrefix = config.redis.prefix
+                buckets = config.redis.tokenBuckets
                 // The feedback service exists only beside the binary interface; HTTP/2 apps learn of
                 // dead tokens from 410 answers instead.
                 let chosen = config.apps.filter { (app == nil || $0.bundleID == app) && $0.transport == .binary }
@@ -94,7 +98,7 @@ struct FeedbackCommand: AsyncParsableCommand {
             }
             redisConfiguration.reconnect.maximumWait = .milliseconds(Int64(redisWait * 1000))
             let client = RedisClient(configuration: redisConfiguration)
-            let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix))
+            let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix, tokenBuckets: buckets))
             var configuration = FeedbackPollerConfiguration()
             configuration.batchSize = batchSize
             configuration.readTimeout = .milliseconds(Int64(readTimeout * 1000))

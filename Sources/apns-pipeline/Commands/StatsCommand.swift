@@ -4,15 +4,15 @@ import Logging
 import Pipeline
 import Redis
 
-/// `apns-pipeline stats`: the pipeline's counters from Redis (`docs/design.md §4.1`: `<p>:stats`, the per-minute
-/// `<p>:stats:<yyyyMMddHHmm>` buckets, `<p>:campaign:<id>`), with current rates, optionally refreshed
+/// `apns-pipeline stats`: the pipeline's counters from Redis (`docs/design.md §4.1`: `{<p>}:stats`, the per-minute
+/// `{<p>}:stats:<yyyyMMddHHmm>` buckets, `{<p>}:campaign:<id>`), with current rates, optionally refreshed
 /// in place.
 struct StatsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stats",
         abstract: "Show pipeline counters and rates per second from Redis.",
         discussion: """
-            Totals come from <prefix>:stats. Rates come from the per-minute buckets: "last min/s" is the \
+            Totals come from {<prefix>}:stats. Rates come from the per-minute buckets: "last min/s" is the \
             last complete UTC minute ÷ 60, "now/s" the current minute so far ÷ the seconds elapsed in it. \
             Every process of the pipeline writes the same keys, so these are cluster-wide figures. \
             --json prints one JSON object (with --watch, one per line per refresh): stable keys, numbers as \
@@ -125,7 +125,7 @@ struct StatsCommand: AsyncParsableCommand {
     }
 
     /// The `--json` form (README "Commands"): `time` (epoch s), `redis`, `prefix`, `totals` (every
-    /// counter of `<prefix>:stats`, 0 when absent), `rejected_by_code`, `per_second` (`last_minute`: the
+    /// counter of `{<prefix>}:stats`, 0 when absent), `rejected_by_code`, `per_second` (`last_minute`: the
     /// last complete UTC minute ÷ 60; `current_minute`: the current minute so far ÷ its elapsed seconds),
     /// `minutes` (which minutes those are), and `campaign` (as `campaign status --json`) with --campaign.
     static func renderJSON(store: PipelineStore, redis: String, prefix: String, campaign: String?, now: Int64 = PipelineStore.epochNow()) async throws -> String {
