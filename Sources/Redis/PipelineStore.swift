@@ -93,10 +93,12 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
 
 /// The pipeline's shared state in Redis: the gate before sending, the settler after, registrations,
 /// suppressions and the counters dashboards read. Every write operation is one round trip (one
-/// `EVALSHA`) per batch, and safe to repeat when a reply is lost with the connection.
+/// `EVALSHA`) per batch on a single Redis; with ``PipelineStoreConfiguration/oneSlotPerCall`` (Redis
+/// Cluster) one call per slot the batch touches, each touching keys of that slot only. Every call is safe
+/// to repeat when a reply is lost with the connection.
 ///
 /// Dedup records: a 64-bit fingerprint of the job id (``JobFingerprint``) as a member of the set
-/// `<p>:dedup:<time bucket>:<sub-bucket>`, which Redis stores as an intset (8 raw bytes per member); the
+/// `{<p>:<app>:<n>}:dedup:<time bucket>:<sub-bucket>`, which Redis stores as an intset (8 raw bytes per member); the
 /// whole set expires with its time bucket. Measured on Redis 7.0.15 (`used_memory` delta over 100 000
 /// accepted jobs settled through ``settle(_:)``, test `dedupRecordsAreCompact`): 9.5 B/job with ~390
 /// members per set (256 sub-buckets), 10.6 B/job with ~98 (1024 sub-buckets). For comparison, same

@@ -17,6 +17,8 @@ struct RedisCPUBenchmark {
         var settle: @Sendable (SettleBatch) async throws -> Void
         var suppress: @Sendable ([Suppression]) async throws -> Void
         var stats: String
+        /// The bench's app (bundle id): its length is in every per-token key name.
+        var app = "com.example.bench"
     }
 
     static func variants(_ client: RedisClient) -> [Variant] {
@@ -34,6 +36,10 @@ struct RedisCPUBenchmark {
             Variant(
                 name: "this code, single Redis, 256 dedup sets per time bucket (more jobs per set)", gate: { try await dense.gate($0) },
                 settle: { try await dense.settle($0) }, suppress: { try await dense.suppress($0) }, stats: dense.keys.stats),
+            Variant(
+                name: "this code, single Redis, app named \"a\" (keys ≤ 44 bytes: Redis embeds them in one allocation)",
+                gate: { try await store.gate($0) }, settle: { try await store.settle($0) }, suppress: { try await store.suppress($0) },
+                stats: store.keys.stats, app: "a"),
         ]
     }
 
@@ -53,7 +59,7 @@ struct RedisCPUBenchmark {
     func measure(_ variant: Variant, server: RedisServer, jobs: Int) async throws {
         let batchSize = 500
         let client = try server.client()
-        let app = "com.example.bench"
+        let app = variant.app
         let pid = try await client.info("server")["process_id"] ?? "?"
         func cpuTicks() throws -> (user: Double, system: Double) {
             let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
