@@ -39,23 +39,42 @@ public struct DashboardSnapshot: Codable, Sendable {
 /// Reads a ``DashboardSnapshot`` with a connection of its own that gives up quickly (a dashboard must
 /// say "Redis unreachable" within a refresh, not wait minutes as the pipeline's connections do).
 public final class DashboardData: Sendable {
-    private let client: RedisClient
+    private let client: any RedisConnection
+    /// `host:port` of the server, or the cluster's seeds, for the messages (never a password).
+    private let address: String
     private let keys: RedisKeys
     private let store: PipelineStore
     /// Campaign and shard hashes read per refresh at most (SCAN over the prefix, then one pipeline).
     public static let maxCampaigns = 200
     public static let maxConnections = 1024
 
-    public init(redisURL: String, prefix: String, logger: Logger) throws {
-        var configuration = try RedisConfiguration(url: redisURL)
-        configuration.connectTimeout = .seconds(1)
-        configuration.commandTimeout = .seconds(2)
-        configuration.reconnect = RedisReconnectPolicy(
-            initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200), maximumWait: .milliseconds(500))
+    public convenience init(redisURL: String, prefix: String, logger: Logger) throws {
+        try self.init(redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, logger: logger)
+    }
+
+    /// `redis`: one server or a cluster (the counters and campaign hashes share the `{<p>}` tag, so on a
+    /// cluster they live on one primary, where SCAN is sent).
+    public init(redis: RedisTarget, prefix: String, logger: Logger) throws {
+        func quick(_ configuration: RedisConfiguration) -> RedisConfiguration {
+            var configuration = configuration
+            configuration.connectTimeout = .seconds(1)
+            configuration.commandTimeout = .seconds(2)
+            configuration.reconnect = RedisReconnectPolicy(
+                initialDelay: .milliseconds(50), maximumDelay: .milliseconds(200), maximumWait: .milliseconds(500))
+            return configuration
+        }
         var quiet = logger
         // An unreachable Redis is reported in the page; its retries would flood the log once per refresh.
         quiet.logLevel = .critical
-        client = RedisClient(configuration: configuration, logger: quiet)
+        switch redis {
+        case .single(let configuration):
+            client = RedisClient(configuration: quick(configuration), logger: quiet)
+            address = RedisNodeAddress(host: configuration.host, port: configuration.port).description
+        case .cluster(var configuration):
+            configuration.node = quick(configuration.node)
+            client = RedisCluster(configuration: configuration, logger: quiet)
+            address = "cluster " + configuration.seeds.map(\.description).joined(separator: ",")
+        }
         keys = RedisKeys(prefix: prefix)
         var storeConfiguration = PipelineStoreConfiguration()
         storeConfiguration.keyPrefix = prefix
@@ -68,7 +87,7 @@ public final class DashboardData: Sendable {
             let reply = try await client.send(RedisCommand("PING"))
             return reply == .status("PONG") ? nil : "redis: PING answered \(reply)"
         } catch {
-            return "redis: unreachable at \(client.configuration.host):\(client.configuration.port) (\(error))"
+            return "redis: unreachable at \(address) (\(error))"
         }
     }
 
@@ -96,7 +115,7 @@ public final class DashboardData: Sendable {
             s.campaigns.sort { $0.id < $1.id }
             s.connections.sort { ($0.app, $0.shard) < ($1.app, $1.shard) }
         } catch {
-            s.error = "Redis at \(client.configuration.host):\(client.configuration.port) could not be read: \(error)"
+            s.error = "Redis at \(address) could not be read: \(error)"
         }
         return s
     }
@@ -115,7 +134,7 @@ public final class DashboardData: Sendable {
         var found: [String] = []
         let pattern = prefix.replacingOccurrences(of: "*", with: "\\*") + "*"
         repeat {
-            let reply = try await client.send(RedisCommand("SCAN", cursor, "MATCH", pattern, "COUNT", "1000"))
+            let reply = try await client.send(RedisCommand("SCAN", cursor, "MATCH", pattern, "COUNT", "1000"), routedBy: prefix)
             guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { break }
             cursor = next
             found.append(contentsOf: (parts[1].array ?? []).compactMap(\.string))

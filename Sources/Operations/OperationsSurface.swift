@@ -2,6 +2,7 @@ import CoreMetrics
 import Logging
 import Pipeline
 import Prometheus
+import Redis
 
 /// A Prometheus registry for one pipeline, and the factory that feeds it with the pipeline's buckets.
 /// One per runner (not `MetricsSystem.bootstrap`, which a process may call once): tests run several
@@ -42,7 +43,7 @@ public enum OperationsSurface {
         configuration: PipelineConfiguration, runner: PipelineRunner, metrics: PrometheusMetrics, host: String, port: Int,
         logger: Logger
     ) async throws -> (server: OperationsServer, data: DashboardData) {
-        let data = try DashboardData(redisURL: configuration.redis.url, prefix: configuration.redis.prefix, logger: logger)
+        let data = try DashboardData(redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger)
         let routes = OperationsServer.Routes(
             metrics: { metrics.text() },
             readiness: {
@@ -59,7 +60,14 @@ public enum OperationsSurface {
     public static func serveDashboard(redisURL: String, prefix: String, host: String, port: Int, logger: Logger) async throws
         -> (server: OperationsServer, data: DashboardData)
     {
-        let data = try DashboardData(redisURL: redisURL, prefix: prefix, logger: logger)
+        try await serveDashboard(redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, host: host, port: port, logger: logger)
+    }
+
+    /// The same for one server or a cluster (the pipeline file's `redis.url` or `redis.cluster`).
+    public static func serveDashboard(redis: RedisTarget, prefix: String, host: String, port: Int, logger: Logger) async throws
+        -> (server: OperationsServer, data: DashboardData)
+    {
+        let data = try DashboardData(redis: redis, prefix: prefix, logger: logger)
         let routes = OperationsServer.Routes(
             readiness: { await data.redisProblem().map { [$0] } ?? [] },
             dashboard: { await data.snapshotJSON() })

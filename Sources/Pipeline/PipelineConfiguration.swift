@@ -3,6 +3,7 @@ import APNsTransport
 import Feedback
 import Foundation
 import Kafka
+import Logging
 import TimeUnits
 import Redis
 import Sender
@@ -55,6 +56,10 @@ public struct PipelineConfiguration: Sendable {
     /// Defaults come from their one home, `PipelineStoreConfiguration` (and `RedisConfiguration`).
     public struct Redis: Sendable {
         public var url = RedisConfiguration.defaultURL
+        /// `redis.cluster`: the nodes (`host:port`, or `redis://[user:password@]host:port` for credentials)
+        /// of a Redis Cluster to use instead of the one server at `url`; a few are enough, the client reads
+        /// the rest from the cluster.
+        public var cluster: [String]?
         public var prefix = storeDefaults.keyPrefix
         public var dedupTTLHours = Int(storeDefaults.dedupRetention.components.seconds / 3600)
         /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 1 buckets
@@ -69,6 +74,12 @@ public struct PipelineConfiguration: Sendable {
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
         /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
+
+        /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
+        public func target() throws -> RedisTarget { try RedisTarget(url: url, cluster: cluster) }
+
+        /// A new, unconnected client of ``target()``.
+        public func makeConnection(logger: Logger) throws -> any RedisConnection { try target().makeConnection(logger: logger) }
     }
 
     /// How an app's notifications reach Apple.
@@ -217,6 +228,18 @@ public struct PipelineConfiguration: Sendable {
 
         let r = try root.section("redis")
         c.redis.url = try r.string("url", default: c.redis.url)
+        c.redis.cluster = try r.strings("cluster")
+        if r.has("url") && c.redis.cluster != nil {
+            throw ConfigurationError(file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
+        }
+        do {
+            _ = try c.redis.target()
+        } catch let RedisError.invalidURL(problem) {
+            let key = c.redis.cluster != nil ? "redis.cluster" : "redis.url"
+            let expected = c.redis.cluster != nil
+                ? "a list of host:port (or redis://[user:password@]host:port)" : "redis://[user:password@]host:port[/db]"
+            throw ConfigurationError(file: file, key: key, problem: "expected \(expected): \(problem)")
+        }
         c.redis.prefix = try r.string("prefix", default: c.redis.prefix)
         c.redis.dedupTTLHours = try r.int("dedup_ttl_hours", default: c.redis.dedupTTLHours, range: 1...24 * 365)
         c.redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: c.redis.dedupBucketHours, range: 1...24 * 365)

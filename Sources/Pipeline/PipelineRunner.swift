@@ -95,8 +95,9 @@ public final class PipelineRunner: Service, Sendable {
         let owner = storeConfig.leaseOwner
         // Two connections: the gate's round trips and the settler's overlap instead of queueing behind
         // each other on one socket.
-        let redis = try RedisClient(url: c.redis.url, logger: logger)
-        let settlerRedis = try RedisClient(url: c.redis.url, logger: logger)
+        // One server (`redis.url`) or a Redis Cluster (`redis.cluster`): the same calls either way.
+        let redis = try c.redis.makeConnection(logger: logger)
+        let settlerRedis = try c.redis.makeConnection(logger: logger)
         try await redis.connect()
         try await settlerRedis.connect()
         let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
@@ -166,7 +167,7 @@ public final class PipelineRunner: Service, Sendable {
             metadata: [
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
-                "redis": "\((try? RedisConfiguration(url: c.redis.url))?.redactedURL ?? "?")",
+                "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")",
             ])
 
         // The heartbeat lives before the first lease is taken; other processes void this one's leases

@@ -104,14 +104,17 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
 /// members per set (256 sub-buckets), 10.6 B/job with ~98 (1024 sub-buckets). For comparison, same
 /// server: 8-byte fields in listpack hashes 14 B/job, one `SET <p>:dedup:<hex> 1 EX ttl` per job 117 B/job.
 public struct PipelineStore: Sendable {
-    public let client: RedisClient
+    public let client: any RedisConnection
     public let configuration: PipelineStoreConfiguration
     public let keys: RedisKeys
     private let logger: Logger
     private let overflowWarning = OnceFlag()
 
-    public init(client: RedisClient, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(), logger: Logger = Logger(label: "apns.redis.store")) {
+    public init(client: any RedisConnection, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(), logger: Logger = Logger(label: "apns.redis.store")) {
         self.client = client
+        var configuration = configuration
+        // A cluster refuses a call spanning slots: whoever made the store, it sends one slot per call there.
+        if client is RedisCluster { configuration.oneSlotPerCall = true }
         self.configuration = configuration
         self.keys = RedisKeys(prefix: configuration.keyPrefix, tokenBuckets: configuration.tokenBuckets)
         self.logger = logger

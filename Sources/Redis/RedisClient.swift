@@ -262,7 +262,7 @@ extension RedisReply {
     }
 }
 
-extension RedisClient {
+extension RedisConnection {
     /// `INFO <section>` as field → value (e.g. `used_memory`), for measurements and checks.
     public func info(_ section: String) async throws -> [String: String] {
         let text = try await send(RedisCommand("INFO", section)).string ?? ""

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// Where and how to reach Redis.
 ///
@@ -110,6 +111,108 @@ public struct RedisConfiguration: Sendable, Hashable {
         }
         let hostPart = host.contains(":") ? "[\(host)]" : host
         return "redis://\(userInfo)\(hostPart):\(port)/\(database)"
+    }
+}
+
+/// Where and how to reach a Redis Cluster: a few of its nodes (seeds) to learn the slot map from, and
+/// what every node connection shares (credentials, timeouts, back-off).
+///
+/// Written as `host:port` or `redis://[user:password@]host:port` per node; credentials given on one
+/// node apply to all (Cluster has one ACL per node but operators keep them equal). Cluster has only
+/// database 0, so a `/db` other than 0 is refused.
+public struct RedisClusterConfiguration: Sendable, Hashable {
+    public var seeds: [RedisNodeAddress]
+    /// The template of each node's connection: ``RedisConfiguration/host`` and ``RedisConfiguration/port``
+    /// are replaced per node; ``RedisConfiguration/reconnect`` is the policy of the cluster as a whole
+    /// (a node that stays down makes the client re-read the slot map from the others between attempts).
+    public var node: RedisConfiguration
+
+    public init(seeds: [RedisNodeAddress], node: RedisConfiguration = RedisConfiguration()) {
+        self.seeds = seeds
+        self.node = node
+    }
+
+    /// `entries` as written in the pipeline file (`redis.cluster`) or on a command line.
+    public init(nodes entries: [String]) throws {
+        guard !entries.isEmpty else { throw RedisError.invalidURL("no cluster nodes: expected a list of host:port") }
+        var template: RedisConfiguration?
+        var seeds: [RedisNodeAddress] = []
+        for entry in entries {
+            let parsed = try RedisConfiguration(url: entry.hasPrefix("redis://") || entry.hasPrefix("rediss://") ? entry : "redis://" + entry)
+            guard parsed.database == 0 else {
+                throw RedisError.invalidURL("\(parsed.host):\(parsed.port): Redis Cluster has only database 0")
+            }
+            if parsed.password != nil || parsed.username != nil {
+                if let template, template.password != parsed.password || template.username != parsed.username {
+                    throw RedisError.invalidURL("cluster nodes give different credentials: give them once, or the same on every node")
+                }
+                template = parsed
+            }
+            let address = RedisNodeAddress(host: parsed.host, port: parsed.port)
+            if !seeds.contains(address) { seeds.append(address) }
+        }
+        self.init(seeds: seeds, node: template ?? RedisConfiguration())
+    }
+
+    /// The configuration of the connection to `address`.
+    public func configuration(of address: RedisNodeAddress) -> RedisConfiguration {
+        var configuration = node
+        configuration.host = address.host
+        configuration.port = address.port
+        configuration.database = 0
+        return configuration
+    }
+
+    /// The seeds with the password replaced by `***`: the form that may appear in logs.
+    public var redactedDescription: String {
+        let credentials = node.password != nil || node.username != nil
+            ? (node.username ?? "") + (node.password != nil ? ":***" : "") + "@" : ""
+        return "redis-cluster://" + credentials + seeds.map(\.description).joined(separator: ",")
+    }
+}
+
+/// One node of a cluster, as the slot map and `MOVED`/`ASK` redirections name it.
+public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// Which Redis the pipeline talks to: one server (`redis.url`) or a cluster (`redis.cluster`). Both give
+/// a ``RedisConnection`` with the same calls, so the code above them does not know which it has.
+public enum RedisTarget: Sendable, Hashable {
+    case single(RedisConfiguration)
+    case cluster(RedisClusterConfiguration)
+
+    /// From the pipeline file's keys: a cluster when `cluster` is given, else the one server at `url`.
+    public init(url: String, cluster: [String]?) throws {
+        if let cluster {
+            self = .cluster(try RedisClusterConfiguration(nodes: cluster))
+        } else {
+            self = .single(try RedisConfiguration(url: url))
+        }
+    }
+
+    /// A new client for the target (not connected yet: ``RedisConnection/connect()`` does it).
+    public func makeConnection(logger: Logger = Logger(label: "apns.redis")) -> any RedisConnection {
+        switch self {
+        case .single(let configuration): return RedisClient(configuration: configuration, logger: logger)
+        case .cluster(let configuration): return RedisCluster(configuration: configuration, logger: logger)
+        }
+    }
+
+    /// For logs: passwords as `***`.
+    public var redactedDescription: String {
+        switch self {
+        case .single(let configuration): return configuration.redactedURL
+        case .cluster(let configuration): return configuration.redactedDescription
+        }
     }
 }
 

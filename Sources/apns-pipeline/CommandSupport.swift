@@ -24,8 +24,8 @@ func quietLogger() -> Logger {
 }
 
 /// A connected client for the pipeline file's Redis, and the store on it with the file's key prefix.
-func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> (RedisClient, PipelineStore) {
-    let redis = try RedisClient(url: config.redis.url, logger: logger)
+func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> (any RedisConnection, PipelineStore) {
+    let redis = try config.redis.makeConnection(logger: logger)
     try await redis.connect()
     var storeConfiguration = PipelineStoreConfiguration(keyPrefix: config.redis.prefix)
     // The dedup settings fix how long a campaign's job marks live (PipelineStore.jobMarkRetention).

@@ -63,7 +63,7 @@ func token(_ n: Int, fill: UInt8 = 0xA0) -> DeviceToken {
     return try! DeviceToken(bytes: bytes)
 }
 
-extension RedisClient {
+extension RedisConnection {
     /// HGETALL as a dictionary of strings.
     func hash(_ key: String) async throws -> [String: String] {
         let elements = try await send(RedisCommand("HGETALL", key)).array ?? []

@@ -20,29 +20,30 @@ var testLogger: Logger {
     return l
 }
 
-/// Kafka (librdkafka's mock cluster over TCP), a real redis-server and the gateway simulator over TLS.
+/// Kafka (librdkafka's mock cluster over TCP), a real redis-server (or a 3-primary Redis Cluster) and the
+/// gateway simulator over TLS.
 final class Stack: @unchecked Sendable {
     let cluster: MockCluster
-    let redis: RedisServer
+    let redis: RedisUnderTest
     let simulator: GatewaySimulator
     let store: PipelineStore
     let producer: KafkaProducer
-    private let client: RedisClient
+    private let client: any RedisConnection
 
-    init(faults: FaultScript = FaultScript(), partitions: Int32 = 8) async throws {
+    init(faults: FaultScript = FaultScript(), partitions: Int32 = 8, redis target: RedisTestTarget = .single) async throws {
         cluster = try MockCluster(
             brokers: 1,
             topics: [
                 .init(name: "apns.jobs", partitions: partitions), .init(name: "apns.jobs.dlq", partitions: 1),
                 .init(name: "apns.registrations", partitions: 2),
             ], logger: testLogger)
-        redis = try await RedisServer()
+        redis = try await RedisUnderTest(target)
         var sim = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
         sim.faults = faults
         sim.keepRecordsInMemory = true
         simulator = try GatewaySimulator(configuration: sim)
         try await simulator.start()
-        client = try RedisClient(url: redis.url, logger: testLogger)
+        client = try RedisTarget(url: redis.url, cluster: redis.clusterNodes).makeConnection(logger: testLogger)
         try await client.connect()
         store = PipelineStore(client: client, logger: testLogger)
         producer = try KafkaProducer(
@@ -56,6 +57,7 @@ final class Stack: @unchecked Sendable {
         c.kafka.sessionTimeoutMs = 6000
         c.kafka.batchSize = 500
         c.redis.url = redis.url
+        c.redis.cluster = redis.clusterNodes
         c.gateway.addresses = [GatewayAddress(host: "127.0.0.1", port: simulator.ports.gateway)]
         c.gateway.feedbackAddress = GatewayAddress(host: "127.0.0.1", port: simulator.ports.feedback)
         c.gateway.serverHostname = "localhost"
@@ -267,7 +269,7 @@ extension Stack {
               batch_size: 500
               session_timeout_ms: 6000
             redis:
-              url: \(redis.url)
+              \(redis.clusterNodes.map { "cluster: [\($0.map { "\"\($0)\"" }.joined(separator: ", "))]" } ?? "url: \(redis.url)")
             gateway:
               addresses: ["127.0.0.1:\(simulator.ports.gateway)"]
               feedback_address: "127.0.0.1:\(simulator.ports.feedback)"

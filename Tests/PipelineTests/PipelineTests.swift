@@ -14,14 +14,16 @@ import TestSupport
 /// The demo's scenario, smaller, with every count asserted exactly, against real servers.
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
 struct PipelineTests {
-    @Test func campaignsSuppressionDedupAndDeadLetters() async throws {
+    /// On one redis-server and on a 3-primary Redis Cluster: the same pipeline, the same outcomes.
+    @Test(arguments: RedisTestTarget.allCases)
+    func campaignsSuppressionDedupAndDeadLetters(_ redis: RedisTestTarget) async throws {
         let audience = (0..<1000).map(token)
         let invalid = Set(stride(from: 17, to: 1000, by: 100).map(token))  // 10
         let uninstalled = Set(stride(from: 29, to: 1000, by: 50).map(token))  // 20
         var faults = FaultScript()
         faults.invalidTokens = Set(invalid.map(\.hex))
         faults.uninstalledTokens = Set(uninstalled.map(\.hex))
-        let stack = try await Stack(faults: faults)
+        let stack = try await Stack(faults: faults, redis: redis)
         let pipeline = RunningPipeline(stack.configuration())
 
         // Campaign A, and five malformed jobs among it.

@@ -20,10 +20,11 @@ struct CampaignProgressTests {
         try await store.client.hashCounters(store.keys.campaign(campaign)).filter { $0.key.hasPrefix("jobs") }
     }
 
-    @Test func redeliveriesDoNotCountAJobTwice() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func redeliveriesDoNotCountAJobTwice(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let ids = (0..<10).map { "c:\(token($0))" }
 
         // Published twice (a re-run of `campaign publish`): 20 messages, 10 jobs.
@@ -75,10 +76,11 @@ struct CampaignProgressTests {
 
     /// Campaigns do not see each other's marks, and a job of a campaign whose id was accepted before
     /// under another campaign is deduped and not counted (documented: its acceptance counted it there).
-    @Test func campaignsAreCountedApart() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func campaignsAreCountedApart(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         try await store.settle(SettleBatch(outcomes: [
             Self.outcome(1, .rejected, campaign: "a"), Self.outcome(1, .rejected, campaign: "b"),
             Self.outcome(2, .accepted, campaign: "a"), Self.outcome(2, .suppressed, campaign: "b"),
@@ -90,10 +92,11 @@ struct CampaignProgressTests {
 
     /// A job settled first as not accepted (in an earlier batch) and accepted later is not counted twice:
     /// the accepted job is checked against the counted set, one SMISMEMBER per campaign and batch.
-    @Test func acceptedAfterAnotherOutcomeCountsOnce() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func acceptedAfterAnotherOutcomeCountsOnce(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         try await store.settle(SettleBatch(outcomes: (0..<1500).map { Self.outcome($0, .deadLettered) }))
         // More than one SMISMEMBER chunk (1000 members each).
         try await store.settle(SettleBatch(outcomes: (0..<3000).map { Self.outcome($0, .accepted) }))

@@ -8,10 +8,11 @@ private func token(_ n: Int) -> String { String(format: "%064X", n) }  // upper-
 
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct GateTests {
-    @Test func settledJobIsDeduped() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func settledJobIsDeduped(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let decisions = try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))])
         #expect(decisions == [.admitted(language: nil)])
         try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .accepted)]))
@@ -34,10 +35,11 @@ struct GateTests {
         #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention + 2 * width) == [.admitted(language: nil)])
     }
 
-    @Test func jobInFlightIsNotAdmittedTwice() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func jobInFlightIsNotAdmittedTwice(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client(), configuration: .init(inFlightLease: .seconds(30)))
+        let store = PipelineStore(client: try server.connection(), configuration: .init(inFlightLease: .seconds(30)))
         #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))]) == [.admitted(language: nil)])
         // Another copy (redelivery, other process) while the first is between gate and settle.
         #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))]) == [.inFlight])
@@ -68,10 +70,11 @@ struct GateTests {
     /// Issue 10 (2): a lease names its owner process; while the owner's heartbeat lives its lease holds
     /// (for other processes and for the owner's other batches), once the heartbeat is gone (the process
     /// died) the next gate takes the lease over at once.
-    @Test func leaseOfADeadOwnerIsTakenOver() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func leaseOfADeadOwnerIsTakenOver(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let client = try server.client()
+        let client = try server.connection()
         var a = PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "owner-a", ownerHeartbeat: .seconds(600))
         let storeA = PipelineStore(client: client, configuration: a)
         a.leaseOwner = "owner-b"
@@ -108,10 +111,11 @@ struct GateTests {
         #expect(try await storeB.gate(job) == [.deduped])
     }
 
-    @Test func suppressionThenRegistration() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func suppressionThenRegistration(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(7)) }
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1000, reason: "feedback")])
         #expect(try await store.gate([request("1")]) == [.suppressed])
@@ -132,10 +136,11 @@ struct GateTests {
         #expect(try await store.gate([request("5")]) == [.suppressed])
     }
 
-    @Test func registrationThenSuppression() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func registrationThenSuppression(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(8)) }
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 2000, language: "fr")])
         // Feedback older than the registration (the device re-registered since): not suppressed.
@@ -150,10 +155,11 @@ struct GateTests {
         #expect(try await store.gate([request("3")]) == [.suppressed])
     }
 
-    @Test func languageIsTheRegisteredOneOrNone() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func languageIsTheRegisteredOneOrNone(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         try await store.applyRegistrations([
             Registration(app: app, tokenHex: token(1), registeredAt: 10, language: "fr"),
             Registration(app: app, tokenHex: token(2), registeredAt: 10),
@@ -205,10 +211,11 @@ struct SettlerTests {
         counters.mapValues { $0 * factor }
     }
 
-    @Test func countersAreExactAfterABatch() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func countersAreExactAfterABatch(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let client = store.client
         #expect(try await store.settle(Self.mixedBatch()))
 
@@ -238,10 +245,11 @@ struct SettlerTests {
     }
 
     /// The binary sender's settle-by-time counters (issue 10 item 4) reach the totals and the minute.
-    @Test func settleByTimeLossesAreCounted() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func settleByTimeLossesAreCounted(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         try await store.settle(
             SettleBatch(outcomes: [], events: PipelineEvents(lostAfterSettle: 3, refusedAfterSettle: 2), settledAt: Self.now))
         let totals = try await store.readStats(lastMinutes: 1, now: Self.now).totals
@@ -249,10 +257,11 @@ struct SettlerTests {
         #expect(try await store.client.hashCounters("{apns}:stats:202601010000") == ["lost_after_settle": 3, "refused_after_settle": 2])
     }
 
-    @Test func invalidTokenIsSuppressed() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func invalidTokenIsSuppressed(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         try await store.settle(Self.mixedBatch())
         var suppressed: [RedisReply] = []
         for tag in store.keys.tokenTags(app: app) {
@@ -266,10 +275,11 @@ struct SettlerTests {
 
     /// An HTTP/2 410 carries the time Apple last knew the token valid: the suppression starts then, so a
     /// registration after that time lifts it (the feedback rule), one before it does not.
-    @Test func suppressionStartsAtTheAnswersTime() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func suppressionStartsAtTheAnswersTime(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let since = Self.now - 1_000
         try await store.settle(
             SettleBatch(
@@ -295,10 +305,11 @@ struct SettlerTests {
             ]) == [.admitted(language: nil), .suppressed])
     }
 
-    @Test func replayedBatchIsNotCountedTwice() async throws {
-        let server = try await RedisServer()
+    @Test(arguments: RedisTestTarget.allCases)
+    func replayedBatchIsNotCountedTwice(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let store = PipelineStore(client: try server.connection())
         let batch = Self.mixedBatch()
         #expect(try await store.settle(batch))
         // The same batch again, as after a reply lost with the connection: a no-op.
@@ -317,7 +328,8 @@ struct SettlerTests {
     @Test func serverRestartMidRunLosesNothingAndCountsNothingTwice() async throws {
         let server = try await RedisServer(persistent: true)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client(maximumWait: .seconds(20)))
+        let client = try server.client(maximumWait: .seconds(20))
+        let store = PipelineStore(client: client)
         let batches = 200
         let settled = Counter()
         let run = Task {
@@ -330,7 +342,7 @@ struct SettlerTests {
         while settled.value < 10 { try await Task.sleep(for: .milliseconds(5)) }
         server.kill()
         // Wait until a call has really found the server gone, then bring it back.
-        while await store.client.statistics.retries == 0, settled.value < batches { try await Task.sleep(for: .milliseconds(5)) }
+        while await client.statistics.retries == 0, settled.value < batches { try await Task.sleep(for: .milliseconds(5)) }
         #expect(settled.value < batches)
         try await server.start()
         try await run.value
@@ -351,7 +363,8 @@ struct SettlerTests {
     @Test func eachBatchIsOneRoundTrip() async throws {
         let server = try await RedisServer()
         defer { server.stop() }
-        let store = PipelineStore(client: try server.client())
+        let client = try server.client()
+        let store = PipelineStore(client: client)
         let observer = try server.client()
         let requests = (0..<20).map { GateRequest(jobID: "rt-\($0)", app: $0 % 2 == 0 ? app : "com.example.other", tokenHex: token($0)) }
         // Warm up: connect and load the scripts (gate, settle, and the tag writes of registrations).
@@ -360,12 +373,12 @@ struct SettlerTests {
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(0), registeredAt: 1)])
 
         func roundTrips(_ operation: () async throws -> Void) async throws -> (client: Int, serverReads: Int) {
-            let clientBefore = await store.client.statistics.roundTrips
+            let clientBefore = await client.statistics.roundTrips
             let readsBefore = Int(try await observer.info("stats")["total_reads_processed"] ?? "") ?? -1
             try await operation()
             let readsAfter = Int(try await observer.info("stats")["total_reads_processed"] ?? "") ?? -1
             // Minus one: the observer's second INFO is itself a read.
-            return (await store.client.statistics.roundTrips - clientBefore, readsAfter - readsBefore - 1)
+            return (await client.statistics.roundTrips - clientBefore, readsAfter - readsBefore - 1)
         }
         func isOneRoundTrip(_ r: (client: Int, serverReads: Int)) -> Bool { r.client == 1 && (1...2).contains(r.serverReads) }
 

@@ -81,7 +81,7 @@ public struct TestFailure: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-extension RedisClient {
+extension RedisConnection {
     /// HGETALL as a dictionary of integers (counters).
     public func hashCounters(_ key: String) async throws -> [String: Int64] {
         let reply = try await send(RedisCommand("HGETALL", key))

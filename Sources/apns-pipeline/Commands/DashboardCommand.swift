@@ -30,7 +30,7 @@ struct DashboardCommand: AsyncParsableCommand {
         let served: (server: OperationsServer, data: DashboardData)
         do {
             served = try await OperationsSurface.serveDashboard(
-                redisURL: config.redis.url, prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
+                redis: try config.redis.target(), prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
         } catch let error as OperationsServer.ListenError {
             throw ValidationError("--listen: \(error): pass a free port (0 picks one).")
         }

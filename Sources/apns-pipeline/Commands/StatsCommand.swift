@@ -20,7 +20,7 @@ struct StatsCommand: AsyncParsableCommand {
             """
     )
 
-    @Option(help: "Take Redis's URL and key prefix from this pipeline file.") var pipeline: String?
+    @Option(help: "Take Redis's URL (or cluster nodes) and key prefix from this pipeline file.") var pipeline: String?
     @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
     @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
     @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
@@ -42,33 +42,41 @@ struct StatsCommand: AsyncParsableCommand {
             handler.logLevel = .error
             return handler
         }
-        var redis = self.redis
+        var target: RedisTarget
         var prefix = self.prefix
         if let pipeline {
             let config = try loadPipeline(pipeline)
-            redis = config.redis.url
+            target = try config.redis.target()
             prefix = config.redis.prefix
-        }
-        var configuration: RedisConfiguration
-        do {
-            configuration = try RedisConfiguration(url: redis)
-        } catch {
-            throw ValidationError("--redis: \(error)")
+        } else {
+            do {
+                target = .single(try RedisConfiguration(url: redis))
+            } catch {
+                throw ValidationError("--redis: \(error)")
+            }
         }
         // A dashboard should say "unreachable" quickly rather than hang on a dead server.
-        configuration.reconnect.maximumWait = .seconds(2)
-        let client = RedisClient(configuration: configuration)
+        let client: any RedisConnection
+        switch target {
+        case .single(var configuration):
+            configuration.reconnect.maximumWait = .seconds(2)
+            client = RedisClient(configuration: configuration)
+        case .cluster(var configuration):
+            configuration.node.reconnect.maximumWait = .seconds(2)
+            client = RedisCluster(configuration: configuration)
+        }
+        let redisDescription = target.redactedDescription
         let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: prefix))
-        let header = "apns-pipeline stats · \(configuration.redactedURL) · prefix \(prefix)"
+        let header = "apns-pipeline stats · \(redisDescription) · prefix \(prefix)"
 
         if json {
             repeat {
                 do {
-                    let line = try await Self.renderJSON(store: store, redis: configuration.redactedURL, prefix: prefix, campaign: campaign)
+                    let line = try await Self.renderJSON(store: store, redis: redisDescription, prefix: prefix, campaign: campaign)
                     // Unbuffered: with --watch into a pipe, each object goes out as it is made.
                     FileHandle.standardOutput.write(Data((line + "\n").utf8))
                 } catch {
-                    FileHandle.standardError.write(Data("error: cannot read stats from \(configuration.redactedURL): \(error)\n".utf8))
+                    FileHandle.standardError.write(Data("error: cannot read stats from \(redisDescription): \(error)\n".utf8))
                     if !watch {
                         await client.close()
                         throw ExitCode(1)
@@ -85,7 +93,7 @@ struct StatsCommand: AsyncParsableCommand {
                 print(try await Self.render(store: store, header: header, campaign: campaign))
             } catch {
                 await client.close()
-                FileHandle.standardError.write(Data("error: cannot read stats from \(configuration.redactedURL): \(error)\n".utf8))
+                FileHandle.standardError.write(Data("error: cannot read stats from \(redisDescription): \(error)\n".utf8))
                 throw ExitCode(1)
             }
             await client.close()

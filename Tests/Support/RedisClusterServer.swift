@@ -1,0 +1,168 @@
+import Foundation
+import Logging
+import ProcessSupport
+import Redis
+import Testing
+
+/// A throw-away Redis Cluster of `masters` primaries (no replicas), each a `redis-server
+/// --cluster-enabled yes` on a free loopback port, killed when the test ends.
+///
+/// Built with the cluster commands themselves (`CLUSTER ADDSLOTSRANGE`, `SET-CONFIG-EPOCH`, `MEET`) rather
+/// than `redis-cli --cluster create`: no prompt, no fixed sleeps, and each test gets its own cluster, so
+/// tests that migrate slots or kill nodes cannot disturb the others. `ops/redis-cluster` builds one with
+/// `redis-cli` for people and benchmarks.
+public final class RedisClusterServer: @unchecked Sendable {
+    public let nodes: [RedisServer]
+
+    /// `host:port` of every node, as `redis.cluster` lists them.
+    public var addresses: [String] { nodes.map { "127.0.0.1:\($0.port)" } }
+
+    /// `nodeTimeout`: how long a silent node takes to be marked failed. Full coverage is not required, so
+    /// the other primaries keep serving their slots while one is down (what the kill test checks).
+    public init(masters: Int = 3, nodeTimeout: Duration = .seconds(5)) async throws {
+        var nodes: [RedisServer] = []
+        var busPorts: [Int] = []
+        for _ in 0..<masters {
+            busPorts.append(try freeLoopbackPort())
+            nodes.append(try await RedisServer(extraArguments: [
+                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", String(nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000),
+                "--cluster-require-full-coverage", "no",
+                // The bus port is the client port + 10 000 unless given: a free port of its own instead,
+                // since client port + 10 000 may be taken or past 65 535.
+                "--cluster-port", String(busPorts.last!),
+            ]))
+        }
+        self.nodes = nodes
+        for (index, node) in nodes.enumerated() {
+            let client = try node.client(logLevel: .critical)
+            let first = RedisSlot.count * index / masters, last = RedisSlot.count * (index + 1) / masters - 1
+            try await client.send(RedisCommand("CLUSTER", "ADDSLOTSRANGE", String(first), String(last)))
+            // Distinct epochs up front, as redis-cli does: no epoch collision to resolve at start.
+            try await client.send(RedisCommand("CLUSTER", "SET-CONFIG-EPOCH", String(index + 1)))
+            if index > 0 { try await client.send(RedisCommand("CLUSTER", "MEET", "127.0.0.1", String(nodes[0].port), String(busPorts[0]))) }
+            await client.close()
+        }
+        try await waitUntilReady()
+    }
+
+    /// A cluster client seeded with every node, failing fast enough for tests.
+    public func client(maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster {
+        var configuration = try RedisClusterConfiguration(nodes: addresses)
+        configuration.node.reconnect = RedisReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
+        var logger = Logger(label: "apns.redis.cluster.test")
+        logger.logLevel = logLevel
+        return RedisCluster(configuration: configuration, logger: logger)
+    }
+
+    /// A plain client of node `index` (no routing: sees only that node's keys).
+    public func nodeClient(_ index: Int) throws -> RedisClient { try nodes[index].client(logLevel: .critical) }
+
+    /// The index of the node listening on `port`.
+    public func index(ofPort port: Int) -> Int? { nodes.firstIndex { $0.port == port } }
+
+    /// Node `index`'s cluster id (`CLUSTER MYID`).
+    public func nodeID(_ index: Int) async throws -> String {
+        let client = try nodeClient(index)
+        defer { Task { await client.close() } }
+        return try await client.send(RedisCommand("CLUSTER", "MYID")).string ?? ""
+    }
+
+    /// Until every running node says `cluster_state:ok`, knows all nodes and sees every slot assigned.
+    public func waitUntilReady(running: [Int]? = nil, timeout: Duration = .seconds(30)) async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        var last = ""
+        while clock.now < deadline {
+            var ready = true
+            for index in running ?? Array(nodes.indices) {
+                let client = try nodeClient(index)
+                let info = (try? await client.send(RedisCommand("CLUSTER", "INFO")).string) ?? ""
+                await client.close()
+                let fields = Dictionary(info.split(whereSeparator: \.isNewline).compactMap { line -> (String, String)? in
+                    let parts = line.split(separator: ":", maxSplits: 1)
+                    return parts.count == 2 ? (String(parts[0]), String(parts[1]).trimmingCharacters(in: .whitespaces)) : nil
+                }, uniquingKeysWith: { a, _ in a })
+                if fields["cluster_state"] != "ok" || fields["cluster_known_nodes"] != String(nodes.count)
+                    || fields["cluster_slots_ok"] != String(RedisSlot.count)
+                {
+                    ready = false
+                    last = "node \(index): \(info.replacingOccurrences(of: "\r\n", with: " "))"
+                    break
+                }
+            }
+            if ready { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestFailure("cluster not ready after \(timeout): \(last)")
+    }
+
+    public func stop() {
+        for node in nodes { node.stop() }
+    }
+}
+
+extension RedisClusterServer {
+    /// The cluster `ops/test` started with `ops/redis-cluster` (`APNS_TEST_REDIS_CLUSTER=host:port,…`), if any.
+    public static var exported: [String]? {
+        guard let value = ProcessInfo.processInfo.environment["APNS_TEST_REDIS_CLUSTER"], !value.isEmpty else { return nil }
+        return value.split(separator: ",").map(String.init)
+    }
+}
+
+/// Which Redis a parameterised test runs against: the Redis stage's suites and the pipeline integration
+/// test take it as an argument (`@Test(arguments: RedisTestTarget.allCases)`), so the same test body proves
+/// the same behaviour on one server and on a 3-primary cluster.
+public enum RedisTestTarget: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case single
+    case cluster
+
+    public var testDescription: String { self == .single ? "one redis-server" : "Redis Cluster (3 primaries)" }
+}
+
+/// A running Redis of either kind, started for one test.
+public final class RedisUnderTest: @unchecked Sendable {
+    public let target: RedisTestTarget
+    /// Set for `.single`.
+    public let server: RedisServer?
+    /// Set for `.cluster`.
+    public let cluster: RedisClusterServer?
+
+    public init(_ target: RedisTestTarget) async throws {
+        self.target = target
+        switch target {
+        case .single:
+            server = try await RedisServer()
+            cluster = nil
+        case .cluster:
+            server = nil
+            cluster = try await RedisClusterServer()
+        }
+    }
+
+    /// A client of the right kind (``RedisClient`` or ``RedisCluster``), failing fast enough for tests.
+    public func connection(maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> any RedisConnection {
+        if let server { return try server.client(maximumWait: maximumWait, logLevel: logLevel) }
+        return try cluster!.client(maximumWait: maximumWait, logLevel: logLevel)
+    }
+
+    /// The pipeline file's view of it: `redis.url` for one server, `redis.cluster` for a cluster.
+    public var url: String { server?.url ?? RedisConfiguration.defaultURL }
+    public var clusterNodes: [String]? { cluster?.addresses }
+
+    /// Keys matching `pattern` on every node (KEYS reaches one node only).
+    public func keys(_ pattern: String) async throws -> [String] {
+        var result: [String] = []
+        let clients = try server.map { [try $0.client(logLevel: .critical)] } ?? cluster!.nodes.indices.map { try cluster!.nodeClient($0) }
+        for client in clients {
+            result += (try await client.send(RedisCommand("KEYS", pattern)).array ?? []).compactMap(\.string)
+            await client.close()
+        }
+        return result
+    }
+
+    public func stop() {
+        server?.stop()
+        cluster?.stop()
+    }
+}
