@@ -633,10 +633,16 @@ public struct PipelineStore: Sendable {
             for (member, reply) in zip(calls[0], try await one(calls[0])) { result[member] = reply }
             return result
         }
-        try await withThrowingTaskGroup(of: ([Int], [RedisReply]).self) { tasks in
-            for members in calls { tasks.addTask { (members, try await one(members)) } }
-            for try await (members, replies) in tasks {
-                for (member, reply) in zip(members, replies) { result[member] = reply }
+        // A struct, not a tuple, as the child tasks' result: a release build once crashed copying a tuple
+        // result out of a task group (in `ops/bench scale`; not reproduced since the struct).
+        struct CallReplies: Sendable {
+            var members: [Int]
+            var replies: [RedisReply]
+        }
+        try await withThrowingTaskGroup(of: CallReplies.self) { tasks in
+            for members in calls { tasks.addTask { CallReplies(members: members, replies: try await one(members)) } }
+            for try await call in tasks {
+                for (member, reply) in zip(call.members, call.replies) { result[member] = reply }
             }
         }
         return result
