@@ -15,7 +15,8 @@ struct KafkaDevCommand: AsyncParsableCommand {
             Broker faults from outside (ops/soak): SIGUSR1 takes broker --signal-broker down (its \
             connections closed, new ones refused; the partitions it leads and the --group coordinators it \
             holds move to the next broker up, as a cluster with replicas fails over), SIGUSR2 brings it up \
-            again (and gives them back). The mock keeps every partition's data outside its brokers, so \
+            again (leading nothing until another broker fails over to it, as a restarted broker rejoins \
+            as a follower). The mock keeps every partition's data outside its brokers, so \
             nothing is lost.
             """
     )
