@@ -53,6 +53,17 @@ func token(_ i: Int) -> DeviceToken {
     return try! DeviceToken(bytes: bytes)
 }
 
+/// A pipeline on the test's Kafka and Redis, without registrations (the tests add apps and gateways).
+func pipelineConfiguration(kafka cluster: MockCluster, redis: RedisServer, batchSize: Int) -> PipelineConfiguration {
+    var c = PipelineConfiguration()
+    c.kafka.bootstrapServers = cluster.bootstrapServers
+    c.kafka.sessionTimeoutMs = 6000
+    c.kafka.batchSize = batchSize
+    c.kafka.registrationsTopic = nil
+    c.redis.url = redis.url
+    return c
+}
+
 /// The value of one sample line of the exposition text (`name{labels} value`), nil when absent.
 func sample(_ text: String, _ series: String) -> Double? {
     for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
@@ -79,12 +90,7 @@ struct OperationsTests {
         let simulator = try GatewaySimulator(configuration: sim)
         try await simulator.start()
 
-        var c = PipelineConfiguration()
-        c.kafka.bootstrapServers = cluster.bootstrapServers
-        c.kafka.sessionTimeoutMs = 6000
-        c.kafka.batchSize = 100
-        c.kafka.registrationsTopic = nil
-        c.redis.url = redis.url
+        var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 100)
         c.gateway.addresses = [GatewayAddress(host: "127.0.0.1", port: simulator.ports.gateway)]
         c.gateway.serverHostname = "localhost"
         c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
@@ -189,12 +195,7 @@ struct OperationsTests {
         let simulator = try HTTP2Simulator(configuration: sim)
         try await simulator.start()
 
-        var c = PipelineConfiguration()
-        c.kafka.bootstrapServers = cluster.bootstrapServers
-        c.kafka.sessionTimeoutMs = 6000
-        c.kafka.batchSize = 50
-        c.kafka.registrationsTopic = nil
-        c.redis.url = redis.url
+        var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
         c.apps = [
             .init(bundleID: shop, transport: .http2,
                   authentication: .token(keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
