@@ -218,12 +218,15 @@ let package = Package(
         ),
 
         // Helpers the test targets share: a throw-away redis-server, the test certificates, a small
-        // HTTP/2 client over TLS (for the HTTP/2 simulator's tests and the HTTP/2 sender's).
+        // HTTP/2 client over TLS (for the HTTP/2 simulator's tests and the HTTP/2 sender's), the HTTP/2
+        // simulator started with the test certificates and token key.
         .target(
             name: "TestSupport",
             dependencies: [
                 "ProcessSupport",
                 "Redis",
+                "APNsTransport",
+                "HTTP2Simulator",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

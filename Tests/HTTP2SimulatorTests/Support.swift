@@ -20,14 +20,7 @@ final class H2Fixture: @unchecked Sendable {
     static let payload = Array(#"{"aps":{"alert":"Spring sale"},"jid":"job-1"}"#.utf8)
 
     init(_ configure: (inout HTTP2SimulatorConfiguration) -> Void = { _ in }) async throws {
-        let dir = TestCertificates.directory
-        var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: dir))
-        config.keepRecordsInMemory = true
-        let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenPublicKeyPath)
-        config.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
-        configure(&config)
-        simulator = try HTTP2Simulator(configuration: config)
-        try await simulator.start()
+        simulator = try await HTTP2Simulator.startedForTests(configure: configure)
         signer = try ProviderTokenSigner(
             keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)
     }

@@ -189,11 +189,7 @@ struct OperationsTests {
         defer { cluster.stop() }
         let redis = try await RedisServer()
         defer { redis.stop() }
-        var sim = HTTP2SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
-        let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenKeyPath)
-        sim.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
-        let simulator = try HTTP2Simulator(configuration: sim)
-        try await simulator.start()
+        let simulator = try await HTTP2Simulator.startedForTests()
 
         var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
         c.apps = [

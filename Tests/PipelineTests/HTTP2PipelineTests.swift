@@ -16,14 +16,7 @@ import TestSupport
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
 struct HTTP2PipelineTests {
     static func simulator(_ faults: HTTP2FaultScript) async throws -> HTTP2Simulator {
-        var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
-        config.faults = faults
-        config.keepRecordsInMemory = true
-        let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenKeyPath)
-        config.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
-        let sim = try HTTP2Simulator(configuration: config)
-        try await sim.start()
-        return sim
+        try await HTTP2Simulator.startedForTests(faults: faults)
     }
 
     /// The stack's configuration with one HTTP/2 app, token auth, pointed at `sim`.

@@ -21,17 +21,7 @@ import TestSupport
         faults: HTTP2FaultScript = HTTP2FaultScript(), tokens: Bool = false,
         configure: (inout HTTP2SimulatorConfiguration) -> Void = { _ in }
     ) async throws -> HTTP2Simulator {
-        var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
-        config.faults = faults
-        config.keepRecordsInMemory = true
-        if tokens {
-            let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenKeyPath)
-            config.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
-        }
-        configure(&config)
-        let sim = try HTTP2Simulator(configuration: config)
-        try await sim.start()
-        return sim
+        try await HTTP2Simulator.startedForTests(faults: faults, tokens: tokens, configure: configure)
     }
 
     static func transport(
