@@ -207,6 +207,28 @@ public enum RedisTarget: Sendable, Hashable {
         }
     }
 
+    /// How long one call keeps retrying an unreachable server (or cluster) before it fails: short for
+    /// a dashboard that should say "unreachable" quickly, long for a poller holding results; `nil`
+    /// waits forever.
+    public var maximumWait: Duration? {
+        get {
+            switch self {
+            case .single(let configuration): return configuration.reconnect.maximumWait
+            case .cluster(let configuration): return configuration.node.reconnect.maximumWait
+            }
+        }
+        set {
+            switch self {
+            case .single(var configuration):
+                configuration.reconnect.maximumWait = newValue
+                self = .single(configuration)
+            case .cluster(var configuration):
+                configuration.node.reconnect.maximumWait = newValue
+                self = .cluster(configuration)
+            }
+        }
+    }
+
     /// For logs: passwords as `***`.
     public var redactedDescription: String {
         switch self {

@@ -23,6 +23,17 @@ func quietLogger() -> Logger {
     return l
 }
 
+/// The Redis a command names without a pipeline file: the cluster of `--redis-cluster` (comma-separated
+/// `host:port` nodes, as the pipeline file's `redis.cluster`) when given, else the server at `--redis`.
+func redisTarget(url: String, cluster: String?) throws -> RedisTarget {
+    let nodes = cluster.map { $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty } }
+    do {
+        return try RedisTarget(url: url, cluster: nodes)
+    } catch {
+        throw ValidationError(cluster != nil ? "--redis-cluster: \(error) (expected host:port,host:port,…)" : "--redis: \(error)")
+    }
+}
+
 /// A connected client for the pipeline file's Redis, and the store on it with the file's key prefix.
 func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> (any RedisConnection, PipelineStore) {
     let redis = try config.redis.makeConnection(logger: logger)

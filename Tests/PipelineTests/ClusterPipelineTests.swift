@@ -122,6 +122,25 @@ struct ClusterPipelineTests {
         }.reduce(0, +)
         #expect(owned == 16_384 * 2 / 3 - 16_384 / 3 + 4000)
 
+        // `stats` reads the cluster given on its command line (one node names it; the rest are found).
+        let stats = try await PipelineProcess.command(["stats", "--redis-cluster", cluster.addresses[2], "--json", "--campaign", "r"])
+        #expect(stats.status == 0, "\(stats.stderr)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(stats.stdout.utf8)) as? [String: Any])
+        let totals = try #require(object["totals"] as? [String: Any])
+        #expect((totals["accepted"] as? NSNumber)?.int64Value == Int64(jobs) && (totals["deduped"] as? NSNumber)?.int64Value == Int64(jobs))
+        #expect((object["redis"] as? String)?.hasPrefix("redis-cluster://") == true)
+        let badNodes = try await PipelineProcess.command(["stats", "--redis-cluster", "127.0.0.1:notaport", "--json"])
+        #expect(badNodes.status != 0 && badNodes.stderr.contains("--redis-cluster"), "\(badNodes.stderr)")
+
+        // `feedback poll --pipeline` writes to the file's cluster (it used to read `redis.url` alone, so
+        // a cluster's suppressions went to a default server): the next campaign skips the dead token.
+        stack.simulator.queueFeedback(app: shop, token: audience[0], time: UInt32(Date().timeIntervalSince1970))
+        let poll = try await PipelineProcess.command(["feedback", "poll", "--pipeline", try stack.pipelineFile(), "--redis-wait", "5"])
+        #expect(poll.status == 0, "feedback poll: \(poll.stdout) \(poll.stderr)")
+        try await stack.publish(campaign: "f", template: template, tokens: Array(audience.prefix(10)))
+        try await stack.waitSettled("f", count: 10)
+        #expect(try await stack.campaign("f")["suppressed"] == 1)
+
         try await pipeline.stop()
         await stack.stop()
     }

@@ -38,6 +38,7 @@ struct FeedbackCommand: AsyncParsableCommand {
         @Option(help: "Feedback service port.") var port: Int = FeedbackEndpoint.production.port
         @Option(help: "Name to verify the service's certificate against (default: the host).") var serverName: String?
         @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
+        @Option(help: "Redis Cluster nodes instead of --redis: host:port,host:port,… (any primaries; the rest are found).") var redisCluster: String?
         @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
         @Option(help: "Token buckets per app (the pipeline file's redis.token_buckets): where a token's suppressions live.")
         var tokenBuckets: Int = RedisKeys.defaultTokenBuckets
@@ -64,12 +65,18 @@ struct FeedbackCommand: AsyncParsableCommand {
                 return handler
             }
             var targets: [FeedbackApp] = []
-            var redisURL = redis
+            var storeRedis: RedisTarget
             var keyPrefix = prefix
             var buckets = tokenBuckets
             if let pipeline {
                 let config = try loadPipeline(pipeline)
-                redisURL = config.redis.url
+                // The file's Redis, one server or a cluster, as `run` uses it: the suppressions go
+                // where the gate looks for them.
+                do {
+                    storeRedis = try config.redis.target()
+                } catch {
+                    throw ValidationError("\(pipeline): redis: \(error)")
+                }
                 keyPrefix = config.redis.prefix
                 buckets = config.redis.tokenBuckets
                 // The feedback service exists only beside the binary interface; HTTP/2 apps learn of
@@ -84,20 +91,17 @@ struct FeedbackCommand: AsyncParsableCommand {
                         endpoint: FeedbackEndpoint(host: address.host, port: address.port, serverHostname: config.gateway.serverHostname))
                 }
             } else if let app, let cert, let key {
+                storeRedis = try redisTarget(url: redis, cluster: redisCluster)
                 targets = [
                     FeedbackApp(
                         app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca,
                         endpoint: FeedbackEndpoint(host: host, port: port, serverHostname: serverName))
                 ]
+            } else {
+                throw ValidationError("give --pipeline FILE, or --app, --cert and --key")  // as validate() says
             }
-            var redisConfiguration: RedisConfiguration
-            do {
-                redisConfiguration = try RedisConfiguration(url: redisURL)
-            } catch {
-                throw ValidationError("--redis: \(error)")
-            }
-            redisConfiguration.reconnect.maximumWait = .milliseconds(Int64(redisWait * 1000))
-            let client = RedisClient(configuration: redisConfiguration)
+            storeRedis.maximumWait = .milliseconds(Int64(redisWait * 1000))
+            let client = storeRedis.makeConnection()
             let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix, tokenBuckets: buckets))
             var configuration = FeedbackPollerConfiguration()
             configuration.batchSize = batchSize

@@ -22,6 +22,7 @@ struct StatsCommand: AsyncParsableCommand {
 
     @Option(help: "Take Redis's URL (or cluster nodes) and key prefix from this pipeline file.") var pipeline: String?
     @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
+    @Option(help: "Redis Cluster nodes instead of --redis: host:port,host:port,… (any primaries; the rest are found).") var redisCluster: String?
     @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
     @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
     @Flag(help: "Refresh in place until interrupted.") var watch = false
@@ -49,22 +50,11 @@ struct StatsCommand: AsyncParsableCommand {
             target = try config.redis.target()
             prefix = config.redis.prefix
         } else {
-            do {
-                target = .single(try RedisConfiguration(url: redis))
-            } catch {
-                throw ValidationError("--redis: \(error)")
-            }
+            target = try redisTarget(url: redis, cluster: redisCluster)
         }
         // A dashboard should say "unreachable" quickly rather than hang on a dead server.
-        let client: any RedisConnection
-        switch target {
-        case .single(var configuration):
-            configuration.reconnect.maximumWait = .seconds(2)
-            client = RedisClient(configuration: configuration)
-        case .cluster(var configuration):
-            configuration.node.reconnect.maximumWait = .seconds(2)
-            client = RedisCluster(configuration: configuration)
-        }
+        target.maximumWait = .seconds(2)
+        let client = target.makeConnection()
         let redisDescription = target.redactedDescription
         let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: prefix))
         let header = "apns-pipeline stats · \(redisDescription) · prefix \(prefix)"
