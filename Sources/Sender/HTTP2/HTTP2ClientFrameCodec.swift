@@ -296,7 +296,7 @@ struct HTTP2RequestHeaderEncoder {
 struct HTTP2ClientFrameCodec {
     typealias Answer = HTTP2ConnectionStateMachine<HTTP2Job>.Answer
 
-    enum Event {
+    enum Event: Equatable {
         /// A stream's complete answer.
         case answer(Answer)
         case reset(streamID: UInt32, code: HTTP2WireErrorCode)
@@ -378,7 +378,7 @@ struct HTTP2ClientFrameCodec {
         guard failed == nil else { return }
         highestStreamID = max(highestStreamID, streamID)
         let start = outbound.writerIndex
-        outbound.moveWriterIndex(forwardBy: HTTP2FrameHeader.size)  // the header, filled in below
+        outbound.writeRepeatingByte(0, count: HTTP2FrameHeader.size)  // the header, filled in below
         encoder.beginBlock(into: &outbound)
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
