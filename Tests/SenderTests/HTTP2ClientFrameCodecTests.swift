@@ -144,6 +144,29 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         #expect(codec.encoder.maxTableSize == 4096 && codec.encoder.tableSize > 0)
     }
 
+    /// Values that keep changing (topics, expirations, a long token renewed) churn the table: what the
+    /// encoder believes the server's table holds must stay what NIO's decoder holds, through evictions.
+    @Test func theEncodersTableStaysInStepWithTheDecodersThroughEvictions() throws {
+        var codec = HTTP2ClientFrameCodec(allocator: Self.allocator)
+        var decoder = HPACKDecoder(allocator: Self.allocator)
+        for i in 0..<400 {
+            var head = try Self.head(i)
+            head.topic = "com.example.app\(i % 7)"
+            head.expiration = String(1_700_000_000 + i / 3)
+            head.priority = i % 5 == 0 ? "5" : "10"
+            let token = "bearer " + String(repeating: Character(String(i / 50)), count: 900)
+            codec.writeRequest(streamID: UInt32(2 * i + 1), head: head, authority: "localhost", authorization: token, payload: [1])
+            var block = Self.frames(codec.takeOutbound())[0].payload
+            let headers = try decoder.decodeHeaders(from: &block)
+            #expect(headers.first(name: "apns-topic") == head.topic)
+            #expect(headers.first(name: "apns-expiration") == head.expiration)
+            #expect(headers.first(name: "apns-priority") == head.priority)
+            #expect(headers.first(name: "authorization") == token)
+            #expect(headers.first(name: ":path") == head.path)
+            #expect(codec.encoder.tableSize <= 4096)
+        }
+    }
+
     // MARK: responses
 
     /// A burst from the server touching every frame type the codec reads, and what it must make of it.

@@ -209,8 +209,9 @@ struct HTTP2RequestHeaderEncoder {
     mutating func encode(_ field: Field, _ value: String, into buffer: inout ByteBuffer) {
         let f = field.rawValue
         var newestLive: Int?
-        if !entries[f].isEmpty {
-            entries[f].removeAll { $0.insertion < evicted }
+        if let oldest = entries[f].first {
+            // Entries the table has evicted since are forgotten (rare: only when a new value is added).
+            if oldest.insertion < evicted { entries[f].removeAll { $0.insertion < evicted } }
             for e in entries[f] where e.value == value {
                 Self.writeInteger(index(of: e.insertion), prefix: 7, flags: 0x80, into: &buffer)
                 return
