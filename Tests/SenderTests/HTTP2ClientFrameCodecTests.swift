@@ -292,6 +292,33 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         #expect(codec.waitingDataCount == 0)
     }
 
+    @Test func aSmallerInitialWindowCanMakeAWaitingStreamsWindowNegative() throws {
+        var codec = try Self.codec(requests: 0)
+        _ = Self.receive(&codec, frame(Kind.settings, setting(4, 100)))
+        codec.writeRequest(streamID: 1, head: try Self.head(1), authority: "a", authorization: nil, payload: Array(repeating: 1, count: 300))
+        #expect(Self.data(codec.takeOutbound()).map { "\($0)" } == ["(1, 100, false)"])
+        // 100 sent of a window now 50: the stream owes 50 (RFC 9113 §6.9.2) before anything more goes.
+        _ = Self.receive(&codec, frame(Kind.settings, setting(4, 50)))
+        _ = Self.receive(&codec, frame(Kind.windowUpdate, stream: 1, u32(40)))
+        #expect(Self.data(codec.takeOutbound()).isEmpty)
+        _ = Self.receive(&codec, frame(Kind.windowUpdate, stream: 1, u32(20)))
+        #expect(Self.data(codec.takeOutbound()).map { "\($0)" } == ["(1, 10, false)"])
+    }
+
+    @Test func anInformationalAnswerIsFollowedByTheFinalOne() throws {
+        var codec = try Self.codec()
+        var encoder = HPACKEncoder(allocator: Self.allocator)
+        var interim = ByteBuffer(), final = ByteBuffer()
+        try encoder.encode(headers: [":status": "100"], to: &interim)
+        try encoder.encode(headers: [":status": "410"], to: &final)
+        let body = Array(#"{"reason":"Unregistered","timestamp":1700000000000}"#.utf8)
+        let events = Self.receive(
+            &codec,
+            frame(Kind.headers, flags: Flag.endHeaders, stream: 1, interim) + frame(Kind.headers, flags: Flag.endHeaders, stream: 1, final)
+                + frame(Kind.data, flags: Flag.endStream, stream: 1, body))
+        #expect(events == [.answer(.init(streamID: 1, status: 410, reason: "Unregistered", timestamp: 1_700_000_000_000))])
+    }
+
     @Test func dataWaitsForTheConnectionWindowAndNeverExceedsTheFrameSize() throws {
         var codec = try Self.codec(requests: 0)
         _ = Self.receive(&codec, frame(Kind.settings, setting(4, 1 << 20)))

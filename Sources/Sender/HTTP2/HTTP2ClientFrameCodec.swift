@@ -438,8 +438,9 @@ struct HTTP2ClientFrameCodec {
     private mutating func writeWaitingData() {
         while var w = waitingData.first {
             let remaining = w.payload.count - w.sent
-            let n = min(remaining, connectionSendWindow, w.window, peerMaxFrameSize)
-            if n <= 0 && remaining > 0 { return }
+            // A window may be negative (a smaller INITIAL_WINDOW_SIZE): nothing goes until it is positive.
+            let n = max(0, min(remaining, connectionSendWindow, w.window, peerMaxFrameSize))
+            if n == 0 && remaining > 0 { return }
             let last = n == remaining
             HTTP2FrameHeader(length: n, type: HTTP2FrameHeader.Kind.data, flags: last ? HTTP2FrameHeader.Flag.endStream : 0, streamID: w.streamID)
                 .write(into: &outbound)
@@ -710,10 +711,11 @@ struct HTTP2ClientFrameCodec {
         if endStream {
             responses[streamID] = nil
             events.append(.answer(Self.answer(streamID: streamID, status: status, body: nil)))
-        } else if responses[streamID] == nil {
+        } else if responses[streamID].map({ $0.status < 200 }) ?? true {
+            // The first HEADERS, or the final one after an informational (1xx) answer.
             responses[streamID] = (status, nil)
         }
-        // A second HEADERS (trailers) without END_STREAM changes nothing.
+        // A later HEADERS (trailers) without END_STREAM changes nothing.
     }
 
     /// A stream's answer is complete; its error body (about 50 bytes, only for non-200s) is read here.
