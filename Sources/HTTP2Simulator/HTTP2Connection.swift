@@ -52,6 +52,8 @@ final class HTTP2Connection: ChannelInboundHandler {
     static let initialConnectionWindow = 1 << 30
     static let connectionWindowTopUp = 1 << 20
     static let streamWindowTopUp = 1 << 15
+    /// HTTP/2's initial window, for the connection and (unless SETTINGS change it) each stream.
+    static let defaultWindow = 65535
 
     /// Something was written since the last flush (flushed at the end of the read burst).
     private var needsFlush = false
@@ -105,6 +107,9 @@ final class HTTP2Connection: ChannelInboundHandler {
                 value: max(core.configuration.initialMaxConcurrentStreams, core.configuration.maxConcurrentStreams) + streamMargin),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16384),
         ]
+        if let window = core.faults.flowControlWindow {
+            settings.initialSettings.append(HTTP2Setting(parameter: .initialWindowSize, value: window))
+        }
         let sync = channel.pipeline.syncOperations
         try sync.addHandler(advertiser)
         try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: settings, streamConfiguration: .init()))
@@ -151,7 +156,8 @@ final class HTTP2Connection: ChannelInboundHandler {
         if !windowOpened {
             // NIO passes frames up only after the client's preface: the connection is established.
             windowOpened = true
-            write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.initialConnectionWindow)), context)
+            // With tight flow control (a fault), the connection window stays at HTTP/2's default.
+            if core.faults.flowControlWindow == nil { write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.initialConnectionWindow)), context) }
         }
         switch frame.payload {
         case .headers(let h): receivedHeaders(h, stream: frame.streamID, context: context)
@@ -161,7 +167,8 @@ final class HTTP2Connection: ChannelInboundHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        if connectionUnacknowledged >= Self.connectionWindowTopUp {
+        let topUp = core.faults.flowControlWindow == nil ? Self.connectionWindowTopUp : Self.defaultWindow / 2
+        if connectionUnacknowledged >= topUp {
             write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: connectionUnacknowledged)), context)
             connectionUnacknowledged = 0
         }
@@ -202,7 +209,8 @@ final class HTTP2Connection: ChannelInboundHandler {
         }
         streams.values[index].unacknowledged += length
         let unacknowledged = streams.values[index].unacknowledged
-        if unacknowledged >= Self.streamWindowTopUp {
+        // Tight flow control (a fault) returns every DATA frame at once: the client waits on it, not stalls.
+        if unacknowledged >= (core.faults.flowControlWindow == nil ? Self.streamWindowTopUp : 1) {
             streams.values[index].unacknowledged = 0
             write(HTTP2Frame(streamID: id, payload: .windowUpdate(windowSizeIncrement: unacknowledged)), context)
         }

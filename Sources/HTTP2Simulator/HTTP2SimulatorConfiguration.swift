@@ -84,6 +84,10 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     public var refuseConnectionsFromSecond: Double?
     public var refuseConnectionsForSeconds: Double = 0
     public var handshakeDelayMillis: Int = 0
+    /// Tight flow control, to make a client wait for WINDOW_UPDATE: SETTINGS_INITIAL_WINDOW_SIZE of this
+    /// many bytes (a stream's window, returned as each DATA frame is read), and the connection window
+    /// left at HTTP/2's 65,535 bytes, returned in steps of half of it.
+    public var flowControlWindow: Int?
     public var seed: UInt64 = 1
 
     public init() {}
@@ -111,6 +115,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         case refuseConnectionsFromSecond = "refuse_connections_from_s"
         case refuseConnectionsForSeconds = "refuse_connections_for_s"
         case handshakeDelayMillis = "handshake_delay_ms"
+        case flowControlWindow = "flow_control_window"
         case seed
     }
 
@@ -142,6 +147,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         refuseConnectionsFromSecond = try c.decodeIfPresent(Double.self, forKey: .refuseConnectionsFromSecond)
         refuseConnectionsForSeconds = try c.decodeIfPresent(Double.self, forKey: .refuseConnectionsForSeconds) ?? 0
         handshakeDelayMillis = try c.decodeIfPresent(Int.self, forKey: .handshakeDelayMillis) ?? 0
+        flowControlWindow = try c.decodeIfPresent(Int.self, forKey: .flowControlWindow)
         seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
     }
 
@@ -168,6 +174,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         try c.encodeIfPresent(refuseConnectionsFromSecond, forKey: .refuseConnectionsFromSecond)
         try c.encode(refuseConnectionsForSeconds, forKey: .refuseConnectionsForSeconds)
         try c.encode(handshakeDelayMillis, forKey: .handshakeDelayMillis)
+        try c.encodeIfPresent(flowControlWindow, forKey: .flowControlWindow)
         try c.encode(seed, forKey: .seed)
     }
 }

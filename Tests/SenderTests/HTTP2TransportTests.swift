@@ -75,6 +75,34 @@ import TestSupport
         try await sim.stop()
     }
 
+    /// A server with tight flow control (1000-byte stream windows, the connection's 65,535 returned in
+    /// halves): each ~2 KB payload cannot go in one piece, and 100 streams' worth cannot go at once, so
+    /// the DATA waits for WINDOW_UPDATE in the codec; NIO's server would end the connection with
+    /// FLOW_CONTROL_ERROR at the first byte over a window. Every job is answered, each body intact
+    /// (the simulator reads the job id from the payload's last bytes), on the first two connections.
+    @Test func dataWaitsForTheServersWindowsAndEverythingIsAnswered() async throws {
+        var faults = HTTP2FaultScript()
+        faults.flowControlWindow = 1000
+        let sim = try await Self.simulator(faults: faults)
+        let log = OutcomeLog()
+        let transport = try Self.transport(sim, connections: 2, log: log)
+        let filler = String(repeating: "x", count: 1900)
+        let jobs = (0..<2000).map { n in
+            var j = job(n, token: n)
+            j.payload = Array(#"{"aps":{"alert":"\#(filler)"},"jid":"job-\#(n)"}"#.utf8)
+            return j
+        }
+        try await Self.send(jobs, through: transport)
+        #expect(Self.kinds(log) == [.accepted: 2000])
+        let records = sim.records
+        #expect(records.count == 2000)
+        #expect(Set(records.compactMap(\.jobID)) == Set(jobs.map(\.jobID)))
+        let totals = sim.totals
+        #expect(totals.connections == 2 && totals.abruptCloses == 0 && totals.refusedStreams == 0)
+        #expect(log.events.ambiguous == 0 && log.events.replayed == 0)
+        try await sim.stop()
+    }
+
     @Test func everyAnswerClassWithExactCounts() async throws {
         var faults = HTTP2FaultScript()
         // Tokens 0..<10 invalid, 10..<20 unregistered at a known time, 20..<25 registered for another topic.

@@ -3,8 +3,6 @@ import APNsTransport
 import Foundation
 import Logging
 import NIOCore
-import NIOHPACK
-import NIOHTTP2
 import NIOPosix
 import NIOSSL
 import Synchronization
@@ -42,7 +40,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     private var machine: Machine
     private var channel: (any Channel)?
-    private var context: ChannelHandlerContext?
+    private var handler: HTTP2ClientHandler?
     private var epoch = 0
     private var waiters = CircularBuffer<EventLoopPromise<Void>>()
     private var drainPromises: [EventLoopPromise<Void>] = []
@@ -157,9 +155,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     // MARK: events from the channel (on the event loop)
 
-    func channelReady(epoch: Int, context: ChannelHandlerContext) {
+    func channelReady(epoch: Int, handler: HTTP2ClientHandler) {
         guard epoch == self.epoch else { return }
-        self.context = context
+        self.handler = handler
         statistics.connections += 1
         statistics.connectedSince = Int64(Date().timeIntervalSince1970)
         logger.debug("connected")
@@ -172,7 +170,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         logger.error("server did not negotiate HTTP/2", metadata: ["alpn": "\(negotiated ?? "none")"])
     }
 
-    /// The complete answers of a read burst, in arrival order (collected by `HTTP2FrameHandler`).
+    /// The complete answers of a read burst, in arrival order (collected by `HTTP2ClientHandler`).
     /// `closing`: the channel is going inactive; the answers settle without opening new streams on it.
     func answers(epoch: Int, _ answers: [Machine.Answer], closing: Bool = false) {
         guard epoch == self.epoch else { return }
@@ -180,19 +178,19 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         apply(machine.responses(answers, now: now, refill: !closing))
     }
 
-    func reset(epoch: Int, streamID: HTTP2StreamID, code: HTTP2ErrorCode) {
+    func reset(epoch: Int, streamID: UInt32, code: HTTP2WireErrorCode) {
         guard epoch == self.epoch else { return }
         inRead = true
-        apply(machine.reset(streamID: UInt32(Int32(streamID)), refused: code == .refusedStream, now: now))
+        apply(machine.reset(streamID: streamID, refused: code == .refusedStream, now: now))
     }
 
-    func goAway(epoch: Int, lastStreamID: HTTP2StreamID, code: HTTP2ErrorCode, debug: ByteBuffer?) {
+    func goAway(epoch: Int, lastStreamID: UInt32, code: HTTP2WireErrorCode, debug: ByteBuffer?) {
         guard epoch == self.epoch else { return }
         let reason = debug.flatMap { try? APNsErrorBody(decoding: $0.readableBytesView) }?.reasonText
         logger.info("GOAWAY", metadata: ["last_stream": "\(lastStreamID)", "code": "\(code)", "reason": "\(reason ?? "-")"])
         statistics.lastError = "GOAWAY \(code)" + (reason.map { " \($0)" } ?? "")
         inRead = true
-        apply(machine.goAway(lastStreamID: UInt32(Int32(lastStreamID)), now: now))
+        apply(machine.goAway(lastStreamID: lastStreamID, now: now))
     }
 
     func settings(epoch: Int, maxConcurrentStreams: Int?) {
@@ -227,7 +225,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         logger.debug("connection closed", metadata: ["open_streams": "\(machine.inFlight.count)"])
         self.epoch += 1  // anything still in flight from this channel is stale from now on
         channel = nil
-        context = nil
+        handler = nil
         unflushedBytes = 0
         lingerTask?.cancel()
         lingerTask = nil
@@ -247,9 +245,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                         attempts: s.request.attempts, connection: index))
         }
         if !action.reroute.isEmpty { reroute(action.reroute, index) }
-        if action.ping, let context {
-            context.writeAndFlush(NIOAny(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 1), ack: false))), promise: nil)
-        }
+        if action.ping, let handler { handler.ping() }
         if let reason = action.credentialsRefused {
             // Loud: nothing more goes out on this connection until `authFailureDelay` has passed, and
             // with every connection refused the whole app stops (its jobs wait, nothing is lost).
@@ -314,20 +310,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             .channelInitializer { [self] channel in
                 do {
                     let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
-                    let settings: HTTP2Settings = [
-                        HTTP2Setting(parameter: .enablePush, value: 0),
-                        HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
-                    ]
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(tls)
-                    try sync.addHandler(HTTP2WriteCoalescer())
-                    // Header-block validation is off: every header this client sends is built from
-                    // validated values (HTTP2Request), and it was ~5% of the CPU per request. Answers
-                    // are read for `:status` and the body alone; a `:status` that is not a number is
-                    // treated as a server error (HTTP2FrameHandler).
-                    try sync.addHandler(
-                        NIOHTTP2Handler(mode: .client, initialSettings: settings, headerBlockValidation: .disabled))
-                    try sync.addHandler(HTTP2FrameHandler(connection: self, epoch: epoch))
+                    // Our own frame-level codec (HTTP2ClientFrameCodec): the preface, SETTINGS, the
+                    // requests' frames and the answers, with no stream channels and no per-frame writes.
+                    try sync.addHandler(HTTP2ClientHandler(connection: self, epoch: epoch, allocator: channel.allocator))
                     return channel.eventLoop.makeSucceededVoidFuture()
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
@@ -378,44 +365,14 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     }
 
     private func write(_ writes: [Machine.Write]) {
-        guard let context else { return }
+        guard let handler else { return }
         let authority = configuration.serverHostname ?? host.host
         let authorization = bearer()
         var bytes = 0
-        // The payloads of this batch in one buffer, each DATA frame a slice of it: one allocation per
-        // batch instead of a buffer (two allocations) per request. All are written before the first
-        // slice is taken (a write into a buffer a slice shares would copy it).
-        var payloads = context.channel.allocator.buffer(capacity: writes.reduce(0) { $0 + $1.request.job.notification.payload.count })
-        for w in writes { payloads.writeBytes(w.request.job.notification.payload) }
-        var offset = payloads.readerIndex
+        // HEADERS and DATA straight into the flush's buffer (the codec's HPACK encoder holds the
+        // indexing policy: README, "Header encoding").
         for w in writes {
-            let head = w.request.job.head
-            var headers = HPACKHeaders()
-            headers.reserveCapacity(12)
-            headers.add(name: ":method", value: "POST")
-            headers.add(name: ":scheme", value: "https")
-            // The path names one device: indexing it would only push the shared headers out of the
-            // HPACK table, so each request would carry them (and have them Huffman-coded) again.
-            headers.add(name: ":path", value: head.path, indexing: .nonIndexable)
-            headers.add(name: ":authority", value: authority)
-            // The token is indexed: the same ~200 bytes on every request of the connection, sent once
-            // and then as a table index (as nghttp2 does). HPACK only ever matches a whole field, so
-            // an index reveals nothing short of guessing the entire signed token.
-            if let authorization { headers.add(name: APNsHeader.authorization, value: authorization) }
-            headers.add(name: APNsHeader.topic, value: head.topic)
-            headers.add(name: APNsHeader.id, value: head.apnsID, indexing: .nonIndexable)
-            headers.add(name: APNsHeader.expiration, value: head.expiration)
-            headers.add(name: APNsHeader.priority, value: head.priority)
-            headers.add(name: APNsHeader.pushType, value: head.pushType.rawValue)
-            if let c = head.collapseID { headers.add(name: APNsHeader.collapseID, value: c) }
-            let stream = HTTP2StreamID(Int(w.streamID))
-            let length = w.request.job.notification.payload.count
-            let body = payloads.getSlice(at: offset, length: length)!
-            offset += length
-            context.write(NIOAny(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers)))), promise: nil)
-            context.write(NIOAny(HTTP2Frame(streamID: stream, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
-            // What the wire will carry, roughly: the payload plus the (mostly HPACK-indexed) headers.
-            bytes += length + 9 * 2 + 64
+            bytes += handler.write(streamID: w.streamID, job: w.request.job, authority: authority, authorization: authorization)
         }
         unflushedBytes += bytes
         ioEvents.framesWritten += writes.count
@@ -428,13 +385,13 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     /// Flushes when `batchBytes` are waiting, else within `linger`: the frames of many streams leave
     /// in one write, as the binary sender's Nagle-style batching.
     private func flushIfDue(force: Bool) {
-        guard unflushedBytes > 0, let context else { return }
+        guard unflushedBytes > 0, let handler else { return }
         if force || unflushedBytes >= configuration.batchBytes || configuration.linger <= 0 {
             lingerTask?.cancel()
             lingerTask = nil
             unflushedBytes = 0
             ioEvents.writes += 1
-            context.flush()
+            handler.flush()
         } else if lingerTask == nil {
             lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(configuration.linger * 1e9))) { [self] in
                 lingerTask = nil
