@@ -238,8 +238,14 @@ struct HTTP2ConnectionStateMachine<Job> {
         // An answer for a stream already given up on (reset, timed out) is ignored: its request was
         // resent, and settling it twice would count it twice.
         guard let answered = inFlight.removeValue(forKey: streamID) else { return }
-        var request = answered.request
         events.answerLatency.record(seconds: now - answered.sentAt)
+        if status == 200 {
+            // Nearly every answer: settled without working out a verdict or a code it does not use.
+            noteAuthenticated()
+            action.settled.append(Settled(request: answered.request, delivery: .accepted, code: nil))
+            return
+        }
+        var request = answered.request
         let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
         let code = HTTP2Verdict.code(status: status, reason: reason)
         switch verdict {
