@@ -1,5 +1,5 @@
 import Foundation
-import APNsProtocol
+@testable import APNsProtocol
 import Testing
 
 @Suite struct DeviceTokenTests {
@@ -26,6 +26,37 @@ import Testing
         let all = try DeviceToken(bytes: (0..<32).map { UInt8($0 * 8 + 7) })
         #expect(all.hex == (0..<32).map { String(format: "%02x", $0 * 8 + 7) }.joined())
         #expect(try DeviceToken(hex: all.hex) == all)
+    }
+
+    /// The eight-at-a-time parse gives what the character-at-a-time one gives: random tokens in mixed
+    /// case, and every byte value at every position of a valid token (the error names that offset).
+    @Test func wordParseEqualsTheCharacterParse() throws {
+        func both(_ text: [UInt8]) -> (Result<DeviceToken, DeviceToken.ParseError>, Result<DeviceToken, DeviceToken.ParseError>) {
+            text.withUnsafeBytes { raw in
+                (
+                    Result { () throws(DeviceToken.ParseError) in try DeviceToken(hexBytes: raw) },
+                    Result { () throws(DeviceToken.ParseError) in try DeviceToken(scalarHexBytes: raw) }
+                )
+            }
+        }
+        var random = SystemRandomNumberGenerator()
+        let digits = Array("0123456789abcdefABCDEF".utf8)
+        for _ in 0..<2000 {
+            let text = (0..<64).map { _ in digits.randomElement(using: &random)! }
+            let (fast, scalar) = both(text)
+            #expect(fast == scalar && (try? fast.get()) != nil, "\(String(decoding: text, as: UTF8.self))")
+            #expect(text.withUnsafeBytes { DeviceToken.words(hex: $0) } != nil, "valid hex takes the word path")
+            #expect(try fast.get().hex == String(decoding: text, as: UTF8.self).lowercased())
+        }
+        let base = Array(countingTokenHex.uppercased().utf8)
+        for offset in 0..<64 {
+            for b in UInt8.min...UInt8.max {
+                var text = base
+                text[offset] = b
+                let (fast, scalar) = both(text)
+                #expect(fast == scalar, "byte \(b) at \(offset)")
+            }
+        }
     }
 
     @Test func typedErrors() {

@@ -38,6 +38,43 @@ import Testing
         }
     }
 
+    /// Strings are scanned eight bytes at a time while they hold nothing special: every byte value at
+    /// every position of a 24-byte string (three chunks, and the chunk boundaries) gives the same result
+    /// whether the string is built (`parse`) or only checked (`parseObject`'s raw member), and plain
+    /// bytes give the string, control bytes an error at their own offset.
+    @Test func everyByteAtEveryPositionOfAString() throws {
+        for position in 0..<24 {
+            for b in UInt8.min...UInt8.max {
+                var body = [UInt8](repeating: UInt8(ascii: "a"), count: 24)
+                body[position] = b
+                let text = Array(#"{"k":""#.utf8) + body + Array(#""}"#.utf8)
+                let built = Result { () throws(JSONParser.Error) in try JSONParser.parse(text) }
+                let checked = text.withUnsafeBytes { raw in
+                    Result { () throws(JSONParser.Error) in try JSONParser.parseObject(raw, keepingRaw: { $0 == "k" }) }
+                }
+                switch (built, checked) {
+                case (.success(let value), .success(let members)):
+                    guard case .raw(let range)? = members?.first?.value else {
+                        Issue.record("byte \(b) at \(position): not kept raw")
+                        continue
+                    }
+                    #expect(try JSONParser.parse(Array(text[range])) == value["k"], "byte \(b) at \(position)")
+                case (.failure(let a), .failure(let c)):
+                    #expect(a == c, "byte \(b) at \(position)")
+                default:
+                    Issue.record("byte \(b) at \(position): \(built) vs \(checked)")
+                }
+                if b >= 0x20 && b < 0x80 && b != UInt8(ascii: "\"") && b != UInt8(ascii: "\\") {
+                    #expect((try? built.get())?["k"] == .string(String(decoding: body, as: UTF8.self)), "byte \(b) at \(position)")
+                }
+                if b < 0x20 {
+                    #expect((try? built.get()) == nil)
+                    if case .failure(let e) = built { #expect(e.offset == 6 + position && e.message == "control character in string") }
+                }
+            }
+        }
+    }
+
     @Test func invalidUTF8IsRefused() {
         #expect(throws: JSONParser.Error.self) { try JSONParser.parse([0x22, 0xC3, 0x28, 0x22]) }
     }

@@ -77,6 +77,37 @@ import Testing
         _ = try HTTP2Request(Self.notification(payload: exact))
     }
 
+    /// Heads built in a run through one `Memo` (as `HTTP2Transport.send` builds a batch's) equal heads
+    /// built one by one: shared payload buffers, a buffer's own copy, payloads that differ only in
+    /// type, expiries and priorities that change between notifications, and refusals in between.
+    @Test func headsBuiltInARunEqualHeadsBuiltAlone() throws {
+        let alert = Array(#"{"aps":{"alert":"hi"}}"#.utf8)
+        let silent = Array(#"{"aps":{"content-available":1}}"#.utf8)
+        let sameSizeAlert = Array(#"{"aps":{"content-availablX":1}}"#.utf8)
+        #expect(silent.count == sameSizeAlert.count)
+        func n(_ payload: [UInt8], expiry: UInt32 = 0, priority: Priority = .immediate, pushType: String? = nil, id: String) -> PushNotification {
+            PushNotification(jobID: id, app: "com.example.news", token: Self.token, payload: payload, expiry: expiry, priority: priority, pushType: pushType)
+        }
+        var copied = silent
+        copied.append(0x20)
+        copied.removeLast()  // the same bytes in a buffer of its own
+        let run = [
+            n(alert, id: "a"), n(alert, id: "b"), n(silent, priority: .conservePower, id: "c"), n(silent, expiry: 1_700_000_000, priority: .conservePower, id: "d"),
+            n(sameSizeAlert, expiry: 1_700_000_000, id: "e"), n(copied, expiry: 5, priority: .conservePower, id: "f"), n([], id: "g"),
+            n(alert, pushType: "shout", id: "h"), n(alert, expiry: 0, pushType: "voip", id: "i"), n(silent, priority: .conservePower, id: "j"),
+            n(alert, expiry: 0, id: "k"),
+        ]
+        var memo = HTTP2Request.Memo()
+        for notification in run {
+            let alone = Result { () throws(HTTP2Request.Invalid) in try HTTP2Request(notification) }
+            let inRun = Result { () throws(HTTP2Request.Invalid) in try HTTP2Request(notification, memo: &memo) }
+            #expect(alone == inRun, "\(notification.jobID)")
+        }
+        #expect(try HTTP2Request(run[3], memo: &memo).pushType == .background)
+        #expect(try HTTP2Request(run[4], memo: &memo).pushType == .alert)
+        #expect(try HTTP2Request(run[3], memo: &memo).expiration == "1700000000")
+    }
+
     @Test func refusedBeforeSending() {
         #expect(throws: HTTP2Request.Invalid.invalidPushType) { try HTTP2Request(Self.notification(pushType: "shout")) }
         #expect(throws: HTTP2Request.Invalid.badCollapseID) {

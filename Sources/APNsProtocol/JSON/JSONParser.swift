@@ -172,6 +172,12 @@ public struct JSONParser {
         let start = index
         var ascii = true
         while index < bytes.count {
+            // Eight plain characters at a time (no quote, backslash, control or non-ASCII byte): a
+            // payload's strings are skipped in every job. A chunk with any of them goes byte by byte.
+            if index + 8 <= bytes.count, Self.isPlainASCII(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+                index += 8
+                continue
+            }
             let b = bytes[index]
             if b == UInt8(ascii: "\"") {
                 if !ascii && !Self.isValidUTF8(UnsafeRawBufferPointer(rebasing: bytes[start..<index])) {
@@ -188,6 +194,19 @@ public struct JSONParser {
         // Escapes (rare): the building path, whose checks these are.
         index = quote
         _ = try parseString()
+    }
+
+    /// Whether none of the eight bytes of `chunk` is `"`, `\\`, below 0x20 or above 0x7F (SWAR: each
+    /// test flags a lane's high bit exactly when some lane matches).
+    @inline(__always)
+    static func isPlainASCII(_ chunk: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let high: UInt64 = 0x8080_8080_8080_8080
+        @inline(__always) func hasZero(_ v: UInt64) -> UInt64 { (v &- ones) & ~v & high }
+        let quote = hasZero(chunk ^ (ones &* UInt64(UInt8(ascii: "\""))))
+        let backslash = hasZero(chunk ^ (ones &* UInt64(UInt8(ascii: "\\"))))
+        let control = (chunk &- (ones &* 0x20)) & ~chunk & high
+        return (quote | backslash | control | (chunk & high)) == 0
     }
 
     /// Whether `bytes` is well-formed UTF-8 (the rules of `String(validating:)`), without allocating.
@@ -338,6 +357,11 @@ public struct JSONParser {
         // generic entry point cost a runtime metadata lookup per string.
         var ascii = true
         while index < bytes.count {
+            // Eight plain characters at a time, as in `skipString`.
+            if index + 8 <= bytes.count, Self.isPlainASCII(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+                index += 8
+                continue
+            }
             let b = bytes[index]
             if b == UInt8(ascii: "\"") {
                 let slice = UnsafeRawBufferPointer(rebasing: bytes[start..<index])

@@ -151,7 +151,13 @@ struct HTTP2ConnectionStateMachine<Job> {
     // MARK: work arriving
 
     mutating func enqueue(_ jobs: some Sequence<Job>, now: Double) -> Action {
-        adopt(jobs.map { Request(job: $0) }, now: now)
+        // Straight into the queue: an array of requests in between was one more retain and release
+        // of every job.
+        for job in jobs { queue.append(Request(job: job)) }
+        var action = Action()
+        wakeUp(now: now, into: &action)
+        pump(now: now, into: &action)
+        return action
     }
 
     /// Requests from the caller or rerouted from another connection (with their history).
@@ -232,8 +238,14 @@ struct HTTP2ConnectionStateMachine<Job> {
         // An answer for a stream already given up on (reset, timed out) is ignored: its request was
         // resent, and settling it twice would count it twice.
         guard let answered = inFlight.removeValue(forKey: streamID) else { return }
-        var request = answered.request
         events.answerLatency.record(seconds: now - answered.sentAt)
+        if status == 200 {
+            // Nearly every answer: settled without working out a verdict or a code it does not use.
+            noteAuthenticated()
+            action.settled.append(Settled(request: answered.request, delivery: .accepted, code: nil))
+            return
+        }
+        var request = answered.request
         let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
         let code = HTTP2Verdict.code(status: status, reason: reason)
         switch verdict {
@@ -479,8 +491,9 @@ struct FIFO<Element> {
 
     mutating func popFirst() -> Element? {
         guard head < storage.count else { return nil }
-        let element = storage[head]
-        storage[head] = nil
+        // Moved out, not copied and then cleared (a retain and a release of every element).
+        var element: Element? = nil
+        swap(&element, &storage[head])
         head += 1
         if head == storage.count {
             storage.removeAll(keepingCapacity: true)

@@ -31,12 +31,49 @@ struct HTTP2Request: Equatable, Sendable {
     }
 
     init(_ n: PushNotification) throws(Invalid) {
+        var memo = Memo()
+        try self.init(n, memo: &memo)
+    }
+
+    /// What consecutive notifications usually share, worked out once: a campaign's notifications carry
+    /// one payload buffer (`JobTemplate`) and one expiry, so its push type is inferred and its expiry
+    /// formatted once per batch rather than once per notification.
+    struct Memo {
+        /// The last payload whose type was inferred, held so that its buffer cannot be freed and its
+        /// address reused: a payload at the same address with the same count is then the same bytes.
+        private var payload: [UInt8] = []
+        private var pushType = APNsPushType.alert
+        private var expiry: UInt32 = 0
+        private var expiration = "0"
+
+        mutating func inferredPushType(_ bytes: [UInt8]) -> APNsPushType {
+            if !bytes.isEmpty, bytes.count == payload.count, Self.sameBuffer(bytes, payload) { return pushType }
+            pushType = HTTP2Request.inferredPushType(payload: bytes)
+            payload = bytes
+            return pushType
+        }
+
+        mutating func expiration(_ value: UInt32) -> String {
+            if value != expiry {
+                expiry = value
+                expiration = String(value)
+            }
+            return expiration
+        }
+
+        private static func sameBuffer(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+            a.withUnsafeBufferPointer { a in b.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress } }
+        }
+    }
+
+    /// As `init(_:)`, with what `memo` already knows from the notifications before this one.
+    init(_ n: PushNotification, memo: inout Memo) throws(Invalid) {
         let type: APNsPushType
         if let named = n.pushType {
             guard let known = APNsPushType(rawValue: named) else { throw .invalidPushType }
             type = known
         } else {
-            type = Self.inferredPushType(payload: n.payload)
+            type = memo.inferredPushType(n.payload)
         }
         guard !n.payload.isEmpty else { throw .payloadEmpty }
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
@@ -49,8 +86,12 @@ struct HTTP2Request: Equatable, Sendable {
             topic = n.app
         }
         apnsID = Self.apnsID(jobID: n.jobID)
-        expiration = String(n.expiry)
-        priority = String(n.priority.rawValue)
+        expiration = memo.expiration(n.expiry)
+        priority =
+            switch n.priority {
+            case .immediate: "10"
+            case .conservePower: "5"
+            }
         pushType = type
         collapseID = n.collapseID
     }

@@ -90,10 +90,11 @@ public final class HTTP2Transport: NotificationTransport {
         var jobs = Array(repeating: [HTTP2Job](), count: n)
         var refused = Array(repeating: [(notification: PushNotification, reason: String)](), count: n)
         if n == 1 { jobs[0].reserveCapacity(notifications.count) }
+        var memo = HTTP2Request.Memo()
         for notification in notifications {
             let i = n == 1 ? 0 : connectionIndex(for: notification.token)
             do throws(HTTP2Request.Invalid) {
-                jobs[i].append(HTTP2Job(notification: notification, head: try HTTP2Request(notification)))
+                jobs[i].append(HTTP2Job(notification: notification, head: try HTTP2Request(notification, memo: &memo)))
             } catch {
                 refused[i].append((notification, error.reason))
             }

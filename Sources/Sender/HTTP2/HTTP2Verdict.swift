@@ -27,8 +27,9 @@ public enum HTTP2Verdict: Sendable, Hashable {
 
     /// Maps one response. `timestamp` is the 410 body's milliseconds since 1970.
     public static func of(status: Int, reason: String?, timestamp: Int64?) -> HTTP2Verdict {
+        if status == 200 { return .accepted }
         let known = reason.flatMap(APNsReason.init(rawValue:))
-        let code = code(status: status, reason: reason)
+        var code: String { Self.code(status: status, reason: reason) }
         switch status {
         case 200:
             return .accepted

@@ -1,0 +1,110 @@
+import APNsProtocol
+import Jobs
+import Sender
+import Testing
+
+@testable import Pipeline
+
+/// `send`'s input path: job lines decoded through templates (`JobLineDecoder`) give exactly what the
+/// plain decoder and a per-job encoding give for the same lines — notifications byte for byte, and
+/// every refusal with the same reason and detail.
+@Suite struct JobLineDecoderTests {
+    static let now: UInt32 = 1_767_000_000
+    static let app = "com.example.shop"
+    static let tokenHex = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    static let payload = #"{"aps":{"alert":{"title":"Spring sale","body":"Everything is 20% off."},"sound":"default"},"acme":1}"#
+
+    static func line(id: String = "sale:1", app: String = #""com.example.shop""#, token: String? = nil, payload: String? = nil, extra: String = "") -> [UInt8] {
+        let t = token ?? "\"\(tokenHex)\""
+        return Array(#"{"id":"\#(id)","app":\#(app),"token":\#(t),"payload":\#(payload ?? Self.payload)\#(extra)}"#.utf8)
+    }
+
+    /// The reference: the plain decoder, the app check and a fresh encoding of each job's payload (what
+    /// `send` did per line before templates).
+    static func plain(_ line: [UInt8], payloadLimit: Int, jobIDKey: String?) -> Result<PushNotification, JobLineDecoder.Refusal> {
+        do throws(JobError) {
+            let job = try JobDecoder(payloadLimit: payloadLimit).decode(line, now: now)
+            guard job.app == app else {
+                return .failure(.init(reason: "app-mismatch", detail: "job is for \(job.app), this pool sends for \(app)"))
+            }
+            let payload = try job.encodedPayload(language: nil, encoder: PayloadEncoder(limit: payloadLimit), jobIDKey: jobIDKey)
+            return .success(
+                PushNotification(
+                    jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
+                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType?.rawValue))
+        } catch {
+            return .failure(.init(reason: error.reason.rawValue, detail: error.detail))
+        }
+    }
+
+    static func same(_ a: PushNotification, _ b: PushNotification) -> Bool {
+        a.jobID == b.jobID && a.app == b.app && a.token == b.token && a.payload == b.payload && a.expiry == b.expiry
+            && a.priority == b.priority && a.campaign == b.campaign && a.collapseID == b.collapseID && a.pushType == b.pushType
+            && a.position == nil && b.position == nil
+    }
+
+    /// A campaign's lines (one payload, many jobs) mixed with lines that must be refused, each decoded
+    /// twice over (so templates are both made and reused), for both payload limits and with `jid`.
+    @Test(arguments: [(4096, nil), (2048, nil), (4096, "jid")] as [(Int, String?)])
+    func sameAsThePlainDecoder(payloadLimit: Int, jobIDKey: String?) {
+        let big = #"{"aps":{"alert":"\#(String(repeating: "a", count: 3000))"}}"#
+        var lines: [[UInt8]] = []
+        for i in 0..<5 { lines.append(Self.line(id: "sale:\(i)")) }
+        lines += [
+            Self.line(id: "other", app: #""com.example.other""#),  // app-mismatch, with a known payload
+            Self.line(id: "esc", app: #""com.example.\u0073hop""#),  // the same app, spelled with an escape
+            Self.line(id: "tok", token: #""0a1b""#),  // invalid-token
+            Self.line(id: "tok2", token: "12"),
+            Self.line(id: "nopay", payload: "null"),  // missing-payload
+            Self.line(id: "badpay", payload: #"{"aps":{"badge":"x"}}"#),  // invalid-payload
+            Self.line(id: "noaps", payload: #"{"acme":1}"#),
+            Self.line(id: "big", payload: big),  // payload-too-large for 2048 only
+            Self.line(id: "ca", payload: #"{"aps":{"content-available":1}}"#),  // priority 10 with content-available only
+            Self.line(id: "ca5", payload: #"{"aps":{"content-available":1}}"#, extra: #","priority":5,"push_type":"background""#),
+            Self.line(id: "exp", extra: #","expiry":5"#),  // expired
+            Self.line(id: "exp0", extra: #","expiry":0,"campaign":"spring","collapse_id":"sale""#),
+            Self.line(id: "dup", extra: #","payload":{"aps":{}}"#),  // a key twice: invalid-json
+            Self.line(id: "jid", payload: #"{"aps":{"alert":"x"},"jid":"old"}"#),  // jid replaced when embedded
+            Array(#"{"id":"x","#.utf8),  // invalid-json
+            Array("[1,2]".utf8),  // not-an-object
+            Array(#"{"app":"com.example.shop"}"#.utf8),  // missing-id
+        ]
+        for i in 5..<8 { lines.append(Self.line(id: "sale:\(i)")) }
+        let decoder = JobLineDecoder(app: Self.app, payloadLimit: payloadLimit, jobIDKey: jobIDKey)
+        var refused = Set<String>()
+        for pass in 0..<2 {
+            for line in lines {
+                let text = String(decoding: line, as: UTF8.self)
+                switch (Self.plain(line, payloadLimit: payloadLimit, jobIDKey: jobIDKey), decoder.notification(line, now: Self.now)) {
+                case (.success(let a), .success(let b)):
+                    #expect(Self.same(a, b), "pass \(pass): \(text)")
+                case (.failure(let a), .failure(let b)):
+                    #expect(a == b, "pass \(pass): \(text)")
+                    refused.insert(a.reason)
+                case (let a, let b):
+                    Issue.record("pass \(pass): \(a) vs \(b) for \(text)")
+                }
+            }
+        }
+        // The lines above do reach the refusals they are there for.
+        for reason in ["app-mismatch", "invalid-token", "missing-payload", "invalid-payload", "expired", "invalid-json", "not-an-object", "missing-id"] {
+            #expect(refused.contains(reason), "\(reason) never came up")
+        }
+        #expect(refused.contains("payload-too-large") == (payloadLimit == 2048))
+    }
+
+    /// A campaign's notifications share one encoded payload (one buffer for all), unless each carries
+    /// its own job id.
+    @Test func campaignJobsShareOnePayloadBuffer() throws {
+        func base(_ n: PushNotification) -> UnsafeRawPointer? { n.payload.withUnsafeBytes { $0.baseAddress } }
+        let shared = JobLineDecoder(app: Self.app, payloadLimit: 4096)
+        let a = try shared.notification(Self.line(id: "a"), now: Self.now).get()
+        let b = try shared.notification(Self.line(id: "b"), now: Self.now).get()
+        #expect(a.payload == b.payload && base(a) == base(b))
+        let own = JobLineDecoder(app: Self.app, payloadLimit: 4096, jobIDKey: "jid")
+        let c = try own.notification(Self.line(id: "c"), now: Self.now).get()
+        let d = try own.notification(Self.line(id: "d"), now: Self.now).get()
+        #expect(c.payload != d.payload)
+        #expect(String(decoding: d.payload, as: UTF8.self).contains(#""jid":"d""#))
+    }
+}

@@ -1,0 +1,64 @@
+import APNsProtocol
+import APNsTransport
+import Foundation
+import HTTP2Simulator
+import Testing
+import TestSupport
+
+/// `apns-pipeline send` as a real process against the HTTP/2 simulator over TLS with token auth: a file
+/// of campaign lines (one shared payload), blank lines, lines that must be refused and a last line
+/// without a newline. Every valid line is sent once, every refusal counted with its reason.
+@Suite struct SendCommandTests {
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func sendsEveryValidLineOnceAndCountsEveryRefusal() async throws {
+        let invalid = token(7)
+        var faults = HTTP2FaultScript()
+        faults.invalidTokens = [invalid.hex]
+        var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+        config.faults = faults
+        config.keepRecordsInMemory = true
+        let key = try ProviderTokenVerifier.publicKey(fromFile: TestCertificates.tokenKeyPath)
+        config.tokenKeys = [TestCertificates.tokenKeyID: .init(teamID: TestCertificates.tokenTeamID, publicKey: key)]
+        let sim = try HTTP2Simulator(configuration: config)
+        try await sim.start()
+
+        let payload = #"{"aps":{"alert":{"title":"Spring sale","body":"20% off"},"sound":"default"}}"#
+        func line(_ id: String, _ t: DeviceToken, app: String = shop, payload: String = payload) -> String {
+            #"{"id":"\#(id)","app":"\#(app)","token":"\#(t.hex)","payload":\#(payload),"expiry":0}"#
+        }
+        var lines = (0..<300).map { line("c:\($0)", token($0)) }
+        lines.insert("", at: 10)
+        lines.insert(" \t\r", at: 20)
+        lines.insert(#"{"id":"bad:token","app":"\#(shop)","token":"0a1b","payload":\#(payload)}"#, at: 30)
+        lines.insert(line("bad:app", token(400), app: "com.example.other"), at: 40)
+        lines.insert(#"{"id":"bad:json","#, at: 50)
+        lines.insert(line("c:own", token(401), payload: #"{"aps":{"alert":"hello"}}"#), at: 60)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("send-\(UUID().uuidString).ndjson")
+        // No newline after the last line: it is a line all the same.
+        try lines.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+
+        let (status, out, err) = try await PipelineProcess.command([
+            "send", "--protocol", "http2", "--app", shop, "--token-key", TestCertificates.tokenKeyPath,
+            "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+            "--ca", "\(TestCertificates.directory)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost",
+            "--shards", "2", "--embed-job-id", file.path,
+        ])
+        try await sim.stop()
+        #expect(status == 0, "\(err)")
+        for expected in [
+            "sent 301", "  accepted: 300", "  rejected: 1", "  dead_lettered: 0", "  BadDeviceToken (invalid-token): 1",
+            "refused before sending: 3", "  app-mismatch: 1", "  invalid-json: 1", "  invalid-token: 1",
+        ] {
+            #expect(out.split(separator: "\n").contains { $0 == expected }, "missing \"\(expected)\" in:\n\(out)")
+        }
+        #expect(out.contains("line 31: invalid-token") && out.contains("line 41: app-mismatch") && out.contains("line 51: invalid-json"), "\(out)")
+        // Each accepted job reached the simulator once, with its own id embedded in the shared payload.
+        let recorded = sim.records.reduce(into: [String: Int]()) { counts, r in
+            if let id = r.jobID { counts[id, default: 0] += 1 }
+        }
+        let accepted = Set((0..<300).filter { $0 != 7 }.map { "c:\($0)" } + ["c:own"])
+        #expect(accepted.allSatisfy { recorded[$0] == 1 }, "\(accepted.filter { recorded[$0] != 1 }.sorted().prefix(10))")
+        #expect(recorded["bad:app"] == nil && recorded["bad:token"] == nil)
+    }
+}
