@@ -51,7 +51,8 @@ struct GateTests {
         #expect(batch == [.admitted(language: nil), .inFlight])
 
         // The lease expires on its own (a crashed process does not block the job forever)…
-        let pttl = try await store.client.send(RedisCommand("PTTL", store.keys.inFlight(app: app, tokenHex: token(1), jobID: "a"))).integer ?? -2
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        let pttl = (try await store.lease(jobID: "a", app: app, tokenHex: token(1))?.expiresAtMs ?? 0) - nowMs
         #expect(pttl > 0 && pttl <= 30_000)
 
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
@@ -59,7 +60,7 @@ struct GateTests {
             Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
             Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
         ]))
-        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(app: app, tokenHex: token(1), jobID: "a"))) == .integer(0))
+        #expect(try await store.lease(jobID: "a", app: app, tokenHex: token(1)) == nil)
         let after = try await store.gate([
             GateRequest(jobID: "a", app: app, tokenHex: token(1)),
             GateRequest(jobID: "b", app: app, tokenHex: token(2)),
@@ -85,15 +86,14 @@ struct GateTests {
         #expect(try await storeA.gate(job) == [.admitted(language: nil)])
         #expect(try await storeB.gate(job) == [.inFlightElsewhere(owner: "owner-a")], "A is alive")
         #expect(try await storeA.gate(job) == [.inFlight], "another batch of A")
-        let lease = try await client.send(RedisCommand("GET", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).string ?? ""
-        #expect(lease.hasPrefix("owner-a/"))
+        #expect(try await storeA.lease(jobID: "j", app: app, tokenHex: token(1))?.owner == "owner-a")
 
         // A dies: its heartbeat is gone (here at once; after a crash, when its TTL runs out).
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         #expect(try await storeB.gate(job) == [.takenOver(language: nil)])
-        let taken = try await client.send(RedisCommand("GET", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).string ?? ""
-        #expect(taken.hasPrefix("owner-b/"))
-        let pttl = try await client.send(RedisCommand("PTTL", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).integer ?? -2
+        let taken = try await storeA.lease(jobID: "j", app: app, tokenHex: token(1))
+        #expect(taken?.owner == "owner-b")
+        let pttl = (taken?.expiresAtMs ?? 0) - Int64(Date().timeIntervalSince1970 * 1000)
         #expect(pttl > 590_000, "a full lease for the new holder")
         #expect(try await storeB.gate(job) == [.inFlight], "now B's, in flight for B's other batches")
 
@@ -119,7 +119,7 @@ struct GateTests {
         let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(7)) }
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1000, reason: "feedback")])
         #expect(try await store.gate([request("1")]) == [.suppressed])
-        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(app: app, tokenHex: token(7), jobID: "1"))) == .integer(0))
+        #expect(try await store.lease(jobID: "1", app: app, tokenHex: token(7)) == nil, "a suppressed job takes no lease")
 
         // Registered before the suppression (or at the same second): still suppressed.
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(7), registeredAt: 900)])
