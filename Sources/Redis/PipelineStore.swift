@@ -987,17 +987,29 @@ struct CounterWrites {
             a.append(campaign.hash)
             a.append(campaign.counted)
             if let resolved {
+                // The parts ran in earlier calls: the members of the accepted jobs whose record was new.
                 let added = campaign.accepted.filter { job in
                     let flags = resolved[job.part]
                     return job.add <= flags.count && flags[job.add - 1] == UInt8(ascii: "1")
                 }
+                a.append(0)
                 a.append(added.count)
                 a.append(campaign.others.count)
-                for job in added { a.append(job.member); a.append(0); a.append(0) }
+                for job in added { a.append(job.member) }
             } else {
-                a.append(campaign.accepted.count)
+                // The parts run in the same script: runs of add positions (group = part + 1), no argument per job.
+                var ranges: [(group: Int, from: Int, to: Int)] = []
+                for job in campaign.accepted {
+                    if let last = ranges.last, last.group == job.part + 1, last.to + 1 == job.add {
+                        ranges[ranges.count - 1].to = job.add
+                    } else {
+                        ranges.append((job.part + 1, job.add, job.add))
+                    }
+                }
+                a.append(ranges.count)
+                a.append(0)
                 a.append(campaign.others.count)
-                for job in campaign.accepted { a.append(job.member); a.append(job.part + 1); a.append(job.add) }
+                for range in ranges { a.append(range.group); a.append(range.from); a.append(range.to) }
             }
             for (field, member) in campaign.others { a.append(field); a.append(member) }
         }

@@ -186,7 +186,7 @@ enum Scripts {
     private static let tagWritesFunction = #"""
         local function tagWrites(k, i)
           local markerTTL = ARGV[i]
-          local out = {}
+          local out, starts = {}, {}
           local ng = tonumber(ARGV[i + 1])
           i = i + 2
           for g = 1, ng do
@@ -199,6 +199,7 @@ enum Scripts {
             local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
             local dk = k + 4
             k = dk + nAdd
+            starts[g] = i
             local stored = marker and redis.call('GET', marker)
             if stored then
               -- 'a': every add added (the usual case, stored in one byte); else 'r' and the flags.
@@ -248,24 +249,27 @@ enum Scripts {
               out[g] = { result, sample }
             end
           end
-          return out, k, i
+          return out, k, i, starts
         end
 
         """#
 
     /// The counters of a batch, all in the tag `{<p>}`. ARGV from `i`: has-marker, marker-ttl-s,
     /// #hincrby (key-index field delta)…, #expire (key-index seconds)…, #hset (key-index field value)…,
-    /// counted-ttl-s, #campaigns (hash-index counted-index #accepted #others (member group add)…
-    /// (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first after
-    /// the marker). Returns 1, or 0 when the marker existed (a replay: nothing done).
+    /// counted-ttl-s, #campaigns (hash-index counted-index #ranges #members #others (group from to)…
+    /// member… (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first
+    /// after the marker). Returns 1, or 0 when the marker existed (a replay: nothing done).
     ///
     /// Per-job progress (`docs/design.md §4.4`): each job of a campaign counts once in `jobs_*`. An accepted
-    /// job counts when the SADD of its dedup record added it (group 0: Swift resolved that from the tag
-    /// part's flags; else `tagOut[group]` flag `add`, the tag part having run in the same script) and its
-    /// fingerprint is not in the campaign's counted set (one SMISMEMBER per campaign and batch); any other
-    /// outcome counts when the SADD of its fingerprint to the counted set adds it.
+    /// job counts when the SADD of its dedup record added it and its fingerprint is not in the campaign's
+    /// counted set (one SMISMEMBER per campaign and batch, only when that set exists). The accepted jobs
+    /// come as ranges of add positions of a tag part that ran in the same script (`tagOut[group]`'s flags;
+    /// the members are read from that part's ARGV, `starts[group]`): no argument per job. On the cluster
+    /// path the parts ran in earlier calls: Swift resolved their flags and sends the added members. Any
+    /// other outcome counts when its fingerprint is not in the counted set yet (one SMISMEMBER and one SADD
+    /// per campaign and batch; Swift sends a job id once per batch and campaign).
     private static let countersFunction = #"""
-        local function counters(k, i, tagOut)
+        local function counters(k, i, tagOut, starts)
           local function take() local v = ARGV[i]; i = i + 1; return v end
           local hasMarker, markerTTL = take() == '1', take()
           if hasMarker then
@@ -287,28 +291,45 @@ enum Scripts {
           local countedTTL = take()
           for _ = 1, tonumber(take()) do
             local hash, counted = KEYS[k + tonumber(take())], KEYS[k + tonumber(take())]
-            local na, no = tonumber(take()), tonumber(take())
+            local nr, nm, no = tonumber(take()), tonumber(take()), tonumber(take())
+            local ranges = {}
+            for r = 1, 3 * nr do ranges[r] = tonumber(take()) end
             local added = {}
-            for _ = 1, na do
-              local member, g, a = take(), tonumber(take()), tonumber(take())
-              if g == 0 or string.sub(tagOut[g][1], a, a) == '1' then added[#added + 1] = member end
+            for m = 1, nm do added[m] = take() end
+            local accepted = nm
+            for r = 1, 3 * nr, 3 do
+              local _, ones = string.gsub(string.sub(tagOut[ranges[r]][1], ranges[r + 1], ranges[r + 2]), '1', '')
+              accepted = accepted + ones
             end
-            local counts, total, accepted = {}, 0, #added
+            local counts, total = {}, 0
             if accepted > 0 and redis.call('EXISTS', counted) == 1 then
               -- Accepted jobs counted before with another outcome (e.g. a dead letter published again).
+              for r = 1, 3 * nr, 3 do
+                local flags, start = tagOut[ranges[r]][1], starts[ranges[r]]
+                for a = ranges[r + 1], ranges[r + 2] do
+                  if string.byte(flags, a) == 49 then added[#added + 1] = ARGV[start + a - 1] end
+                end
+              end
               local found = mget('SMISMEMBER', counted, added)
               accepted = 0
               for x = 1, #added do if found[x] == 0 then accepted = accepted + 1 end end
             end
             if accepted > 0 then counts['jobs_accepted'] = accepted; total = accepted end
-            for _ = 1, no do
-              local field, member = take(), take()
-              if redis.call('SADD', counted, member) == 1 then
-                counts[field] = (counts[field] or 0) + 1
-                total = total + 1
+            if no > 0 then
+              local fields, members = {}, {}
+              for o = 1, no do fields[o] = take(); members[o] = take() end
+              local found = mget('SMISMEMBER', counted, members)
+              local new = {}
+              for o = 1, no do
+                if found[o] == 0 then
+                  counts[fields[o]] = (counts[fields[o]] or 0) + 1
+                  total = total + 1
+                  new[#new + 1] = members[o]
+                end
               end
+              for from = 1, #new, 1000 do redis.call('SADD', counted, unpack(new, from, math.min(#new, from + 999))) end
+              redis.call('EXPIRE', counted, countedTTL)
             end
-            if no > 0 then redis.call('EXPIRE', counted, countedTTL) end
             for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
             if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
           end
@@ -325,7 +346,7 @@ enum Scripts {
 
     /// ``countersFunction`` as a script; the accepted jobs' groups are 0 (resolved by Swift).
     static let counters = RedisScript(helpers + countersFunction + #"""
-        return counters(0, 1, {})
+        return counters(0, 1, {}, {})
         """#)
 
     /// A whole settle batch in one call, for a single Redis (which lets one script touch many slots):
@@ -333,8 +354,8 @@ enum Scripts {
     /// ``countersFunction``: exactly the key lists the cluster path sends in separate calls.
     /// Returns { tag part's result, counters' result }.
     static let settle = RedisScript(helpers + tagWritesFunction + countersFunction + #"""
-        local tagOut, k, i = tagWrites(0, 1)
-        return { tagOut, counters(k, i, tagOut) }
+        local tagOut, k, i, starts = tagWrites(0, 1)
+        return { tagOut, counters(k, i, tagOut, starts) }
         """#)
 
     /// Records published jobs of a campaign; every key in the tag `{<p>}`. KEYS: marker, campaign hash,

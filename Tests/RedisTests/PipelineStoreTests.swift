@@ -111,6 +111,50 @@ struct GateTests {
         #expect(try await storeB.gate(job) == [.deduped])
     }
 
+    /// Issue 14: leases are fields of the token tag's `inflight` hash, and their expiry is in the value
+    /// (server clock), not a key TTL. A lapsed lease is free even while its owner lives; a lease of a live
+    /// owner is not; a crashed process's lapsed leases whose jobs never come back are deleted by the gate's
+    /// sampling, and the hash expires one lease after its last write.
+    @Test(arguments: RedisTestTarget.allCases)
+    func lapsedLeasesAreFreeAndCollected(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let client = try server.connection()
+        let store = PipelineStore(client: client, configuration: .init(inFlightLease: .seconds(30), leaseOwner: "owner-b"))
+        let other = PipelineStore(client: client, configuration: .init(leaseOwner: "owner-x", ownerHeartbeat: .seconds(600)))
+        try await other.beat()  // owner-x lives: only the expiry can free its leases
+        let hash = store.keys.inFlight(app: app, tokenHex: token(1))
+        let member = { (id: String) in String(JobFingerprint(jobID: id).member) }
+        let farFuture = Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000
+        _ = try await client.send(RedisCommand("HSET", hash, member("lapsed"), "owner-x/call-1/1", member("held"), "owner-x/call-1/\(farFuture)"))
+        // Lapsed leases of a crashed process: never gated again.
+        for n in 0..<10 { _ = try await client.send(RedisCommand("HSET", hash, member("gone-\(n)"), "owner-y/call-2/1000")) }
+        #expect(try await client.send(RedisCommand("HLEN", hash)).integer == 12)
+
+        let decisions = try await store.gate([
+            GateRequest(jobID: "lapsed", app: app, tokenHex: token(1)),
+            GateRequest(jobID: "held", app: app, tokenHex: token(1)),
+        ])
+        #expect(decisions == [.admitted(language: nil), .inFlightElsewhere(owner: "owner-x")])
+        #expect(try await store.lease(jobID: "lapsed", app: app, tokenHex: token(1))?.owner == "owner-b")
+        // The gate's write sampled two distinct fields; at most one of them was live (the new lease or
+        // "held"), so at least one lapsed field went.
+        #expect(try await client.send(RedisCommand("HLEN", hash)).integer ?? 99 <= 11)
+        let pttl = try await client.send(RedisCommand("PTTL", hash)).integer ?? -2
+        #expect(pttl > 0 && pttl <= 30_000, "the hash lives one lease after its last write")
+        for n in 0..<30 { _ = try await store.gate([GateRequest(jobID: "more-\(n)", app: app, tokenHex: token(1))]) }
+        var lapsed = 0
+        for n in 0..<10 where try await client.send(RedisCommand("HEXISTS", hash, member("gone-\(n)"))).integer == 1 { lapsed += 1 }
+        #expect(lapsed < 10, "sampling deletes lapsed leases as the tag is written")
+        // Settling releases the fields it leased: nothing of this store's is left behind.
+        try await store.settle(SettleBatch(outcomes: (["lapsed"] + (0..<30).map { "more-\($0)" }).map {
+            Outcome(jobID: $0, app: app, tokenHex: token(1), kind: $0.hasSuffix("7") ? .rejected : .accepted)
+        }))
+        let left = try await client.send(RedisCommand("HVALS", hash)).array?.compactMap(\.string) ?? []
+        #expect(!left.contains { $0.hasPrefix("owner-b/") })
+        #expect(left.contains { $0.hasPrefix("owner-x/") }, "another owner's live lease stays")
+    }
+
     @Test(arguments: RedisTestTarget.allCases)
     func suppressionThenRegistration(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
@@ -397,6 +441,40 @@ struct SettlerTests {
         #expect(isOneRoundTrip(suppressions), "\(suppressions)")
         let stats = try await roundTrips { _ = try await store.readStats(lastMinutes: 30) }
         #expect(isOneRoundTrip(stats), "\(stats)")
+    }
+
+    /// Issue 14: a dedup set gets its expiry once per process and minute, not with every settle batch;
+    /// a set that lost it (a key re-created after the server lost its data) gets it again with its next
+    /// write once the minute has passed, and the expiry is always the end of its bucket + the retention.
+    @Test(arguments: RedisTestTarget.allCases)
+    func dedupSetsGetTheirExpiryOncePerMinute(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.connection(), configuration: .init(dedupSubBuckets: 16, tokenBuckets: 16))
+        // Now (the expiry must be in the future), kept 100 s clear of the bucket's end.
+        let clock = PipelineStore.epochNow()
+        let now = clock - clock % 43_200 + min(clock % 43_200, 43_100)
+        let key = store.keys.dedup(tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / 43_200, subBucket: 0)
+        // Job ids whose records land in `key` (sub-bucket 0 of the token's tag: one set per tag here).
+        let ids = (0..<3).map { "e\($0)" }
+        func settle(_ id: String, at: Int64) async throws {
+            try await store.settle(SettleBatch(outcomes: [Outcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
+        }
+        func expireAt() async throws -> Int64 { try await store.client.send(RedisCommand("EXPIRETIME", key)).integer ?? -3 }
+        let expected = (now / 43_200 + 1) * 43_200 + 86_400
+        try await settle(ids[0], at: now)
+        #expect(try await expireAt() == expected)
+        _ = try await store.client.send(RedisCommand("PERSIST", key))
+        try await settle(ids[1], at: now + 1)
+        #expect(try await expireAt() == -1, "within the minute the set is not given its expiry again")
+        try await settle(ids[2], at: now + 61)
+        #expect(try await expireAt() == expected, "after it, the next write gives it again")
+        #expect(try await store.client.send(RedisCommand("SCARD", key)).integer == 3)
+        // Another process (its own memory) gives it too.
+        _ = try await store.client.send(RedisCommand("PERSIST", key))
+        let other = PipelineStore(client: store.client, configuration: store.configuration)
+        try await other.settle(SettleBatch(outcomes: [Outcome(jobID: "e3", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now + 62))
+        #expect(try await expireAt() == expected)
     }
 
     /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.

@@ -28,6 +28,7 @@ struct RedisCPUBenchmark {
         let store = PipelineStore(client: client)
         let cluster = PipelineStore(client: client, configuration: .init(oneSlotPerCall: true))
         let dense = PipelineStore(client: client, configuration: .init(dedupSubBuckets: 256))
+        let wide = PipelineStore(client: client, configuration: .init(dedupBucketWidth: .seconds(86_400)))
         return [
             Variant(
                 name: "this code, single Redis (one call per batch)", gate: { try await store.gate($0) }, settle: { try await store.settle($0) },
@@ -42,6 +43,10 @@ struct RedisCPUBenchmark {
                 name: "this code, single Redis, app named \"a\" (keys ≤ 44 bytes: Redis embeds them in one allocation)",
                 gate: { try await store.gate($0) }, settle: { try await store.settle($0) }, suppress: { try await store.suppress($0) },
                 stats: store.keys.stats, app: "a"),
+            Variant(
+                name: "this code, single Redis, dedup buckets as wide as the retention (24 h: 2 probes per job, not 3)",
+                gate: { try await wide.gate($0) }, settle: { try await wide.settle($0) }, suppress: { try await wide.suppress($0) },
+                stats: wide.keys.stats),
         ]
     }
 
