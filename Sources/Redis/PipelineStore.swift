@@ -378,8 +378,9 @@ public struct PipelineStore: Sendable {
             {
                 progress = (campaign, field)
             }
-            // A deduped job without a suppression writes nothing in its tag.
-            guard outcome.kind != .deduped || outcome.suppressToken != nil else {
+            // A deduped or suppressed job without a suppression to write writes nothing in its tag (it holds
+            // no lease).
+            guard (outcome.kind != .deduped && outcome.kind != .suppressed) || outcome.suppressToken != nil else {
                 if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
                 continue
             }
@@ -392,8 +393,9 @@ public struct PipelineStore: Sendable {
                 if let progress { counters.accepted(campaign: progress.campaign, keys: keys, member: fingerprint.member, part: p, add: add) }
             } else {
                 if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
-                // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
-                if outcome.kind != .deduped { parts[p].release(member: fingerprint.member) }
+                // A deduped or suppressed job never took a lease (the gate takes none for them); its id's
+                // lease, if any, belongs to another copy.
+                if outcome.kind != .deduped && outcome.kind != .suppressed { parts[p].release(member: fingerprint.member) }
             }
             if let suppression = outcome.suppressToken {
                 let at = suppression.since ?? batch.settledAt
