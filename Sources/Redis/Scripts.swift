@@ -51,7 +51,7 @@ enum Scripts {
     /// answers 6 with the lease's value; Swift reads the heartbeats and, for a dead owner, gates the job
     /// again with that value as its void lease: the lease is taken over only if it still holds exactly
     /// that value (so a lease renewed or re-taken in between is never stolen). The hash itself expires
-    /// one lease after its last write, and each write samples two fields and deletes them if expired (a
+    /// with its longest lease (a write extends its expiry, never shortens it), and each write samples two fields and deletes them if expired (a
     /// crashed process's lease whose job never comes back), so it holds little more than the leases in
     /// flight.
     static let gate = RedisScript(helpers + #"""
@@ -144,7 +144,10 @@ enum Scripts {
               for from = 1, #writes, 1000 do
                 redis.call('HSET', leaseKey, unpack(writes, from, math.min(#writes, from + 999)))
               end
-              redis.call('PEXPIRE', leaseKey, leaseMs)
+              -- The hash outlives its longest lease (processes may run with different lease lengths):
+              -- extend its expiry, or give it one if it has none (just created; -1). PTTL rather than
+              -- PEXPIRE's GT/NX options, which need Redis 7.0 (a single Redis may be 6.2).
+              if redis.call('PTTL', leaseKey) < leaseMs then redis.call('PEXPIRE', leaseKey, leaseMs) end
               local sample = redis.call('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
               for x = 1, #sample, 2 do
                 if expired(sample[x + 1]) then redis.call('HDEL', leaseKey, sample[x]) end

@@ -142,6 +142,10 @@ struct GateTests {
         #expect(try await client.send(RedisCommand("HLEN", hash)).integer ?? 99 <= 11)
         let pttl = try await client.send(RedisCommand("PTTL", hash)).integer ?? -2
         #expect(pttl > 0 && pttl <= 30_000, "the hash lives one lease after its last write")
+        // A process with shorter leases does not shorten the hash's life (the 30 s leases live in it).
+        let brief = PipelineStore(client: client, configuration: .init(inFlightLease: .seconds(5), leaseOwner: "owner-c"))
+        #expect(try await brief.gate([GateRequest(jobID: "brief", app: app, tokenHex: token(1))]) == [.admitted(language: nil)])
+        #expect(try await client.send(RedisCommand("PTTL", hash)).integer ?? 0 > 5_000)
         for n in 0..<30 { _ = try await store.gate([GateRequest(jobID: "more-\(n)", app: app, tokenHex: token(1))]) }
         var lapsed = 0
         for n in 0..<10 where try await client.send(RedisCommand("HEXISTS", hash, member("gone-\(n)"))).integer == 1 { lapsed += 1 }
