@@ -109,6 +109,7 @@ public struct PipelineStore: Sendable {
     public let keys: RedisKeys
     private let logger: Logger
     private let overflowWarning = OnceFlag()
+    private let dedupExpiries = DedupExpiries()
 
     public init(client: any RedisConnection, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(), logger: Logger = Logger(label: "apns.redis.store")) {
         self.client = client
@@ -172,6 +173,9 @@ public struct PipelineStore: Sendable {
     /// One gate pass over `requests[indices]`; `voids`: leases (by request index) to take over if they
     /// still hold that value. Returns the decisions (only `indices` filled) and, for jobs in flight in
     /// another process, the lease's value.
+    ///
+    /// Per job the call carries its token, its fingerprint and its dedup keys (in probe order, repeated
+    /// when two jobs share a set: no index argument per job); the lease is a field of the group's hash.
     private func gateOnce(
         _ requests: [GateRequest], indices: [Int], voids: [Int: String], call: String, now: Int64
     ) async throws -> (decisions: [GateDecision], held: [Int: String]) {
@@ -179,8 +183,10 @@ public struct PipelineStore: Sendable {
             var tag: String
             var jobs: [Int] = []
             var keys: [String]
-            var subIndex: [Int: Int] = [:]
-            var dedupKeys: [String] = []
+            /// The dedup keys of a sub-bucket (one per probed time bucket), made once per group.
+            var dedupKeys: [Int: [String]] = [:]
+            var voids = RedisArguments()
+            var voidCount = 0
             var jobArguments = RedisArguments()
         }
         let probes = dedupBucketsToProbe(now: now)
@@ -195,65 +201,80 @@ public struct PipelineStore: Sendable {
                 g = known
             } else {
                 let tag = keys.tokenTag(app: id.app, bucket: id.bucket)
-                groups.append(Group(tag: tag, keys: [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag)]))
+                groups.append(Group(tag: tag, keys: [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)]))
                 g = groups.count - 1
                 groupOf[id] = g
             }
             let fingerprint = JobFingerprint(jobID: request.jobID)
             let sub = fingerprint.subBucket(of: subs)
-            let base: Int
-            if let known = groups[g].subIndex[sub] {
-                base = known
+            if let known = groups[g].dedupKeys[sub] {
+                groups[g].keys.append(contentsOf: known)
             } else {
-                base = groups[g].dedupKeys.count
-                groups[g].subIndex[sub] = base
-                for bucket in probes { groups[g].dedupKeys.append(keys.dedup(tag: groups[g].tag, bucket: bucket, subBucket: sub)) }
+                let made = probes.map { keys.dedup(tag: groups[g].tag, bucket: $0, subBucket: sub) }
+                groups[g].dedupKeys[sub] = made
+                groups[g].keys.append(contentsOf: made)
             }
             groups[g].jobs.append(index)
+            if let void = voids[index] {
+                groups[g].voids.append(groups[g].jobs.count)
+                groups[g].voids.append(void)
+                groups[g].voidCount += 1
+            }
             groups[g].jobArguments.append(lowercasingASCII: request.tokenHex)
             groups[g].jobArguments.append(fingerprint.member)
-            groups[g].jobArguments.append(base)
-            groups[g].jobArguments.append(voids[index] ?? "")
         }
         let scriptGroups = groups.map { group -> ScriptGroup in
             var arguments = RedisArguments()
-            arguments.append(group.dedupKeys.count)
             arguments.append(group.jobs.count)
-            arguments.append(probes.count)
+            arguments.append(group.voidCount)
+            arguments.append(contentsOf: group.voids)
             arguments.append(contentsOf: group.jobArguments)
-            var keys = group.keys
-            keys.append(contentsOf: group.dedupKeys)
-            for index in group.jobs { keys.append(self.keys.inFlight(tag: group.tag, jobID: requests[index].jobID)) }
-            return ScriptGroup(tag: group.tag, keys: keys, arguments: arguments)
+            return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
         }
         var header = RedisArguments()
         header.append(configuration.leaseOwner)
         header.append(call)
         header.append(max(1, configuration.inFlightLease.milliseconds))
+        header.append(probes.count)
         let replies = try await run(Scripts.gate, header: header, groups: scriptGroups)
 
         var decisions = Array(repeating: GateDecision.inFlight, count: requests.count)
         var held: [Int: String] = [:]
         for (group, reply) in zip(groups, replies) {
-            guard let flat = reply.array, flat.count == group.jobs.count * 2 else {
-                throw RedisError.unexpectedReply("gate: expected \(group.jobs.count * 2) elements, got \(reply)")
+            // { codes (a digit per job), (job-index value)… }
+            guard let parts = reply.array, parts.count % 2 == 1, case .bulk(let codes) = parts[0], codes.count == group.jobs.count else {
+                throw RedisError.unexpectedReply("gate: expected \(group.jobs.count) decisions, got \(reply)")
+            }
+            var values: [Int: String] = [:]
+            for at in stride(from: 1, to: parts.count, by: 2) {
+                guard let position = parts[at].integer, let value = parts[at + 1].string else {
+                    throw RedisError.unexpectedReply("gate: bad value \(parts[at]) \(parts[at + 1])")
+                }
+                values[Int(position) - 1] = value
             }
             for (position, index) in group.jobs.enumerated() {
-                let value = flat[position * 2 + 1].string
-                switch flat[position * 2].integer {
-                case 1: decisions[index] = .admitted(language: value)
-                case 2: decisions[index] = .deduped
-                case 3: decisions[index] = .inFlight
-                case 4: decisions[index] = .suppressed
-                case 5: decisions[index] = .takenOver(language: value)
-                case 6:
+                switch codes[position] {
+                case UInt8(ascii: "1"): decisions[index] = .admitted(language: values[position])
+                case UInt8(ascii: "2"): decisions[index] = .deduped
+                case UInt8(ascii: "3"): decisions[index] = .inFlight
+                case UInt8(ascii: "4"): decisions[index] = .suppressed
+                case UInt8(ascii: "5"): decisions[index] = .takenOver(language: values[position])
+                case UInt8(ascii: "6"):
+                    let value = values[position]
                     decisions[index] = .inFlightElsewhere(owner: value.map(Self.leaseOwner(of:)) ?? "?")
                     if let value { held[index] = value }
-                default: throw RedisError.unexpectedReply("gate: bad decision \(flat[position * 2])")
+                default: throw RedisError.unexpectedReply("gate: bad decision \(codes[position])")
                 }
             }
         }
         return (decisions, held)
+    }
+
+    /// The lease on a job id as stored (`nil`: none; a lease past ``InFlightLease/expiresAtMs`` is free for
+    /// the gate): for operators and tests.
+    public func lease(jobID: String, app: String, tokenHex: String) async throws -> InFlightLease? {
+        let reply = try await command(RedisCommand("HGET", keys.inFlight(app: app, tokenHex: tokenHex), String(JobFingerprint(jobID: jobID).member)))
+        return reply.string.map(InFlightLease.init(value:))
     }
 
     // MARK: Lease owner
@@ -357,24 +378,29 @@ public struct PipelineStore: Sendable {
             {
                 progress = (campaign, field)
             }
-            // A deduped job without a suppression writes nothing in its tag.
-            guard outcome.kind != .deduped || outcome.suppressToken != nil else {
+            // A deduped or suppressed job without a suppression to write writes nothing in its tag (it holds
+            // no lease).
+            guard (outcome.kind != .deduped && outcome.kind != .suppressed) || outcome.suppressToken != nil else {
                 if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
                 continue
             }
             let p = part(app: outcome.app, tokenHex: outcome.tokenHex)
             if outcome.kind == .accepted {
-                let add = parts[p].add(dedupBucket: bucket, subBucket: fingerprint.subBucket(of: subs), member: fingerprint.member)
+                // The add releases the job's lease too.
+                let add = parts[p].add(dedupBucket: bucket, subBucket: fingerprint.subBucket(of: subs), member: fingerprint.member) {
+                    !dedupExpiries.isGiven($0, now: batch.settledAt)
+                }
                 if let progress { counters.accepted(campaign: progress.campaign, keys: keys, member: fingerprint.member, part: p, add: add) }
-            } else if let progress {
-                counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member)
+            } else {
+                if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
+                // A deduped or suppressed job never took a lease (the gate takes none for them); its id's
+                // lease, if any, belongs to another copy.
+                if outcome.kind != .deduped && outcome.kind != .suppressed { parts[p].release(member: fingerprint.member) }
             }
             if let suppression = outcome.suppressToken {
                 let at = suppression.since ?? batch.settledAt
                 parts[p].suppress(tokenHex: outcome.tokenHex, at: at, reason: suppression.reason)
             }
-            // A deduped job never took a lease; its id's lease (if any) belongs to another copy.
-            if outcome.kind != .deduped { parts[p].release(jobID: outcome.jobID) }
         }
         let events = batch.events
         count(CounterField.received.rawValue, Int64(events.received))
@@ -418,17 +444,25 @@ public struct PipelineStore: Sendable {
                 tagReplies.count == groups.count, let applied = both[1].integer
             else { throw RedisError.unexpectedReply("settle: \(reply)") }
             _ = try tagResults(tagReplies)
+            markExpiries(parts)
             return noteApplied(applied == 1, operation: "settle")
         }
         // Redis Cluster: each token slot's part, then the counters with the parts' results.
         var header = RedisArguments()
         header.append(configuration.partMarkerRetention.components.seconds)
         let flags = try tagResults(try await run(Scripts.tagWrites, header: header, groups: groups))
+        markExpiries(parts)
         if partsOnly { return false }
         let countersCall = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: flags)
         let reply = try await eval(Scripts.counters, keys: countersCall.keys, arguments: countersCall.arguments)
         guard let applied = reply.integer else { throw RedisError.unexpectedReply("settle counters: \(reply)") }
         return noteApplied(applied == 1, operation: "settle")
+    }
+
+    /// Notes the dedup sets whose expiry the parts just set (a replayed part set none, but its sets got
+    /// theirs when it first ran).
+    private func markExpiries(_ parts: [TagWrites]) {
+        dedupExpiries.markGiven(parts.flatMap(\.expiringKeys))
     }
 
     /// The flags of the tag parts' replies (`{ flags, sampled set size }` each); warns once about dedup
@@ -694,6 +728,18 @@ public struct PipelineStore: Sendable {
     }
 }
 
+/// An in-flight lease (`docs/design.md §2.2`): the value `<owner>/<gate call>/<expiry ms>` of its job's field
+/// in the token tag's `inflight` hash.
+public struct InFlightLease: Sendable, Hashable {
+    public let value: String
+    /// The process holding it (its heartbeat is `<p>:owner:<owner>`).
+    public var owner: String { PipelineStore.leaseOwner(of: value) }
+    /// When it lapses, epoch ms of the Redis server's clock.
+    public var expiresAtMs: Int64 { Int64(value.split(separator: "/").last ?? "") ?? 0 }
+
+    public init(value: String) { self.value = value }
+}
+
 /// A token tag of an app: (app, token bucket).
 struct TagID: Hashable {
     var app: String
@@ -715,17 +761,23 @@ struct ScriptGroup: Sendable {
 
 /// The writes of one token tag for `Scripts.tagWrites`: dedup records, lease releases, suppressions and
 /// registrations. Built per job without Strings where it can: integers and token hex go straight into
-/// the argument bytes.
+/// the argument bytes; a dedup key is made once per set and batch.
 struct TagWrites {
     let keys: RedisKeys
     let tag: String
     let marker: String?
     let expireAt: Int64
-    private var dedupKeys: [String] = []
-    private var dedupIndex: [Int64: [Int: Int]] = [:]
+    /// One dedup key per add, in add order.
+    private var addKeys: [String] = []
+    private var dedupKeyOf: [Int64: [Int: String]] = [:]
     private(set) var adds = 0
     private var addArguments = RedisArguments()
-    private var releases: [String] = []
+    /// Add positions (1-based) whose set gets its expiry in this call.
+    private var expireArguments = RedisArguments()
+    /// The sets given their expiry by this call.
+    private(set) var expiringKeys: [String] = []
+    private var releases = 0
+    private var releaseArguments = RedisArguments()
     private var suppressions = 0
     private var suppressArguments = RedisArguments()
     private var registrations = 0
@@ -738,23 +790,32 @@ struct TagWrites {
         self.expireAt = expireAt
     }
 
-    /// Adds a dedup record; returns its position (1-based) among the adds: its flag in the reply.
-    mutating func add(dedupBucket: Int64, subBucket: Int, member: Int64) -> Int {
-        let index: Int
-        if let known = dedupIndex[dedupBucket]?[subBucket] {
-            index = known
+    /// Adds a dedup record (its job's lease is released with it); returns its position (1-based) among
+    /// the adds: its flag in the reply. `expiring`: whether this call sets the set's expiry (``DedupExpiries``
+    /// decides, given the key).
+    mutating func add(dedupBucket: Int64, subBucket: Int, member: Int64, expiring: (String) -> Bool) -> Int {
+        let key: String
+        if let known = dedupKeyOf[dedupBucket]?[subBucket] {
+            key = known
         } else {
-            dedupKeys.append(keys.dedup(tag: tag, bucket: dedupBucket, subBucket: subBucket))
-            index = dedupKeys.count
-            dedupIndex[dedupBucket, default: [:]][subBucket] = index
+            key = keys.dedup(tag: tag, bucket: dedupBucket, subBucket: subBucket)
+            dedupKeyOf[dedupBucket, default: [:]][subBucket] = key
+            if expiring(key) {
+                expireArguments.append(adds + 1)
+                expiringKeys.append(key)
+            }
         }
-        addArguments.append(index)
+        addKeys.append(key)
         addArguments.append(member)
         adds += 1
         return adds
     }
 
-    mutating func release(jobID: String) { releases.append(keys.inFlight(tag: tag, jobID: jobID)) }
+    /// Releases the lease of a job that was not accepted (an accepted job's goes with its ``add``).
+    mutating func release(member: Int64) {
+        releaseArguments.append(member)
+        releases += 1
+    }
 
     mutating func suppress(tokenHex: String, at: Int64, reason: String) {
         suppressArguments.append(lowercasingASCII: tokenHex)
@@ -773,27 +834,60 @@ struct TagWrites {
     /// The group's keys and arguments. A settle part with nothing to replay-protect (no dedup record, no
     /// lease: only newest-wins suppressions) needs no marker.
     func group(markerTTL: Int64) -> ScriptGroup {
-        let marked = marker != nil && (adds > 0 || !releases.isEmpty)
+        let marked = marker != nil && (adds > 0 || releases > 0)
         var keyList: [String] = []
-        keyList.reserveCapacity(4 + dedupKeys.count + releases.count)
+        keyList.reserveCapacity(5 + addKeys.count)
         if marked, let marker { keyList.append(keys.batch(tag: tag, marker)) }
         keyList.append(keys.suppressed(tag: tag))
         keyList.append(keys.registered(tag: tag))
         keyList.append(keys.language(tag: tag))
-        keyList.append(contentsOf: dedupKeys)
-        keyList.append(contentsOf: releases)
+        keyList.append(keys.inFlight(tag: tag))
+        keyList.append(contentsOf: addKeys)
         var a = RedisArguments()
         a.append(marked ? 1 : 0)
-        a.append(dedupKeys.count)
         a.append(adds)
-        a.append(releases.count)
+        a.append(expiringKeys.count)
+        a.append(releases)
         a.append(suppressions)
         a.append(registrations)
         a.append(expireAt)
         a.append(contentsOf: addArguments)
+        a.append(contentsOf: releaseArguments)
+        a.append(contentsOf: expireArguments)
         a.append(contentsOf: suppressArguments)
         a.append(contentsOf: registerArguments)
         return ScriptGroup(tag: tag, keys: keyList, arguments: a)
+    }
+}
+
+/// Which dedup sets this process gave their expiry recently. A set's expiry (end of its time bucket +
+/// the retention) is the same for every write, so one `EXPIREAT` per set and minute is enough, not one
+/// per set and settle batch (a batch of 500 touches ~470 of the 4096 sets: that was ~0.9 `EXPIREAT` per
+/// job, issue 14). Forgotten every minute, so a set that lost its expiry (a server restarted without
+/// its data, a key deleted by hand) gets it again with its next write after at most a minute. Marked
+/// only once the call that set them succeeded.
+final class DedupExpiries: @unchecked Sendable {
+    private let lock = NSLock()
+    private var given: Set<String> = []
+    private var since: Int64?
+    static let memory: Int64 = 60
+
+    /// Whether `key` was given its expiry within the last minute (as of `now`, epoch seconds).
+    func isGiven(_ key: String, now: Int64) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        if let since, now >= since, now - since < Self.memory {} else {
+            given.removeAll(keepingCapacity: true)
+            since = now
+        }
+        return given.contains(key)
+    }
+
+    func markGiven(_ keys: [String]) {
+        if keys.isEmpty { return }
+        lock.lock()
+        defer { lock.unlock() }
+        given.formUnion(keys)
     }
 }
 
@@ -895,17 +989,29 @@ struct CounterWrites {
             a.append(campaign.hash)
             a.append(campaign.counted)
             if let resolved {
+                // The parts ran in earlier calls: the members of the accepted jobs whose record was new.
                 let added = campaign.accepted.filter { job in
                     let flags = resolved[job.part]
                     return job.add <= flags.count && flags[job.add - 1] == UInt8(ascii: "1")
                 }
+                a.append(0)
                 a.append(added.count)
                 a.append(campaign.others.count)
-                for job in added { a.append(job.member); a.append(0); a.append(0) }
+                for job in added { a.append(job.member) }
             } else {
-                a.append(campaign.accepted.count)
+                // The parts run in the same script: runs of add positions (group = part + 1), no argument per job.
+                var ranges: [(group: Int, from: Int, to: Int)] = []
+                for job in campaign.accepted {
+                    if let last = ranges.last, last.group == job.part + 1, last.to + 1 == job.add {
+                        ranges[ranges.count - 1].to = job.add
+                    } else {
+                        ranges.append((job.part + 1, job.add, job.add))
+                    }
+                }
+                a.append(ranges.count)
+                a.append(0)
                 a.append(campaign.others.count)
-                for job in campaign.accepted { a.append(job.member); a.append(job.part + 1); a.append(job.add) }
+                for range in ranges { a.append(range.group); a.append(range.from); a.append(range.to) }
             }
             for (field, member) in campaign.others { a.append(field); a.append(member) }
         }

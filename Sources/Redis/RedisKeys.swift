@@ -22,7 +22,7 @@
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
 /// | `{<p>:<app>:<n>}:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
-/// | `{<p>:<app>:<n>}:inflight:<job id>` | STRING | lease of a job between gate and settle (PX TTL): `<owner>/<gate call>` |
+/// | `{<p>:<app>:<n>}:inflight` | HASH | leases of jobs between gate and settle: fingerprint → `<owner>/<gate call>/<expiry ms>` |
 /// | `{<p>:<app>:<n>}:batch:<id>` | STRING | marker of a settle batch's part in this tag, holding its result (EX 10 min) |
 /// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process (PX TTL, refreshed); read by plain commands, never in a script |
 ///
@@ -91,7 +91,9 @@ public struct RedisKeys: Sendable, Hashable {
     public func suppressed(tag: String) -> String { tag + ":suppressed" }
     public func registered(tag: String) -> String { tag + ":registered" }
     public func language(tag: String) -> String { tag + ":lang" }
-    public func inFlight(tag: String, jobID: String) -> String { tag + ":inflight:" + jobID }
+    /// The leases of the tag's jobs in flight: a hash, job fingerprint (``JobFingerprint/member``) →
+    /// `<owner>/<gate call>/<expiry, epoch ms of the server's clock>`.
+    public func inFlight(tag: String) -> String { tag + ":inflight" }
     public func dedup(tag: String, bucket: Int64, subBucket: Int) -> String { "\(tag):dedup:\(bucket):\(subBucket)" }
     public func batch(tag: String, _ id: String) -> String { tag + ":batch:" + id }
 
@@ -99,10 +101,9 @@ public struct RedisKeys: Sendable, Hashable {
     public func suppressed(app: String, tokenHex: String) -> String { suppressed(tag: tokenTag(app: app, tokenHex: tokenHex)) }
     public func registered(app: String, tokenHex: String) -> String { registered(tag: tokenTag(app: app, tokenHex: tokenHex)) }
     public func language(app: String, tokenHex: String) -> String { language(tag: tokenTag(app: app, tokenHex: tokenHex)) }
-    /// The lease of a job id (a job id always comes with its token: the lease lives in the token's tag).
-    public func inFlight(app: String, tokenHex: String, jobID: String) -> String {
-        inFlight(tag: tokenTag(app: app, tokenHex: tokenHex), jobID: jobID)
-    }
+    /// The lease hash holding the lease of a job of this token (a job id always comes with its token: the
+    /// lease lives in the token's tag, field ``JobFingerprint/member`` of the job id).
+    public func inFlight(app: String, tokenHex: String) -> String { inFlight(tag: tokenTag(app: app, tokenHex: tokenHex)) }
 
     // MARK: Heartbeats: no tag (plain commands only)
 

@@ -7,8 +7,11 @@
 /// are the same: the scripts loop over groups and never mix keys of two groups.
 ///
 /// Cost (issue 14): the scripts make batch-level calls where Redis allows them (HMGET per hash and group,
-/// one DEL for all leases of a group, one EXPIREAT per dedup set and batch, one SCARD per group), so the
-/// per-job calls are the dedup probes, the lease's SET NX and the dedup record's SADD.
+/// the leases as fields of one hash per group: one HMGET, one HSET and, in the settle, one HDEL; one
+/// SCARD per group; a dedup set's EXPIREAT once per process and minute), and take no index argument per
+/// job, so the per-job calls are the dedup probes and the dedup record's SADD. Redis's cost per call (a
+/// Lua `redis.call` or a pipelined command alike, ~1–1.5 µs on the 2-core test machine) makes those most of
+/// what is left.
 enum Scripts {
     /// Lua helpers shared by the scripts (prepended to their source).
     private static let helpers = #"""
@@ -33,117 +36,152 @@ enum Scripts {
 
         """#
 
-    /// Gate. ARGV: owner, call, lease-ms, #groups, then per group: #dedup-keys, #jobs, #probes, then per
-    /// job: token, member, dedup-index, void-lease ('' for none). KEYS per group: suppressed, registered,
-    /// lang, the dedup keys, one lease key per job. A job probes the dedup keys dedup-index + 1 … + #probes
-    /// of its group (its sub-bucket in each live time bucket, newest first).
-    /// Returns per group a flat array: per job a code (1 admitted, 2 deduped, 3 in flight in this process,
-    /// 4 suppressed, 5 admitted by taking over a void lease, 6 in flight in another process) and a value:
-    /// the language for 1 and 5 (nil when none), the lease's value (`<owner>/<call>`) for 6.
+    /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, then
+    /// (job-index void-lease)… for the leases Swift found void, then per job: token, member. KEYS per group:
+    /// suppressed, registered, lang, inflight (the group's lease hash), then per job its #probes dedup keys
+    /// (its sub-bucket in each live time bucket, newest first; a key repeats when two jobs share a set).
+    /// Returns per group { codes, (job-index value)… }: codes has a digit per job (1 admitted, 2 deduped,
+    /// 3 in flight in this process, 4 suppressed, 5 admitted by taking over a void lease, 6 in flight in
+    /// another process); the values are the language for 1 and 5 (when there is one) and the lease's value
+    /// for 6.
     ///
-    /// A lease's value is `<owner>/<call>`: the owner is the process, the call is this gate call, so a retry
-    /// of the call after a lost reply recognises (and refreshes) its own leases, while another batch of the
-    /// same process holding the id is still in flight. Whether another owner is alive (its heartbeat key)
-    /// is not read here: that key is in no job's slot. The script answers 6 with the lease's value; Swift
-    /// reads the heartbeats and, for a dead owner, gates the job again with that value as `void-lease`: the
-    /// lease is taken over only if it still holds exactly that value (so a lease renewed or re-taken in
-    /// between is never stolen).
+    /// Leases are fields of the tag's hash `inflight` (job fingerprint → `<owner>/<call>/<expiry ms>`, the
+    /// expiry on the server's clock, `TIME`): one HMGET and one HSET per group instead of a key, a `SET NX
+    /// PX` and a `DEL` per job (issue 14). A lease past its expiry is free. The owner is the process, the
+    /// call this gate call, so a retry of the call after a lost reply recognises (and refreshes) its own
+    /// leases, while another batch of the same process holding the id is still in flight. Whether another
+    /// owner is alive (its heartbeat key) is not read here: that key is in no job's slot. The script
+    /// answers 6 with the lease's value; Swift reads the heartbeats and, for a dead owner, gates the job
+    /// again with that value as its void lease: the lease is taken over only if it still holds exactly
+    /// that value (so a lease renewed or re-taken in between is never stolen). The hash itself expires
+    /// with its longest lease (a write extends its expiry, never shortens it), and each write samples two fields and deletes them if expired (a
+    /// crashed process's lease whose job never comes back), so it holds little more than the leases in
+    /// flight.
     static let gate = RedisScript(helpers + #"""
-        local owner, call, leaseMs = ARGV[1], ARGV[2], ARGV[3]
-        local mine = owner .. '/' .. call
+        local owner, call, leaseMs, nb = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+        local mine = owner .. '/' .. call .. '/'
+        local time = redis.call('TIME')
+        local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        local lease = mine .. (nowMs + leaseMs)
+        local function expired(value)
+          local at = tonumber(string.match(value, '/(%d+)$'))
+          return not at or at <= nowMs
+        end
         local out = {}
-        local k, i = 0, 5
-        for g = 1, tonumber(ARGV[4]) do
-          local nd, nj, nb = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-          i = i + 3
-          local supKey, regKey, langKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-          local dk = k + 3
-          local lk = dk + nd
-          k = lk + nj
-          local codes, values, tokens, firstOf, dupOf, leased = {}, {}, {}, {}, {}, {}
+        local k, i = 0, 6
+        for g = 1, tonumber(ARGV[5]) do
+          local nj, nv = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+          i = i + 2
+          local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+          k = k + 4
+          local voids = {}
+          for _ = 1, nv do voids[tonumber(ARGV[i])] = ARGV[i + 1]; i = i + 2 end
+          -- Dedup: the job's probes, newest bucket first; the jobs not found go on.
+          local codes, open, members = {}, {}, {}
           for j = 1, nj do
-            local token, member, d, void = ARGV[i], ARGV[i + 1], dk + tonumber(ARGV[i + 2]), ARGV[i + 3]
-            i = i + 4
-            tokens[j] = token
-            local code = 1
-            for b = d + 1, d + nb do
+            local member, code = ARGV[i + 1], 1
+            for b = k + 1, k + nb do
               if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = 2; break end
             end
-            if code == 1 then
-              local lease = KEYS[lk + j]
-              if firstOf[lease] then
-                code = 3; dupOf[j] = firstOf[lease]
-              elseif redis.call('SET', lease, mine, 'NX', 'PX', leaseMs) then
-                firstOf[lease] = j
-              else
-                local held = redis.call('GET', lease)
-                if held == mine then
-                  -- A retry of this very call (its reply was lost): its own lease.
-                  redis.call('PEXPIRE', lease, leaseMs); firstOf[lease] = j
-                elseif held and void ~= '' and held == void then
-                  -- Swift found this holder dead; the lease is unchanged since: take it over.
-                  redis.call('SET', lease, mine, 'PX', leaseMs); firstOf[lease] = j; code = 5
-                else
-                  local holder = held and string.match(held, '^([^/]+)/')
-                  if not holder or holder == owner then code = 3 else code = 6; values[j] = held end
-                end
-              end
-            end
+            k = k + nb
             codes[j] = code
-            if code == 1 or code == 5 then leased[#leased + 1] = j end
+            if code == 1 then open[#open + 1] = j; members[#open] = member end
+            i = i + 2
           end
-          if #leased > 0 then
-            -- Suppressed unless registered strictly after the suppression time: one HMGET for the group.
-            local fields = {}
-            for x = 1, #leased do fields[x] = tokens[leased[x]] end
-            local sup = mget('HMGET', supKey, fields)
-            local supJobs, supTimes, regFields = {}, {}, {}
-            for x = 1, #leased do
-              if sup[x] then
-                supJobs[#supJobs + 1] = leased[x]
-                supTimes[#supJobs] = tonumber(string.match(sup[x], '^(%d+)'))
-                regFields[#supJobs] = fields[x]
-              end
-            end
-            if #supJobs > 0 then
-              local reg = mget('HMGET', regKey, regFields)
-              local dels = {}
-              for x = 1, #supJobs do
-                local t, rt = supTimes[x], reg[x] and tonumber(reg[x])
-                if not (t and rt and rt > t) then
-                  codes[supJobs[x]] = 4
-                  dels[#dels + 1] = KEYS[lk + supJobs[x]]
+          local values, result = {}, {}
+          if #open > 0 then
+            -- Leases: one HMGET for the group.
+            local held = mget('HMGET', leaseKey, members)
+            local firstOf, dupOf, cands, candMembers, tokens = {}, {}, {}, {}, {}
+            local base = i - 2 * nj
+            for x = 1, #open do
+              local j, member, h = open[x], members[x], held[x]
+              local free = not h
+              if firstOf[member] then
+                free = false; codes[j] = 3; dupOf[j] = firstOf[member]
+              elseif h then
+                if expired(h) or string.sub(h, 1, #mine) == mine then
+                  -- Lapsed, or this very call's own (a retry after a lost reply).
+                  free = true
+                elseif voids[j] == h then
+                  -- Swift found this holder dead; the lease is unchanged since: take it over.
+                  free = true; codes[j] = 5
+                else
+                  local holder = string.match(h, '^([^/]+)/')
+                  if not holder or holder == owner then codes[j] = 3 else codes[j] = 6; values[j] = h end
                 end
               end
-              delAll(dels)
+              if free then
+                firstOf[member] = j
+                cands[#cands + 1] = j; candMembers[#cands] = member; tokens[#cands] = ARGV[base + 2 * j - 2]
+              end
             end
-            local langJobs, langFields = {}, {}
-            for x = 1, #leased do
-              if codes[leased[x]] ~= 4 then langJobs[#langJobs + 1] = leased[x]; langFields[#langJobs] = fields[x] end
+            local leased, leasedTokens, writes = {}, {}, {}
+            if #cands > 0 then
+              -- Suppressed unless registered strictly after the suppression time: one HMGET for the group.
+              local sup = mget('HMGET', supKey, tokens)
+              local supX, supTimes, regFields = {}, {}, {}
+              for x = 1, #cands do
+                if sup[x] then
+                  supX[#supX + 1] = x
+                  supTimes[#supX] = tonumber(string.match(sup[x], '^(%d+)'))
+                  regFields[#supX] = tokens[x]
+                end
+              end
+              local suppressed = {}
+              if #supX > 0 then
+                local reg = mget('HMGET', regKey, regFields)
+                for y = 1, #supX do
+                  local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
+                  if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = 4 end
+                end
+              end
+              for x = 1, #cands do
+                if not suppressed[x] then
+                  leased[#leased + 1] = cands[x]; leasedTokens[#leased] = tokens[x]
+                  writes[#writes + 1] = candMembers[x]; writes[#writes + 1] = lease
+                end
+              end
             end
-            if #langJobs > 0 then
-              local langs = mget('HMGET', langKey, langFields)
-              for x = 1, #langJobs do values[langJobs[x]] = langs[x] end
+            if #writes > 0 then
+              for from = 1, #writes, 1000 do
+                redis.call('HSET', leaseKey, unpack(writes, from, math.min(#writes, from + 999)))
+              end
+              -- The hash outlives its longest lease (processes may run with different lease lengths):
+              -- extend its expiry, or give it one if it has none (just created; -1). PTTL rather than
+              -- PEXPIRE's GT/NX options, which need Redis 7.0 (a single Redis may be 6.2).
+              if redis.call('PTTL', leaseKey) < leaseMs then redis.call('PEXPIRE', leaseKey, leaseMs) end
+              local sample = redis.call('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
+              for x = 1, #sample, 2 do
+                if expired(sample[x + 1]) then redis.call('HDEL', leaseKey, sample[x]) end
+              end
+              local langs = mget('HMGET', langKey, leasedTokens)
+              for x = 1, #leased do values[leased[x]] = langs[x] end
             end
-          end
-          local res = {}
-          for j = 1, nj do
-            local code = codes[j]
             -- A second copy in the call shares the fate of the first when that one was suppressed.
-            if code == 3 and dupOf[j] and codes[dupOf[j]] == 4 then code = 4 end
-            res[2 * j - 1] = code
-            res[2 * j] = values[j] or false
+            for j, first in pairs(dupOf) do
+              if codes[first] == 4 then codes[j] = 4 end
+            end
           end
-          out[g] = res
+          result[1] = table.concat(codes)
+          for j = 1, nj do
+            if values[j] then result[#result + 1] = j; result[#result + 1] = values[j] end
+          end
+          out[g] = result
         end
         return out
         """#)
 
     /// The writes of one tag: a settle batch's part (dedup records, lease releases, suppressions) or
     /// registrations and suppressions. ARGV from `i`: marker-ttl-s, #groups, then per group: has-marker
-    /// ('1'/'0'), #dedup-keys, #adds, #dels, #suppress, #register, dedup-expire-at, then
-    /// (dedup-index member)… (token epoch value)… (token epoch lang)…. KEYS per group: [marker], suppressed,
-    /// registered, lang, the dedup keys, the lease keys to delete.
+    /// ('1'/'0'), #adds, #expire, #releases, #suppress, #register, dedup-expire-at, then the adds' members,
+    /// the other released members, the add-indexes whose set gets its expiry, (token epoch value)…,
+    /// (token epoch lang)…. KEYS per group: [marker], suppressed, registered, lang, inflight, then one
+    /// dedup key per add (repeated when two adds share a set).
+    ///
+    /// Every add's member is also released (an accepted job held a lease), with the other released
+    /// members, in one HDEL. A dedup set's expiry is the end of its time bucket + the retention, the same
+    /// for every write: Swift asks for it once per set and minute (``DedupExpiries``), not per job.
     ///
     /// Returns per group { flags, sampled set size }: flags has a '1' for each add whose SADD added the
     /// member (the job id was never accepted before), else '0'. With a marker, the first run stores flags
@@ -154,44 +192,45 @@ enum Scripts {
     private static let tagWritesFunction = #"""
         local function tagWrites(k, i)
           local markerTTL = ARGV[i]
-          local out = {}
+          local out, starts = {}, {}
           local ng = tonumber(ARGV[i + 1])
           i = i + 2
           for g = 1, ng do
             local hasMarker = ARGV[i] == '1'
-            local nd, nAdd, nDel, nSup, nReg = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+            local nAdd, nExp, nRel, nSup, nReg = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
             local expireAt = ARGV[i + 6]
             i = i + 7
             local marker
             if hasMarker then k = k + 1; marker = KEYS[k] end
-            local supKey, regKey, langKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-            local dk = k + 3
-            local delk = dk + nd
-            k = delk + nDel
+            local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+            local dk = k + 4
+            k = dk + nAdd
+            starts[g] = i
             local stored = marker and redis.call('GET', marker)
             if stored then
               -- 'a': every add added (the usual case, stored in one byte); else 'r' and the flags.
               out[g] = { stored == 'a' and string.rep('1', nAdd) or string.sub(stored, 2), 0 }
-              i = i + 2 * nAdd + 3 * nSup + 3 * nReg
+              i = i + nAdd + nExp + nRel + 3 * nSup + 3 * nReg
             else
-              local flags, sample = {}, 0
+              local flags, sample, allAdded = {}, 0, true
               for a = 1, nAdd do
-                local key = KEYS[dk + tonumber(ARGV[i])]
-                if redis.call('SADD', key, ARGV[i + 1]) == 1 then
+                local key = KEYS[dk + a]
+                if redis.call('SADD', key, ARGV[i + a - 1]) == 1 then
                   flags[a] = '1'
                   -- One set per group and batch is enough to notice sets outgrowing the intset encoding.
                   if sample == 0 then sample = redis.call('SCARD', key) end
                 else
-                  flags[a] = '0'
+                  flags[a] = '0'; allAdded = false
                 end
-                i = i + 2
               end
-              for d = dk + 1, dk + nd do redis.call('EXPIREAT', KEYS[d], expireAt) end
-              if nDel > 0 then
-                local dels = {}
-                for d = delk + 1, delk + nDel do dels[#dels + 1] = KEYS[d] end
-                delAll(dels)
+              -- The leases of the batch's jobs, the adds' members then the others (contiguous in ARGV):
+              -- one HDEL straight from ARGV.
+              local released = nAdd + nRel
+              for from = i, i + released - 1, 1000 do
+                redis.call('HDEL', leaseKey, unpack(ARGV, from, math.min(i + released - 1, from + 999)))
               end
+              i = i + released
+              for _ = 1, nExp do redis.call('EXPIREAT', KEYS[dk + tonumber(ARGV[i])], expireAt); i = i + 1 end
               for _ = 1, nSup do
                 local token, t, value = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
                 i = i + 3
@@ -209,31 +248,34 @@ enum Scripts {
                   if lang ~= '' then redis.call('HSET', langKey, token, lang) end
                 end
               end
-              local result = table.concat(flags)
+              local result = allAdded and string.rep('1', nAdd) or table.concat(flags)
               if marker then
-                redis.call('SET', marker, string.find(result, '0', 1, true) and 'r' .. result or 'a', 'EX', markerTTL)
+                redis.call('SET', marker, allAdded and 'a' or 'r' .. result, 'EX', markerTTL)
               end
               out[g] = { result, sample }
             end
           end
-          return out, k, i
+          return out, k, i, starts
         end
 
         """#
 
     /// The counters of a batch, all in the tag `{<p>}`. ARGV from `i`: has-marker, marker-ttl-s,
     /// #hincrby (key-index field delta)…, #expire (key-index seconds)…, #hset (key-index field value)…,
-    /// counted-ttl-s, #campaigns (hash-index counted-index #accepted #others (member group add)…
-    /// (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first after
-    /// the marker). Returns 1, or 0 when the marker existed (a replay: nothing done).
+    /// counted-ttl-s, #campaigns (hash-index counted-index #ranges #members #others (group from to)…
+    /// member… (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first
+    /// after the marker). Returns 1, or 0 when the marker existed (a replay: nothing done).
     ///
     /// Per-job progress (`docs/design.md §4.4`): each job of a campaign counts once in `jobs_*`. An accepted
-    /// job counts when the SADD of its dedup record added it (group 0: Swift resolved that from the tag
-    /// part's flags; else `tagOut[group]` flag `add`, the tag part having run in the same script) and its
-    /// fingerprint is not in the campaign's counted set (one SMISMEMBER per campaign and batch); any other
-    /// outcome counts when the SADD of its fingerprint to the counted set adds it.
+    /// job counts when the SADD of its dedup record added it and its fingerprint is not in the campaign's
+    /// counted set (one SMISMEMBER per campaign and batch, only when that set exists). The accepted jobs
+    /// come as ranges of add positions of a tag part that ran in the same script (`tagOut[group]`'s flags;
+    /// the members are read from that part's ARGV, `starts[group]`): no argument per job. On the cluster
+    /// path the parts ran in earlier calls: Swift resolved their flags and sends the added members. Any
+    /// other outcome counts when its fingerprint is not in the counted set yet (one SMISMEMBER and one SADD
+    /// per campaign and batch; Swift sends a job id once per batch and campaign).
     private static let countersFunction = #"""
-        local function counters(k, i, tagOut)
+        local function counters(k, i, tagOut, starts)
           local function take() local v = ARGV[i]; i = i + 1; return v end
           local hasMarker, markerTTL = take() == '1', take()
           if hasMarker then
@@ -255,28 +297,45 @@ enum Scripts {
           local countedTTL = take()
           for _ = 1, tonumber(take()) do
             local hash, counted = KEYS[k + tonumber(take())], KEYS[k + tonumber(take())]
-            local na, no = tonumber(take()), tonumber(take())
+            local nr, nm, no = tonumber(take()), tonumber(take()), tonumber(take())
+            local ranges = {}
+            for r = 1, 3 * nr do ranges[r] = tonumber(take()) end
             local added = {}
-            for _ = 1, na do
-              local member, g, a = take(), tonumber(take()), tonumber(take())
-              if g == 0 or string.sub(tagOut[g][1], a, a) == '1' then added[#added + 1] = member end
+            for m = 1, nm do added[m] = take() end
+            local accepted = nm
+            for r = 1, 3 * nr, 3 do
+              local _, ones = string.gsub(string.sub(tagOut[ranges[r]][1], ranges[r + 1], ranges[r + 2]), '1', '')
+              accepted = accepted + ones
             end
-            local counts, total, accepted = {}, 0, #added
+            local counts, total = {}, 0
             if accepted > 0 and redis.call('EXISTS', counted) == 1 then
               -- Accepted jobs counted before with another outcome (e.g. a dead letter published again).
+              for r = 1, 3 * nr, 3 do
+                local flags, start = tagOut[ranges[r]][1], starts[ranges[r]]
+                for a = ranges[r + 1], ranges[r + 2] do
+                  if string.byte(flags, a) == 49 then added[#added + 1] = ARGV[start + a - 1] end
+                end
+              end
               local found = mget('SMISMEMBER', counted, added)
               accepted = 0
               for x = 1, #added do if found[x] == 0 then accepted = accepted + 1 end end
             end
             if accepted > 0 then counts['jobs_accepted'] = accepted; total = accepted end
-            for _ = 1, no do
-              local field, member = take(), take()
-              if redis.call('SADD', counted, member) == 1 then
-                counts[field] = (counts[field] or 0) + 1
-                total = total + 1
+            if no > 0 then
+              local fields, members = {}, {}
+              for o = 1, no do fields[o] = take(); members[o] = take() end
+              local found = mget('SMISMEMBER', counted, members)
+              local new = {}
+              for o = 1, no do
+                if found[o] == 0 then
+                  counts[fields[o]] = (counts[fields[o]] or 0) + 1
+                  total = total + 1
+                  new[#new + 1] = members[o]
+                end
               end
+              for from = 1, #new, 1000 do redis.call('SADD', counted, unpack(new, from, math.min(#new, from + 999))) end
+              redis.call('EXPIRE', counted, countedTTL)
             end
-            if no > 0 then redis.call('EXPIRE', counted, countedTTL) end
             for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
             if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
           end
@@ -293,7 +352,7 @@ enum Scripts {
 
     /// ``countersFunction`` as a script; the accepted jobs' groups are 0 (resolved by Swift).
     static let counters = RedisScript(helpers + countersFunction + #"""
-        return counters(0, 1, {})
+        return counters(0, 1, {}, {})
         """#)
 
     /// A whole settle batch in one call, for a single Redis (which lets one script touch many slots):
@@ -301,8 +360,8 @@ enum Scripts {
     /// ``countersFunction``: exactly the key lists the cluster path sends in separate calls.
     /// Returns { tag part's result, counters' result }.
     static let settle = RedisScript(helpers + tagWritesFunction + countersFunction + #"""
-        local tagOut, k, i = tagWrites(0, 1)
-        return { tagOut, counters(k, i, tagOut) }
+        local tagOut, k, i, starts = tagWrites(0, 1)
+        return { tagOut, counters(k, i, tagOut, starts) }
         """#)
 
     /// Records published jobs of a campaign; every key in the tag `{<p>}`. KEYS: marker, campaign hash,

@@ -51,7 +51,8 @@ struct GateTests {
         #expect(batch == [.admitted(language: nil), .inFlight])
 
         // The lease expires on its own (a crashed process does not block the job forever)…
-        let pttl = try await store.client.send(RedisCommand("PTTL", store.keys.inFlight(app: app, tokenHex: token(1), jobID: "a"))).integer ?? -2
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        let pttl = (try await store.lease(jobID: "a", app: app, tokenHex: token(1))?.expiresAtMs ?? 0) - nowMs
         #expect(pttl > 0 && pttl <= 30_000)
 
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
@@ -59,7 +60,7 @@ struct GateTests {
             Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
             Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
         ]))
-        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(app: app, tokenHex: token(1), jobID: "a"))) == .integer(0))
+        #expect(try await store.lease(jobID: "a", app: app, tokenHex: token(1)) == nil)
         let after = try await store.gate([
             GateRequest(jobID: "a", app: app, tokenHex: token(1)),
             GateRequest(jobID: "b", app: app, tokenHex: token(2)),
@@ -85,15 +86,14 @@ struct GateTests {
         #expect(try await storeA.gate(job) == [.admitted(language: nil)])
         #expect(try await storeB.gate(job) == [.inFlightElsewhere(owner: "owner-a")], "A is alive")
         #expect(try await storeA.gate(job) == [.inFlight], "another batch of A")
-        let lease = try await client.send(RedisCommand("GET", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).string ?? ""
-        #expect(lease.hasPrefix("owner-a/"))
+        #expect(try await storeA.lease(jobID: "j", app: app, tokenHex: token(1))?.owner == "owner-a")
 
         // A dies: its heartbeat is gone (here at once; after a crash, when its TTL runs out).
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         #expect(try await storeB.gate(job) == [.takenOver(language: nil)])
-        let taken = try await client.send(RedisCommand("GET", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).string ?? ""
-        #expect(taken.hasPrefix("owner-b/"))
-        let pttl = try await client.send(RedisCommand("PTTL", storeA.keys.inFlight(app: app, tokenHex: token(1), jobID: "j"))).integer ?? -2
+        let taken = try await storeA.lease(jobID: "j", app: app, tokenHex: token(1))
+        #expect(taken?.owner == "owner-b")
+        let pttl = (taken?.expiresAtMs ?? 0) - Int64(Date().timeIntervalSince1970 * 1000)
         #expect(pttl > 590_000, "a full lease for the new holder")
         #expect(try await storeB.gate(job) == [.inFlight], "now B's, in flight for B's other batches")
 
@@ -111,6 +111,54 @@ struct GateTests {
         #expect(try await storeB.gate(job) == [.deduped])
     }
 
+    /// Issue 14: leases are fields of the token tag's `inflight` hash, and their expiry is in the value
+    /// (server clock), not a key TTL. A lapsed lease is free even while its owner lives; a lease of a live
+    /// owner is not; a crashed process's lapsed leases whose jobs never come back are deleted by the gate's
+    /// sampling, and the hash expires one lease after its last write.
+    @Test(arguments: RedisTestTarget.allCases)
+    func lapsedLeasesAreFreeAndCollected(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let client = try server.connection()
+        let store = PipelineStore(client: client, configuration: .init(inFlightLease: .seconds(30), leaseOwner: "owner-b"))
+        let other = PipelineStore(client: client, configuration: .init(leaseOwner: "owner-x", ownerHeartbeat: .seconds(600)))
+        try await other.beat()  // owner-x lives: only the expiry can free its leases
+        let hash = store.keys.inFlight(app: app, tokenHex: token(1))
+        let member = { (id: String) in String(JobFingerprint(jobID: id).member) }
+        let farFuture = Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000
+        _ = try await client.send(RedisCommand("HSET", hash, member("lapsed"), "owner-x/call-1/1", member("held"), "owner-x/call-1/\(farFuture)"))
+        // Lapsed leases of a crashed process: never gated again.
+        for n in 0..<10 { _ = try await client.send(RedisCommand("HSET", hash, member("gone-\(n)"), "owner-y/call-2/1000")) }
+        #expect(try await client.send(RedisCommand("HLEN", hash)).integer == 12)
+
+        let decisions = try await store.gate([
+            GateRequest(jobID: "lapsed", app: app, tokenHex: token(1)),
+            GateRequest(jobID: "held", app: app, tokenHex: token(1)),
+        ])
+        #expect(decisions == [.admitted(language: nil), .inFlightElsewhere(owner: "owner-x")])
+        #expect(try await store.lease(jobID: "lapsed", app: app, tokenHex: token(1))?.owner == "owner-b")
+        // The gate's write sampled two distinct fields; at most one of them was live (the new lease or
+        // "held"), so at least one lapsed field went.
+        #expect(try await client.send(RedisCommand("HLEN", hash)).integer ?? 99 <= 11)
+        let pttl = try await client.send(RedisCommand("PTTL", hash)).integer ?? -2
+        #expect(pttl > 0 && pttl <= 30_000, "the hash lives one lease after its last write")
+        // A process with shorter leases does not shorten the hash's life (the 30 s leases live in it).
+        let brief = PipelineStore(client: client, configuration: .init(inFlightLease: .seconds(5), leaseOwner: "owner-c"))
+        #expect(try await brief.gate([GateRequest(jobID: "brief", app: app, tokenHex: token(1))]) == [.admitted(language: nil)])
+        #expect(try await client.send(RedisCommand("PTTL", hash)).integer ?? 0 > 5_000)
+        for n in 0..<30 { _ = try await store.gate([GateRequest(jobID: "more-\(n)", app: app, tokenHex: token(1))]) }
+        var lapsed = 0
+        for n in 0..<10 where try await client.send(RedisCommand("HEXISTS", hash, member("gone-\(n)"))).integer == 1 { lapsed += 1 }
+        #expect(lapsed < 10, "sampling deletes lapsed leases as the tag is written")
+        // Settling releases the fields it leased: nothing of this store's is left behind.
+        try await store.settle(SettleBatch(outcomes: (["lapsed"] + (0..<30).map { "more-\($0)" }).map {
+            Outcome(jobID: $0, app: app, tokenHex: token(1), kind: $0.hasSuffix("7") ? .rejected : .accepted)
+        }))
+        let left = try await client.send(RedisCommand("HVALS", hash)).array?.compactMap(\.string) ?? []
+        #expect(!left.contains { $0.hasPrefix("owner-b/") })
+        #expect(left.contains { $0.hasPrefix("owner-x/") }, "another owner's live lease stays")
+    }
+
     @Test(arguments: RedisTestTarget.allCases)
     func suppressionThenRegistration(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
@@ -119,7 +167,7 @@ struct GateTests {
         let request = { (id: String) in GateRequest(jobID: id, app: app, tokenHex: token(7)) }
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1000, reason: "feedback")])
         #expect(try await store.gate([request("1")]) == [.suppressed])
-        #expect(try await store.client.send(RedisCommand("EXISTS", store.keys.inFlight(app: app, tokenHex: token(7), jobID: "1"))) == .integer(0))
+        #expect(try await store.lease(jobID: "1", app: app, tokenHex: token(7)) == nil, "a suppressed job takes no lease")
 
         // Registered before the suppression (or at the same second): still suppressed.
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(7), registeredAt: 900)])
@@ -397,6 +445,40 @@ struct SettlerTests {
         #expect(isOneRoundTrip(suppressions), "\(suppressions)")
         let stats = try await roundTrips { _ = try await store.readStats(lastMinutes: 30) }
         #expect(isOneRoundTrip(stats), "\(stats)")
+    }
+
+    /// Issue 14: a dedup set gets its expiry once per process and minute, not with every settle batch;
+    /// a set that lost it (a key re-created after the server lost its data) gets it again with its next
+    /// write once the minute has passed, and the expiry is always the end of its bucket + the retention.
+    @Test(arguments: RedisTestTarget.allCases)
+    func dedupSetsGetTheirExpiryOncePerMinute(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.connection(), configuration: .init(dedupSubBuckets: 16, tokenBuckets: 16))
+        // Now (the expiry must be in the future), kept 100 s clear of the bucket's end.
+        let clock = PipelineStore.epochNow()
+        let now = clock - clock % 43_200 + min(clock % 43_200, 43_100)
+        let key = store.keys.dedup(tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / 43_200, subBucket: 0)
+        // Job ids whose records land in `key` (sub-bucket 0 of the token's tag: one set per tag here).
+        let ids = (0..<3).map { "e\($0)" }
+        func settle(_ id: String, at: Int64) async throws {
+            try await store.settle(SettleBatch(outcomes: [Outcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
+        }
+        func expireAt() async throws -> Int64 { try await store.client.send(RedisCommand("EXPIRETIME", key)).integer ?? -3 }
+        let expected = (now / 43_200 + 1) * 43_200 + 86_400
+        try await settle(ids[0], at: now)
+        #expect(try await expireAt() == expected)
+        _ = try await store.client.send(RedisCommand("PERSIST", key))
+        try await settle(ids[1], at: now + 1)
+        #expect(try await expireAt() == -1, "within the minute the set is not given its expiry again")
+        try await settle(ids[2], at: now + 61)
+        #expect(try await expireAt() == expected, "after it, the next write gives it again")
+        #expect(try await store.client.send(RedisCommand("SCARD", key)).integer == 3)
+        // Another process (its own memory) gives it too.
+        _ = try await store.client.send(RedisCommand("PERSIST", key))
+        let other = PipelineStore(client: store.client, configuration: store.configuration)
+        try await other.settle(SettleBatch(outcomes: [Outcome(jobID: "e3", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now + 62))
+        #expect(try await expireAt() == expected)
     }
 
     /// Measures `used_memory` per dedup record (printed) and checks the sets stay compact intsets.

@@ -10,8 +10,12 @@ import TestSupport
 /// variant on a fresh redis-server, in turn, `APNS_REDIS_CPU_ROUNDS` times (default 2):
 ///   APNS_REDIS_CPU_JOBS=100000 swift test --filter RedisCPUBenchmark
 /// The variants are each other's baselines (one call per batch vs the cluster path's one slot per call,
-/// denser dedup sets, short keys). The scripts before issue 15 (commit f757e0e) measured 13.4–16.3 µs
-/// and 10.89 commands per job here, this code 14.2–18.6 µs and 6.14: fewer calls, not less CPU.
+/// denser dedup sets, short keys, 24 h dedup buckets, and a steady state where the older dedup buckets
+/// hold records). The scripts before issue 15 (commit f757e0e) measured 13.4–16.3 µs and 10.89 commands
+/// per job here; issue 15's (1c3f01b) 14.6–16.8 µs and 6.14 (100 000 jobs; 14.2–18.6 in an earlier
+/// session); with leases in one hash per tag, no per-job index arguments, `EXPIREAT` once per set and
+/// minute and campaign progress by ranges (issue 14) 8.9–10.3 µs and 4.36, 10.7–11.9 µs in the steady
+/// state (every probe reads a set), on the shared 2-core machine.
 @Suite(.enabled(if: ProcessInfo.processInfo.environment["APNS_REDIS_CPU_JOBS"] != nil && RedisServer.available))
 struct RedisCPUBenchmark {
     struct Variant: Sendable {
@@ -22,12 +26,16 @@ struct RedisCPUBenchmark {
         var stats: String
         /// The bench's app (bundle id): its length is in every per-token key name.
         var app = "com.example.bench"
+        /// Steady state: the older dedup time buckets hold records (of other job ids) before the run, as
+        /// after a day of traffic, so every probe reads a set (on a fresh server only the current one exists).
+        var steady = false
     }
 
     static func variants(_ client: RedisClient) -> [Variant] {
         let store = PipelineStore(client: client)
         let cluster = PipelineStore(client: client, configuration: .init(oneSlotPerCall: true))
         let dense = PipelineStore(client: client, configuration: .init(dedupSubBuckets: 256))
+        let wide = PipelineStore(client: client, configuration: .init(dedupBucketWidth: .seconds(86_400)))
         return [
             Variant(
                 name: "this code, single Redis (one call per batch)", gate: { try await store.gate($0) }, settle: { try await store.settle($0) },
@@ -42,6 +50,16 @@ struct RedisCPUBenchmark {
                 name: "this code, single Redis, app named \"a\" (keys ≤ 44 bytes: Redis embeds them in one allocation)",
                 gate: { try await store.gate($0) }, settle: { try await store.settle($0) }, suppress: { try await store.suppress($0) },
                 stats: store.keys.stats, app: "a"),
+            Variant(
+                name: "this code, single Redis, dedup buckets as wide as the retention (24 h: 2 probes per job, not 3)",
+                gate: { try await wide.gate($0) }, settle: { try await wide.settle($0) }, suppress: { try await wide.suppress($0) },
+                stats: wide.keys.stats),
+            Variant(
+                name: "this code, single Redis, steady state (the older dedup buckets hold records)", gate: { try await store.gate($0) },
+                settle: { try await store.settle($0) }, suppress: { try await store.suppress($0) }, stats: store.keys.stats, steady: true),
+            Variant(
+                name: "this code, single Redis, steady state, 24 h dedup buckets", gate: { try await wide.gate($0) },
+                settle: { try await wide.settle($0) }, suppress: { try await wide.suppress($0) }, stats: wide.keys.stats, steady: true),
         ]
     }
 
@@ -69,6 +87,18 @@ struct RedisCPUBenchmark {
             return (Double(fields[11])!, Double(fields[12])!)  // utime, stime (fields 14, 15)
         }
         try await variant.suppress((0..<(jobs / 10)).map { Suppression(app: app, tokenHex: String(format: "%064x", $0 * 10), at: 1, reason: "feedback") })
+        if variant.steady {
+            // As many records as the run makes, in each older bucket the gate probes (12 h and 24 h ago).
+            let now = PipelineStore.epochNow()
+            for (age, prefix) in [(Int64(43_200), "old"), (Int64(86_400 - 600), "older")] {
+                for start in stride(from: 0, to: jobs, by: 1000) {
+                    let outcomes = (start..<min(jobs, start + 1000)).map {
+                        Outcome(jobID: "\(prefix):\($0)", app: app, tokenHex: String(format: "%064x", $0), kind: .accepted)
+                    }
+                    try await variant.settle(SettleBatch(outcomes: outcomes, settledAt: now - age))
+                }
+            }
+        }
         _ = try await client.send(RedisCommand("CONFIG", "RESETSTAT"))
         let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
         // The gate of every batch first, then their settles: so each has its own CPU figure.
