@@ -18,16 +18,17 @@ public struct SourcePosition: Sendable, Hashable, CustomStringConvertible {
 /// One notification to send: what a transport needs and nothing else. The payload is already encoded
 /// and checked against the limit.
 ///
-/// A value type over one shared, immutable-unless-unique storage object (copy-on-write): a notification
-/// is copied into queues, replay buffers and outcomes, and each copy is one reference count rather than
-/// one per string and buffer (issue 14).
+/// A value type over one shared storage object (copy-on-write): a notification is copied into queues,
+/// replay buffers and outcomes, and each copy is one reference count rather than one per string and
+/// buffer (issue 14). It keeps no more than it needs: a binary shard holds every notification it wrote
+/// for the grace window after it settled (tens of thousands at full rate), so e.g. the token's hex
+/// (96 bytes on the heap) is made when needed rather than kept.
 public struct PushNotification: Sendable {
     private final class Storage: @unchecked Sendable {
         // Only mutated through `PushNotification`'s setters, on a uniquely referenced storage.
         var jobID: String
         var app: String
         var token: DeviceToken
-        var tokenHex: String
         var payload: [UInt8]
         var expiry: UInt32
         var priority: Priority
@@ -37,13 +38,12 @@ public struct PushNotification: Sendable {
         var position: SourcePosition?
 
         init(
-            jobID: String, app: String, token: DeviceToken, tokenHex: String, payload: [UInt8], expiry: UInt32, priority: Priority,
+            jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
             campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?
         ) {
             self.jobID = jobID
             self.app = app
             self.token = token
-            self.tokenHex = tokenHex
             self.payload = payload
             self.expiry = expiry
             self.priority = priority
@@ -55,7 +55,7 @@ public struct PushNotification: Sendable {
 
         func copy() -> Storage {
             Storage(
-                jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
+                jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
                 campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
         }
     }
@@ -77,14 +77,8 @@ public struct PushNotification: Sendable {
     }
     public var token: DeviceToken {
         get { storage.token }
-        set {
-            let s = unique()
-            s.token = newValue
-            s.tokenHex = newValue.hex
-        }
+        set { unique().token = newValue }
     }
-    /// `token.hex` (lower-case), made once (or handed over from the job): outcomes and dead letters share it.
-    public var tokenHex: String { storage.tokenHex }
     public var payload: [UInt8] {
         get { storage.payload }
         set { unique().payload = newValue }
@@ -117,13 +111,12 @@ public struct PushNotification: Sendable {
         set { unique().position = newValue }
     }
 
-    /// `tokenHex`: the token's lower-case hex when the caller has it already (else it is made here).
     public init(
-        jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
+        jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
     ) {
         storage = Storage(
-            jobID: jobID, app: app, token: token, tokenHex: tokenHex ?? token.hex, payload: payload, expiry: expiry, priority: priority,
+            jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
             campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
     }
 }
