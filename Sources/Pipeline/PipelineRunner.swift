@@ -104,7 +104,7 @@ public final class PipelineRunner: Service, Sendable {
         let settlerStore = PipelineStore(client: settlerRedis, configuration: storeConfig, logger: logger)
         // The gate's further connections: one gate call in flight on each (`ingest`).
         var gateRedis: [any RedisConnection] = []
-        for _ in 1..<Self.gateConnections {
+        for _ in 1..<max(1, c.gateCallsInFlight) {
             let connection = try c.redis.makeConnection(logger: logger)
             try await connection.connect()
             gateRedis.append(connection)
@@ -384,9 +384,6 @@ public final class PipelineRunner: Service, Sendable {
         // with its error; here everything was gated and sent.
         await gating.value
     }
-
-    /// Gate calls in flight at once (one Redis connection each) unless `redis.gate_connections` says otherwise.
-    static let gateConnections = 2
 
     /// A decoded batch whose gate call is under way.
     struct PendingGate: Sendable {
