@@ -345,11 +345,9 @@ public struct JobDecoder: Sendable {
             try checkSize(typedPayload, localized)
         }
 
-        var job = Job(
-            id: jobID, app: appName, token: deviceToken, payload: typedPayload, alerts: localized, expiry: jobExpiry,
-            priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
-        job.template = f.template
-        return job
+        return Job(
+            id: jobID, app: appName, token: deviceToken, payload: typedPayload, alerts: localized, template: f.template,
+            expiry: jobExpiry, priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
     }
 
     private static func readPayload(_ payload: JSONValue?) throws(JobError) -> Payload {

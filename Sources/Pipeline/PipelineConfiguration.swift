@@ -191,6 +191,9 @@ public struct PipelineConfiguration: Sendable {
     /// Jobs taken from Kafka and not yet settled; beyond it, ingest stops taking batches (back-pressure,
     /// `docs/design.md §1.2`).
     public var maxInFlight = 50_000
+    /// Gate calls in flight at once, each on a Redis connection of its own (`pipeline.gate_calls_in_flight`):
+    /// Redis decides on the next batches while this process sends the current one.
+    public var gateCallsInFlight = 2
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
     public var feedbackIntervalMinutes = FeedbackSchedule.defaultInterval / .seconds(60)
     public var logLevel = "info"
@@ -331,6 +334,7 @@ public struct PipelineConfiguration: Sendable {
 
         let p = try root.section("pipeline")
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
+        c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
         try p.finish()
         let f = try root.section("feedback")
         c.feedbackIntervalMinutes = try f.double("interval_minutes", default: c.feedbackIntervalMinutes, range: 0...1440)

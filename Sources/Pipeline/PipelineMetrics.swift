@@ -180,14 +180,16 @@ public final class PipelineMetrics: Sendable {
         // Outcomes come in runs of one app and kind (a shard's settle tick): counted per run, so the
         // dictionary is touched once per run rather than once per job.
         var run: (key: OutcomeKey, count: Int)?
-        for o in outcomes {
-            if let r = run, r.key.kind == o.kind, r.key.app == o.app {
+        // Read in place: `for o in outcomes` copied every outcome (a reference count per string).
+        for i in outcomes.indices {
+            let kind = outcomes[i].kind
+            if let r = run, r.key.kind == kind, r.key.app == outcomes[i].app {
                 run!.count += 1
             } else {
                 if let r = run { byOutcome[r.key, default: 0] += r.count }
-                run = (OutcomeKey(app: o.app, kind: o.kind), 1)
+                run = (OutcomeKey(app: outcomes[i].app, kind: kind), 1)
             }
-            if let code = o.code { byRefusal[RefusalKey(app: o.app, code: code), default: 0] += 1 }
+            if let code = outcomes[i].code { byRefusal[RefusalKey(app: outcomes[i].app, code: code), default: 0] += 1 }
         }
         if let r = run { byOutcome[r.key, default: 0] += r.count }
         for (key, n) in byOutcome {

@@ -102,6 +102,14 @@ public final class PipelineRunner: Service, Sendable {
         try await settlerRedis.connect()
         let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
         let settlerStore = PipelineStore(client: settlerRedis, configuration: storeConfig, logger: logger)
+        // The gate's further connections: one gate call in flight on each (`ingest`).
+        var gateRedis: [any RedisConnection] = []
+        for _ in 1..<max(1, c.gateCallsInFlight) {
+            let connection = try c.redis.makeConnection(logger: logger)
+            try await connection.connect()
+            gateRedis.append(connection)
+        }
+        let gateStores = [store] + gateRedis.map { PipelineStore(client: $0, configuration: storeConfig, logger: logger) }
 
         // This producer writes dead letters only: its size limit is the pipeline file's, whatever
         // `kafka.properties` says for the consumers.
@@ -174,7 +182,7 @@ public final class PipelineRunner: Service, Sendable {
         // once it stops beating (a crash), without waiting out the lease.
         try await store.beat(description: Self.ownerDescription)
         let heartbeat = Task { await self.beatHeartbeat(store: settlerStore) }
-        let ingest = Task { try await self.ingest(consumer: consumer, store: store, router: router, deadLetters: deadLetters) }
+        let ingest = Task { try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters) }
         // If the settler fails (Redis gone for longer than the client waits), nothing settles any more
         // and the in-flight budget never frees: stop taking jobs, and let the process exit non-zero.
         let settler = Task {
@@ -258,6 +266,7 @@ public final class PipelineRunner: Service, Sendable {
         await producer.close()
         await redis.close()
         await settlerRedis.close()
+        for connection in gateRedis { await connection.close() }
         try? await group.shutdownGracefully()
         if let failure { throw failure }
         logger.info("pipeline stopped")
@@ -269,7 +278,10 @@ public final class PipelineRunner: Service, Sendable {
     /// (a job that failed to decode has no id, app or token to count it under).
     struct DecodedBatch: Sendable {
         var messages: [KafkaConsumerMessage]
-        var jobs: [(job: Job, message: KafkaConsumerMessage)]
+        /// The valid jobs, in order, and the index of each one's message in `messages` (a job and its
+        /// message are not copied from stage to stage as a pair: a `Job` is one reference).
+        var jobs: [Job]
+        var jobMessages: [Int]
         var deadLetters: [(message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)]
         /// Jobs gated again because another copy was in flight: not counted as received a second time.
         var isRetry = false
@@ -280,7 +292,7 @@ public final class PipelineRunner: Service, Sendable {
 
     /// Two stages joined by a hand-off of two batches: Kafka + decoding, then gate + send. Decoding the
     /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
-    private func ingest(consumer: KafkaConsumer, store: PipelineStore, router: Router, deadLetters: DeadLetterWriter) async throws {
+    private func ingest(consumer: KafkaConsumer, gateStores: [PipelineStore], router: Router, deadLetters: DeadLetterWriter) async throws {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
         // Apple's limits differ by transport and push type: the decoder lets the largest through, and
         // each job is held to its own app's limit when its payload is encoded (gateAndSend).
@@ -298,15 +310,18 @@ public final class PipelineRunner: Service, Sendable {
                 observed.withLock { $0.received += batch.count }
                 metrics?.kafkaBatch(batch)
                 let now = UInt32(Date().timeIntervalSince1970)
-                var d = DecodedBatch(messages: batch, jobs: [], deadLetters: [])
+                var d = DecodedBatch(messages: batch, jobs: [], jobMessages: [], deadLetters: [])
                 d.jobs.reserveCapacity(batch.count)
-                for m in batch {
+                d.jobMessages.reserveCapacity(batch.count)
+                for index in batch.indices {
                     do throws(JobError) {
-                        let job = try m.value.withUnsafeBytes { raw in
+                        let job = try batch[index].value.withUnsafeBytes { raw in
                             Result { () throws(JobError) in try decoder.decode(raw, now: now, templates: templates) }
                         }.get()
-                        d.jobs.append((job, m))
+                        d.jobs.append(job)
+                        d.jobMessages.append(index)
                     } catch {
+                        let m = batch[index]
                         d.deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
                         logger.debug(
                             "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
@@ -315,24 +330,40 @@ public final class PipelineRunner: Service, Sendable {
                 await handoff.put(d)
             }
         }
-        // The gate runs a batch ahead of the send stage: Redis decides on the next batch while this
-        // process encodes and hands the current one to the shards (the two work at once instead of
-        // taking turns). Gate calls are issued one after another, and batches are sent in the order they
-        // were gated, so one token's jobs keep their order and a later copy of a job id is gated after
-        // the earlier copy took its lease, as with one stage.
-        let gated = BatchHandoff<GatedBatch>(capacity: Self.gatedAhead)
+        // The gate runs ahead of the send stage, with up to `gateStores.count` gate calls in flight at
+        // once, each on a connection of its own (a hiredis connection carries one call at a time): Redis
+        // decides on the next batches while this process encodes and hands the current one to the shards.
+        // Batches are sent in the order they were decoded, whatever order their gate calls finish in, so
+        // one token's jobs keep their order. Two copies of one job id in batches gated at once are safe:
+        // Redis runs the two scripts one after the other, each call's leases carry its own call id, so
+        // the second finds the first's lease and answers "in flight" (GateOverlapTests).
+        let gated = BatchHandoff<PendingGate>(capacity: gateStores.count)
+        let gateSlots = InFlightBudget(capacity: gateStores.count)
         let gating = Task {
             defer { gated.finish() }
+            var turn = 0
             while let d = await handoff.next() {
-                let decisions = try await gate(d, store: store)
-                await gated.put(GatedBatch(decoded: d, decisions: decisions))
+                await gateSlots.acquire(1)
+                // The send stage failed while this waited: issue no more calls.
+                if Task.isCancelled {
+                    gateSlots.release(1)
+                    break
+                }
+                let gateStore = gateStores[turn % gateStores.count]
+                turn &+= 1
+                let call = Task {
+                    defer { gateSlots.release(1) }
+                    return try await self.gate(d, store: gateStore)
+                }
+                await gated.put(PendingGate(decoded: d, decisions: call))
             }
         }
         // Stopping: the decoding stage ends at cancellation; batches it already took are still gated
         // and sent.
         do {
             try await withTaskCancellationHandler {
-                while let g = await gated.next() {
+                while let pending = await gated.next() {
+                    let g = GatedBatch(decoded: pending.decoded, decisions: try await pending.decisions.value)
                     try await send(g, router: router, deadLetters: deadLetters, handoff: handoff)
                 }
             } onCancel: {
@@ -345,14 +376,20 @@ public final class PipelineRunner: Service, Sendable {
             gating.cancel()
             handoff.finish()
             gated.finish()
+            // Gate calls already issued end on their own (their leases lapse unsettled, as after a crash).
+            while let pending = await gated.next() { pending.decisions.cancel() }
             throw error
         }
-        // The gate's failure (Redis gone longer than the client waits) ends the ingest with its error.
-        try await gating.value
+        // A gate call's failure (Redis gone longer than the client waits) ended the send stage above
+        // with its error; here everything was gated and sent.
+        await gating.value
     }
 
-    /// How many gated batches may wait for the send stage.
-    static let gatedAhead = 1
+    /// A decoded batch whose gate call is under way.
+    struct PendingGate: Sendable {
+        var decoded: DecodedBatch
+        var decisions: Task<[GateDecision], any Error>
+    }
 
     /// A decoded batch and the gate's decision for each of its jobs, in order.
     struct GatedBatch: Sendable {
@@ -365,9 +402,8 @@ public final class PipelineRunner: Service, Sendable {
         if d.jobs.isEmpty { return [] }
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count)
-        // Fields read in place (a `for (job, _) in` loop copied every job and Kafka message).
-        for i in d.jobs.indices {
-            requests.append(GateRequest(jobID: d.jobs[i].job.id, app: d.jobs[i].job.app, tokenHex: d.jobs[i].job.token.hex))
+        for job in d.jobs {
+            requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
         }
         return try await store.gate(requests)
     }
@@ -384,51 +420,51 @@ public final class PipelineRunner: Service, Sendable {
         item.events.received = d.isRetry ? 0 : batch.count
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(jobs.count)
-        var inFlight: [(job: Job, message: KafkaConsumerMessage)] = []
-        // Jobs and messages are read in place (`jobs[i].job.id`), not copied out per job; the encoder
-        // is made once per run of jobs of one app and push type.
+        // Jobs whose id is in flight: indices into `jobs`, gated again later.
+        var inFlight: [Int] = []
+        // The encoder is made once per run of jobs of one app and push type.
         var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
         let jobIDKey = c.gateway.embedJobID ? "jid" : nil
         for i in jobs.indices {
+            let job = jobs[i]
+            let message = d.jobMessages[i]
             let outcome = { (kind: Redis.OutcomeKind) in
-                Redis.Outcome(
-                    jobID: jobs[i].job.id, app: jobs[i].job.app, tokenHex: jobs[i].job.token.hex, campaign: jobs[i].job.campaign,
-                    kind: kind)
+                Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: kind)
             }
             switch decisions[i] {
             case .deduped:
                 item.outcomes.append(outcome(.deduped))
-                item.refs.append(jobs[i].message.ref)
+                item.refs.append(batch[message].ref)
             case .inFlightElsewhere(let holder):
                 // As below, but the copy belongs to another live process: say so (a long wait here is a
                 // stuck process, or a job published twice across processes).
-                inFlight.append(jobs[i])
+                inFlight.append(i)
                 if !d.isRetry {
                     item.events.inFlightWaits += 1
-                    waitLog.note(jobID: jobs[i].job.id, holder: holder, logger: logger)
+                    waitLog.note(jobID: job.id, holder: holder, logger: logger)
                 }
             case .inFlight:
                 // Another copy is being sent right now (by this process or another one, e.g. across a
                 // rebalance). Settling this message now would lose the job if that sender crashed before
                 // settling its own; so it waits and is gated again: deduped once the other copy is
                 // accepted, admitted if its lease lapsed.
-                inFlight.append(jobs[i])
+                inFlight.append(i)
             case .suppressed:
                 item.outcomes.append(outcome(.suppressed))
-                item.refs.append(jobs[i].message.ref)
+                item.refs.append(batch[message].ref)
             case .admitted(let language), .takenOver(let language):
                 if case .takenOver = decisions[i] {
                     // The dead process may have written it: the crash duplicate window, counted.
                     item.events.resentAfterCrash += 1
                     item.events.ambiguous += 1
-                    if let campaign = jobs[i].job.campaign {
+                    if let campaign = job.campaign {
                         item.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
                         item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += 1
                     }
                 }
                 do {
-                    let app = jobs[i].job.app
-                    let pushType = jobs[i].job.pushType
+                    let app = job.app
+                    let pushType = job.pushType
                     let encoder: PayloadEncoder
                     if let e = encoderFor, e.app == app, e.pushType == pushType {
                         encoder = e.encoder
@@ -437,16 +473,15 @@ public final class PipelineRunner: Service, Sendable {
                             limit: c.payloadLimit(app: apps[app], pushType: pushType), truncatesAlertBody: c.gateway.truncateAlert)
                         encoderFor = (app, pushType, encoder)
                     }
-                    let payload = try jobs[i].job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
+                    let payload = try job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
                     notifications.append(
                         PushNotification(
-                            jobID: jobs[i].job.id, app: app, token: jobs[i].job.token, payload: payload, expiry: jobs[i].job.expiry,
-                            priority: jobs[i].job.priority, campaign: jobs[i].job.campaign, collapseID: jobs[i].job.collapseID,
-                            pushType: pushType?.rawValue,
-                            position: SourcePosition(partition: jobs[i].message.partition, offset: jobs[i].message.offset)))
+                            jobID: job.id, app: app, token: job.token, payload: payload, expiry: job.expiry,
+                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
+                            position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.
-                    refused.append((jobs[i].message, error.reason.rawValue, outcome(.deadLettered)))
+                    refused.append((batch[message], error.reason.rawValue, outcome(.deadLettered)))
                 }
             }
         }
@@ -462,7 +497,9 @@ public final class PipelineRunner: Service, Sendable {
             deadLetters.write(refused.map { ($0.message, $0.reason) }, settle: settled)
         }
         if !inFlight.isEmpty {
-            let retry = DecodedBatch(messages: inFlight.map(\.message), jobs: inFlight, deadLetters: [], isRetry: true)
+            let retry = DecodedBatch(
+                messages: inFlight.map { batch[d.jobMessages[$0]] }, jobs: inFlight.map { jobs[$0] }, jobMessages: Array(inFlight.indices),
+                deadLetters: [], isRetry: true)
             Task {
                 try? await Task.sleep(for: Self.inFlightRetryDelay)
                 await handoff.put(retry)
@@ -511,7 +548,7 @@ public final class PipelineRunner: Service, Sendable {
             guard let rejection = o.rejection, o.kind == .deadLettered, let position = o.notification.position else { continue }
             let reason = if case .badRequest = rejection { GatewayRefusal.badRequest } else { GatewayRefusal.transient }
             let message = KafkaConsumerMessage(
-                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.token.hex.utf8),
+                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.token.hex.utf8),
                 value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
             share.deadLetters.append((message, reason))
             share.deadLetterItem.outcomes.append(redisOutcome(o))
@@ -556,7 +593,7 @@ public final class PipelineRunner: Service, Sendable {
             case .deadLettered: .deadLettered
             }
         return Redis.Outcome(
-            jobID: o.jobID, app: o.app, tokenHex: o.token.hex, campaign: o.notification.campaign, kind: kind,
+            jobID: o.jobID, app: o.app, tokenHex: o.notification.token.hex, campaign: o.notification.campaign, kind: kind,
             code: o.code, suppressToken: suppression, shard: o.connection)
     }
 

@@ -3,8 +3,15 @@ import Redis
 import Synchronization
 
 /// Where every stage drops what it settled: the sender's outcome batches (from event loops) and the
-/// ingest stage's own verdicts (dead-lettered, deduped, suppressed). The settler takes everything that
-/// piled up in one go and records it with one Redis round trip, then settles the Kafka offsets.
+/// ingest stage's own verdicts (dead-lettered, deduped, suppressed). The settler takes what piled up in
+/// one go — up to about `outcomesPerTake` outcomes — and records it with one Redis round trip, then
+/// settles the Kafka offsets.
+///
+/// Why a cap: when the settler falls behind, everything pending used to go in one call (tens of thousands
+/// of outcomes: a settle command of several MiB built in Swift, copied into hiredis' buffer, answered,
+/// all at once), and that burst was a good part of `run`'s peak memory. A put adds to the newest pending
+/// item until it holds `outcomesPerTake` outcomes, then starts another; `take` hands out the oldest. An
+/// item is never split, so a message's offset settles with (never before) its outcome.
 final class SettlerInbox: Sendable {
     struct Item: Sendable {
         var outcomes: [Redis.Outcome] = []
@@ -15,40 +22,54 @@ final class SettlerInbox: Sendable {
     }
 
     private struct State {
-        var pending = Item()
-        var count = 0
+        /// Oldest first; each holds up to `outcomesPerTake` outcomes (or one item put larger than that).
+        var pending: [Item] = []
         var closed = false
         var waiter: CheckedContinuation<Void, Never>?
     }
 
     private let state = Mutex(State())
+    let outcomesPerTake: Int
+
+    /// The default cap: a settle call of ~1 MiB of arguments.
+    static let defaultOutcomesPerTake = 8192
+
+    init(outcomesPerTake: Int = SettlerInbox.defaultOutcomesPerTake) {
+        self.outcomesPerTake = max(1, outcomesPerTake)
+    }
 
     func put(_ item: Item) {
         let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
-            // Taken over whole when nothing is pending (the usual case: the settler keeps up), rather
-            // than copied element by element.
-            if s.pending.outcomes.isEmpty { s.pending.outcomes = item.outcomes } else { s.pending.outcomes.append(contentsOf: item.outcomes) }
-            if s.pending.refs.isEmpty { s.pending.refs = item.refs } else { s.pending.refs.append(contentsOf: item.refs) }
-            s.pending.events.received += item.events.received
-            s.pending.events.replayed += item.events.replayed
-            s.pending.events.ambiguous += item.events.ambiguous
-            s.pending.events.retried += item.events.retried
-            s.pending.events.reconnects += item.events.reconnects
-            s.pending.events.resentAfterCrash += item.events.resentAfterCrash
-            s.pending.events.inFlightWaits += item.events.inFlightWaits
-            s.pending.events.lostAfterSettle += item.events.lostAfterSettle
-            s.pending.events.refusedAfterSettle += item.events.refusedAfterSettle
-            for (campaign, e) in item.campaignEvents {
-                s.pending.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += e.resentAfterCrash
-                s.pending.campaignEvents[campaign, default: PipelineEvents()].ambiguous += e.ambiguous
+            if let last = s.pending.indices.last, s.pending[last].outcomes.count + item.outcomes.count <= outcomesPerTake {
+                Self.merge(item, into: &s.pending[last])
+            } else {
+                // Taken over whole (the usual case when the settler keeps up), not copied element by element.
+                s.pending.append(item)
             }
-            s.pending.shardEvents.append(contentsOf: item.shardEvents)
-            s.count += 1
             let w = s.waiter
             s.waiter = nil
             return w
         }
         waiter?.resume()
+    }
+
+    private static func merge(_ item: Item, into pending: inout Item) {
+        if pending.outcomes.isEmpty { pending.outcomes = item.outcomes } else { pending.outcomes.append(contentsOf: item.outcomes) }
+        if pending.refs.isEmpty { pending.refs = item.refs } else { pending.refs.append(contentsOf: item.refs) }
+        pending.events.received += item.events.received
+        pending.events.replayed += item.events.replayed
+        pending.events.ambiguous += item.events.ambiguous
+        pending.events.retried += item.events.retried
+        pending.events.reconnects += item.events.reconnects
+        pending.events.resentAfterCrash += item.events.resentAfterCrash
+        pending.events.inFlightWaits += item.events.inFlightWaits
+        pending.events.lostAfterSettle += item.events.lostAfterSettle
+        pending.events.refusedAfterSettle += item.events.refusedAfterSettle
+        for (campaign, e) in item.campaignEvents {
+            pending.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += e.resentAfterCrash
+            pending.campaignEvents[campaign, default: PipelineEvents()].ambiguous += e.ambiguous
+        }
+        pending.shardEvents.append(contentsOf: item.shardEvents)
     }
 
     /// No more items will come; `take` returns what is left, then nil.
@@ -62,23 +83,19 @@ final class SettlerInbox: Sendable {
         waiter?.resume()
     }
 
-    /// Everything put since the last take (waiting for something if empty); nil once closed and empty.
+    /// The oldest pending item: what was put since the last take, up to about `outcomesPerTake` outcomes
+    /// (waiting for something if empty); nil once closed and empty.
     func take() async -> Item? {
         while true {
             let result = state.withLock { s -> (Item?, Bool) in
-                if s.count > 0 {
-                    let item = s.pending
-                    s.pending = Item()
-                    s.count = 0
-                    return (item, false)
-                }
+                if !s.pending.isEmpty { return (s.pending.removeFirst(), false) }
                 return (nil, s.closed)
             }
             if let item = result.0 { return item }
             if result.1 { return nil }
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { s -> Bool in
-                    if s.count > 0 || s.closed { return true }
+                    if !s.pending.isEmpty || s.closed { return true }
                     s.waiter = c
                     return false
                 }

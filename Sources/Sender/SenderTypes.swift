@@ -17,35 +17,107 @@ public struct SourcePosition: Sendable, Hashable, CustomStringConvertible {
 
 /// One notification to send: what a transport needs and nothing else. The payload is already encoded
 /// and checked against the limit.
+///
+/// A value type over one shared storage object (copy-on-write): a notification is copied into queues,
+/// replay buffers and outcomes, and each copy is one reference count rather than one per string and
+/// buffer (issue 14). It keeps no more than it needs: a binary shard holds every notification it wrote
+/// for the grace window after it settled (tens of thousands at full rate), so e.g. the token's hex
+/// (96 bytes on the heap) is made when needed rather than kept.
 public struct PushNotification: Sendable {
-    public var jobID: String
-    public var app: String
-    public var token: DeviceToken
-    public var payload: [UInt8]
-    public var expiry: UInt32
-    public var priority: Priority
-    public var campaign: String?
+    private final class Storage: @unchecked Sendable {
+        // Only mutated through `PushNotification`'s setters, on a uniquely referenced storage.
+        var jobID: String
+        var app: String
+        var token: DeviceToken
+        var payload: [UInt8]
+        var expiry: UInt32
+        var priority: Priority
+        var campaign: String?
+        var collapseID: String?
+        var pushType: String?
+        var position: SourcePosition?
+
+        init(
+            jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
+            campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?
+        ) {
+            self.jobID = jobID
+            self.app = app
+            self.token = token
+            self.payload = payload
+            self.expiry = expiry
+            self.priority = priority
+            self.campaign = campaign
+            self.collapseID = collapseID
+            self.pushType = pushType
+            self.position = position
+        }
+
+        func copy() -> Storage {
+            Storage(
+                jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
+                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func unique() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
+
+    public var jobID: String {
+        get { storage.jobID }
+        set { unique().jobID = newValue }
+    }
+    public var app: String {
+        get { storage.app }
+        set { unique().app = newValue }
+    }
+    public var token: DeviceToken {
+        get { storage.token }
+        set { unique().token = newValue }
+    }
+    public var payload: [UInt8] {
+        get { storage.payload }
+        set { unique().payload = newValue }
+    }
+    public var expiry: UInt32 {
+        get { storage.expiry }
+        set { unique().expiry = newValue }
+    }
+    public var priority: Priority {
+        get { storage.priority }
+        set { unique().priority = newValue }
+    }
+    public var campaign: String? {
+        get { storage.campaign }
+        set { unique().campaign = newValue }
+    }
     /// HTTP/2 `apns-collapse-id` (≤ 64 bytes); the binary interface has no such field and ignores it.
-    public var collapseID: String?
+    public var collapseID: String? {
+        get { storage.collapseID }
+        set { unique().collapseID = newValue }
+    }
     /// HTTP/2 `apns-push-type` (`alert`, `background`, …); nil lets the transport infer it from the payload.
-    public var pushType: String?
+    public var pushType: String? {
+        get { storage.pushType }
+        set { unique().pushType = newValue }
+    }
     /// The job's Kafka position, when it came from Kafka (`send` reads files and has none).
-    public var position: SourcePosition?
+    public var position: SourcePosition? {
+        get { storage.position }
+        set { unique().position = newValue }
+    }
 
     public init(
         jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
     ) {
-        self.jobID = jobID
-        self.app = app
-        self.token = token
-        self.payload = payload
-        self.expiry = expiry
-        self.priority = priority
-        self.campaign = campaign
-        self.collapseID = collapseID
-        self.pushType = pushType
-        self.position = position
+        storage = Storage(
+            jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
+            campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
     }
 }
 
