@@ -604,6 +604,12 @@ public final class PipelineRunner: Service, Sendable {
         var item = SettlerInbox.Item()
         item.outcomes.reserveCapacity(batch.outcomes.count)
         for o in batch.outcomes {
+            // The transport's ambiguous resends of this notification, now that it has settled, counted
+            // for its campaign (the totals already have them, from `batch.events.ambiguous`). Before the
+            // dead-letter skip: those resends happened whichever way the outcome settles.
+            if o.ambiguousResends > 0, let campaign = o.notification.campaign {
+                item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += Int(o.ambiguousResends)
+            }
             if !keepingDeadLetters, o.kind == .deadLettered, o.notification.position != nil { continue }
             item.outcomes.append(redisOutcome(o))
             if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }

@@ -65,6 +65,9 @@ struct BinaryConnectionStateMachine {
         /// Its outcome was reported (accepted, by time) before an error proved it discarded: it is being
         /// resent from the grace window, and must not be reported again.
         var reported = false
+        /// Times resent after the connection was lost while it was written and unsettled (see
+        /// `Outcome.ambiguousResends`).
+        var ambiguousResends: UInt8 = 0
     }
 
     /// What an error response led to, for the driver's log lines (the outcomes and events are kept).
@@ -163,7 +166,10 @@ struct BinaryConnectionStateMachine {
             // As `record(p, .accepted)`: one already reported (resent from the grace window) is not
             // reported again.
             if !p.reported {
-                accepted.append(Outcome(notification: p.notification, delivery: .accepted, attempts: p.attempts, connection: connection))
+                accepted.append(
+                    Outcome(
+                        notification: p.notification, delivery: .accepted, attempts: p.attempts, connection: connection,
+                        ambiguousResends: p.ambiguousResends))
             }
         }
         outcomes = accepted
@@ -255,7 +261,12 @@ struct BinaryConnectionStateMachine {
     mutating func connectionLost() -> Int {
         let (written, unwritten) = replay.takeAll()
         events.ambiguous += written.count
-        requeueAtFront((written + unwritten).map(\.item))
+        let resent = written.map { entry in
+            var p = entry.item
+            if p.ambiguousResends < .max { p.ambiguousResends += 1 }
+            return p
+        }
+        requeueAtFront(resent + unwritten.map(\.item))
         return written.count
     }
 
@@ -285,7 +296,7 @@ struct BinaryConnectionStateMachine {
         outcomes.append(
             Outcome(
                 notification: p.notification, delivery: delivery, code: status.map { String($0.rawValue) },
-                attempts: p.attempts, connection: connection))
+                attempts: p.attempts, connection: connection, ambiguousResends: p.ambiguousResends))
     }
 
     /// Puts notifications back at the front of the queue, in their original order.

@@ -171,13 +171,23 @@ public struct Outcome: Sendable {
     public var attempts: Int
     /// The shard (binary) or connection (HTTP/2) that wrote it last.
     public var connection: Int
+    /// Times it was resent after a write whose fate is unknown (HTTP/2: unanswered when its connection
+    /// died, or reset with a code other than REFUSED_STREAM; binary: written, unsettled, when the
+    /// connection was lost): each one is a possible duplicate on the device. The transports count the
+    /// same resends in `SenderEvents.ambiguous` (process-wide); this lets the pipeline count them per
+    /// campaign when the outcome settles. Saturates at 255.
+    public var ambiguousResends: UInt8
 
-    public init(notification: PushNotification, delivery: Delivery, code: String? = nil, attempts: Int, connection: Int) {
+    public init(
+        notification: PushNotification, delivery: Delivery, code: String? = nil, attempts: Int, connection: Int,
+        ambiguousResends: UInt8 = 0
+    ) {
         self.notification = notification
         self.delivery = delivery
         self.code = code
         self.attempts = attempts
         self.connection = connection
+        self.ambiguousResends = ambiguousResends
     }
 
     public var kind: OutcomeKind {

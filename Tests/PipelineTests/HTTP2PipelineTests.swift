@@ -152,4 +152,35 @@ struct HTTP2PipelineTests {
         try await sim.stop()
         await stack.stop()
     }
+
+    /// Connections dropped with requests in flight: each unanswered request is resent (a possible
+    /// duplicate) and counted `ambiguous` for its campaign when it settles, not only in the totals.
+    @Test func droppedConnectionsCountAmbiguousResendsPerCampaign() async throws {
+        let audience = (0..<600).map(token)
+        var faults = HTTP2FaultScript()
+        faults.dropEvery = 150  // the 150th accepted request's connection closes before it is answered
+        let stack = try await Stack()
+        let sim = try await Self.simulator(faults)
+        let pipeline = RunningPipeline(Self.configuration(stack, sim))
+        try await stack.publish(campaign: "d", template: template, tokens: audience)
+        try await stack.waitSettled("d", count: 600)
+        // Every job is in campaign "d", so once the last outcome is in, its count is the totals' one.
+        var campaignAmbiguous: Int64 = 0
+        var totalsAmbiguous: Int64 = 0
+        try await eventually("the campaign's ambiguous equals the totals'") {
+            campaignAmbiguous = try await stack.campaign("d")["ambiguous"] ?? 0
+            totalsAmbiguous = try await stack.store.readStats().totals[.ambiguous]
+            return campaignAmbiguous == totalsAmbiguous
+        }
+        #expect(campaignAmbiguous >= 1, "the drops left requests unanswered")
+        #expect(totalsAmbiguous >= campaignAmbiguous)
+        let d = try await stack.campaign("d")
+        #expect(d["accepted"] == 600)
+        let recorded = Self.recorded(sim, campaign: "d")
+        #expect(recorded.count == 600)
+        #expect(Int64(recorded.values.reduce(0, +) - recorded.count) <= campaignAmbiguous, "duplicates only among ambiguous")
+        try await pipeline.stop()
+        try await sim.stop()
+        await stack.stop()
+    }
 }

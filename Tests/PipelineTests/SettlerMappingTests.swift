@@ -47,6 +47,27 @@ import Testing
         #expect(item.shardEvents == [ShardEvents(app: "com.example.shop", shard: 2, replayed: 4)])
     }
 
+    /// The transports' ambiguous resends ride on the outcomes and count for their campaign when they
+    /// settle (dead-lettered ones too, settled through their letters); the totals keep the batch's events.
+    @Test func ambiguousResendsCountForTheirCampaign() {
+        var resent = Self.outcome("ok", .accepted, offset: 10)
+        resent.ambiguousResends = 2
+        var lettered = Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), offset: 11)
+        lettered.ambiguousResends = 1
+        var noCampaign = Self.outcome("solo", .accepted, offset: 12)
+        noCampaign.notification.campaign = nil
+        noCampaign.ambiguousResends = 1
+        var events = SenderEvents()
+        events.ambiguous = 4
+        let batch = OutcomeBatch(
+            app: "com.example.shop", connection: 2,
+            outcomes: [resent, lettered, noCampaign, Self.outcome("once", .accepted, offset: 13)], events: events)
+        let item = PipelineRunner.settlerItem(batch, topic: "jobs", keepingDeadLetters: false)
+        #expect(item.campaignEvents.keys.sorted() == ["c"])
+        #expect(item.campaignEvents["c"]?.ambiguous == 3)
+        #expect(item.events.ambiguous == 4, "the totals are not counted twice")
+    }
+
     /// Jobs a gateway refused for good are dead-lettered before they settle: the letter is the job as
     /// it was sent (a valid job message), with the gateway's reason.
     @Test func refusedJobsSettleThroughTheirDeadLetters() throws {

@@ -142,6 +142,8 @@ import Testing
         let (outcomes, events) = drain(&m)
         #expect(outcomes.map(\.jobID) == ["job-0", "job-1", "job-2", "job-3"])
         #expect(outcomes.map(\.attempts) == [1, 1, 2, 2] && events.ambiguous == 2)
+        // The lost-and-resent ones carry it on their outcomes (counted per campaign by the pipeline).
+        #expect(outcomes.map(\.ambiguousResends) == [0, 0, 1, 1])
         #expect(m.replay.isEmpty)
     }
 

@@ -145,6 +145,10 @@ import Testing
         #expect(m.queue.count == 2)
         // A late answer for a stream of the dead connection is not settled twice.
         #expect(m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2).settled.isEmpty)
+        // The resends carry it (to their outcomes, where the pipeline counts it per campaign).
+        #expect(m.tick(now: 100).connect)
+        // (One stream until the new connection is authenticated.)
+        #expect(m.connected(now: 100).writes.map(\.request.ambiguousResends) == [1])
     }
 
     /// `reconnects` counts connections after the first (the demo showed one per connection before).
@@ -166,9 +170,11 @@ import Testing
         let r = m.reset(streamID: 3, refused: true, now: 1)
         #expect(r.writes.map(\.request.job) == [1])
         #expect(r.writes.first?.streamID == 7)
-        _ = m.reset(streamID: 5, refused: false, now: 1)
+        let ambiguous = m.reset(streamID: 5, refused: false, now: 1)
         let e = m.takeEvents()
         #expect(e.replayed == 1 && e.ambiguous == 1)
+        #expect(r.writes.map(\.request.ambiguousResends) == [0], "a refused stream was not processed")
+        #expect(ambiguous.writes.map(\.request.ambiguousResends) == [1])
     }
 
     @Test func expiredProviderTokenRenewsOnceThenStops() {

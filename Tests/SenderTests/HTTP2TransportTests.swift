@@ -178,6 +178,10 @@ import TestSupport
         let duplicates = records.count - recordedJobs.count
         let events = log.events
         #expect(duplicates <= events.ambiguous)
+        // Each ambiguous resend shows on the outcome of the request resent (what the pipeline counts
+        // per campaign); GOAWAY replays do not.
+        #expect(events.ambiguous > 0, "the drops left requests unanswered")
+        #expect(outcomes.reduce(0) { $0 + Int($1.ambiguousResends) } == events.ambiguous)
         #expect(events.replayed > 0 || sim.totals.goAways > 0)
         #expect(events.reconnects > 4)
         try await sim.stop()

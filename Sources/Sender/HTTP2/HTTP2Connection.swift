@@ -242,7 +242,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         for s in action.settled {
             pendingOutcomes.append(
                 Outcome(notification: s.request.job.notification, delivery: s.delivery, code: s.code,
-                        attempts: s.request.attempts, connection: index))
+                        attempts: s.request.attempts, connection: index, ambiguousResends: s.request.ambiguousResends))
         }
         if !action.reroute.isEmpty { reroute(action.reroute, index) }
         if action.ping, let handler { handler.ping() }

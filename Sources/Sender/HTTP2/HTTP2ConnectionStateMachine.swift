@@ -42,6 +42,13 @@ struct HTTP2ConnectionStateMachine<Job> {
         var rateLimited = 0
         /// Already resent once after 403 ExpiredProviderToken.
         var renewedToken = false
+        /// Times resent after its fate was unknown (see `Outcome.ambiguousResends`).
+        var ambiguousResends: UInt8 = 0
+
+        /// Requeued after a write that may have been processed: a possible duplicate.
+        mutating func noteAmbiguous() {
+            if ambiguousResends < .max { ambiguousResends += 1 }
+        }
 
         init(job: Job) { self.job = job }
     }
@@ -291,8 +298,13 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func reset(streamID: UInt32, refused: Bool, now: Double) -> Action {
         lastRead = now
         var action = Action()
-        guard let request = inFlight.removeValue(forKey: streamID)?.request else { return action }
-        if refused { events.replayed += 1 } else { events.ambiguous += 1 }
+        guard var request = inFlight.removeValue(forKey: streamID)?.request else { return action }
+        if refused {
+            events.replayed += 1
+        } else {
+            events.ambiguous += 1
+            request.noteAmbiguous()
+        }
         queue.prepend(request)
         finishIfGoingAway(into: &action)
         pump(now: now, into: &action)
@@ -323,7 +335,10 @@ struct HTTP2ConnectionStateMachine<Job> {
         // Unanswered streams may have been processed: resent, and counted as possible duplicates.
         let unanswered = inFlight.keys.sorted()
         for id in unanswered.reversed() {
-            if let r = inFlight.removeValue(forKey: id)?.request { queue.prepend(r) }
+            if var r = inFlight.removeValue(forKey: id)?.request {
+                r.noteAmbiguous()
+                queue.prepend(r)
+            }
         }
         events.ambiguous += unanswered.count
         return afterConnection(now: now)
