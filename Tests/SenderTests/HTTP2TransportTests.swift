@@ -195,7 +195,10 @@ import TestSupport
         let calls = Atomic<Int>(0)
         let signer = try ProviderTokenSigner(
             keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)
-        let cache = ProviderTokenCache(signer: signer) {
+        // Renewed only on APNs' word (no renewal by age), so the first requests surely carry the old
+        // token: otherwise a second `current()` before any request was answered (a connection dropped
+        // and reopened on a loaded machine) renewed it by age and no 403 ever came.
+        let cache = ProviderTokenCache(signer: signer, renewAfter: 10 * 3600) {
             let now = Int64(Date().timeIntervalSince1970)
             return calls.add(1, ordering: .relaxed).newValue == 1 ? now - 7200 : now
         }
