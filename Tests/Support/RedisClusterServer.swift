@@ -23,15 +23,26 @@ public final class RedisClusterServer: @unchecked Sendable {
         var nodes: [RedisServer] = []
         var busPorts: [Int] = []
         for _ in 0..<masters {
-            busPorts.append(try freeLoopbackPort())
-            nodes.append(try await RedisServer(extraArguments: [
-                "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", String(nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000),
-                "--cluster-require-full-coverage", "no",
-                // The bus port is the client port + 10 000 unless given: a free port of its own instead,
-                // since client port + 10 000 may be taken or past 65 535.
-                "--cluster-port", String(busPorts.last!),
-            ]))
+            // A picked port may be taken before the node binds it (tests run in parallel): the node then
+            // exits, and is started again with other ports (RedisServer retries its client port).
+            var attempt = 1
+            while true {
+                let busPort = try freeLoopbackPort()
+                do {
+                    nodes.append(try await RedisServer(extraArguments: [
+                        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", String(nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000),
+                        "--cluster-require-full-coverage", "no",
+                        // The bus port is the client port + 10 000 unless given: a free port of its own
+                        // instead, since client port + 10 000 may be taken or past 65 535.
+                        "--cluster-port", String(busPort),
+                    ]))
+                    busPorts.append(busPort)
+                    break
+                } catch where attempt < 3 {
+                    attempt += 1
+                }
+            }
         }
         self.nodes = nodes
         for (index, node) in nodes.enumerated() {

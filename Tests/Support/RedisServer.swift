@@ -14,7 +14,8 @@ public final class RedisServer: @unchecked Sendable {
     public static let available = executable != nil || ProcessInfo.processInfo.environment["CI"] != nil
     public static let skipReason: Comment = "redis-server is not installed (Debian package redis-server): Redis tests skipped; set CI=1 to make this a failure"
 
-    public let port: Int
+    /// Set once the server runs (changed only while `init` retries on a port taken meanwhile).
+    public private(set) var port: Int
     let directory: String
     let extraArguments: [String]
     private let persistent: Bool
@@ -33,7 +34,19 @@ public final class RedisServer: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.persistent = persistent
         self.extraArguments = extraArguments
-        try await start()
+        // A free port is free when it is picked, not when redis-server binds it: a test running in
+        // parallel may take it in between, and the server exits at once. Another port, then.
+        var attempt = 1
+        while true {
+            do {
+                try await start()
+                return
+            } catch where attempt < 3 {
+                kill()
+                attempt += 1
+                port = try freeLoopbackPort()
+            }
+        }
     }
 
     public func start() async throws {
