@@ -170,30 +170,40 @@ public struct JSONParser {
         let quote = index
         index += 1
         let start = index
+        let scan = try scanUnescaped()
+        guard scan.closed else {
+            // Escapes (rare): the building path, whose checks these are.
+            index = quote
+            _ = try parseString()
+            return
+        }
+        if !scan.ascii && !Self.isValidUTF8(UnsafeRawBufferPointer(rebasing: bytes[start..<index])) {
+            throw error("invalid UTF-8 in string")
+        }
+        index += 1
+    }
+
+    /// Scans a string's characters from `index` up to its closing quote (`closed`, `index` at the quote)
+    /// or to the first backslash or the end of input (not `closed`, `index` there); `ascii` says whether
+    /// every byte scanned was below 0x80. A control character is an error.
+    @inline(__always)
+    private mutating func scanUnescaped() throws(Error) -> (closed: Bool, ascii: Bool) {
         var ascii = true
         while index < bytes.count {
             // Eight plain characters at a time (no quote, backslash, control or non-ASCII byte): a
-            // payload's strings are skipped in every job. A chunk with any of them goes byte by byte.
+            // payload's strings are read in every job. A chunk with any of them goes byte by byte.
             if index + 8 <= bytes.count, Self.isPlainASCII(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
                 index += 8
                 continue
             }
             let b = bytes[index]
-            if b == UInt8(ascii: "\"") {
-                if !ascii && !Self.isValidUTF8(UnsafeRawBufferPointer(rebasing: bytes[start..<index])) {
-                    throw error("invalid UTF-8 in string")
-                }
-                index += 1
-                return
-            }
-            if b == UInt8(ascii: "\\") { break }
+            if b == UInt8(ascii: "\"") { return (true, ascii) }
+            if b == UInt8(ascii: "\\") { return (false, ascii) }
             if b < 0x20 { throw error("control character in string") }
             if b >= 0x80 { ascii = false }
             index += 1
         }
-        // Escapes (rare): the building path, whose checks these are.
-        index = quote
-        _ = try parseString()
+        return (false, ascii)
     }
 
     /// Whether none of the eight bytes of `chunk` is `"`, `\\`, below 0x20 or above 0x7F (SWAR: each
@@ -355,30 +365,18 @@ public struct JSONParser {
         // Fast path: no escapes, valid UTF-8 checked by String(validating:). An all-ASCII string (keys,
         // ids, hex tokens: nearly all of them) is valid UTF-8 as it stands and skips that check, whose
         // generic entry point cost a runtime metadata lookup per string.
-        var ascii = true
-        while index < bytes.count {
-            // Eight plain characters at a time, as in `skipString`.
-            if index + 8 <= bytes.count, Self.isPlainASCII(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
-                index += 8
-                continue
+        let scan = try scanUnescaped()
+        if scan.closed {
+            let slice = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+            let s: String
+            if scan.ascii {
+                s = String(decoding: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
+            } else {
+                guard let v = String(validating: slice, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
+                s = v
             }
-            let b = bytes[index]
-            if b == UInt8(ascii: "\"") {
-                let slice = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
-                let s: String
-                if ascii {
-                    s = String(decoding: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self)
-                } else {
-                    guard let v = String(validating: slice, as: UTF8.self) else { throw error("invalid UTF-8 in string") }
-                    s = v
-                }
-                index += 1
-                return s
-            }
-            if b == UInt8(ascii: "\\") { break }
-            if b < 0x20 { throw error("control character in string") }
-            if b >= 0x80 { ascii = false }
             index += 1
+            return s
         }
         // Slow path: copy with escapes resolved.
         var out = Array(UnsafeRawBufferPointer(rebasing: bytes[start..<index]))
