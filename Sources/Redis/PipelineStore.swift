@@ -349,32 +349,39 @@ public struct PipelineStore: Sendable {
         let bucket = Self.floorDivide(batch.settledAt, width)
         let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
         let subs = configuration.dedupSubBucketsPerTag
+        // Parts by token tag, in first-seen order. A batch touches a few dozen tags: a scan comparing the
+        // bucket first is cheaper than hashing the app's name per job.
         var parts: [TagWrites] = []
-        var partOf: [TagID: Int] = [:]
+        var partIDs: [TagID] = []
         func part(app: String, tokenHex: String) -> Int {
-            let id = TagID(app: app, bucket: keys.tokenBucket(tokenHex))
-            if let known = partOf[id] { return known }
-            parts.append(TagWrites(keys: keys, tag: keys.tokenTag(app: app, bucket: id.bucket), marker: batch.id, expireAt: dedupExpiry))
-            partOf[id] = parts.count - 1
+            let bucket = keys.tokenBucket(tokenHex)
+            if let known = partIDs.firstIndex(where: { $0.bucket == bucket && $0.app == app }) { return known }
+            parts.append(TagWrites(keys: keys, tag: keys.tokenTag(app: app, bucket: bucket), marker: batch.id, expireAt: dedupExpiry))
+            partIDs.append(TagID(app: app, bucket: bucket))
             return parts.count - 1
         }
+        // The per-job counters are summed here and written once per field and campaign after the loop
+        // (CounterWrites hashes each key and field it is given: three keys per outcome made that a few
+        // percent of `run`, issue 14).
+        var tally = OutcomeTally()
         struct CampaignJob: Hashable {
-            var campaign: String
+            var campaign: Int
             var member: Int64
         }
         var seenInBatch = Set<CampaignJob>()
         for outcome in batch.outcomes {
-            count(outcome.kind.rawValue, 1, campaign: outcome.campaign)
-            if let code = outcome.code { count("rejected:\(code)", 1, campaign: outcome.campaign) }
+            let campaignIndex = tally.campaign(outcome.campaign)
+            tally.count(outcome.kind.rawValue, campaign: campaignIndex)
+            if let code = outcome.code { tally.count("rejected:\(code)", campaign: campaignIndex) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
-                counters.increment(keys.shard(app: outcome.app, shard: shard), "sent", 1)
+                tally.sent(app: outcome.app, shard: shard)
             }
             let fingerprint = JobFingerprint(jobID: outcome.jobID)
             // Per-job progress: counted by the counters script if this is the job's first settlement.
             // Only a job's first outcome in this batch can be (a later one is a redelivered copy).
             var progress: (campaign: String, field: CampaignField)?
             if let campaign = outcome.campaign, let field = CampaignField.jobs(outcome.kind),
-                seenInBatch.insert(CampaignJob(campaign: campaign, member: fingerprint.member)).inserted
+                seenInBatch.insert(CampaignJob(campaign: campaignIndex, member: fingerprint.member)).inserted
             {
                 progress = (campaign, field)
             }
@@ -402,6 +409,8 @@ public struct PipelineStore: Sendable {
                 parts[p].suppress(tokenHex: outcome.tokenHex, at: at, reason: suppression.reason)
             }
         }
+        for field in tally.fields { count(field.name, field.count, campaign: tally.campaigns[field.campaign]) }
+        for sent in tally.shards { counters.increment(keys.shard(app: sent.app, shard: sent.shard), "sent", sent.count) }
         let events = batch.events
         count(CounterField.received.rawValue, Int64(events.received))
         count(CounterField.replayed.rawValue, Int64(events.replayed))
@@ -759,6 +768,66 @@ struct ScriptGroup: Sendable {
     }
 }
 
+/// A settle batch's per-job counters, summed before they become `CounterWrites`: a batch has one or a
+/// few campaigns, outcome kinds and shards, so each lookup is a short scan that mostly hits the entry
+/// the previous job used.
+struct OutcomeTally {
+    struct Field {
+        var name: String
+        var campaign: Int
+        var count: Int64
+    }
+    struct Sent {
+        var app: String
+        var shard: Int
+        var count: Int64
+    }
+    /// Index 0 is "no campaign".
+    private(set) var campaigns: [String?] = [nil]
+    private(set) var fields: [Field] = []
+    private(set) var shards: [Sent] = []
+    private var lastCampaign = 0
+    private var lastField = -1
+    private var lastShard = -1
+
+    /// The index of `campaign` in `campaigns`.
+    mutating func campaign(_ campaign: String?) -> Int {
+        guard let campaign else { return 0 }
+        if campaigns[lastCampaign] == campaign { return lastCampaign }
+        if let i = campaigns.firstIndex(where: { $0 == campaign }) {
+            lastCampaign = i
+        } else {
+            campaigns.append(campaign)
+            lastCampaign = campaigns.count - 1
+        }
+        return lastCampaign
+    }
+
+    mutating func count(_ name: String, campaign: Int) {
+        if lastField >= 0, fields[lastField].campaign == campaign, fields[lastField].name == name {
+            fields[lastField].count += 1
+        } else if let i = fields.firstIndex(where: { $0.campaign == campaign && $0.name == name }) {
+            fields[i].count += 1
+            lastField = i
+        } else {
+            fields.append(Field(name: name, campaign: campaign, count: 1))
+            lastField = fields.count - 1
+        }
+    }
+
+    mutating func sent(app: String, shard: Int) {
+        if lastShard >= 0, shards[lastShard].shard == shard, shards[lastShard].app == app {
+            shards[lastShard].count += 1
+        } else if let i = shards.firstIndex(where: { $0.shard == shard && $0.app == app }) {
+            shards[i].count += 1
+            lastShard = i
+        } else {
+            shards.append(Sent(app: app, shard: shard, count: 1))
+            lastShard = shards.count - 1
+        }
+    }
+}
+
 /// The writes of one token tag for `Scripts.tagWrites`: dedup records, lease releases, suppressions and
 /// registrations. Built per job without Strings where it can: integers and token hex go straight into
 /// the argument bytes; a dedup key is made once per set and batch.
@@ -932,6 +1001,7 @@ struct CounterWrites {
     }
     private var progress: [Progress] = []
     private var campaignIndex: [String: Int] = [:]
+    private var lastCampaign: (id: String, index: Int)?
     var countedTTL: Int64 = 1
 
     init(marker: String?) { self.marker = marker }
@@ -953,9 +1023,15 @@ struct CounterWrites {
     func touches(_ key: String) -> Bool { keyIndex[key].map { increments[$0] != nil } ?? false }
 
     private mutating func campaign(_ id: String, keys: RedisKeys) -> Int {
-        if let known = campaignIndex[id] { return known }
+        // Called per job: consecutive jobs are mostly of one campaign.
+        if let last = lastCampaign, last.id == id { return last.index }
+        if let known = campaignIndex[id] {
+            lastCampaign = (id, known)
+            return known
+        }
         progress.append(Progress(hash: index(keys.campaign(id)), counted: index(keys.countedJobs(campaign: id))))
         campaignIndex[id] = progress.count - 1
+        lastCampaign = (id, progress.count - 1)
         return progress.count - 1
     }
     mutating func accepted(campaign id: String, keys: RedisKeys, member: Int64, part: Int, add: Int) {

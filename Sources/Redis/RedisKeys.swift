@@ -74,11 +74,18 @@ public struct RedisKeys: Sendable, Hashable {
     /// Persisted through the key names: it must never change (a different one would hide every stored
     /// suppression, registration and dedup record).
     public func tokenBucket(_ hex: String) -> Int {
-        var hash: UInt32 = 0x811c_9dc5
-        for byte in hex.utf8 {
-            let lower = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-            hash = (hash ^ UInt32(lower)) &* 0x0100_0193
+        // Over the contiguous UTF-8 of a native string when there is one (every token the pipeline
+        // makes): the index-per-byte iteration of `utf8` cost as much as the hash (called per job by the
+        // gate and the settle).
+        func fnv(_ bytes: some Sequence<UInt8>) -> UInt32 {
+            var hash: UInt32 = 0x811c_9dc5
+            for byte in bytes {
+                let lower = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+                hash = (hash ^ UInt32(lower)) &* 0x0100_0193
+            }
+            return hash
         }
+        let hash = hex.utf8.withContiguousStorageIfAvailable { fnv($0) } ?? fnv(hex.utf8)
         return Int(hash % UInt32(tokenBuckets))
     }
 
@@ -145,12 +152,18 @@ public struct JobFingerprint: Sendable, Hashable {
     let spread: UInt64
 
     public init(jobID: String) {
-        var a: UInt64 = 0xcbf2_9ce4_8422_2325
-        var b: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 0x9e37_79b9_7f4a_7c15
-        for byte in jobID.utf8 {
-            a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-            b = (b ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+        // Over the contiguous UTF-8 when the string has it (see `RedisKeys.tokenBucket`); the values are
+        // pinned by `ClientTests.fingerprintsAndTokenBucketsNeverChange`.
+        func fnv(_ bytes: some Sequence<UInt8>) -> (UInt64, UInt64) {
+            var a: UInt64 = 0xcbf2_9ce4_8422_2325
+            var b: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 0x9e37_79b9_7f4a_7c15
+            for byte in bytes {
+                a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+                b = (b ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+            }
+            return (a, b)
         }
+        let (a, b) = jobID.utf8.withContiguousStorageIfAvailable { fnv($0) } ?? fnv(jobID.utf8)
         member = Int64(bitPattern: Self.mix(a))
         spread = Self.mix(b)
     }

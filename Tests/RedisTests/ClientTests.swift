@@ -57,6 +57,27 @@ import TestSupport
         #expect(fingerprint.subBucket(of: 1024) == JobFingerprintGolden.subBucket)
     }
 
+    /// Both hashes are persisted through stored records and key names; the values here were computed
+    /// independently (a Python rendering of FNV-1a + the murmur3 finaliser), not by the code under test.
+    @Test func fingerprintsAndTokenBucketsNeverChange() {
+        let cases: [(id: String, member: Int64, subBucket: Int)] = [
+            ("", -1_166_397_803_181_037_274, 2955),
+            ("bench:" + String(repeating: "ab", count: 32), -3_683_531_534_039_822_219, 1098),
+            ("é-ünïcode", 2_670_560_333_588_562_425, 3873),
+        ]
+        for c in cases {
+            let fingerprint = JobFingerprint(jobID: c.id)
+            #expect(fingerprint.member == c.member, "\(c.id)")
+            #expect(fingerprint.subBucket(of: 4096) == c.subBucket, "\(c.id)")
+            // A Substring's copy and a string built piece by piece hash the same.
+            #expect(JobFingerprint(jobID: String(("x" + c.id).dropFirst())) == fingerprint)
+        }
+        let keys = RedisKeys(prefix: "apns", tokenBuckets: 16)
+        #expect(keys.tokenBucket(String(repeating: "ab", count: 32)) == 1_315_897_349 % 16)
+        #expect(keys.tokenBucket(String(repeating: "AB", count: 32)) == 1_315_897_349 % 16)  // case-blind
+        #expect(RedisKeys(prefix: "apns", tokenBuckets: 1000).tokenBucket(String(repeating: "0123456789abcdef", count: 4)) == 3_743_373_413 % 1000)
+    }
+
     @Test func scriptDigestIsSHA1() {
         #expect(RedisScript("abc").sha1 == "a9993e364706816aba3e25717850c26c9cd0d89d")
         #expect(RedisScript("").sha1 == "da39a3ee5e6b4b0d3255bfef95601890afd80709")
