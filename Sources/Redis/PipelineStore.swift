@@ -110,6 +110,7 @@ public struct PipelineStore: Sendable {
     private let logger: Logger
     private let overflowWarning = OnceFlag()
     private let dedupExpiries = DedupExpiries()
+    private let dedupSetNames: DedupSetNames
 
     public init(client: any RedisConnection, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(), logger: Logger = Logger(label: "apns.redis.store")) {
         self.client = client
@@ -119,6 +120,11 @@ public struct PipelineStore: Sendable {
         self.configuration = configuration
         self.keys = RedisKeys(prefix: configuration.keyPrefix, tokenBuckets: configuration.tokenBuckets)
         self.logger = logger
+        let width = max(1, configuration.dedupBucketWidth.components.seconds)
+        // The buckets a gate probes or a settle writes (retention ÷ width + 2), and one to spare.
+        self.dedupSetNames = DedupSetNames(
+            keys: keys, subBuckets: configuration.dedupSubBucketsPerTag,
+            liveBuckets: Int(configuration.dedupRetention.components.seconds / width) + 3)
     }
 
     public static func epochNow() -> Int64 { Int64(Date().timeIntervalSince1970) }
@@ -183,8 +189,8 @@ public struct PipelineStore: Sendable {
             var tag: String
             var jobs: [Int] = []
             var keys: [String]
-            /// The dedup keys of a sub-bucket (one per probed time bucket), made once per group.
-            var dedupKeys: [Int: [String]] = [:]
+            /// The tag's dedup set names of each probed time bucket, in probe order.
+            var dedupSets: [DedupSetNames.Table]
             var voids = RedisArguments()
             var voidCount = 0
             var jobArguments = RedisArguments()
@@ -201,19 +207,16 @@ public struct PipelineStore: Sendable {
                 g = known
             } else {
                 let tag = keys.tokenTag(app: id.app, bucket: id.bucket)
-                groups.append(Group(tag: tag, keys: [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)]))
+                groups.append(
+                    Group(
+                        tag: tag, keys: [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)],
+                        dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
                 g = groups.count - 1
                 groupOf[id] = g
             }
             let fingerprint = JobFingerprint(jobID: request.jobID)
             let sub = fingerprint.subBucket(of: subs)
-            if let known = groups[g].dedupKeys[sub] {
-                groups[g].keys.append(contentsOf: known)
-            } else {
-                let made = probes.map { keys.dedup(tag: groups[g].tag, bucket: $0, subBucket: sub) }
-                groups[g].dedupKeys[sub] = made
-                groups[g].keys.append(contentsOf: made)
-            }
+            for table in groups[g].dedupSets { groups[g].keys.append(table.names[sub]) }
             groups[g].jobs.append(index)
             if let void = voids[index] {
                 groups[g].voids.append(groups[g].jobs.count)
@@ -346,8 +349,8 @@ public struct PipelineStore: Sendable {
         }
 
         let width = max(1, configuration.dedupBucketWidth.components.seconds)
-        let bucket = Self.floorDivide(batch.settledAt, width)
-        let dedupExpiry = (bucket + 1) * width + configuration.dedupRetention.components.seconds
+        let dedupBucket = Self.floorDivide(batch.settledAt, width)
+        let dedupExpiry = (dedupBucket + 1) * width + configuration.dedupRetention.components.seconds
         let subs = configuration.dedupSubBucketsPerTag
         // Parts by token tag, in first-seen order. A batch touches a few dozen tags: a scan comparing the
         // bucket first is cheaper than hashing the app's name per job.
@@ -356,7 +359,9 @@ public struct PipelineStore: Sendable {
         func part(app: String, tokenHex: String) -> Int {
             let bucket = keys.tokenBucket(tokenHex)
             if let known = partIDs.firstIndex(where: { $0.bucket == bucket && $0.app == app }) { return known }
-            parts.append(TagWrites(keys: keys, tag: keys.tokenTag(app: app, bucket: bucket), marker: batch.id, expireAt: dedupExpiry))
+            let tag = keys.tokenTag(app: app, bucket: bucket)
+            parts.append(
+                TagWrites(keys: keys, tag: tag, marker: batch.id, expireAt: dedupExpiry, dedupSets: dedupSetNames.table(tag: tag, bucket: dedupBucket)))
             partIDs.append(TagID(app: app, bucket: bucket))
             return parts.count - 1
         }
@@ -394,7 +399,7 @@ public struct PipelineStore: Sendable {
             let p = part(app: outcome.app, tokenHex: outcome.tokenHex)
             if outcome.kind == .accepted {
                 // The add releases the job's lease too.
-                let add = parts[p].add(dedupBucket: bucket, subBucket: fingerprint.subBucket(of: subs), member: fingerprint.member) {
+                let add = parts[p].add(subBucket: fingerprint.subBucket(of: subs), member: fingerprint.member) {
                     !dedupExpiries.isGiven($0, now: batch.settledAt)
                 }
                 if let progress { counters.accepted(campaign: progress.campaign, keys: keys, member: fingerprint.member, part: p, add: add) }
@@ -471,7 +476,7 @@ public struct PipelineStore: Sendable {
     /// Notes the dedup sets whose expiry the parts just set (a replayed part set none, but its sets got
     /// theirs when it first ran).
     private func markExpiries(_ parts: [TagWrites]) {
-        dedupExpiries.markGiven(parts.flatMap(\.expiringKeys))
+        dedupExpiries.markGiven(parts.flatMap(\.expiringSets))
     }
 
     /// The flags of the tag parts' replies (`{ flags, sampled set size }` each); warns once about dedup
@@ -836,15 +841,18 @@ struct TagWrites {
     let tag: String
     let marker: String?
     let expireAt: Int64
+    /// The tag's dedup set names of the settle's time bucket (nil: a part that adds no record).
+    let dedupSets: DedupSetNames.Table?
     /// One dedup key per add, in add order.
     private var addKeys: [String] = []
-    private var dedupKeyOf: [Int64: [Int: String]] = [:]
+    /// Sub-buckets added to in this call, a bit each: a set's expiry is considered once per call.
+    private var touchedSubs: [UInt64] = []
     private(set) var adds = 0
     private var addArguments = RedisArguments()
     /// Add positions (1-based) whose set gets its expiry in this call.
     private var expireArguments = RedisArguments()
     /// The sets given their expiry by this call.
-    private(set) var expiringKeys: [String] = []
+    private(set) var expiringSets: [DedupSetID] = []
     private var releases = 0
     private var releaseArguments = RedisArguments()
     private var suppressions = 0
@@ -852,29 +860,31 @@ struct TagWrites {
     private var registrations = 0
     private var registerArguments = RedisArguments()
 
-    init(keys: RedisKeys, tag: String, marker: String?, expireAt: Int64 = 0) {
+    init(keys: RedisKeys, tag: String, marker: String?, expireAt: Int64 = 0, dedupSets: DedupSetNames.Table? = nil) {
         self.keys = keys
         self.tag = tag
         self.marker = marker
         self.expireAt = expireAt
+        self.dedupSets = dedupSets
     }
 
     /// Adds a dedup record (its job's lease is released with it); returns its position (1-based) among
     /// the adds: its flag in the reply. `expiring`: whether this call sets the set's expiry (``DedupExpiries``
     /// decides, given the key).
-    mutating func add(dedupBucket: Int64, subBucket: Int, member: Int64, expiring: (String) -> Bool) -> Int {
-        let key: String
-        if let known = dedupKeyOf[dedupBucket]?[subBucket] {
-            key = known
-        } else {
-            key = keys.dedup(tag: tag, bucket: dedupBucket, subBucket: subBucket)
-            dedupKeyOf[dedupBucket, default: [:]][subBucket] = key
-            if expiring(key) {
+    mutating func add(subBucket: Int, member: Int64, expiring: (DedupSetID) -> Bool) -> Int {
+        guard let dedupSets else { preconditionFailure("a settle part's TagWrites carries its dedup set names") }
+        if touchedSubs.isEmpty { touchedSubs = Array(repeating: 0, count: (dedupSets.names.count + 63) / 64) }
+        let word = subBucket / 64
+        let bit = UInt64(1) << UInt64(subBucket % 64)
+        if touchedSubs[word] & bit == 0 {
+            touchedSubs[word] |= bit
+            let id = DedupSetID(table: dedupSets.serial, subBucket: subBucket)
+            if expiring(id) {
                 expireArguments.append(adds + 1)
-                expiringKeys.append(key)
+                expiringSets.append(id)
             }
         }
-        addKeys.append(key)
+        addKeys.append(dedupSets.names[subBucket])
         addArguments.append(member)
         adds += 1
         return adds
@@ -915,7 +925,7 @@ struct TagWrites {
         var a = RedisArguments()
         a.append(marked ? 1 : 0)
         a.append(adds)
-        a.append(expiringKeys.count)
+        a.append(expiringSets.count)
         a.append(releases)
         a.append(suppressions)
         a.append(registrations)
@@ -937,12 +947,12 @@ struct TagWrites {
 /// only once the call that set them succeeded.
 final class DedupExpiries: @unchecked Sendable {
     private let lock = NSLock()
-    private var given: Set<String> = []
+    private var given: Set<DedupSetID> = []
     private var since: Int64?
     static let memory: Int64 = 60
 
     /// Whether `key` was given its expiry within the last minute (as of `now`, epoch seconds).
-    func isGiven(_ key: String, now: Int64) -> Bool {
+    func isGiven(_ key: DedupSetID, now: Int64) -> Bool {
         lock.lock()
         defer { lock.unlock() }
         if let since, now >= since, now - since < Self.memory {} else {
@@ -952,12 +962,72 @@ final class DedupExpiries: @unchecked Sendable {
         return given.contains(key)
     }
 
-    func markGiven(_ keys: [String]) {
+    func markGiven(_ keys: [DedupSetID]) {
         if keys.isEmpty { return }
         lock.lock()
         defer { lock.unlock() }
         given.formUnion(keys)
     }
+}
+
+/// A dedup set of this process's ``DedupSetNames``: its table's serial number (never reused) and sub-bucket.
+struct DedupSetID: Hashable {
+    var table: Int
+    var subBucket: Int
+}
+
+/// The names of the dedup sets, per token tag and time bucket, made once per process rather than per
+/// job: the gate names `probes` sets per job and the settle one per accepted job, and formatting them
+/// (`{<p>:<app>:<n>}:dedup:<bucket>:<sub>`) was ~5 % of `run`'s CPU (issue 14). Each table holds every
+/// sub-bucket's name of one (tag, bucket): 256 names with the defaults, ~12 KB; tables of buckets older
+/// than `liveBuckets` behind the newest are dropped.
+final class DedupSetNames: @unchecked Sendable {
+    final class Table: Sendable {
+        /// Unique per table in this process (``DedupSetID``).
+        let serial: Int
+        let names: [String]
+        init(serial: Int, names: [String]) {
+            self.serial = serial
+            self.names = names
+        }
+    }
+    private struct TableKey: Hashable {
+        var tag: String
+        var bucket: Int64
+    }
+    private let keys: RedisKeys
+    private let subBuckets: Int
+    private let liveBuckets: Int
+    private let lock = NSLock()
+    private var tables: [TableKey: Table] = [:]
+    private var serial = 0
+    private var newest = Int64.min
+
+    init(keys: RedisKeys, subBuckets: Int, liveBuckets: Int) {
+        self.keys = keys
+        self.subBuckets = max(1, subBuckets)
+        self.liveBuckets = max(1, liveBuckets)
+    }
+
+    func table(tag: String, bucket: Int64) -> Table {
+        let key = TableKey(tag: tag, bucket: bucket)
+        if let known = lock.withLock({ tables[key] }) { return known }
+        let names = (0..<subBuckets).map { keys.dedup(tag: tag, bucket: bucket, subBucket: $0) }
+        return lock.withLock {
+            if let raced = tables[key] { return raced }
+            serial += 1
+            let table = Table(serial: serial, names: names)
+            tables[key] = table
+            if bucket > newest {
+                newest = bucket
+                let oldest = newest - Int64(liveBuckets)
+                tables = tables.filter { $0.key.bucket >= oldest }
+            }
+            return table
+        }
+    }
+
+    var count: Int { lock.withLock { tables.count } }
 }
 
 /// Tag writes by token tag, in first-seen order.

@@ -38,3 +38,28 @@ import Testing
         #expect(tally.campaigns.count == 3)  // nil, spring, autumn
     }
 }
+
+/// Dedup set names are made once per (tag, time bucket) and shared by the gate and the settle.
+@Suite struct DedupSetNamesTests {
+    @Test func namesAreTheKeysOnesAndOldBucketsAreDropped() {
+        let keys = RedisKeys(prefix: "apns", tokenBuckets: 16)
+        let names = DedupSetNames(keys: keys, subBuckets: 256, liveBuckets: 3)
+        let tag = keys.tokenTag(app: "com.example.shop", bucket: 5)
+        let table = names.table(tag: tag, bucket: 100)
+        #expect(table.names.count == 256)
+        #expect(table.names[0] == keys.dedup(tag: tag, bucket: 100, subBucket: 0))
+        #expect(table.names[255] == keys.dedup(tag: tag, bucket: 100, subBucket: 255))
+        #expect(names.table(tag: tag, bucket: 100) === table)  // made once
+        let other = names.table(tag: keys.tokenTag(app: "com.example.shop", bucket: 6), bucket: 100)
+        #expect(other.serial != table.serial)
+        _ = names.table(tag: tag, bucket: 101)
+        #expect(names.count == 3)
+        // Four buckets on, bucket 100 is older than the three kept: dropped, and made again (a new
+        // serial, so an expiry noted for the old table is never taken for the new one's).
+        _ = names.table(tag: tag, bucket: 104)
+        #expect(names.count == 2)  // 101 and 104
+        let again = names.table(tag: tag, bucket: 100)
+        #expect(again !== table && again.serial > table.serial)
+        #expect(again.names == table.names)
+    }
+}
