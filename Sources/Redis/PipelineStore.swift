@@ -414,8 +414,8 @@ public struct PipelineStore: Sendable {
                 parts[p].suppress(tokenHex: outcome.tokenHex, at: at, reason: suppression.reason)
             }
         }
-        for field in tally.fields { count(field.name, field.count, campaign: tally.campaigns[field.campaign]) }
-        for sent in tally.shards { counters.increment(keys.shard(app: sent.app, shard: sent.shard), "sent", sent.count) }
+        for (field, n) in tally.fields.entries { count(field.name, n, campaign: tally.campaigns[field.campaign]) }
+        for (sent, n) in tally.shards.entries { counters.increment(keys.shard(app: sent.app, shard: sent.shard), "sent", n) }
         let events = batch.events
         count(CounterField.received.rawValue, Int64(events.received))
         count(CounterField.replayed.rawValue, Int64(events.replayed))
@@ -777,23 +777,19 @@ struct ScriptGroup: Sendable {
 /// few campaigns, outcome kinds and shards, so each lookup is a short scan that mostly hits the entry
 /// the previous job used.
 struct OutcomeTally {
-    struct Field {
+    struct Field: Equatable {
         var name: String
         var campaign: Int
-        var count: Int64
     }
-    struct Sent {
+    struct Sent: Equatable {
         var app: String
         var shard: Int
-        var count: Int64
     }
     /// Index 0 is "no campaign".
     private(set) var campaigns: [String?] = [nil]
-    private(set) var fields: [Field] = []
-    private(set) var shards: [Sent] = []
+    private(set) var fields = RunTally<Field>()
+    private(set) var shards = RunTally<Sent>()
     private var lastCampaign = 0
-    private var lastField = -1
-    private var lastShard = -1
 
     /// The index of `campaign` in `campaigns`.
     mutating func campaign(_ campaign: String?) -> Int {
@@ -808,27 +804,25 @@ struct OutcomeTally {
         return lastCampaign
     }
 
-    mutating func count(_ name: String, campaign: Int) {
-        if lastField >= 0, fields[lastField].campaign == campaign, fields[lastField].name == name {
-            fields[lastField].count += 1
-        } else if let i = fields.firstIndex(where: { $0.campaign == campaign && $0.name == name }) {
-            fields[i].count += 1
-            lastField = i
-        } else {
-            fields.append(Field(name: name, campaign: campaign, count: 1))
-            lastField = fields.count - 1
-        }
-    }
+    mutating func count(_ name: String, campaign: Int) { fields.add(Field(name: name, campaign: campaign)) }
+    mutating func sent(app: String, shard: Int) { shards.add(Sent(app: app, shard: shard)) }
+}
 
-    mutating func sent(app: String, shard: Int) {
-        if lastShard >= 0, shards[lastShard].shard == shard, shards[lastShard].app == app {
-            shards[lastShard].count += 1
-        } else if let i = shards.firstIndex(where: { $0.shard == shard && $0.app == app }) {
-            shards[i].count += 1
-            lastShard = i
+/// Counts per key, in first-seen order. Consecutive keys are mostly equal (one campaign, one kind), so
+/// a count is usually one comparison with the previous key.
+struct RunTally<Key: Equatable> {
+    private(set) var entries: [(key: Key, count: Int64)] = []
+    private var last = -1
+
+    mutating func add(_ key: Key) {
+        if last >= 0, entries[last].key == key {
+            entries[last].count += 1
+        } else if let i = entries.firstIndex(where: { $0.key == key }) {
+            entries[i].count += 1
+            last = i
         } else {
-            shards.append(Sent(app: app, shard: shard, count: 1))
-            lastShard = shards.count - 1
+            entries.append((key, 1))
+            last = entries.count - 1
         }
     }
 }

@@ -23,16 +23,16 @@ import Testing
             expectedSent["\(app)/\(shard)", default: 0] += 1
         }
         var got: [String: Int64] = [:]
-        for field in tally.fields {
+        for (field, n) in tally.fields.entries {
             let key = "\(tally.campaigns[field.campaign] ?? "-")/\(field.name)"
             #expect(got[key] == nil, "one entry per field and campaign: \(key)")
-            got[key] = field.count
+            got[key] = n
         }
         #expect(got == expected)
         var gotSent: [String: Int64] = [:]
-        for sent in tally.shards {
+        for (sent, n) in tally.shards.entries {
             #expect(gotSent["\(sent.app)/\(sent.shard)"] == nil)
-            gotSent["\(sent.app)/\(sent.shard)"] = sent.count
+            gotSent["\(sent.app)/\(sent.shard)"] = n
         }
         #expect(gotSent == expectedSent)
         #expect(tally.campaigns.count == 3)  // nil, spring, autumn
