@@ -35,8 +35,6 @@ public final class PipelineRunner: Service, Sendable {
     static let metricsSampleInterval: Duration = .seconds(1)
     /// librdkafka's prefetch queue (`queued.max.messages.kbytes`) unless `kafka.properties` sets it.
     static let prefetchKilobytes = 16 * 1024
-    /// glibc malloc arenas for the process unless `MALLOC_ARENA_MAX` is set.
-    static let mallocArenas: Int32 = 2
 
     /// What this instance did, for tests and operators.
     public struct Observed: Sendable {
@@ -54,21 +52,6 @@ public final class PipelineRunner: Service, Sendable {
         self.metrics = metrics
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         budget = InFlightBudget(capacity: configuration.maxInFlight)
-    }
-
-    /// glibc gives each thread that allocates its own arena (up to 8 per core), and memory freed in one
-    /// stays there: with the event loop, the cooperative pool, the Redis and Kafka threads all passing
-    /// jobs along, that fragmentation was ~10 MiB of `run`'s peak RSS (ops/bench e2e). Two arenas (plus
-    /// each thread's small-allocation cache) keep it down. `MALLOC_ARENA_MAX` in the environment wins.
-    /// A process-wide setting, so the process's entry point (`run`) makes it, not every runner.
-    public static func limitMallocArenas() {
-        #if os(Linux)
-        // mallopt is in <malloc.h>, which the Glibc module does not export: looked up by name.
-        guard getenv("MALLOC_ARENA_MAX") == nil, let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "mallopt") else { return }
-        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
-        let mArenaMax: Int32 = -8  // M_ARENA_MAX in <malloc.h>
-        _ = unsafeBitCast(symbol, to: Mallopt.self)(mArenaMax, mallocArenas)
-        #endif
     }
 
     /// The Kafka position a notification carries through the sender (the jobs topic is the only one

@@ -34,7 +34,6 @@ struct RunCommand: AsyncParsableCommand {
         // handling of the first, which starts the graceful shutdown.
         let second = await SecondSignal.arm()
         // `metrics.listen`: /metrics, /healthz, /readyz and the dashboard, served beside the pipeline.
-        PipelineRunner.limitMallocArenas()
         let prometheus = config.metricsListen.map { _ in PrometheusMetrics() }
         let runner = PipelineRunner(configuration: config, logger: logger, metrics: prometheus?.pipelineMetrics(for: config))
         var surface: (server: OperationsServer, data: DashboardData)?
