@@ -145,20 +145,34 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
 
     /// Lower-case hex, the form the pipeline uses in Redis keys and logs.
     public var hex: String {
-        // Digits computed, not looked up in an array built per call (an allocation per token, and the
-        // pipeline takes the hex of every job's token for the gate and again for the settle).
-        @inline(__always) func digit(_ n: UInt8) -> UInt8 { n < 10 ? n &+ UInt8(ascii: "0") : n &+ (UInt8(ascii: "a") &- 10) }
-        return String(unsafeUninitializedCapacity: Self.hexCount) { out in
+        String(unsafeUninitializedCapacity: Self.hexCount) { out in
             withBytes { raw in
                 for i in 0..<Self.byteCount {
                     let byte = raw[i]
-                    out[2 * i] = digit(byte >> 4)
-                    out[2 * i + 1] = digit(byte & 0x0F)
+                    out[2 * i] = Self.hexDigit(byte >> 4)
+                    out[2 * i + 1] = Self.hexDigit(byte & 0x0F)
                 }
             }
             return Self.hexCount
         }
     }
+
+    /// Whether `utf8` is exactly `hex` (lower case), without making that string.
+    public func isHex(_ utf8: UnsafeRawBufferPointer) -> Bool {
+        guard utf8.count == Self.hexCount else { return false }
+        return withBytes { raw in
+            for i in 0..<Self.byteCount {
+                let byte = raw[i]
+                if utf8[2 * i] != Self.hexDigit(byte >> 4) || utf8[2 * i + 1] != Self.hexDigit(byte & 0x0F) { return false }
+            }
+            return true
+        }
+    }
+
+    // Digits computed, not looked up in an array built per call (an allocation per token, and the
+    // pipeline takes the hex of every job's token for the gate and again for the settle).
+    @inline(__always)
+    private static func hexDigit(_ n: UInt8) -> UInt8 { n < 10 ? n &+ UInt8(ascii: "0") : n &+ (UInt8(ascii: "a") &- 10) }
 
     /// A stable 64-bit hash of the token (FNV-1a over the 32 bytes): routing to shards must not change
     /// between runs or processes, which Swift's seeded `Hasher` would.

@@ -24,7 +24,8 @@ import NIOCore
 ///   it doubles per `settleAfter` without errors). Every frame behind a bad one is discarded and resent,
 ///   so under a run of invalid tokens a small window is what keeps the replay cost near one frame per
 ///   job; without errors the window is back at its cap within a few `settleAfter`s;
-/// - settled notifications stay for `settleGrace`: an error naming one replays what followed it, and
+/// - settled notifications stay for `settleGrace`, as what a resend and the logs need of them
+///   (`SettledNotification`): an error naming one replays what followed it, and
 ///   those already reported are resent without being reported again (`resentAfterSettle`); a refusal
 ///   of one already reported is counted (`refusedAfterSettle`), never reported twice;
 /// - what an error proves discarded after it left the grace window is counted `lostAfterSettle`.
@@ -56,7 +57,7 @@ struct BinaryConnectionStateMachine {
     }
 
     /// A notification in this shard's hands, with its history.
-    struct Pending {
+    struct Pending: ReplayItem {
         var notification: PushNotification
         /// Times written to a gateway.
         var attempts = 0
@@ -68,6 +69,23 @@ struct BinaryConnectionStateMachine {
         /// Times resent after the connection was lost while it was written and unsettled (see
         /// `Outcome.ambiguousResends`).
         var ambiguousResends: UInt8 = 0
+
+        init(notification: PushNotification) {
+            self.notification = notification
+        }
+
+        /// A settled one an error proved discarded: resent from the grace window, its outcome (accepted)
+        /// reported already.
+        init(resending s: SettledNotification) {
+            notification = s.notification
+            attempts = Int(s.attempts)
+            processingFailures = Int(s.processingFailures)
+            reported = true
+        }
+
+        var settled: SettledNotification {
+            SettledNotification(notification, attempts: attempts, processingFailures: processingFailures)
+        }
     }
 
     /// What an error response led to, for the driver's log lines (the outcomes and events are kept).
@@ -160,8 +178,9 @@ struct BinaryConnectionStateMachine {
         var accepted = outcomes
         outcomes = []
         let connection = self.connection
-        replay.settleExpired(now: now, settleAfter: config.settleAfter) { p, bytes in
-            settledBytes += bytes
+        replay.settleExpired(now: now, settleAfter: config.settleAfter) { e in
+            let p = e.item
+            settledBytes += e.bytes
             settledCount += 1
             // As `record(p, .accepted)`: one already reported (resent from the grace window) is not
             // reported again.
@@ -181,7 +200,7 @@ struct BinaryConnectionStateMachine {
     /// Lets settled notifications go after the grace window, or earlier beyond `graceMaxBytes`.
     mutating func forgetSettled(now: UInt64) {
         guard replay.settledCount > 0 else { return }
-        replay.forgetSettled(now: now, grace: config.settleGrace, maxBytes: config.graceMaxBytes, label: { $0.notification.jobID })
+        replay.forgetSettled(now: now, grace: config.settleGrace, maxBytes: config.graceMaxBytes)
     }
 
     /// The drain probe was answered: everything kept was processed.
@@ -200,25 +219,23 @@ struct BinaryConnectionStateMachine {
             notes.sequenceUnknown = true
         }
         var lost = r.lostAfterSettle
-        var lostJobs = r.lostLabels
+        var lostJobs = r.lost[...]
         if r.forgottenNamedFailed {
             if case .retry = BinaryVerdict(response.status) {
                 // A processing error for a notification reported accepted: never delivered, not resendable.
                 lost += 1
-                if let named = r.forgottenNamed { lostJobs.insert(named, at: 0) }
+                if let named = r.forgottenNamed { lostJobs.insert(named, at: lostJobs.startIndex) }
             } else {
                 events.refusedAfterSettle += 1
-                notes.refusedAfterSettle.append(r.forgottenNamed ?? "?")
+                notes.refusedAfterSettle.append(r.forgottenNamed?.jobID ?? "?")
             }
         }
         events.lostAfterSettle += lost
         notes.lost = lost
-        notes.lostJobs = Array(lostJobs.prefix(50))
+        notes.lostJobs = lostJobs.prefix(50).map(\.jobID)
 
         var front: [Pending] = []
-        if let failed = r.failed {
-            var p = failed.item
-            if failed.settledAt != nil { p.reported = true }
+        if var p = r.failed.map(\.item) ?? r.failedSettled.map(Pending.init(resending:)) {
             switch BinaryVerdict(response.status) {
             case .rejected(let rejection):
                 if case .badRequest = rejection { notes.malformed = p.notification.jobID }
@@ -235,21 +252,17 @@ struct BinaryConnectionStateMachine {
                 }
             }
         }
-        events.replayed += r.discarded.count
-        if !r.discarded.isEmpty && response.status != .shutdown {
+        let discarded = r.discardedSettled.count + r.discarded.count
+        events.replayed += discarded
+        if discarded > 0 && response.status != .shutdown {
             // Everything behind the bad frame had to go again: write less ahead until frames settle cleanly.
             window = max(minimumWindow, window / 2)
         }
-        for e in r.discarded {
-            var p = e.item
-            if e.settledAt != nil {
-                // Settled by time, reported accepted, but the gateway had not read it: resent from the
-                // grace window (its outcome is not reported again).
-                p.reported = true
-                events.resentAfterSettle += 1
-            }
-            front.append(p)
-        }
+        // Settled by time, reported accepted, but the gateway had not read them: resent from the grace
+        // window (their outcome is not reported again).
+        events.resentAfterSettle += r.discardedSettled.count
+        front += r.discardedSettled.map(Pending.init(resending:))
+        front += r.discarded.map(\.item)
         notes.resent = front.count
         requeueAtFront(front)
         return notes

@@ -1,6 +1,17 @@
 import APNsProtocol
 import NIOCore
 
+/// An item a `ReplayBuffer` keeps, and the smaller form it keeps of it once it is settled.
+///
+/// A settled item's outcome went out; all that may still be asked of it in the grace window is to be
+/// written again (an error proved it discarded) or named in a log line. The grace window holds rate ×
+/// `settle_grace` of them per shard (~120 000 at 55 000/s and 2.25 s), so what each one keeps is what
+/// sets a binary `run`'s memory: the buffer keeps only `settled` of it.
+protocol ReplayItem {
+    associatedtype Settled
+    var settled: Settled { get }
+}
+
 /// The notifications written on one connection and not yet known to be accepted, in send order.
 ///
 /// The binary interface never acknowledges success (Apple's "The Binary Interface and Notification Format": "If you send a notification that is
@@ -12,9 +23,13 @@ import NIOCore
 /// - no news for `settleAfter` after a write completed: accepted (the gateway answers errors within
 ///   milliseconds; the window is the price of a protocol without acknowledgements).
 ///
-/// Identifiers are consecutive on a connection, so finding X is O(1): its distance from the oldest
-/// entry, computed wrap-safely. Pure logic with no I/O: times are plain nanoseconds.
-struct ReplayBuffer<Item> {
+/// Identifiers are consecutive on a connection, so they are not stored: an entry's is the oldest kept
+/// one's plus its position, and finding X is O(1), its distance from the oldest, computed wrap-safely.
+/// Pure logic with no I/O: times are plain nanoseconds.
+struct ReplayBuffer<Item: ReplayItem> {
+    typealias Settled = Item.Settled
+
+    /// An entry not settled yet.
     struct Entry {
         var identifier: UInt32
         var item: Item
@@ -23,49 +38,58 @@ struct ReplayBuffer<Item> {
         var flush: UInt64?
         /// When that write completed (handed to the kernel); settlement counts from here.
         var writtenAt: UInt64?
-        /// When it was settled by time (its outcome reported accepted). A settled entry stays for the
-        /// grace window: an error naming an older identifier proves it discarded, and it is resent.
-        var settledAt: UInt64?
     }
 
-    /// An entry without its item: plain values, so the scans of every write and settle tick (which
-    /// touch these only) copy no references.
-    struct Meta {
-        var identifier: UInt32
+    /// An unsettled entry without its item: plain values, so the scans of every write and settle tick
+    /// (which touch these only) copy no references.
+    private struct Meta {
         var bytes: Int
         var flush: UInt64?
         var writtenAt: UInt64?
-        var settledAt: UInt64?
     }
 
-    /// Written (or about to be) and not settled, then — as a prefix — the settled ones kept for the
-    /// grace window: `[settled…][unsettled…]`, in identifier order. `items[i]` belongs to `meta[i]`.
+    /// A settled entry of the grace window: its outcome was reported accepted when it settled (at
+    /// `settledAt`); an error naming an older identifier proves it discarded, and it is resent.
+    private struct SettledEntry {
+        var item: Settled
+        var settledAt: UInt64
+        var bytes: UInt32
+    }
+
+    /// Kept in identifier order: the settled ones of the grace window, then those written (or about to
+    /// be) and not settled. `items[i]` belongs to `meta[i]`.
+    private var settled = CircularBuffer<SettledEntry>(initialCapacity: 1024)
     private var meta = CircularBuffer<Meta>(initialCapacity: 1024)
     private var items = CircularBuffer<Item>(initialCapacity: 1024)
+    /// The identifier of the oldest entry kept (meaningless while nothing is).
+    private var oldest: UInt32 = 0
     /// Bytes and count of the entries not settled: the window a connection may have unsettled.
     private(set) var bytes = 0
-    private(set) var count = 0
+    var count: Int { meta.count }
     /// Bytes of every entry kept, the settled ones of the grace window included.
     private(set) var keptBytes = 0
-    /// Labels (job ids) of the entries that left the grace window on this connection, newest last,
-    /// at most `forgottenMemory`: what an error naming an identifier before the oldest kept one proves
-    /// lost. `lastForgotten` is the identifier of the newest of them.
-    private(set) var forgotten = CircularBuffer<String>(initialCapacity: 64)
+    /// The entries that left the grace window on this connection, newest last, at most
+    /// `forgottenMemory`: what names the notifications an error naming an identifier before the oldest
+    /// kept one proves lost. `lastForgotten` is the identifier of the newest of them.
+    private(set) var forgotten = CircularBuffer<Settled>(initialCapacity: 64)
     private(set) var forgottenTotal = 0
     private var lastForgotten: UInt32?
     var forgottenMemory = 4096
 
     /// Nothing kept, settled or not.
-    var isEmpty: Bool { meta.isEmpty }
-    var keptCount: Int { meta.count }
-    var hasUnsettled: Bool { count > 0 }
-    var settledCount: Int { meta.count - count }
+    var isEmpty: Bool { settled.isEmpty && meta.isEmpty }
+    var keptCount: Int { settled.count + meta.count }
+    var hasUnsettled: Bool { !meta.isEmpty }
+    var settledCount: Int { settled.count }
     /// The identifier of the oldest entry kept.
-    var oldestIdentifier: UInt32? { meta.first?.identifier }
+    var oldestIdentifier: UInt32? { isEmpty ? nil : oldest }
 
+    /// The unsettled entry at `i` (0: the oldest unsettled).
     private func entry(_ i: Int) -> Entry {
         let m = meta[offset: i]
-        return Entry(identifier: m.identifier, item: items[offset: i], bytes: m.bytes, flush: m.flush, writtenAt: m.writtenAt, settledAt: m.settledAt)
+        return Entry(
+            identifier: oldest &+ UInt32(truncatingIfNeeded: settled.count + i), item: items[offset: i], bytes: m.bytes,
+            flush: m.flush, writtenAt: m.writtenAt)
     }
 
     private func entries(_ range: Range<Int>) -> [Entry] {
@@ -75,14 +99,22 @@ struct ReplayBuffer<Item> {
         return out
     }
 
+    private func settledItems(from start: Int) -> [Settled] {
+        var out: [Settled] = []
+        out.reserveCapacity(max(0, settled.count - start))
+        for i in start..<settled.count { out.append(settled[offset: i].item) }
+        return out
+    }
+
     mutating func append(identifier: UInt32, item: Item, bytes: Int) {
-        if let last = meta.last {
-            precondition(identifier == last.identifier &+ 1, "identifiers on a connection are consecutive")
+        if isEmpty {
+            oldest = identifier
+        } else {
+            precondition(identifier == oldest &+ UInt32(truncatingIfNeeded: keptCount), "identifiers on a connection are consecutive")
         }
-        meta.append(Meta(identifier: identifier, bytes: bytes, flush: nil, writtenAt: nil))
+        meta.append(Meta(bytes: bytes, flush: nil, writtenAt: nil))
         items.append(item)
         self.bytes += bytes
-        count += 1
         keptBytes += bytes
     }
 
@@ -110,42 +142,38 @@ struct ReplayBuffer<Item> {
     }
 
     /// Settles the oldest unsettled entries whose write completed at least `settleAfter` ago, and
-    /// returns them (their outcome is now "accepted"). They stay in the buffer, marked settled, until
-    /// `forgetSettled` lets them go.
+    /// returns them (their outcome is now "accepted"). They stay in the buffer, as `Item.settled`,
+    /// until `forgetSettled` lets them go.
     mutating func settleExpired(now: UInt64, settleAfter: UInt64) -> [Entry] {
-        let range = settleExpiredRange(now: now, settleAfter: settleAfter)
-        return entries(range)
+        var out: [Entry] = []
+        settleExpired(now: now, settleAfter: settleAfter) { entry in out.append(entry) }
+        return out
     }
 
-    /// As `settleExpired(now:settleAfter:)`, handing each settled item and its bytes to `body` in order
-    /// instead of building entries (the per-tick path: no array of copies).
-    mutating func settleExpired(now: UInt64, settleAfter: UInt64, _ body: (Item, Int) -> Void) {
-        for i in settleExpiredRange(now: now, settleAfter: settleAfter) { body(items[offset: i], meta[offset: i].bytes) }
-    }
-
-    private mutating func settleExpiredRange(now: UInt64, settleAfter: UInt64) -> Range<Int> {
-        let first = settledCount
-        var i = first
-        while i < meta.count, let at = meta[offset: i].writtenAt, at + settleAfter <= now {
-            meta[offset: i].settledAt = now
-            bytes -= meta[offset: i].bytes
-            count -= 1
-            i += 1
+    /// As `settleExpired(now:settleAfter:)`, handing each settled entry to `body` in order instead of
+    /// building an array (the per-tick path).
+    mutating func settleExpired(now: UInt64, settleAfter: UInt64, _ body: (Entry) -> Void) {
+        while let m = meta.first, let at = m.writtenAt, at + settleAfter <= now {
+            let e = entry(0)
+            meta.removeFirst()
+            items.removeFirst()
+            bytes -= m.bytes
+            settled.append(SettledEntry(item: e.item.settled, settledAt: now, bytes: UInt32(m.bytes)))
+            body(e)
         }
-        return first..<i
     }
 
     /// Lets settled entries go once they have been settled for `grace`, and the oldest settled ones
-    /// earlier while the settled ones take more than `maxBytes`. `label` names what is forgotten (job ids,
-    /// for the log line of a later loss).
-    mutating func forgetSettled(now: UInt64, grace: UInt64, maxBytes: Int, label: (Item) -> String) {
-        while let first = meta.first, let at = first.settledAt, at + grace <= now || keptBytes - bytes > maxBytes {
-            meta.removeFirst()
-            let item = items.removeFirst()
-            keptBytes -= first.bytes
-            lastForgotten = first.identifier
+    /// earlier while the settled ones take more than `maxBytes`. The newest `forgottenMemory` of them
+    /// are remembered, to name what a later error proves lost.
+    mutating func forgetSettled(now: UInt64, grace: UInt64, maxBytes: Int) {
+        while let first = settled.first, first.settledAt + grace <= now || keptBytes - bytes > maxBytes {
+            settled.removeFirst()
+            keptBytes -= Int(first.bytes)
+            lastForgotten = oldest
+            oldest &+= 1
             forgottenTotal += 1
-            forgotten.append(label(item))
+            forgotten.append(first.item)
             if forgotten.count > forgottenMemory { forgotten.removeFirst() }
         }
     }
@@ -153,22 +181,25 @@ struct ReplayBuffer<Item> {
     struct Resolution {
         /// Processed before the named one and not yet reported: accepted.
         var accepted: [Entry] = []
-        /// The notification the response names, when it was still here (not for status 10: it is
-        /// processed). Its `settledAt` says whether it had been reported accepted already.
+        /// The notification the response names, when it was still here and not settled (not for status
+        /// 10: it is processed).
         var failed: Entry?
-        /// Sent after the named one: discarded by the gateway, to be resent in this order. Those with a
-        /// `settledAt` had been reported accepted: resent, but not reported again.
+        /// The same when it was settled (reported accepted already).
+        var failedSettled: Settled?
+        /// Sent after the named one: discarded by the gateway, to be resent in this order: first those
+        /// settled (reported accepted already: resent, but not reported again), then the others.
+        var discardedSettled: [Settled] = []
         var discarded: [Entry] = []
         /// The named identifier is not here: it left the grace window, or it was never sent here.
         var sequenceUnknown = false
         /// Notifications the response proves discarded although they had been settled and forgotten:
-        /// nothing can resend them. `lostLabels` are the labels still remembered (the newest ones).
+        /// nothing can resend them. `lost` are those still remembered (the newest ones).
         var lostAfterSettle = 0
-        var lostLabels: [String] = []
+        var lost: [Settled] = []
         /// The named notification was forgotten (settled, reported accepted) and the status says it
-        /// failed: a refusal after settlement. `forgottenNamed` is its label when still remembered.
+        /// failed: a refusal after settlement. `forgottenNamed` is it when still remembered.
         var forgottenNamedFailed = false
-        var forgottenNamed: String?
+        var forgottenNamed: Settled?
     }
 
     /// Applies an error response and empties the buffer: the gateway closes the connection after one.
@@ -177,8 +208,8 @@ struct ReplayBuffer<Item> {
         defer { removeAll() }
         // The oldest identifier kept (or that would be): right after the newest forgotten one.
         let oldest: UInt32
-        if let first = meta.first {
-            oldest = first.identifier
+        if !isEmpty {
+            oldest = self.oldest
         } else if let last = lastForgotten {
             oldest = last &+ 1
         } else {
@@ -186,8 +217,10 @@ struct ReplayBuffer<Item> {
             return r
         }
         let offset = NotificationIdentifier.distance(from: oldest, to: response.identifier)
-        guard offset >= 0, offset < meta.count else {
+        let processed = response.status == .shutdown || response.status == .noErrors
+        guard offset >= 0, offset < keptCount else {
             r.sequenceUnknown = true
+            r.discardedSettled = settledItems(from: 0)
             r.discarded = entries(0..<meta.count)
             // Named before the oldest kept, among those forgotten on this connection: every identifier
             // after it was discarded by the gateway, the forgotten ones between included.
@@ -197,24 +230,27 @@ struct ReplayBuffer<Item> {
                 let remembered = Array(forgotten.suffix(min(k, forgotten.count)))
                 if remembered.count == k {
                     r.forgottenNamed = remembered.first
-                    r.lostLabels = Array(remembered.dropFirst())
+                    r.lost = Array(remembered.dropFirst())
                 } else {
-                    r.lostLabels = remembered
+                    r.lost = remembered
                 }
-                r.forgottenNamedFailed = !(response.status == .shutdown || response.status == .noErrors)
+                r.forgottenNamedFailed = !processed
             }
             return r
         }
-        for i in 0..<offset where meta[offset: i].settledAt == nil { r.accepted.append(entry(i)) }
-        let named = entry(offset)
-        if response.status == .shutdown || response.status == .noErrors {
-            // "The notification identifier in the error response indicates the last notification
-            // that was successfully sent."
-            if named.settledAt == nil { r.accepted.append(named) }
-        } else {
-            r.failed = named
+        if offset < settled.count {
+            // A settled one: it and those before it were reported when they settled.
+            if !processed { r.failedSettled = settled[offset: offset].item }
+            r.discardedSettled = settledItems(from: offset + 1)
+            r.discarded = entries(0..<meta.count)
+            return r
         }
-        r.discarded = entries((offset + 1)..<meta.count)
+        let named = offset - settled.count
+        r.accepted = entries(0..<named)
+        // Status 10: "The notification identifier in the error response indicates the last notification
+        // that was successfully sent."
+        if processed { r.accepted.append(entry(named)) } else { r.failed = entry(named) }
+        r.discarded = entries((named + 1)..<meta.count)
         return r
     }
 
@@ -224,7 +260,7 @@ struct ReplayBuffer<Item> {
     mutating func takeAll() -> (written: [Entry], unwritten: [Entry]) {
         var written: [Entry] = []
         var unwritten: [Entry] = []
-        for i in 0..<meta.count where meta[offset: i].settledAt == nil {
+        for i in 0..<meta.count {
             let e = entry(i)
             if e.flush != nil { written.append(e) } else { unwritten.append(e) }
         }
@@ -235,8 +271,7 @@ struct ReplayBuffer<Item> {
     /// Everything is accepted: a drain probe came back naming an identifier after all of these.
     /// Returns the ones not reported yet.
     mutating func acceptAll() -> [Entry] {
-        var all: [Entry] = []
-        for i in 0..<meta.count where meta[offset: i].settledAt == nil { all.append(entry(i)) }
+        let all = entries(0..<meta.count)
         removeAll()
         return all
     }
@@ -244,14 +279,13 @@ struct ReplayBuffer<Item> {
     /// Forgets everything, including what was forgotten: the connection is over, and identifiers on
     /// the next one start after these.
     private mutating func removeAll() {
+        settled.removeAll(keepingCapacity: true)
         meta.removeAll(keepingCapacity: true)
         items.removeAll(keepingCapacity: true)
         bytes = 0
-        count = 0
         keptBytes = 0
         forgotten.removeAll(keepingCapacity: true)
         forgottenTotal = 0
         lastForgotten = nil
     }
 }
-

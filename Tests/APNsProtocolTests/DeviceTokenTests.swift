@@ -10,6 +10,19 @@ import Testing
         #expect(upper.bytes == (0..<32).map { UInt8($0) })
     }
 
+    /// `isHex` is `hex ==` without the string: lower case only, every position, exact length.
+    @Test func isHexComparesWithTheLowerCaseHex() {
+        func isHex(_ text: String) -> Bool { Array(text.utf8).withUnsafeBytes { countingToken.isHex($0) } }
+        #expect(isHex(countingTokenHex))
+        #expect(!isHex(countingTokenHex.uppercased()), "upper case is not `hex`")
+        #expect(!isHex(String(countingTokenHex.dropLast())) && !isHex(countingTokenHex + "0") && !isHex(""))
+        for i in 0..<DeviceToken.hexCount {
+            var other = Array(countingTokenHex.utf8)
+            other[i] = other[i] == UInt8(ascii: "f") ? UInt8(ascii: "e") : UInt8(ascii: "f")
+            #expect(!other.withUnsafeBytes { countingToken.isHex($0) }, "differs at \(i)")
+        }
+    }
+
     /// Every byte value in the last hex position: only 0-9, a-f and A-F are digits, with their values;
     /// and every byte value round-trips through `hex`.
     @Test func everyByteValueAsAHexDigit() throws {

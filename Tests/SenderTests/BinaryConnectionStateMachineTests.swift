@@ -147,6 +147,40 @@ import Testing
         #expect(m.replay.isEmpty)
     }
 
+    /// A campaign's jobs (`<campaign>:<token hex>`, kept compactly once settled) come back from the
+    /// grace window as they went: the same frames on the wire, their job ids in the notes.
+    @Test func settledCampaignJobsAreResentAsTheyWereWritten() {
+        var m = machine()
+        let jobs = (0..<4).map(campaignNotification)
+        m.submitted(jobs)
+        write(&m, flush: 1, at: 0)
+        _ = m.settleTick(now: Self.second)
+        #expect(drain(&m).outcomes.map(\.jobID) == jobs.map(\.jobID))
+        let notes = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: 2))
+        #expect(notes.refusedAfterSettle == [jobs[1].jobID])
+        #expect(m.queue.map(\.notification.jobID) == [jobs[2].jobID, jobs[3].jobID] && m.queue.allSatisfy(\.reported))
+        #expect(m.queue.map(\.attempts) == [1, 1])
+        _ = m.connectionLost()
+        var again = ByteBufferAllocator().buffer(capacity: 4096)
+        while m.mayTakeFrame { m.takeFrame(into: &again) }
+        var expected: [UInt8] = []
+        for (n, identifier) in zip(jobs[2...], UInt32(5)...) {
+            n.payload.withUnsafeBytes { payload in
+                FrameEncoder.writeCommand2(
+                    token: n.token, payload: payload, identifier: identifier, expiry: n.expiry, priority: n.priority, into: &expected)
+            }
+        }
+        #expect(Array(again.readableBytesView) == expected)
+    }
+
+    func campaignNotification(_ n: Int) -> PushNotification {
+        let token = try! DeviceToken(bytes: (0..<32).map { UInt8(truncatingIfNeeded: $0 * 7 + n) })
+        return PushNotification(
+            jobID: "spring-sale:\(token.hex)", app: "com.example.shop", token: token,
+            payload: Array(#"{"aps":{"alert":"Spring sale"}}"#.utf8), expiry: 1_900_000_000, priority: .conservePower,
+            campaign: "spring-sale", position: SourcePosition(partition: 3, offset: Int64(n)))
+    }
+
     func notification(_ n: Int) -> PushNotification {
         var bytes = [UInt8](repeating: 0x22, count: 32)
         bytes[31] = UInt8(n)

@@ -3,6 +3,12 @@ import Testing
 
 @testable import Sender
 
+/// Plain numbers as items, kept as themselves once settled. (`public`: `@testable` shows the protocol
+/// to this module as if it were, and `Int` is.)
+extension Int: ReplayItem {
+    public var settled: Int { self }
+}
+
 @Suite struct ReplayBufferTests {
     /// Ten notifications with identifiers `start`, `start+1`, … (wrapping), all written at time 100.
     func buffer(from start: UInt32 = 1, count: Int = 10) -> ReplayBuffer<Int> {
@@ -82,16 +88,17 @@ import Testing
     @Test func settledStayForTheGraceWindow() {
         var b = buffer()  // 10 × 100 bytes written at 100
         let settled = b.settleExpired(now: 200, settleAfter: 100)
-        #expect(settled.map(\.item) == Array(0..<10) && settled.allSatisfy { $0.settledAt == 200 })
+        #expect(settled.map(\.item) == Array(0..<10) && settled.map(\.identifier) == Array(1...10))
         #expect(b.count == 0 && b.bytes == 0 && !b.hasUnsettled)
         #expect(b.keptCount == 10 && b.keptBytes == 1_000 && !b.isEmpty)
         #expect(b.settleExpired(now: 10_000, settleAfter: 100).isEmpty, "settled once")
-        b.forgetSettled(now: 299, grace: 100, maxBytes: 1_000, label: { "job-\($0)" })
+        b.forgetSettled(now: 299, grace: 100, maxBytes: 1_000)
         #expect(b.keptCount == 10)
-        b.forgetSettled(now: 299, grace: 100, maxBytes: 650, label: { "job-\($0)" })
+        b.forgetSettled(now: 299, grace: 100, maxBytes: 650)
         #expect(b.keptCount == 6 && b.keptBytes == 600, "the oldest go first beyond the byte bound")
-        b.forgetSettled(now: 300, grace: 100, maxBytes: 1_000, label: { "job-\($0)" })
-        #expect(b.isEmpty && Array(b.forgotten) == (0..<10).map { "job-\($0)" })
+        #expect(b.oldestIdentifier == 5)
+        b.forgetSettled(now: 300, grace: 100, maxBytes: 1_000)
+        #expect(b.isEmpty && Array(b.forgotten) == Array(0..<10))
     }
 
     /// An error naming a settled (reported) notification still replays exactly what followed it: the
@@ -109,9 +116,9 @@ import Testing
         let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 3))  // item 2, settled
         #expect(!r.sequenceUnknown && r.lostAfterSettle == 0)
         #expect(r.accepted.isEmpty, "0 and 1 were reported when they settled")
-        #expect(r.failed?.item == 2 && r.failed?.settledAt != nil)
-        #expect(r.discarded.map(\.item) == Array(3..<10))
-        #expect(r.discarded.map { $0.settledAt != nil } == [true, true, true, false, false, false, false])
+        #expect(r.failed == nil && r.failedSettled == 2)
+        #expect(r.discardedSettled == [3, 4, 5], "settled, resent")
+        #expect(r.discarded.map(\.item) == [6, 7, 8, 9] && r.discarded.map(\.identifier) == [7, 8, 9, 10])
         #expect(b.isEmpty && b.keptBytes == 0 && b.bytes == 0)
     }
 
@@ -122,8 +129,8 @@ import Testing
         _ = b.settleExpired(now: 200, settleAfter: 100)
         b.append(identifier: 11, item: 10, bytes: 100)
         let r = b.resolve(ErrorResponse(status: .shutdown, identifier: 5))
-        #expect(r.accepted.isEmpty && r.failed == nil)
-        #expect(r.discarded.map(\.item) == [5, 6, 7, 8, 9, 10])
+        #expect(r.accepted.isEmpty && r.failed == nil && r.failedSettled == nil)
+        #expect(r.discardedSettled == [5, 6, 7, 8, 9] && r.discarded.map(\.item) == [10])
     }
 
     /// An error naming a notification already forgotten proves the forgotten ones after it discarded:
@@ -132,25 +139,25 @@ import Testing
         var b = buffer()  // identifiers 1…10
         _ = b.settleExpired(now: 200, settleAfter: 100)
         b.forgottenMemory = 4
-        b.forgetSettled(now: 200, grace: 100, maxBytes: 300, label: { "job-\($0)" })  // 1…7 forgotten
-        #expect(b.keptCount == 3 && Array(b.forgotten) == ["job-3", "job-4", "job-5", "job-6"])
+        b.forgetSettled(now: 200, grace: 100, maxBytes: 300)  // 1…7 forgotten
+        #expect(b.keptCount == 3 && Array(b.forgotten) == [3, 4, 5, 6])
         let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 5))  // item 4, forgotten
         #expect(r.sequenceUnknown)
         #expect(r.lostAfterSettle == 2, "items 5 and 6: settled, forgotten, discarded")
-        #expect(r.lostLabels == ["job-5", "job-6"])
-        #expect(r.forgottenNamedFailed && r.forgottenNamed == "job-4")
-        #expect(r.discarded.map(\.item) == [7, 8, 9], "the kept ones are resent")
+        #expect(r.lost == [5, 6])
+        #expect(r.forgottenNamedFailed && r.forgottenNamed == 4)
+        #expect(r.discardedSettled == [7, 8, 9] && r.discarded.isEmpty, "the kept ones are resent")
 
         // With everything forgotten, the buffer still knows where it stands; a shutdown naming the newest
         // forgotten one loses nothing.
         var c = buffer()
         _ = c.settleExpired(now: 200, settleAfter: 100)
-        c.forgetSettled(now: 300, grace: 100, maxBytes: 1_000, label: { "job-\($0)" })
+        c.forgetSettled(now: 300, grace: 100, maxBytes: 1_000)
         var d = c
         let s = c.resolve(ErrorResponse(status: .shutdown, identifier: 10))
         #expect(s.lostAfterSettle == 0 && !s.forgottenNamedFailed && s.discarded.isEmpty)
         let e = d.resolve(ErrorResponse(status: .shutdown, identifier: 7))
-        #expect(e.lostAfterSettle == 3 && e.lostLabels == ["job-7", "job-8", "job-9"])
+        #expect(e.lostAfterSettle == 3 && e.lost == [7, 8, 9])
         // An identifier never sent on this connection is not a loss that can be counted.
         var f = buffer()
         let u = f.resolve(ErrorResponse(status: .invalidToken, identifier: 500))
@@ -169,5 +176,30 @@ import Testing
         let (written, unwritten) = b.takeAll()
         #expect(written.map(\.item) == [10] && unwritten.map(\.item) == [11])
         #expect(c.acceptAll().map(\.item) == [10, 11])
+    }
+
+    /// Settled entries keep only the item's settled form, and identifiers follow from positions across
+    /// settling, forgetting and a buffer emptied by the grace window.
+    @Test func settledEntriesKeepTheSettledForm() {
+        struct Numbered: ReplayItem {
+            var n: Int
+            var settled: String { "settled-\(n)" }
+        }
+        var b = ReplayBuffer<Numbered>()
+        for i in 0..<4 { b.append(identifier: UInt32(i + 1), item: Numbered(n: i), bytes: 10) }
+        b.assignUnflushed(to: 1)
+        b.writeCompleted(1, at: 100)
+        #expect(b.settleExpired(now: 200, settleAfter: 100).map(\.item.n) == [0, 1, 2, 3])
+        b.forgetSettled(now: 300, grace: 100, maxBytes: 1_000)
+        #expect(b.isEmpty && Array(b.forgotten) == ["settled-0", "settled-1", "settled-2", "settled-3"])
+        for i in 4..<8 { b.append(identifier: UInt32(i + 1), item: Numbered(n: i), bytes: 10) }
+        b.assignUnflushed(to: 2)
+        b.writeCompleted(2, at: 300)
+        _ = b.settleExpired(now: 400, settleAfter: 100)
+        b.append(identifier: 9, item: Numbered(n: 8), bytes: 10)
+        #expect(b.oldestIdentifier == 5 && b.keptCount == 5 && b.settledCount == 4)
+        let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 6))
+        #expect(r.failedSettled == "settled-5" && r.discardedSettled == ["settled-6", "settled-7"])
+        #expect(r.discarded.map(\.item.n) == [8] && r.discarded.map(\.identifier) == [9])
     }
 }

@@ -1,0 +1,67 @@
+import APNsProtocol
+
+/// What a binary shard keeps of a notification once it settled by time, for the grace window
+/// (docs/design.md §2.5): what writing it again takes and the job id its log lines name
+/// (`refused_after_settle`, `lost_after_settle`). Its outcome went out when it settled, so nothing
+/// else of it is read again: not its campaign's counters, not its Kafka position.
+///
+/// A shard keeps rate × `settle_grace` of these (~120 000 at 55 000/s in `ops/bench e2e`), so they are
+/// small: 80 bytes, no allocation of their own. The payload is shared (one per template variant), the
+/// app name too (the decoder interns it), and the id of a campaign's job — `<campaign>:<token hex>`,
+/// `Campaign.jobID` — is kept as its campaign, rebuilt only when a log line needs it, rather than as a
+/// string of its own (~110 bytes on the heap for a 70-byte id). Keeping the whole notification (its
+/// storage object, the id) cost ~600 bytes of resident memory per notification kept.
+struct SettledNotification {
+    let token: DeviceToken
+    let payload: [UInt8]
+    let app: String
+    /// The job id, or the campaign when `jobIDIsCampaignToken` (the id is `<campaign>:<token hex>`).
+    private let jobIDOrCampaign: String
+    let expiry: UInt32
+    let priority: Priority
+    let jobIDIsCampaignToken: Bool
+    /// `Pending.attempts` and `processingFailures`, saturating: a resend counts on from them.
+    let attempts: UInt8
+    let processingFailures: UInt8
+
+    init(_ n: PushNotification, attempts: Int, processingFailures: Int) {
+        token = n.token
+        payload = n.payload
+        app = n.app
+        expiry = n.expiry
+        priority = n.priority
+        if let campaign = n.campaign, Self.isCampaignJobID(n.jobID, campaign: campaign, token: n.token) {
+            jobIDOrCampaign = campaign
+            jobIDIsCampaignToken = true
+        } else {
+            jobIDOrCampaign = n.jobID
+            jobIDIsCampaignToken = false
+        }
+        self.attempts = UInt8(clamping: attempts)
+        self.processingFailures = UInt8(clamping: processingFailures)
+    }
+
+    var jobID: String { jobIDIsCampaignToken ? "\(jobIDOrCampaign):\(token.hex)" : jobIDOrCampaign }
+
+    /// The notification to write again: what goes on the wire, its job id, app and (for a campaign's
+    /// job) campaign. Its Kafka position is not kept: the settler had it when it was reported.
+    var notification: PushNotification {
+        PushNotification(
+            jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
+            campaign: jobIDIsCampaignToken ? jobIDOrCampaign : nil)
+    }
+
+    /// Whether `id` is `<campaign>:<token's lower-case hex>`, compared in place.
+    static func isCampaignJobID(_ id: String, campaign: String, token: DeviceToken) -> Bool {
+        let prefix = campaign.utf8.count
+        guard id.utf8.count == prefix + 1 + DeviceToken.hexCount else { return false }
+        var id = id
+        var campaign = campaign
+        return id.withUTF8 { idBytes in
+            campaign.withUTF8 { campaignBytes in
+                idBytes[prefix] == UInt8(ascii: ":") && idBytes[..<prefix].elementsEqual(campaignBytes)
+                    && token.isHex(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: idBytes[(prefix + 1)...])))
+            }
+        }
+    }
+}
