@@ -243,6 +243,10 @@ import Testing
         try await c.wait { $0.maxConcurrentStreams.count == 2 }
         async let a = f.send(c)
         async let b = f.send(c)
+        // Both streams open before the GOAWAY (a stream opened after it fails in the client): on a loaded
+        // machine the two sends were not always written within a fixed 100 ms. Then 100 ms for the
+        // server to read them; their answers wait 300 ms.
+        try await c.wait { $0.requestsWritten == 3 }
         try await Task.sleep(for: .milliseconds(100))
         f.simulator.shutdownConnections()  // what SIGUSR2 does
         let (ra, rb) = try await (a, b)

@@ -38,6 +38,8 @@ public final class HTTP2TestClient: Sendable {
         public var goAway: GoAway?
         public var pingAcks = 0
         public var closed = false
+        /// Requests whose frames were written to the connection (the server may not have read them yet).
+        public var requestsWritten = 0
     }
 
     public let channel: any Channel
@@ -114,6 +116,7 @@ public final class HTTP2TestClient: Sendable {
             promise.fail(error)
             throw error
         }
+        box.update { $0.requestsWritten += 1 }
         // NIO numbers an outbound stream when its first frame is written.
         let streamID = try? await stream.getOption(HTTP2StreamChannelOptions.streamID).get()
         var response = try await promise.futureResult.get()
