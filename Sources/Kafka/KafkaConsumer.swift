@@ -69,6 +69,11 @@ public struct KafkaConsumerConfiguration: Sendable {
             // uncommitted settlements redelivered), eager does not. With a real cluster, cooperative-sticky
             // can be chosen through `properties`.
         ]
+        if RDKafkaClient.hasFetchQueueBackoff {
+            // After the prefetch queue was full, decide again this soon whether to fetch (librdkafka's
+            // default is a second; before 2.1 the poll thread nudges the fetcher instead, ``FetchNudge``).
+            p["fetch.queue.backoff.ms"] = "20"
+        }
         p.merge(properties) { _, override in override }
         return p
     }
@@ -99,6 +104,9 @@ public struct KafkaConsumerStatistics: Sendable {
     public var settledButUncommittedAtRevoke: Int64 = 0
     /// Times the buffer filled and the poll thread held (the name is older than the holding).
     public var pauses = 0
+    /// Watermark queries sent to wake librdkafka's fetcher while a backlog was consumed (``FetchNudge``;
+    /// librdkafka before 2.1 only).
+    public var fetchNudges = 0
     public var assignedPartitions: [TopicPartition] = []
 }
 
@@ -353,12 +361,20 @@ final class ConsumerCore: @unchecked Sendable {
 
     // MARK: Poll thread
 
+    /// At most one fetcher nudge per this while a backlog is consumed (``FetchNudge``): at 100k messages
+    /// per second, ~5 000 messages, far less than the prefetch queue holds.
+    static let nudgeInterval: Duration = .milliseconds(50)
+    /// A nudge's watermark query waits at most this for the broker (it blocks the poll thread).
+    static let nudgeTimeoutMs: Int32 = 200
+
     private func run() {
         let capacity = configuration.maxBatchSize
         let buffer = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
         defer { buffer.deallocate() }
         let interval = configuration.commitInterval.milliseconds
         var lastCommit = ContinuousClock.now
+        var nudge = FetchNudge(interval: Self.nudgeInterval)
+        let nudgesFetcher = !RDKafkaClient.hasFetchQueueBackoff
         while true {
             let (stop, resume, requests) = state.withLock { s in
                 defer {
@@ -393,6 +409,14 @@ final class ConsumerCore: @unchecked Sendable {
             }
             let n = client.consumeBatch(queue: queue!, timeoutMs: 100, into: buffer, capacity: capacity)
             if n > 0 { ingest(buffer, count: n) }
+            if nudgesFetcher, nudge.isDue(afterReceiving: n, capacity: capacity, now: .now),
+                let tp = nudge.partition(of: state.withLock({ $0.tracker.trackedPartitions }))
+            {
+                // Answered by the partition's leader broker thread: waking it is the point, the
+                // watermarks are not used (a failure only means no nudge this time).
+                client.queryWatermarks(tp, timeoutMs: Self.nudgeTimeoutMs)
+                state.withLock { $0.stats.fetchNudges += 1 }
+            }
         }
         shutdown()
     }

@@ -99,6 +99,17 @@ final class RDKafkaClient: @unchecked Sendable {
         return RDKafkaClient(handle: rk, kind: kind, context: context)
     }
 
+    /// librdkafka 2.1 or later: it has `fetch.queue.backoff.ms` (the version linked at run time).
+    static let hasFetchQueueBackoff = rd_kafka_version() >= 0x0201_0000
+
+    /// Asks the partition's leader for its low and high watermarks (`ListOffsets`), waiting at most
+    /// `timeoutMs`; the answer is not kept (``FetchNudge``: the request wakes the leader's broker thread).
+    func queryWatermarks(_ tp: TopicPartition, timeoutMs: Int32) {
+        var low: Int64 = 0
+        var high: Int64 = 0
+        _ = rd_kafka_query_watermark_offsets(handle, tp.topic, tp.partition, &low, &high, timeoutMs)
+    }
+
     /// Destroys the handle. Call once, after `consumerClose()` for consumers, from the poll thread.
     func destroy() {
         precondition(!destroyed)
