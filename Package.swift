@@ -214,6 +214,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                "CJemallocOptions",
             ],
             // jemalloc (Debian's libjemalloc) instead of glibc's malloc, for the whole process — Swift's
             // runtime allocates through it too. The pipeline allocates a job's objects on one thread
@@ -223,6 +224,9 @@ let package = Package(
             // caches. README "Benchmarks" has the A/B runs.
             linkerSettings: [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]
         ),
+
+        // jemalloc's options for the executable (`malloc_conf`: one arena).
+        .target(name: "CJemallocOptions"),
 
         // Helpers the test targets share: a throw-away redis-server, the test certificates, a small
         // HTTP/2 client over TLS (for the HTTP/2 simulator's tests and the HTTP/2 sender's), the HTTP/2
