@@ -34,7 +34,7 @@ public final class PipelineRunner: Service, Sendable {
     }
     static let metricsSampleInterval: Duration = .seconds(1)
     /// librdkafka's prefetch queue (`queued.max.messages.kbytes`) unless `kafka.properties` sets it.
-    static let prefetchKilobytes = 16 * 1024
+    static let prefetchKilobytes = 8 * 1024
 
     /// What this instance did, for tests and operators.
     public struct Observed: Sendable {
@@ -113,8 +113,10 @@ public final class PipelineRunner: Service, Sendable {
         if consumerProperties["queued.max.messages.kbytes"] == nil {
             // librdkafka prefetches up to this much per consumer beyond what `run` buffers itself; its
             // default (64 MiB, ~100 MiB of resident memory with its per-message overhead) was most of
-            // `run`'s peak RSS. 16 MiB (~32 000 jobs of ~500 bytes ahead of the pipeline, on top of the
-            // consumer's own buffer) kept the 64 MiB throughput in `ops/bench e2e`; 8 MiB cost ~20 %.
+            // `run`'s peak RSS. 8 MiB is ~16 000 jobs of ~500 bytes ahead of the pipeline, on top of the
+            // consumer's own buffer. (A smaller queue used to cost speed only because librdkafka 2.0
+            // fetched again up to a second after the queue was full; the consumer now nudges it,
+            // `FetchNudge`.)
             consumerProperties["queued.max.messages.kbytes"] = String(Self.prefetchKilobytes)
         }
         let consumer = try KafkaConsumer(
