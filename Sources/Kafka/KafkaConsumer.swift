@@ -104,7 +104,7 @@ public struct KafkaConsumerStatistics: Sendable {
     public var settledButUncommittedAtRevoke: Int64 = 0
     /// Times the buffer filled and the poll thread held (the name is older than the holding).
     public var pauses = 0
-    /// Watermark queries sent to wake librdkafka's fetcher while a backlog was consumed (``FetchNudge``;
+    /// Metadata requests sent to wake librdkafka's fetcher while a backlog was consumed (``FetchNudge``;
     /// librdkafka before 2.1 only).
     public var fetchNudges = 0
     public var assignedPartitions: [TopicPartition] = []
@@ -364,8 +364,8 @@ final class ConsumerCore: @unchecked Sendable {
     /// At most one fetcher nudge per this while a backlog is consumed (``FetchNudge``): at 100k messages
     /// per second, ~5 000 messages, far less than the prefetch queue holds.
     static let nudgeInterval: Duration = .milliseconds(50)
-    /// A nudge's watermark query waits at most this for the broker (it blocks the poll thread).
-    static let nudgeTimeoutMs: Int32 = 200
+    /// A nudge's metadata request waits at most this for the broker (it blocks the poll thread).
+    static let nudgeTimeoutMs: Int32 = 100
 
     private func run() {
         let capacity = configuration.maxBatchSize
@@ -409,12 +409,10 @@ final class ConsumerCore: @unchecked Sendable {
             }
             let n = client.consumeBatch(queue: queue!, timeoutMs: 100, into: buffer, capacity: capacity)
             if n > 0 { ingest(buffer, count: n) }
-            if nudgesFetcher, nudge.isDue(afterReceiving: n, capacity: capacity, now: .now),
-                let tp = nudge.partition(of: state.withLock({ $0.tracker.trackedPartitions }))
-            {
-                // Answered by the partition's leader broker thread: waking it is the point, the
-                // watermarks are not used (a failure only means no nudge this time).
-                client.queryWatermarks(tp, timeoutMs: Self.nudgeTimeoutMs)
+            if nudgesFetcher, nudge.isDue(afterReceiving: n, capacity: capacity, now: .now) {
+                // The request wakes the broker thread that answers it; the metadata is not used (a
+                // failure or a timeout only means no nudge this time).
+                client.requestMetadata(timeoutMs: Self.nudgeTimeoutMs)
                 state.withLock { $0.stats.fetchNudges += 1 }
             }
         }

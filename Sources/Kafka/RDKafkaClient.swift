@@ -102,12 +102,16 @@ final class RDKafkaClient: @unchecked Sendable {
     /// librdkafka 2.1 or later: it has `fetch.queue.backoff.ms` (the version linked at run time).
     static let hasFetchQueueBackoff = rd_kafka_version() >= 0x0201_0000
 
-    /// Asks the partition's leader for its low and high watermarks (`ListOffsets`), waiting at most
-    /// `timeoutMs`; the answer is not kept (``FetchNudge``: the request wakes the leader's broker thread).
-    func queryWatermarks(_ tp: TopicPartition, timeoutMs: Int32) {
-        var low: Int64 = 0
-        var high: Int64 = 0
-        _ = rd_kafka_query_watermark_offsets(handle, tp.topic, tp.partition, &low, &high, timeoutMs)
+    /// Requests the metadata of the topics this client knows from a broker that is up, waiting at most
+    /// `timeoutMs`; the answer is not kept (``FetchNudge``: the request wakes that broker's thread).
+    /// Unlike a watermark query, which waits for the partition leader's answer for up to
+    /// `socket.timeout.ms` whatever its timeout says (it blocked the poll thread for a whole test when
+    /// that leader went down), this returns after `timeoutMs`.
+    func requestMetadata(timeoutMs: Int32) {
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        if rd_kafka_metadata(handle, 0, nil, &metadata, timeoutMs) == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata {
+            rd_kafka_metadata_destroy(metadata)
+        }
     }
 
     /// Destroys the handle. Call once, after `consumerClose()` for consumers, from the poll thread.

@@ -3,8 +3,6 @@ import Foundation
 import Testing
 
 @Suite struct FetchNudgeTests {
-    static let partitions = (0..<3).map { TopicPartition(topic: "jobs", partition: Int32($0)) }
-
     /// Only a full batch (a backlog) is a reason to nudge, and at most once per interval.
     @Test func onlyFullBatchesNudgeAndAtMostOncePerInterval() {
         var nudge = FetchNudge(interval: .milliseconds(50))
@@ -24,18 +22,6 @@ import Testing
         #expect(!tooSoon)
         #expect(intervalLater)
         #expect(!idleAgain, "idle again: never due")
-    }
-
-    /// Partitions are taken in turn (in topic/partition order, whatever order they come in), so with
-    /// several brokers every leader is reached; none assigned: nothing to nudge through.
-    @Test func partitionsAreNudgedInTurn() {
-        var nudge = FetchNudge(interval: .milliseconds(50))
-        let none = nudge.partition(of: [])
-        #expect(none == nil)
-        var picked: [Int32] = []
-        for _ in 0..<4 { picked.append(nudge.partition(of: Self.partitions.reversed())!.partition) }
-        #expect(picked == [0, 1, 2, 0])
-        #expect(nudge.sent == 4)
     }
 
     /// Over a real mock cluster, through a prefetch queue far smaller than the backlog: the poll thread
