@@ -1,4 +1,4 @@
-/// When the consumer's poll thread should wake librdkafka's fetcher, and through which partition.
+/// When the consumer's poll thread should wake librdkafka's fetcher.
 ///
 /// librdkafka before 2.1 stops fetching once the consumer queue holds `queued.max.messages.kbytes` (or
 /// `queued.min.messages`) and decides to fetch again only when the partition leader's broker thread

@@ -26,7 +26,7 @@ import Testing
 
     /// Over a real mock cluster, through a prefetch queue far smaller than the backlog: the poll thread
     /// nudges the fetcher (librdkafka before 2.1), and every message still arrives exactly once, in
-    /// offset order per partition — the watermark queries read nothing and move no position.
+    /// offset order per partition — the metadata requests read no message and move no position.
     @Test func aBacklogThroughASmallQueueArrivesWholeAndTheFetcherIsNudged() async throws {
         let cluster = try MockCluster(brokers: 2, topics: [.init(name: "jobs", partitions: 4)], logger: Support.logger)
         defer { cluster.stop() }
