@@ -5,4 +5,4 @@
 // freed on another, so with several arenas each keeps its own partly used pages: `run`'s peak RSS over
 // a 1M-job campaign fell from 172-180 to 142-146 MiB with one arena, at the same CPU per job (the
 // threads still allocate from their own caches; the arena's lock is taken only to refill or flush them).
-const char *malloc_conf = "narenas:1";
+const char *malloc_conf = "narenas:1,dirty_decay_ms:1000";

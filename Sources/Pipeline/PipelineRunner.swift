@@ -123,7 +123,7 @@ public final class PipelineRunner: Service, Sendable {
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
-                maxBufferedMessages: max(c.kafka.batchSize * 10, 10_000)),
+                maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
             logger: logger)
 
         let inbox = self.inbox

@@ -76,8 +76,8 @@ struct BinaryConnectionStateMachine {
 
         /// A settled one an error proved discarded: resent from the grace window, its outcome (accepted)
         /// reported already.
-        init(resending s: SettledNotification) {
-            notification = s.notification
+        init(resending s: SettledNotification, app: String) {
+            notification = s.notification(app: app)
             attempts = Int(s.attempts)
             processingFailures = Int(s.processingFailures)
             reported = true
@@ -105,6 +105,8 @@ struct BinaryConnectionStateMachine {
     }
 
     let connection: Int
+    /// The app every notification of this shard is for (the grace window does not keep it per notification).
+    let app: String
     private let config: Configuration
     private(set) var queue = CircularBuffer<Pending>(initialCapacity: 1024)
     private(set) var replay = ReplayBuffer<Pending>()
@@ -114,8 +116,9 @@ struct BinaryConnectionStateMachine {
     private var outcomes: [Outcome] = []
     private var events = SenderEvents()
 
-    init(connection: Int, configuration: Configuration) {
+    init(connection: Int, app: String, configuration: Configuration) {
         self.connection = connection
+        self.app = app
         self.config = configuration
         window = configuration.unsettledByteLimit
     }
@@ -125,7 +128,10 @@ struct BinaryConnectionStateMachine {
     // MARK: events in
 
     mutating func submitted(_ batch: [PushNotification]) {
-        for n in batch { queue.append(Pending(notification: n)) }
+        for n in batch {
+            assert(n.app == app, "a shard sends its app's notifications only")
+            queue.append(Pending(notification: n))
+        }
     }
 
     /// The queue is over its capacity: callers wait.
@@ -235,7 +241,7 @@ struct BinaryConnectionStateMachine {
         notes.lostJobs = lostJobs.prefix(50).map(\.jobID)
 
         var front: [Pending] = []
-        if var p = r.failed.map(\.item) ?? r.failedSettled.map(Pending.init(resending:)) {
+        if var p = r.failed.map(\.item) ?? r.failedSettled.map({ Pending(resending: $0, app: app) }) {
             switch BinaryVerdict(response.status) {
             case .rejected(let rejection):
                 if case .badRequest = rejection { notes.malformed = p.notification.jobID }
@@ -261,7 +267,7 @@ struct BinaryConnectionStateMachine {
         // Settled by time, reported accepted, but the gateway had not read them: resent from the grace
         // window (their outcome is not reported again).
         events.resentAfterSettle += r.discardedSettled.count
-        front += r.discardedSettled.map(Pending.init(resending:))
+        front += r.discardedSettled.map { Pending(resending: $0, app: app) }
         front += r.discarded.map(\.item)
         notes.resent = front.count
         requeueAtFront(front)

@@ -48,17 +48,24 @@ struct ReplayBuffer<Item: ReplayItem> {
         var writtenAt: UInt64?
     }
 
-    /// A settled entry of the grace window: its outcome was reported accepted when it settled (at
-    /// `settledAt`); an error naming an older identifier proves it discarded, and it is resent.
+    /// A settled entry of the grace window: its outcome was reported accepted when it settled; an error
+    /// naming an older identifier proves it discarded, and it is resent.
     private struct SettledEntry {
         var item: Settled
-        var settledAt: UInt64
         var bytes: UInt32
+    }
+
+    /// When settled entries settled: the entries of one settle tick share its time, so the window keeps
+    /// one of these per tick (`count` entries from the oldest on) rather than a time per entry.
+    private struct SettleRun {
+        var at: UInt64
+        var count: Int
     }
 
     /// Kept in identifier order: the settled ones of the grace window, then those written (or about to
     /// be) and not settled. `items[i]` belongs to `meta[i]`.
-    private var settled = CircularBuffer<SettledEntry>(initialCapacity: 1024)
+    private var settled = ChunkedQueue<SettledEntry>()
+    private var settleRuns = CircularBuffer<SettleRun>(initialCapacity: 64)
     private var meta = CircularBuffer<Meta>(initialCapacity: 1024)
     private var items = CircularBuffer<Item>(initialCapacity: 1024)
     /// The identifier of the oldest entry kept (meaningless while nothing is).
@@ -158,7 +165,12 @@ struct ReplayBuffer<Item: ReplayItem> {
             meta.removeFirst()
             items.removeFirst()
             bytes -= m.bytes
-            settled.append(SettledEntry(item: e.item.settled, settledAt: now, bytes: UInt32(m.bytes)))
+            settled.append(SettledEntry(item: e.item.settled, bytes: UInt32(m.bytes)))
+            if let last = settleRuns.last, last.at == now {
+                settleRuns[settleRuns.index(before: settleRuns.endIndex)].count += 1
+            } else {
+                settleRuns.append(SettleRun(at: now, count: 1))
+            }
             body(e)
         }
     }
@@ -167,14 +179,18 @@ struct ReplayBuffer<Item: ReplayItem> {
     /// earlier while the settled ones take more than `maxBytes`. The newest `forgottenMemory` of them
     /// are remembered, to name what a later error proves lost.
     mutating func forgetSettled(now: UInt64, grace: UInt64, maxBytes: Int) {
-        while let first = settled.first, first.settledAt + grace <= now || keptBytes - bytes > maxBytes {
-            settled.removeFirst()
+        while let run = settleRuns.first, run.at + grace <= now || keptBytes - bytes > maxBytes {
+            let first = settled.removeFirst()
+            if run.count == 1 { settleRuns.removeFirst() } else { settleRuns[settleRuns.startIndex].count -= 1 }
             keptBytes -= Int(first.bytes)
             lastForgotten = oldest
             oldest &+= 1
             forgottenTotal += 1
-            forgotten.append(first.item)
-            if forgotten.count > forgottenMemory { forgotten.removeFirst() }
+            // Make room first: a ring buffer that reached forgottenMemory + 1 would double its storage.
+            if forgottenMemory > 0 {
+                if forgotten.count >= forgottenMemory { forgotten.removeFirst() }
+                forgotten.append(first.item)
+            }
         }
     }
 
@@ -279,7 +295,8 @@ struct ReplayBuffer<Item: ReplayItem> {
     /// Forgets everything, including what was forgotten: the connection is over, and identifiers on
     /// the next one start after these.
     private mutating func removeAll() {
-        settled.removeAll(keepingCapacity: true)
+        settled.removeAll()
+        settleRuns.removeAll(keepingCapacity: true)
         meta.removeAll(keepingCapacity: true)
         items.removeAll(keepingCapacity: true)
         bytes = 0

@@ -5,16 +5,16 @@ import APNsProtocol
 /// (`refused_after_settle`, `lost_after_settle`). Its outcome went out when it settled, so nothing
 /// else of it is read again: not its campaign's counters, not its Kafka position.
 ///
-/// A shard keeps rate × `settle_grace` of these (~120 000 at 55 000/s in `ops/bench e2e`), so they are
-/// small: 80 bytes, no allocation of their own. The payload is shared (one per template variant), the
-/// app name too (the decoder interns it), and the id of a campaign's job — `<campaign>:<token hex>`,
-/// `Campaign.jobID` — is kept as its campaign, rebuilt only when a log line needs it, rather than as a
-/// string of its own (~110 bytes on the heap for a 70-byte id). Keeping the whole notification (its
-/// storage object, the id) cost ~600 bytes of resident memory per notification kept.
+/// A shard keeps rate × `settle_grace` of these (~60 000 at 100 000 jobs/s over 4 shards in `ops/bench
+/// e2e`), so they are small: 64 bytes, no allocation of their own. The payload is shared (one per
+/// template variant); the app is not kept, every notification of a shard is its app's; and the id of a
+/// campaign's job — `<campaign>:<token hex>`, `Campaign.jobID` — is kept as its campaign, rebuilt only
+/// when a log line needs it, rather than as a string of its own (~110 bytes on the heap for a 70-byte
+/// id). Keeping the whole notification (its storage object, the id) cost ~600 bytes of resident memory
+/// per notification kept.
 struct SettledNotification {
     let token: DeviceToken
     let payload: [UInt8]
-    let app: String
     /// The job id, or the campaign when `jobIDIsCampaignToken` (the id is `<campaign>:<token hex>`).
     private let jobIDOrCampaign: String
     let expiry: UInt32
@@ -27,7 +27,6 @@ struct SettledNotification {
     init(_ n: PushNotification, attempts: Int, processingFailures: Int) {
         token = n.token
         payload = n.payload
-        app = n.app
         expiry = n.expiry
         priority = n.priority
         if let campaign = n.campaign, Self.isCampaignJobID(n.jobID, campaign: campaign, token: n.token) {
@@ -43,9 +42,9 @@ struct SettledNotification {
 
     var jobID: String { jobIDIsCampaignToken ? "\(jobIDOrCampaign):\(token.hex)" : jobIDOrCampaign }
 
-    /// The notification to write again: what goes on the wire, its job id, app and (for a campaign's
-    /// job) campaign. Its Kafka position is not kept: the settler had it when it was reported.
-    var notification: PushNotification {
+    /// The notification to write again: what goes on the wire, its job id, its shard's `app` and (for a
+    /// campaign's job) campaign. Its Kafka position is not kept: the settler had it when it was reported.
+    func notification(app: String) -> PushNotification {
         PushNotification(
             jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
             campaign: jobIDIsCampaignToken ? jobIDOrCampaign : nil)

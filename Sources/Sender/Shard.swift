@@ -61,7 +61,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         self.logger[metadataKey: "shard"] = "\(index)"
         lifecycle = BinaryShardLifecycle(shard: index, gateways: gateways, reconnect: config.reconnect)
         outgoing = ByteBufferAllocator().buffer(capacity: config.batchBytes + 4096)
-        machine = BinaryConnectionStateMachine(connection: index, configuration: .init(config))
+        machine = BinaryConnectionStateMachine(connection: index, app: app, configuration: .init(config))
     }
 
     private var now: UInt64 { DispatchTime.now().uptimeNanoseconds }

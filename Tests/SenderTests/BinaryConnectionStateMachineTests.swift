@@ -15,7 +15,7 @@ import Testing
         c.graceMaxBytes = graceBytes
         c.settleAfter = Self.second
         c.settleGrace = 2 * Self.second
-        return BinaryConnectionStateMachine(connection: 0, configuration: c)
+        return BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
     }
 
     @discardableResult
@@ -47,7 +47,7 @@ import Testing
         c.unsettledByteLimit = 40 * frame
         c.minimumWindow = 5 * frame
         c.settleAfter = Self.second
-        var m = BinaryConnectionStateMachine(connection: 0, configuration: c)
+        var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
         m.submitted((0..<200).map(notification))
         #expect(write(&m, flush: 1, at: 0) == 40)
         _ = m.errorResponse(ErrorResponse(status: .shutdown, identifier: 10))

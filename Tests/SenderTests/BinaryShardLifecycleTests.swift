@@ -28,7 +28,7 @@ import Testing
         var c = BinaryConnectionStateMachine.Configuration()
         c.settleAfter = Self.second
         c.settleGrace = 2 * Self.second
-        return BinaryConnectionStateMachine(connection: 0, configuration: c)
+        return BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
     }
 
     /// Starts the decided connection and reports it up; returns its epoch.

@@ -101,6 +101,38 @@ extension Int: ReplayItem {
         #expect(b.isEmpty && Array(b.forgotten) == Array(0..<10))
     }
 
+    /// Entries settled at different ticks leave the grace window tick by tick, each `grace` after its
+    /// own settle time (the window keeps one time per tick, not per entry), across more entries than a
+    /// chunk of its storage holds.
+    @Test func eachTicksEntriesLeaveAfterTheirOwnGrace() {
+        var b = ReplayBuffer<Int>()
+        // Three writes of 1000 frames, completing at 0, 100 and 200, each settled at its own tick.
+        for tick in 0..<3 {
+            for i in 0..<1000 { b.append(identifier: UInt32(tick * 1000 + i + 1), item: tick * 1000 + i, bytes: 10) }
+            b.assignUnflushed(to: UInt64(tick + 1))
+            b.writeCompleted(UInt64(tick + 1), at: UInt64(tick) * 100)
+            #expect(b.settleExpired(now: UInt64(tick) * 100 + 50, settleAfter: 50).count == 1000)
+        }
+        #expect(b.settledCount == 3000 && b.keptBytes == 30_000)
+        b.forgetSettled(now: 1049, grace: 1000, maxBytes: 1 << 20)
+        #expect(b.settledCount == 3000)
+        b.forgetSettled(now: 1050, grace: 1000, maxBytes: 1 << 20)
+        #expect(b.settledCount == 2000 && b.oldestIdentifier == 1001 && b.keptBytes == 20_000)
+        // An error naming one of the second tick's replays what followed it, in order, across chunks.
+        var copy = b
+        let r = copy.resolve(ErrorResponse(status: .invalidToken, identifier: 1500))
+        #expect(r.failedSettled == 1499 && r.discardedSettled == Array(1500..<3000))
+        b.forgetSettled(now: 1149, grace: 1000, maxBytes: 1 << 20)
+        #expect(b.settledCount == 2000)
+        // Beyond the byte bound the oldest go first, whatever their tick; the rest still wait for theirs.
+        b.forgetSettled(now: 1149, grace: 1000, maxBytes: 15_000)
+        #expect(b.settledCount == 1500 && b.oldestIdentifier == 1501)
+        b.forgetSettled(now: 1150, grace: 1000, maxBytes: 1 << 20)
+        #expect(b.settledCount == 1000 && b.oldestIdentifier == 2001)
+        b.forgetSettled(now: 1250, grace: 1000, maxBytes: 1 << 20)
+        #expect(b.isEmpty && b.forgottenTotal == 3000 && Array(b.forgotten) == Array(0..<3000))
+    }
+
     /// An error naming a settled (reported) notification still replays exactly what followed it: the
     /// settled ones among them come back marked settled (resent, not reported again), the unsettled
     /// ones plainly; nothing before it is reported twice.
