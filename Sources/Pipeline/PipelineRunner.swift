@@ -114,15 +114,17 @@ public final class PipelineRunner: Service, Sendable {
             // librdkafka prefetches up to this much per consumer beyond what `run` buffers itself; its
             // default (64 MiB, ~100 MiB of resident memory with its per-message overhead) was most of
             // `run`'s peak RSS. 8 MiB is ~16 000 jobs of ~500 bytes ahead of the pipeline, on top of the
-            // consumer's own buffer. (A smaller queue used to cost speed only because librdkafka 2.0
-            // fetched again up to a second after the queue was full; the consumer now nudges it,
-            // `FetchNudge`.)
+            // consumer's own buffer. (Librdkafka 2.0 fetches again up to a second after the queue was
+            // full; the consumer nudges it, `FetchNudge`. Even so a 4 MiB queue read ~17 000 jobs/s
+            // in a 1M-job `ops/bench e2e` run where 8 MiB read ~100 000.)
             consumerProperties["queued.max.messages.kbytes"] = String(Self.prefetchKilobytes)
         }
         let consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
+                // Four batches ahead of ingest, behind librdkafka's own queue: ten cost ~5 MiB more at
+                // the peak for no speed (1M-job runs, 2026-11-25).
                 maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
             logger: logger)
 
