@@ -225,7 +225,7 @@ let package = Package(
             linkerSettings: [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]
         ),
 
-        // jemalloc's options for the executable (`malloc_conf`: one arena).
+        // jemalloc's options for the executable (`malloc_conf`: one arena; dirty pages returned sooner for binary apps).
         .target(name: "CJemallocOptions"),
 
         // Helpers the test targets share: a throw-away redis-server, the test certificates, a small
