@@ -17,7 +17,7 @@ const char *malloc_conf = "narenas:1";
 // jemalloc's control interface; weak, so a process without jemalloc (a test binary) links and skips it.
 extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen) __attribute__((weak));
 
-// `run` calls this when an app uses the binary transport (see PipelineRunner.returnFreedPagesSooner).
+// `run` calls this when an app uses the binary transport (RunCommand says why).
 int apns_jemalloc_set_dirty_decay_ms(long milliseconds) {
     if (mallctl == NULL) return -1;
     const char *conf = getenv("MALLOC_CONF");
