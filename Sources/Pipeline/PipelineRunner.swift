@@ -123,7 +123,7 @@ public final class PipelineRunner: Service, Sendable {
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
-                // Four batches ahead of ingest, behind librdkafka's own queue: ten cost ~5 MiB more at
+                // Four batches ahead of ingest, behind librdkafka's own queue: ten cost ~4 MiB more at
                 // the peak for no speed (1M-job runs, 2026-11-25).
                 maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
             logger: logger)
