@@ -146,14 +146,21 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
     /// Lower-case hex, the form the pipeline uses in Redis keys and logs.
     public var hex: String {
         String(unsafeUninitializedCapacity: Self.hexCount) { out in
-            withBytes { raw in
-                for i in 0..<Self.byteCount {
-                    let byte = raw[i]
-                    out[2 * i] = Self.hexDigit(byte >> 4)
-                    out[2 * i + 1] = Self.hexDigit(byte & 0x0F)
-                }
-            }
+            writeHex(into: UnsafeMutableRawBufferPointer(out))
             return Self.hexCount
+        }
+    }
+
+    /// Writes the lower-case hex into the first ``hexCount`` bytes of `out` (the HTTP/2 sender writes a
+    /// request's `:path` straight into its header block, with no String per request).
+    public func writeHex(into out: UnsafeMutableRawBufferPointer) {
+        precondition(out.count >= Self.hexCount, "a token's hex is 64 bytes")
+        withBytes { raw in
+            for i in 0..<Self.byteCount {
+                let byte = raw[i]
+                out[2 * i] = Self.hexDigit(byte >> 4)
+                out[2 * i + 1] = Self.hexDigit(byte & 0x0F)
+            }
         }
     }
 

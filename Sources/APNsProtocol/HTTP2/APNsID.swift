@@ -10,22 +10,32 @@ public enum APNsID {
 
     /// The same from the first 16 bytes of `bytes` (a digest's, without copying them into an array first).
     public static func string(uuidBytes bytes: UnsafeRawBufferPointer) -> String {
-        precondition(bytes.count >= 16, "a UUID is 16 bytes")
-        let digits: StaticString = "0123456789ABCDEF"
-        return String(unsafeUninitializedCapacity: 36) { out in
-            digits.withUTF8Buffer { hex in
-                var o = 0
-                for i in 0..<16 {
-                    if i == 4 || i == 6 || i == 8 || i == 10 {
-                        out[o] = UInt8(ascii: "-")
-                        o += 1
-                    }
-                    out[o] = hex[Int(bytes[i] >> 4)]
-                    out[o + 1] = hex[Int(bytes[i] & 0x0F)]
-                    o += 2
-                }
-            }
-            return 36
+        String(unsafeUninitializedCapacity: textCount) { out in
+            write(uuidBytes: bytes, into: UnsafeMutableRawBufferPointer(out))
+            return textCount
         }
     }
+
+    /// Length of the text: 32 hex digits and 4 hyphens.
+    public static let textCount = 36
+
+    /// Writes the text of the first 16 bytes of `bytes` into the first ``textCount`` bytes of `out`: the
+    /// sender formats each request's id straight into its header block, with no String per request.
+    public static func write(uuidBytes bytes: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer) {
+        precondition(bytes.count >= 16, "a UUID is 16 bytes")
+        precondition(out.count >= textCount, "a UUID's text is 36 bytes")
+        var o = 0
+        for i in 0..<16 {
+            if i == 4 || i == 6 || i == 8 || i == 10 {
+                out[o] = UInt8(ascii: "-")
+                o += 1
+            }
+            out[o] = upperHexDigit(bytes[i] >> 4)
+            out[o + 1] = upperHexDigit(bytes[i] & 0x0F)
+            o += 2
+        }
+    }
+
+    @inline(__always)
+    private static func upperHexDigit(_ n: UInt8) -> UInt8 { n < 10 ? n &+ UInt8(ascii: "0") : n &+ (UInt8(ascii: "A") &- 10) }
 }

@@ -244,6 +244,26 @@ struct HTTP2RequestHeaderEncoder {
         writeString(value, into: &buffer)
     }
 
+    /// A literal without indexing whose value (`count` bytes) `write` puts straight into the block: for
+    /// the per-request values (`:path`, `apns-id`), which then need no String of their own. The name is
+    /// the static table's entry `staticNameIndex`, or `name` as a literal.
+    static func encodeUnindexed(
+        name: String = "", staticNameIndex: Int = 0, count: Int, into buffer: inout ByteBuffer,
+        write: (UnsafeMutableRawBufferPointer) -> Void
+    ) {
+        if staticNameIndex > 0 {
+            writeInteger(staticNameIndex, prefix: 4, flags: 0x00, into: &buffer)
+        } else {
+            buffer.writeInteger(UInt8(0x00))
+            writeString(name, into: &buffer)
+        }
+        writeInteger(count, prefix: 7, flags: 0x00, into: &buffer)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
+            write(UnsafeMutableRawBufferPointer(rebasing: out[..<count]))
+            return count
+        }
+    }
+
     /// The dynamic-table index of the entry inserted `insertion`-th: the newest is 62.
     private func index(of insertion: Int) -> Int { 62 + (inserted - 1 - insertion) }
 
@@ -383,14 +403,18 @@ struct HTTP2ClientFrameCodec {
         encoder.beginBlock(into: &outbound)
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.path, staticNameIndex: 4, value: head.path, into: &outbound)
+        HTTP2RequestHeaderEncoder.encodeUnindexed(staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound) {
+            HTTP2Request.writeDevicePath(head.token, into: $0)
+        }
         encoder.encode(.authority, authority, into: &outbound)
         // The token is indexed: the same ~200 bytes on every request of the connection, sent once
         // and then as a table index (as nghttp2 does). HPACK only ever matches a whole field, so an
         // index reveals nothing short of guessing the entire signed token.
         if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
         encoder.encode(.topic, head.topic, into: &outbound)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, value: head.apnsID, into: &outbound)
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, count: APNsID.textCount, into: &outbound) { out in
+            head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
+        }
         encoder.encode(.expiration, head.expiration, into: &outbound)
         encoder.encode(.priority, head.priority, into: &outbound)
         encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)

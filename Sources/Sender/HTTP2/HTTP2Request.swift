@@ -4,9 +4,12 @@ import Crypto
 /// What one notification becomes on the wire, as plain values (the driver turns them into HPACK
 /// headers). Pure, so the header rules are tested without a connection.
 struct HTTP2Request: Equatable, Sendable {
-    var path: String
+    /// The device: `:path` is `/3/device/` + its hex, written straight into the header block (``devicePath(_:)``
+    /// as a String is for tests and logs; a String per request was an allocation and a copy per job).
+    var token: DeviceToken
     var topic: String
-    var apnsID: String
+    /// `apns-id`'s 16 bytes (``apnsID(jobID:)``), inline and formatted into the header block as it is written.
+    var id: UUIDBytes
     var expiration: String
     var priority: String
     var pushType: APNsPushType
@@ -78,14 +81,14 @@ struct HTTP2Request: Equatable, Sendable {
         guard !n.payload.isEmpty else { throw .payloadEmpty }
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
         if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }
-        path = Self.devicePath(n.token)
+        token = n.token
         // Push types such as voip need a suffixed topic; an app configured with it already keeps it.
         if let suffix = type.topicSuffix, !n.app.hasSuffix(suffix) {
             topic = n.app + suffix
         } else {
             topic = n.app
         }
-        apnsID = Self.apnsID(jobID: n.jobID)
+        id = Self.apnsIDBytes(jobID: n.jobID)
         expiration = memo.expiration(n.expiry)
         priority =
             switch n.priority {
@@ -96,22 +99,44 @@ struct HTTP2Request: Equatable, Sendable {
         collapseID = n.collapseID
     }
 
+    var path: String { Self.devicePath(token) }
+    var apnsID: String { id.withBytes { APNsID.string(uuidBytes: $0) } }
+
+    /// The 16 bytes of a UUID, in order, as two words (no allocation, and Equatable, unlike a tuple).
+    struct UUIDBytes: Equatable, Sendable {
+        var high: UInt64
+        var low: UInt64
+
+        func withBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+            var be = (high.bigEndian, low.bigEndian)
+            return withUnsafeBytes(of: &be) { body($0) }
+        }
+    }
+
     /// A UUID made from SHA-256 of the job id (version 8, "custom"): the same job always carries the
     /// same `apns-id`, so a resent request is recognisably the same notification in Apple's and our logs.
     static func apnsID(jobID: String) -> String {
-        // Hashed and formatted in place: copying the id and the digest into arrays first was two
-        // allocations per request.
+        apnsIDBytes(jobID: jobID).withBytes { APNsID.string(uuidBytes: $0) }
+    }
+
+    /// The bytes of ``apnsID(jobID:)``.
+    static func apnsIDBytes(jobID: String) -> UUIDBytes {
+        // Hashed in place: copying the id and the digest into arrays first was two allocations per request.
         var id = jobID
         var sha = SHA256()
         id.withUTF8 { sha.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         let digest = sha.finalize()
         return digest.withUnsafeBytes { hash in
-            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { bytes in
-                for i in 0..<16 { bytes[i] = hash[i] }
-                bytes[6] = (bytes[6] & 0x0F) | 0x80  // version 8
-                bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 9562 variant
-                return APNsID.string(uuidBytes: UnsafeRawBufferPointer(bytes))
+            var high: UInt64 = 0
+            var low: UInt64 = 0
+            for i in 0..<8 {
+                high = high << 8 | UInt64(hash[i])
+                low = low << 8 | UInt64(hash[8 + i])
             }
+            // Version 8 (byte 6's high nibble) and the RFC 9562 variant (byte 8's top two bits).
+            high = (high & ~0x0000_0000_0000_F000) | 0x0000_0000_0000_8000
+            low = (low & ~0xC000_0000_0000_0000) | 0x8000_0000_0000_0000
+            return UUIDBytes(high: high, low: low)
         }
     }
 
@@ -131,25 +156,23 @@ struct HTTP2Request: Equatable, Sendable {
     /// `/3/device/<64 lower-case hex digits>`, written in one allocation (the prefix + `token.hex`
     /// took three per request).
     static func devicePath(_ token: DeviceToken) -> String {
-        let prefix = APNsHeader.devicePathPrefix.utf8
-        return String(unsafeUninitializedCapacity: prefix.count + DeviceToken.hexCount) { out in
-            var i = 0
-            for b in prefix {
-                out[i] = b
-                i += 1
-            }
-            token.withBytes { raw in
-                for byte in raw {
-                    out[i] = Self.hexDigits[Int(byte >> 4)]
-                    out[i + 1] = Self.hexDigits[Int(byte & 0x0F)]
-                    i += 2
-                }
-            }
-            return i
+        String(unsafeUninitializedCapacity: devicePathCount) { out in
+            writeDevicePath(token, into: UnsafeMutableRawBufferPointer(out))
+            return devicePathCount
         }
     }
 
-    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+    static let devicePathCount = APNsHeader.devicePathPrefix.utf8.count + DeviceToken.hexCount
+
+    /// ``devicePath(_:)`` into the first ``devicePathCount`` bytes of `out`.
+    static func writeDevicePath(_ token: DeviceToken, into out: UnsafeMutableRawBufferPointer) {
+        var i = 0
+        for b in APNsHeader.devicePathPrefix.utf8 {
+            out[i] = b
+            i += 1
+        }
+        token.writeHex(into: UnsafeMutableRawBufferPointer(rebasing: out[i...]))
+    }
 
     private static let contentAvailable = Array("content-available".utf8)
 
