@@ -463,7 +463,7 @@ public final class PipelineRunner: Service, Sendable {
                     let payload = try job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
                     notifications.append(
                         PushNotification(
-                            jobID: job.id, app: app, token: job.token, payload: payload, expiry: job.expiry,
+                            jobID: job.id, app: app, token: job.token, tokenHex: job.tokenHex, payload: payload, expiry: job.expiry,
                             priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
                             position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset)))
                 } catch {
@@ -500,7 +500,7 @@ public final class PipelineRunner: Service, Sendable {
                 let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (Self.position(of: $0), $0) })
                 for n in orphans {
                     orphanItem.outcomes.append(
-                        Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.token.hex, campaign: n.campaign, kind: .deadLettered))
+                        Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.tokenHex, campaign: n.campaign, kind: .deadLettered))
                     if let position = n.position { orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, position: position)) }
                 }
                 logger.error("jobs for apps without a certificate are dead-lettered", metadata: ["count": "\(orphans.count)"])
@@ -535,7 +535,7 @@ public final class PipelineRunner: Service, Sendable {
             guard let rejection = o.rejection, o.kind == .deadLettered, let position = o.notification.position else { continue }
             let reason = if case .badRequest = rejection { GatewayRefusal.badRequest } else { GatewayRefusal.transient }
             let message = KafkaConsumerMessage(
-                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.token.hex.utf8),
+                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.tokenHex.utf8),
                 value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
             share.deadLetters.append((message, reason))
             share.deadLetterItem.outcomes.append(redisOutcome(o))
@@ -556,7 +556,7 @@ public final class PipelineRunner: Service, Sendable {
         }
         key("id"); JSONWriter.writeString(n.jobID, into: &out)
         key("app"); JSONWriter.writeString(n.app, into: &out)
-        key("token"); JSONWriter.writeString(n.token.hex, into: &out)
+        key("token"); JSONWriter.writeString(n.tokenHex, into: &out)
         key("payload"); out.append(contentsOf: n.payload)
         key("expiry"); out.append(contentsOf: Array(String(n.expiry).utf8))
         key("priority"); out.append(contentsOf: Array(String(n.priority.rawValue).utf8))
@@ -580,7 +580,7 @@ public final class PipelineRunner: Service, Sendable {
             case .deadLettered: .deadLettered
             }
         return Redis.Outcome(
-            jobID: o.jobID, app: o.app, tokenHex: o.notification.token.hex, campaign: o.notification.campaign, kind: kind,
+            jobID: o.jobID, app: o.app, tokenHex: o.notification.tokenHex, campaign: o.notification.campaign, kind: kind,
             code: o.code, suppressToken: suppression, shard: o.connection)
     }
 

@@ -188,7 +188,7 @@ public struct PipelineStore: Sendable {
         struct Group {
             var tag: String
             var jobs: [Int] = []
-            var keys: [String]
+            var keys: RedisArguments
             /// The tag's dedup set names of each probed time bucket, in probe order.
             var dedupSets: [DedupSetNames.Table]
             var voids = RedisArguments()
@@ -209,7 +209,8 @@ public struct PipelineStore: Sendable {
                 let tag = keys.tokenTag(app: id.app, bucket: id.bucket)
                 groups.append(
                     Group(
-                        tag: tag, keys: [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)],
+                        tag: tag,
+                        keys: RedisArguments([keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)]),
                         dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
                 g = groups.count - 1
                 groupOf[id] = g
@@ -445,13 +446,13 @@ public struct PipelineStore: Sendable {
             var header = RedisArguments()
             header.append(configuration.partMarkerRetention.components.seconds)
             header.append(groups.count)
-            var keyList: [String] = []
+            var keyList = RedisArguments()
             for group in groups {
                 keyList.append(contentsOf: group.keys)
                 header.append(contentsOf: group.arguments)
             }
             let countersCall = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: nil)
-            keyList.append(contentsOf: countersCall.keys)
+            for key in countersCall.keys { keyList.append(key) }
             header.append(contentsOf: countersCall.arguments)
             let reply = try await eval(Scripts.settle, keys: keyList, arguments: header)
             guard let both = reply.array, both.count == 2, let tagReplies = both[0].array ?? (groups.isEmpty ? [] : nil),
@@ -665,7 +666,7 @@ public struct PipelineStore: Sendable {
         func one(_ members: [Int]) async throws -> [RedisReply] {
             var arguments = header
             arguments.append(members.count)
-            var keyList: [String] = []
+            var keyList = RedisArguments()
             for member in members {
                 keyList.append(contentsOf: groups[member].keys)
                 arguments.append(contentsOf: groups[member].arguments)
@@ -712,8 +713,12 @@ public struct PipelineStore: Sendable {
         return calls
     }
 
-    private func eval(_ script: RedisScript, keys: [String], arguments: RedisArguments) async throws -> RedisReply {
+    private func eval(_ script: RedisScript, keys: RedisArguments, arguments: RedisArguments) async throws -> RedisReply {
         try await client.eval(script, keys: keys, arguments: arguments)
+    }
+
+    private func eval(_ script: RedisScript, keys: [String], arguments: RedisArguments) async throws -> RedisReply {
+        try await client.eval(script, keys: RedisArguments(keys), arguments: arguments)
     }
 
     private func command(_ command: RedisCommand) async throws -> RedisReply {
@@ -763,10 +768,11 @@ struct TagID: Hashable {
 /// One group of a script call: keys of one hash tag (so of one slot) and the group's arguments.
 struct ScriptGroup: Sendable {
     var slot: RedisSlot
-    var keys: [String]
+    /// Every key is in `slot`: the group's tag is in each.
+    var keys: RedisArguments
     var arguments: RedisArguments
 
-    init(tag: String, keys: [String], arguments: RedisArguments) {
+    init(tag: String, keys: RedisArguments, arguments: RedisArguments) {
         self.slot = RedisSlot(key: tag)
         self.keys = keys
         self.arguments = arguments
@@ -838,7 +844,7 @@ struct TagWrites {
     /// The tag's dedup set names of the settle's time bucket (nil: a part that adds no record).
     let dedupSets: DedupSetNames.Table?
     /// One dedup key per add, in add order.
-    private var addKeys: [String] = []
+    private var addKeys = RedisArguments()
     /// Sub-buckets added to in this call, a bit each: a set's expiry is considered once per call.
     private var touchedSubs: [UInt64] = []
     private(set) var adds = 0
@@ -908,8 +914,8 @@ struct TagWrites {
     /// lease: only newest-wins suppressions) needs no marker.
     func group(markerTTL: Int64) -> ScriptGroup {
         let marked = marker != nil && (adds > 0 || releases > 0)
-        var keyList: [String] = []
-        keyList.reserveCapacity(5 + addKeys.count)
+        var keyList = RedisArguments()
+        keyList.reserveCapacity(adding: 5 + addKeys.count, bytes: 5 * (tag.utf8.count + 32) + addKeys.byteCount)
         if marked, let marker { keyList.append(keys.batch(tag: tag, marker)) }
         keyList.append(keys.suppressed(tag: tag))
         keyList.append(keys.registered(tag: tag))

@@ -98,9 +98,11 @@ public actor RedisClient {
     /// Runs `script` by `EVALSHA`; on `NOSCRIPT` (first use, or the server restarted and lost its script
     /// cache) loads it and runs it again in the same round trip. An error reply throws.
     public func eval(_ script: RedisScript, keys: [String] = [], arguments: RedisArguments = RedisArguments()) async throws -> RedisReply {
-        var evalArguments = RedisArguments([script.sha1, String(keys.count)] + keys)
-        evalArguments.append(contentsOf: arguments)
-        let evalsha = RedisCommand("EVALSHA", arguments: evalArguments)
+        try await eval(script, keys: RedisArguments(keys), arguments: arguments)
+    }
+
+    public func eval(_ script: RedisScript, keys: RedisArguments, arguments: RedisArguments) async throws -> RedisReply {
+        let evalsha = RedisCommand(evalsha: script, keys: keys, arguments: arguments)
         return try await withReconnect("evalsha") { context in
             var reply = try roundTrip([evalsha], on: context)[0]
             if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {

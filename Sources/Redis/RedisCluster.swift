@@ -172,16 +172,19 @@ public actor RedisCluster: RedisConnection {
     }
 
     public func eval(_ script: RedisScript, keys: [String] = [], arguments: RedisArguments = RedisArguments()) async throws -> RedisReply {
-        let slot = try Self.commonSlot(of: keys.map { Array($0.utf8) }, command: "EVALSHA")
+        try await eval(script, keys: RedisArguments(keys), arguments: arguments)
+    }
+
+    public func eval(_ script: RedisScript, keys: RedisArguments, arguments: RedisArguments) async throws -> RedisReply {
+        let view = RedisArgumentsView(keys)
+        let slot = try Self.commonSlot(of: (0..<view.count).map { i in view.withElement(i) { RedisSlot(keyBytes: $0).value } }, command: "EVALSHA")
         return try await routed("evalsha", slot: slot) { client, asking in
             guard asking else { return try await client.eval(script, keys: keys, arguments: arguments) }
             // The target may never have seen the script: load it in the same round trip (SCRIPT LOAD
             // needs no ASKING and returns the same digest).
-            var evalArguments = RedisArguments([script.sha1, String(keys.count)] + keys)
-            evalArguments.append(contentsOf: arguments)
             let replies = try await client.pipeline([
                 RedisCommand("SCRIPT", "LOAD", script.source), RedisCommand("ASKING"),
-                RedisCommand("EVALSHA", arguments: evalArguments),
+                RedisCommand(evalsha: script, keys: keys, arguments: arguments),
             ])
             if case .error(let message) = replies[2] { throw RedisError.server(message) }
             return replies[2]
@@ -460,10 +463,14 @@ public actor RedisCluster: RedisConnection {
     }
 
     private static func commonSlot(of keys: [[UInt8]], command: String) throws -> Int? {
+        try commonSlot(of: keys.map { key in key.withUnsafeBytes { RedisSlot(keyBytes: $0).value } }, command: command)
+    }
+
+    /// The one slot of keys whose slots are `keySlots`; nil without keys.
+    private static func commonSlot(of keySlots: [Int], command: String) throws -> Int? {
         var slot: Int?
         var slots: Set<Int> = []
-        for key in keys {
-            let keySlot = key.withUnsafeBytes { RedisSlot(keyBytes: $0).value }
+        for keySlot in keySlots {
             slots.insert(keySlot)
             slot = slot ?? keySlot
         }

@@ -15,8 +15,9 @@ public protocol RedisConnection: AnyObject, Sendable {
     func send(_ command: RedisCommand) async throws -> RedisReply
     /// All `commands`, replies in order, error replies returned in place.
     func pipeline(_ commands: [RedisCommand]) async throws -> [RedisReply]
-    /// `script` by `EVALSHA` (loaded on `NOSCRIPT`); an error reply throws.
-    func eval(_ script: RedisScript, keys: [String], arguments: RedisArguments) async throws -> RedisReply
+    /// `script` by `EVALSHA` (loaded on `NOSCRIPT`); an error reply throws. `keys` are the script's
+    /// `KEYS`, as arguments (the pipeline's scripts take thousands: no String per key).
+    func eval(_ script: RedisScript, keys: RedisArguments, arguments: RedisArguments) async throws -> RedisReply
     /// A command without keys of its own (`SCAN` over a key pattern) sent where `key` lives: on a cluster,
     /// the primary owning `key`'s slot; on one server, that server. An error reply throws.
     @discardableResult
@@ -29,11 +30,15 @@ extension RedisConnection {
     // ``RedisClient``'s default arguments, for callers holding `any RedisConnection` (a protocol
     // requirement cannot declare defaults; overloads that differ in labels do not shadow it).
     public func eval(_ script: RedisScript, arguments: RedisArguments) async throws -> RedisReply {
-        try await eval(script, keys: [], arguments: arguments)
+        try await eval(script, keys: RedisArguments(), arguments: arguments)
     }
 
     public func eval(_ script: RedisScript, keys: [String]) async throws -> RedisReply {
-        try await eval(script, keys: keys, arguments: RedisArguments())
+        try await eval(script, keys: RedisArguments(keys), arguments: RedisArguments())
+    }
+
+    public func eval(_ script: RedisScript, keys: [String], arguments: RedisArguments) async throws -> RedisReply {
+        try await eval(script, keys: RedisArguments(keys), arguments: arguments)
     }
 }
 

@@ -78,6 +78,15 @@ public struct RedisArguments: Sendable, Hashable {
 
     public var count: Int { lengths.count }
 
+    /// Room for `count` more arguments of `bytes` bytes in all.
+    public mutating func reserveCapacity(adding count: Int, bytes byteCount: Int) {
+        bytes.reserveCapacity(bytes.count + byteCount)
+        lengths.reserveCapacity(lengths.count + count)
+    }
+
+    /// Bytes of all the arguments together.
+    public var byteCount: Int { bytes.count }
+
     public mutating func append(_ string: String) {
         var string = string
         string.withUTF8 { bytes.append(contentsOf: $0) }
@@ -164,6 +173,19 @@ public struct RedisCommand: Sendable, Hashable {
 
     public init(_ name: String, arguments: RedisArguments) {
         var all = RedisArguments([name])
+        all.append(contentsOf: arguments)
+        self.arguments = all
+    }
+
+    /// `EVALSHA sha numkeys key… arg…`, written once into one buffer (a gate call is ~100 KB: building
+    /// it from lists and copying it into the command again was a good part of its cost in Swift).
+    public init(evalsha script: RedisScript, keys: RedisArguments, arguments: RedisArguments) {
+        var all = RedisArguments()
+        all.reserveCapacity(adding: 3 + keys.count + arguments.count, bytes: 64 + keys.byteCount + arguments.byteCount)
+        all.append("EVALSHA")
+        all.append(script.sha1)
+        all.append(keys.count)
+        all.append(contentsOf: keys)
         all.append(contentsOf: arguments)
         self.arguments = all
     }

@@ -29,6 +29,8 @@ public struct PushNotification: Sendable {
         var jobID: String
         var app: String
         var token: DeviceToken
+        /// The token's hex when the maker had it already (a decoded job's); nil: made from `token` when asked.
+        var tokenHex: String?
         var payload: [UInt8]
         var expiry: UInt32
         var priority: Priority
@@ -38,12 +40,13 @@ public struct PushNotification: Sendable {
         var position: SourcePosition?
 
         init(
-            jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
+            jobID: String, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
             campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?
         ) {
             self.jobID = jobID
             self.app = app
             self.token = token
+            self.tokenHex = tokenHex
             self.payload = payload
             self.expiry = expiry
             self.priority = priority
@@ -55,7 +58,7 @@ public struct PushNotification: Sendable {
 
         func copy() -> Storage {
             Storage(
-                jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
+                jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
                 campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
         }
     }
@@ -77,8 +80,15 @@ public struct PushNotification: Sendable {
     }
     public var token: DeviceToken {
         get { storage.token }
-        set { unique().token = newValue }
+        set {
+            let s = unique()
+            s.token = newValue
+            s.tokenHex = nil
+        }
     }
+    /// The token's lower-case hex (Redis keys, dead letters, logs): the decoded job's own string when the
+    /// pipeline gave it (the settle of every job needs it; making it again was an allocation per job).
+    public var tokenHex: String { storage.tokenHex ?? storage.token.hex }
     public var payload: [UInt8] {
         get { storage.payload }
         set { unique().payload = newValue }
@@ -111,12 +121,14 @@ public struct PushNotification: Sendable {
         set { unique().position = newValue }
     }
 
+    /// `tokenHex`, when given, is `token`'s lower-case hex (``DeviceToken/hex``), kept rather than made again.
     public init(
-        jobID: String, app: String, token: DeviceToken, payload: [UInt8], expiry: UInt32, priority: Priority,
+        jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
     ) {
+        assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
         storage = Storage(
-            jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
+            jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
             campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
     }
 }

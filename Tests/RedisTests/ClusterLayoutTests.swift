@@ -266,7 +266,7 @@ struct ClusterLayoutTests {
 
     @Test func callsGroupBySlot() {
         let keys = RedisKeys()
-        let groups = (0..<40).map { n in ScriptGroup(tag: keys.tokenTag(app: shop, bucket: n % 16), keys: [], arguments: RedisArguments()) }
+        let groups = (0..<40).map { n in ScriptGroup(tag: keys.tokenTag(app: shop, bucket: n % 16), keys: RedisArguments(), arguments: RedisArguments()) }
         let perSlot = PipelineStore.calls(groups, oneSlotPerCall: true)
         #expect(perSlot.count == 16)
         #expect(perSlot.allSatisfy { Set($0.map { groups[$0].slot }).count == 1 })
