@@ -198,33 +198,37 @@ public struct PipelineStore: Sendable {
         let probes = dedupBucketsToProbe(now: now)
         let subs = configuration.dedupSubBucketsPerTag
         var groups: [Group] = []
-        var groupOf: [TagID: Int] = [:]
+        // Groups by token tag, in first-seen order. A batch touches a few dozen tags: a scan comparing the
+        // bucket first is cheaper than hashing the app's name per job (as in the settle). The request's
+        // fields are read in place, not copied out (three retains and releases per job).
+        var groupIDs: [TagID] = []
         for index in indices {
-            let request = requests[index]
-            let id = TagID(app: request.app, bucket: keys.tokenBucket(request.tokenHex))
+            let bucket = keys.tokenBucket(requests[index].tokenHex)
             let g: Int
-            if let known = groupOf[id] {
+            if let known = groupIDs.firstIndex(where: { $0.bucket == bucket && $0.app == requests[index].app }) {
                 g = known
             } else {
-                let tag = keys.tokenTag(app: id.app, bucket: id.bucket)
+                let app = requests[index].app
+                let tag = keys.tokenTag(app: app, bucket: bucket)
                 groups.append(
                     Group(
                         tag: tag,
                         keys: RedisArguments([keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)]),
                         dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
+                groupIDs.append(TagID(app: app, bucket: bucket))
                 g = groups.count - 1
-                groupOf[id] = g
             }
-            let fingerprint = JobFingerprint(jobID: request.jobID)
+            let fingerprint = JobFingerprint(jobID: requests[index].jobID)
             let sub = fingerprint.subBucket(of: subs)
-            for table in groups[g].dedupSets { groups[g].keys.append(table.names[sub]) }
+            let tables = groups[g].dedupSets
+            for table in tables { table.appendName(sub, to: &groups[g].keys) }
             groups[g].jobs.append(index)
-            if let void = voids[index] {
+            if !voids.isEmpty, let void = voids[index] {
                 groups[g].voids.append(groups[g].jobs.count)
                 groups[g].voids.append(void)
                 groups[g].voidCount += 1
             }
-            groups[g].jobArguments.append(lowercasingASCII: request.tokenHex)
+            groups[g].jobArguments.append(lowercasingASCII: requests[index].tokenHex)
             groups[g].jobArguments.append(fingerprint.member)
         }
         let scriptGroups = groups.map { group -> ScriptGroup in
@@ -873,7 +877,7 @@ struct TagWrites {
     /// decides, given the key).
     mutating func add(subBucket: Int, member: Int64, expiring: (DedupSetID) -> Bool) -> Int {
         guard let dedupSets else { preconditionFailure("a settle part's TagWrites carries its dedup set names") }
-        if touchedSubs.isEmpty { touchedSubs = Array(repeating: 0, count: (dedupSets.names.count + 63) / 64) }
+        if touchedSubs.isEmpty { touchedSubs = Array(repeating: 0, count: (dedupSets.count + 63) / 64) }
         let word = subBucket / 64
         let bit = UInt64(1) << UInt64(subBucket % 64)
         if touchedSubs[word] & bit == 0 {
@@ -884,7 +888,7 @@ struct TagWrites {
                 expiringSets.append(id)
             }
         }
-        addKeys.append(dedupSets.names[subBucket])
+        dedupSets.appendName(subBucket, to: &addKeys)
         addArguments.append(member)
         adds += 1
         return adds
@@ -982,14 +986,46 @@ struct DedupSetID: Hashable {
 /// sub-bucket's name of one (tag, bucket): 256 names with the defaults, ~12 KB; tables of buckets older
 /// than `liveBuckets` behind the newest are dropped.
 final class DedupSetNames: @unchecked Sendable {
+    /// The key names of one tag's sets in one time bucket, one per sub-bucket.
     final class Table: Sendable {
         /// Unique per table in this process (``DedupSetID``).
         let serial: Int
-        let names: [String]
+        /// Every name's bytes, one after another: a call's keys are copied from here (the gate takes one
+        /// per job and probe, the settle one per accepted job), not retained and released as Strings
+        /// shared between the gate's and the settle's threads.
+        private let bytes: [UInt8]
+        /// Where name n ends in `bytes` (it starts where n − 1 ends).
+        private let ends: [Int]
+
         init(serial: Int, names: [String]) {
             self.serial = serial
-            self.names = names
+            var bytes: [UInt8] = []
+            var ends: [Int] = []
+            ends.reserveCapacity(names.count)
+            for name in names {
+                bytes.append(contentsOf: name.utf8)
+                ends.append(bytes.count)
+            }
+            self.bytes = bytes
+            self.ends = ends
         }
+
+        var count: Int { ends.count }
+
+        /// Name `sub`, appended to `arguments` as one argument.
+        func appendName(_ sub: Int, to arguments: inout RedisArguments) {
+            let start = sub == 0 ? 0 : ends[sub - 1]
+            bytes.withUnsafeBytes { arguments.append(raw: UnsafeRawBufferPointer(rebasing: $0[start..<ends[sub]])) }
+        }
+
+        /// Name `sub` as a String (tests).
+        func name(_ sub: Int) -> String {
+            let start = sub == 0 ? 0 : ends[sub - 1]
+            return String(decoding: bytes[start..<ends[sub]], as: UTF8.self)
+        }
+
+        /// Every name (tests).
+        var names: [String] { (0..<count).map(name) }
     }
     private struct TableKey: Hashable {
         var tag: String

@@ -46,7 +46,7 @@ import Testing
         let names = DedupSetNames(keys: keys, subBuckets: 256, liveBuckets: 3)
         let tag = keys.tokenTag(app: "com.example.shop", bucket: 5)
         let table = names.table(tag: tag, bucket: 100)
-        #expect(table.names.count == 256)
+        #expect(table.count == 256)
         #expect(table.names[0] == keys.dedup(tag: tag, bucket: 100, subBucket: 0))
         #expect(table.names[255] == keys.dedup(tag: tag, bucket: 100, subBucket: 255))
         #expect(names.table(tag: tag, bucket: 100) === table)  // made once
