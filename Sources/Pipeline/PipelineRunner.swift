@@ -412,6 +412,17 @@ public final class PipelineRunner: Service, Sendable {
         // The encoder is made once per run of jobs of one app and push type.
         var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
         let jobIDKey = c.gateway.embedJobID ? "jid" : nil
+        // An HTTP/2 notification carries its job's token hex to its outcome (its settle needs it, and
+        // answers come within milliseconds). A binary shard holds its notifications for the settle delay
+        // (~25 000 at 100k jobs/s): there the hex would be ~100 bytes more per notification, more memory
+        // than making it again at the settle costs in CPU. Looked up once per run of jobs of one app.
+        var keepsHexFor: (app: String, keeps: Bool)?
+        func keepsTokenHex(_ app: String) -> Bool {
+            if let known = keepsHexFor, known.app == app { return known.keeps }
+            let keeps = apps[app]?.transport != .binary
+            keepsHexFor = (app, keeps)
+            return keeps
+        }
         for i in jobs.indices {
             let job = jobs[i]
             let message = d.jobMessages[i]
@@ -463,7 +474,7 @@ public final class PipelineRunner: Service, Sendable {
                     let payload = try job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
                     notifications.append(
                         PushNotification(
-                            jobID: job.id, app: app, token: job.token, tokenHex: job.tokenHex, payload: payload, expiry: job.expiry,
+                            jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil, payload: payload, expiry: job.expiry,
                             priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
                             position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset)))
                 } catch {
