@@ -474,8 +474,9 @@ public final class PipelineRunner: Service, Sendable {
                     let payload = try job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
                     notifications.append(
                         PushNotification(
-                            jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil, payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
+                            jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
+                            payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
+                            collapseID: job.collapseID, pushType: pushType?.rawValue,
                             position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset)))
                 } catch {
                     // e.g. the localized alert makes the payload too large.

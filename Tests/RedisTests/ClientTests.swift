@@ -41,6 +41,17 @@ import TestSupport
         }
     }
 
+    /// `EVALSHA sha numkeys key… arg…`, written once: the layout Redis reads `KEYS` and `ARGV` from.
+    @Test func evalshaCommandLaysOutKeysThenArguments() {
+        let script = RedisScript("return 1")
+        var arguments = RedisArguments()
+        arguments.append(42)
+        arguments.append("")
+        let command = RedisCommand(evalsha: script, keys: RedisArguments(["{t}:a", "{t}:b"]), arguments: arguments)
+        #expect(command.arguments.elements.map { String(decoding: $0, as: UTF8.self) } == ["EVALSHA", script.sha1, "2", "{t}:a", "{t}:b", "42", ""])
+        #expect(RedisCommand(evalsha: script, keys: RedisArguments(), arguments: RedisArguments()).arguments.count == 3)
+    }
+
     @Test func minuteStampsAreUTC() {
         #expect(RedisKeys.minuteStamp(0) == "197001010000")
         #expect(RedisKeys.minuteStamp(1_767_225_600) == "202601010000")  // 2026-01-01T00:00Z

@@ -49,6 +49,10 @@ import Testing
         #expect(table.count == 256)
         #expect(table.names[0] == keys.dedup(tag: tag, bucket: 100, subBucket: 0))
         #expect(table.names[255] == keys.dedup(tag: tag, bucket: 100, subBucket: 255))
+        // A call's keys are copied from the table's one buffer, each name one argument.
+        var arguments = RedisArguments()
+        for sub in [0, 255, 7, 7] { table.appendName(sub, to: &arguments) }
+        #expect(arguments.elements == [0, 255, 7, 7].map { Array(keys.dedup(tag: tag, bucket: 100, subBucket: $0).utf8) })
         #expect(names.table(tag: tag, bucket: 100) === table)  // made once
         let other = names.table(tag: keys.tokenTag(app: "com.example.shop", bucket: 6), bucket: 100)
         #expect(other.serial != table.serial)
