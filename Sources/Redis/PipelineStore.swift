@@ -1012,17 +1012,16 @@ final class DedupSetNames: @unchecked Sendable {
 
         var count: Int { ends.count }
 
+        /// Where name `sub` is in `bytes`.
+        private func range(_ sub: Int) -> Range<Int> { (sub == 0 ? 0 : ends[sub - 1])..<ends[sub] }
+
         /// Name `sub`, appended to `arguments` as one argument.
         func appendName(_ sub: Int, to arguments: inout RedisArguments) {
-            let start = sub == 0 ? 0 : ends[sub - 1]
-            bytes.withUnsafeBytes { arguments.append(raw: UnsafeRawBufferPointer(rebasing: $0[start..<ends[sub]])) }
+            bytes.withUnsafeBytes { arguments.append(bytes: UnsafeRawBufferPointer(rebasing: $0[range(sub)])) }
         }
 
         /// Name `sub` as a String (tests).
-        func name(_ sub: Int) -> String {
-            let start = sub == 0 ? 0 : ends[sub - 1]
-            return String(decoding: bytes[start..<ends[sub]], as: UTF8.self)
-        }
+        func name(_ sub: Int) -> String { String(decoding: bytes[range(sub)], as: UTF8.self) }
 
         /// Every name (tests).
         var names: [String] { (0..<count).map(name) }

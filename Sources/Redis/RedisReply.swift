@@ -118,12 +118,6 @@ public struct RedisArguments: Sendable, Hashable {
         lengths.append(bytes.count - start)
     }
 
-    /// One argument of these bytes.
-    public mutating func append(raw value: UnsafeRawBufferPointer) {
-        bytes.append(contentsOf: value)
-        lengths.append(value.count)
-    }
-
     public mutating func append(bytes value: some Collection<UInt8>) {
         bytes.append(contentsOf: value)
         lengths.append(value.count)

@@ -235,32 +235,30 @@ struct HTTP2RequestHeaderEncoder {
 
     /// A literal without indexing, its name from the static table (`staticNameIndex` > 0) or a literal.
     static func encodeUnindexed(name: String, staticNameIndex: Int, value: String, into buffer: inout ByteBuffer) {
-        if staticNameIndex > 0 {
-            writeInteger(staticNameIndex, prefix: 4, flags: 0x00, into: &buffer)
-        } else {
-            buffer.writeInteger(UInt8(0x00))
-            writeString(name, into: &buffer)
-        }
+        writeUnindexedName(name, staticNameIndex: staticNameIndex, into: &buffer)
         writeString(value, into: &buffer)
     }
 
-    /// A literal without indexing whose value (`count` bytes) `write` puts straight into the block: for
-    /// the per-request values (`:path`, `apns-id`), which then need no String of their own. The name is
-    /// the static table's entry `staticNameIndex`, or `name` as a literal.
+    /// The same with a value of `count` bytes that `write` puts straight into the block: for the
+    /// per-request values (`:path`, `apns-id`), which then need no String of their own.
     static func encodeUnindexed(
-        name: String = "", staticNameIndex: Int = 0, count: Int, into buffer: inout ByteBuffer,
+        name: String, staticNameIndex: Int, count: Int, into buffer: inout ByteBuffer,
         write: (UnsafeMutableRawBufferPointer) -> Void
     ) {
-        if staticNameIndex > 0 {
-            writeInteger(staticNameIndex, prefix: 4, flags: 0x00, into: &buffer)
-        } else {
-            buffer.writeInteger(UInt8(0x00))
-            writeString(name, into: &buffer)
-        }
+        writeUnindexedName(name, staticNameIndex: staticNameIndex, into: &buffer)
         writeInteger(count, prefix: 7, flags: 0x00, into: &buffer)
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
             write(UnsafeMutableRawBufferPointer(rebasing: out[..<count]))
             return count
+        }
+    }
+
+    private static func writeUnindexedName(_ name: String, staticNameIndex: Int, into buffer: inout ByteBuffer) {
+        if staticNameIndex > 0 {
+            writeInteger(staticNameIndex, prefix: 4, flags: 0x00, into: &buffer)
+        } else {
+            buffer.writeInteger(UInt8(0x00))
+            writeString(name, into: &buffer)
         }
     }
 
@@ -403,7 +401,7 @@ struct HTTP2ClientFrameCodec {
         encoder.beginBlock(into: &outbound)
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound) {
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound) {
             HTTP2Request.writeDevicePath(head.token, into: $0)
         }
         encoder.encode(.authority, authority, into: &outbound)
@@ -412,7 +410,7 @@ struct HTTP2ClientFrameCodec {
         // index reveals nothing short of guessing the entire signed token.
         if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
         encoder.encode(.topic, head.topic, into: &outbound)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, count: APNsID.textCount, into: &outbound) { out in
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &outbound) { out in
             head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
         }
         encoder.encode(.expiration, head.expiration, into: &outbound)
