@@ -2,6 +2,7 @@ import APNsProtocol
 import Foundation
 import Kafka
 import Redis
+import Sender
 
 /// A bulk campaign: one template job, one audience file, published as jobs `ID:token`.
 public enum Campaign {
@@ -83,7 +84,9 @@ public enum Campaign {
     }
 
     /// The id of a campaign's job for one token: `ID:token` (hex, lower-case).
-    public static func jobID(campaign: String, token: DeviceToken) -> String { "\(campaign):\(token.hex)" }
+    public static func jobID(campaign: String, token: DeviceToken) -> String {
+        PushNotification.campaignJobID(campaign: campaign, token: token)
+    }
 
     /// The job message for one recipient: the template plus id `ID:token`, the token and the campaign.
     /// A CSV language picks `alerts[language]` as the alert here already.

@@ -22,11 +22,14 @@ public struct SourcePosition: Sendable, Hashable, CustomStringConvertible {
 /// replay buffers and outcomes, and each copy is one reference count rather than one per string and
 /// buffer (issue 14). It keeps no more than it needs: a binary shard holds every notification it wrote
 /// for the grace window after it settled (tens of thousands at full rate), so e.g. the token's hex
-/// (96 bytes on the heap) is made when needed rather than kept.
+/// (96 bytes on the heap) is made when needed rather than kept. So is a campaign job's id,
+/// `<campaign>:<token hex>` (``PushNotification/campaignJobID(campaign:token:)``): ~100 bytes on the heap
+/// per notification in flight (up to `pipeline.max_in_flight` of them), kept as its campaign and token.
 public struct PushNotification: Sendable {
     private final class Storage: @unchecked Sendable {
         // Only mutated through `PushNotification`'s setters, on a uniquely referenced storage.
-        var jobID: String
+        /// nil: the id is `<campaign>:<token hex>` (`campaign` is set), made when asked.
+        var jobID: String?
         var app: String
         var token: DeviceToken
         /// The token's hex when the maker had it already (a decoded job's); nil: made from `token` when asked.
@@ -40,7 +43,7 @@ public struct PushNotification: Sendable {
         var position: SourcePosition?
 
         init(
-            jobID: String, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
+            jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
             campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?
         ) {
             self.jobID = jobID
@@ -71,8 +74,69 @@ public struct PushNotification: Sendable {
     }
 
     public var jobID: String {
-        get { storage.jobID }
+        get {
+            if let id = storage.jobID { return id }
+            // A nil id always has its campaign: `init` and the setters keep it so.
+            return Self.campaignJobID(campaign: storage.campaign!, token: storage.token)
+        }
         set { unique().jobID = newValue }
+    }
+    /// The job id as kept: nil when it is its campaign's `<campaign>:<token hex>`, made when asked
+    /// (the grace window keeps a settled notification's id the same way).
+    var keptJobID: String? { storage.jobID }
+
+    /// Calls `body` with the job id's UTF-8 bytes, without making a String for a campaign's job (the
+    /// HTTP/2 sender hashes every request's id into its `apns-id`).
+    public func withJobIDBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        if var id = storage.jobID {
+            return try id.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
+        }
+        var campaign = storage.campaign!
+        let token = storage.token
+        return try campaign.withUTF8 { name in
+            try withUnsafeTemporaryAllocation(byteCount: name.count + 1 + DeviceToken.hexCount, alignment: 1) { out in
+                Self.writeCampaignJobID(campaign: UnsafeRawBufferPointer(name), token: token, into: out)
+                return try body(UnsafeRawBufferPointer(out))
+            }
+        }
+    }
+
+    /// A campaign's job id, `<campaign>:<token's lower-case hex>` (the pipeline's `Campaign.jobID`).
+    public static func campaignJobID(campaign: String, token: DeviceToken) -> String {
+        var campaign = campaign
+        return campaign.withUTF8 { name in
+            String(unsafeUninitializedCapacity: name.count + 1 + DeviceToken.hexCount) { out in
+                writeCampaignJobID(campaign: UnsafeRawBufferPointer(name), token: token, into: UnsafeMutableRawBufferPointer(out))
+                return out.count
+            }
+        }
+    }
+
+    private static func writeCampaignJobID(campaign: UnsafeRawBufferPointer, token: DeviceToken, into out: UnsafeMutableRawBufferPointer) {
+        out.copyMemory(from: campaign)
+        out[campaign.count] = UInt8(ascii: ":")
+        token.writeHex(into: UnsafeMutableRawBufferPointer(rebasing: out[(campaign.count + 1)...]))
+    }
+
+    /// Whether `id` is `<campaign>:<token's lower-case hex>`, compared in place.
+    static func isCampaignJobID(_ id: String, campaign: String, token: DeviceToken) -> Bool {
+        let prefix = campaign.utf8.count
+        guard id.utf8.count == prefix + 1 + DeviceToken.hexCount else { return false }
+        var id = id
+        var campaign = campaign
+        return id.withUTF8 { idBytes in
+            campaign.withUTF8 { campaignBytes in
+                idBytes[prefix] == UInt8(ascii: ":") && idBytes[..<prefix].elementsEqual(campaignBytes)
+                    && token.isHex(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: idBytes[(prefix + 1)...])))
+            }
+        }
+    }
+
+    /// Before a change of the campaign or the token: an id made from them is kept as it is.
+    private mutating func keepJobID() -> Storage {
+        let s = unique()
+        if s.jobID == nil { s.jobID = jobID }
+        return s
     }
     public var app: String {
         get { storage.app }
@@ -81,7 +145,7 @@ public struct PushNotification: Sendable {
     public var token: DeviceToken {
         get { storage.token }
         set {
-            let s = unique()
+            let s = keepJobID()
             s.token = newValue
             s.tokenHex = nil
         }
@@ -103,7 +167,7 @@ public struct PushNotification: Sendable {
     }
     public var campaign: String? {
         get { storage.campaign }
-        set { unique().campaign = newValue }
+        set { keepJobID().campaign = newValue }
     }
     /// HTTP/2 `apns-collapse-id` (≤ 64 bytes); the binary interface has no such field and ignores it.
     public var collapseID: String? {
@@ -127,8 +191,9 @@ public struct PushNotification: Sendable {
         campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
+        let isCampaigns = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
         storage = Storage(
-            jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
+            jobID: isCampaigns ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
             campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
     }
 }

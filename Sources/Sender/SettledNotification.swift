@@ -29,18 +29,20 @@ struct SettledNotification {
         payload = n.payload
         expiry = n.expiry
         priority = n.priority
-        if let campaign = n.campaign, Self.isCampaignJobID(n.jobID, campaign: campaign, token: n.token) {
-            jobIDOrCampaign = campaign
-            jobIDIsCampaignToken = true
-        } else {
-            jobIDOrCampaign = n.jobID
+        if let id = n.keptJobID {
+            jobIDOrCampaign = id
             jobIDIsCampaignToken = false
+        } else {
+            jobIDOrCampaign = n.campaign!
+            jobIDIsCampaignToken = true
         }
         self.attempts = UInt8(clamping: attempts)
         self.processingFailures = UInt8(clamping: processingFailures)
     }
 
-    var jobID: String { jobIDIsCampaignToken ? "\(jobIDOrCampaign):\(token.hex)" : jobIDOrCampaign }
+    var jobID: String {
+        jobIDIsCampaignToken ? PushNotification.campaignJobID(campaign: jobIDOrCampaign, token: token) : jobIDOrCampaign
+    }
 
     /// The notification to write again: what goes on the wire, its job id, its shard's `app` and (for a
     /// campaign's job) campaign. Its Kafka position is not kept: the settler had it when it was reported.
@@ -48,19 +50,5 @@ struct SettledNotification {
         PushNotification(
             jobID: jobID, app: app, token: token, payload: payload, expiry: expiry, priority: priority,
             campaign: jobIDIsCampaignToken ? jobIDOrCampaign : nil)
-    }
-
-    /// Whether `id` is `<campaign>:<token's lower-case hex>`, compared in place.
-    static func isCampaignJobID(_ id: String, campaign: String, token: DeviceToken) -> Bool {
-        let prefix = campaign.utf8.count
-        guard id.utf8.count == prefix + 1 + DeviceToken.hexCount else { return false }
-        var id = id
-        var campaign = campaign
-        return id.withUTF8 { idBytes in
-            campaign.withUTF8 { campaignBytes in
-                idBytes[prefix] == UInt8(ascii: ":") && idBytes[..<prefix].elementsEqual(campaignBytes)
-                    && token.isHex(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: idBytes[(prefix + 1)...])))
-            }
-        }
     }
 }

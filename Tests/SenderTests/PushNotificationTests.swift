@@ -3,7 +3,8 @@ import Testing
 
 @testable import Sender
 
-/// The token hex a notification hands to its outcome: the job's own string when given, else made.
+/// The token hex a notification hands to its outcome (the job's own string when given, else made), and a
+/// campaign job's id kept as its campaign and token.
 @Suite struct PushNotificationTests {
     static let token = try! DeviceToken(bytes: (0..<32).map { UInt8(255 - $0 * 5) })
 
@@ -28,5 +29,47 @@ import Testing
         changed.token = other
         #expect(changed.tokenHex == other.hex)
         #expect(original.tokenHex == Self.token.hex)
+    }
+
+    func campaignJob(id: String, campaign: String?) -> PushNotification {
+        PushNotification(
+            jobID: id, app: "com.example.shop", token: Self.token, payload: Array(#"{"aps":{}}"#.utf8), expiry: 0,
+            priority: .immediate, campaign: campaign)
+    }
+
+    /// `<campaign>:<token hex>` is not kept as a string but answered the same, as a string and as bytes
+    /// (the `apns-id` hashes those); any other id, or one naming another token or campaign, is kept as given.
+    @Test func aCampaignJobsIDIsMadeFromItsCampaignAndToken() {
+        let id = "spring-sale:" + Self.token.hex
+        let made = campaignJob(id: id, campaign: "spring-sale")
+        #expect(made.keptJobID == nil)
+        #expect(made.jobID == id)
+        #expect(made.withJobIDBytes { Array($0) } == Array(id.utf8))
+        #expect(PushNotification.campaignJobID(campaign: "spring-sale", token: Self.token) == id)
+        #expect(SettledNotification(made, attempts: 1, processingFailures: 0).jobID == id)
+
+        for (other, campaign) in [
+            (id, "spring"), ("spring-sale:" + String(repeating: "0f", count: 32), "spring-sale"),
+            ("spring-sale:" + Self.token.hex.uppercased(), "spring-sale"), ("spring-sale-" + Self.token.hex, "spring-sale"),
+            ("job-7", "spring-sale"),
+        ] {
+            let kept = campaignJob(id: other, campaign: campaign)
+            #expect(kept.keptJobID == other)
+            #expect(kept.jobID == other)
+            #expect(kept.withJobIDBytes { Array($0) } == Array(other.utf8))
+        }
+        #expect(campaignJob(id: id, campaign: nil).keptJobID == id)
+    }
+
+    /// A made id never changes with the campaign or token it was made from: changing either keeps the
+    /// id as it was.
+    @Test func aMadeIDOutlivesAChangeOfItsParts() throws {
+        let id = "spring-sale:" + Self.token.hex
+        var retokened = campaignJob(id: id, campaign: "spring-sale")
+        retokened.token = try DeviceToken(hex: String(repeating: "0f", count: 32))
+        #expect(retokened.jobID == id)
+        var renamed = campaignJob(id: id, campaign: "spring-sale")
+        renamed.campaign = nil
+        #expect(renamed.jobID == id)
     }
 }

@@ -88,7 +88,7 @@ struct HTTP2Request: Equatable, Sendable {
         } else {
             topic = n.app
         }
-        id = Self.apnsIDBytes(jobID: n.jobID)
+        id = n.withJobIDBytes { Self.apnsIDBytes(jobIDBytes: $0) }
         expiration = memo.expiration(n.expiry)
         priority =
             switch n.priority {
@@ -116,15 +116,15 @@ struct HTTP2Request: Equatable, Sendable {
     /// A UUID made from SHA-256 of the job id (version 8, "custom"): the same job always carries the
     /// same `apns-id`, so a resent request is recognisably the same notification in Apple's and our logs.
     static func apnsID(jobID: String) -> String {
-        apnsIDBytes(jobID: jobID).withBytes { APNsID.string(uuidBytes: $0) }
+        var id = jobID
+        return id.withUTF8 { apnsIDBytes(jobIDBytes: UnsafeRawBufferPointer($0)) }.withBytes { APNsID.string(uuidBytes: $0) }
     }
 
-    /// The bytes of ``apnsID(jobID:)``.
-    static func apnsIDBytes(jobID: String) -> UUIDBytes {
+    /// The bytes of ``apnsID(jobID:)``, from the id's UTF-8.
+    static func apnsIDBytes(jobIDBytes: UnsafeRawBufferPointer) -> UUIDBytes {
         // Hashed in place: copying the id and the digest into arrays first was two allocations per request.
-        var id = jobID
         var sha = SHA256()
-        id.withUTF8 { sha.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        sha.update(bufferPointer: jobIDBytes)
         let digest = sha.finalize()
         return digest.withUnsafeBytes { hash in
             var high: UInt64 = 0
