@@ -167,12 +167,15 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
     /// Whether `utf8` is exactly `hex` (lower case), without making that string.
     public func isHex(_ utf8: UnsafeRawBufferPointer) -> Bool {
         guard utf8.count == Self.hexCount else { return false }
-        return withBytes { raw in
-            for i in 0..<Self.byteCount {
-                let byte = raw[i]
-                if utf8[2 * i] != Self.hexDigit(byte >> 4) || utf8[2 * i + 1] != Self.hexDigit(byte & 0x0F) { return false }
+        // The hex written out and compared eight bytes at a time: a compare per character, each with its
+        // own early exit, was ~1 % of `run` when every notification of a campaign checked its job id.
+        return withUnsafeTemporaryAllocation(byteCount: Self.hexCount, alignment: 8) { hex in
+            writeHex(into: hex)
+            var differ: UInt64 = 0
+            for offset in stride(from: 0, to: Self.hexCount, by: 8) {
+                differ |= hex.load(fromByteOffset: offset, as: UInt64.self) ^ utf8.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
             }
-            return true
+            return differ == 0
         }
     }
 

@@ -126,8 +126,10 @@ public struct PushNotification: Sendable {
         var campaign = campaign
         return id.withUTF8 { idBytes in
             campaign.withUTF8 { campaignBytes in
-                idBytes[prefix] == UInt8(ascii: ":") && idBytes[..<prefix].elementsEqual(campaignBytes)
-                    && token.isHex(UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: idBytes[(prefix + 1)...])))
+                let idBytes = UnsafeRawBufferPointer(idBytes)
+                return idBytes[prefix] == UInt8(ascii: ":")
+                    && UnsafeRawBufferPointer(rebasing: idBytes[..<prefix]).elementsEqual(UnsafeRawBufferPointer(campaignBytes))
+                    && token.isHex(UnsafeRawBufferPointer(rebasing: idBytes[(prefix + 1)...]))
             }
         }
     }
