@@ -87,7 +87,7 @@ public struct PushNotification: Sendable {
 
     /// Calls `body` with the job id's UTF-8 bytes, without making a String for a campaign's job (the
     /// HTTP/2 sender hashes every request's id into its `apns-id`).
-    public func withJobIDBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    func withJobIDBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         if var id = storage.jobID {
             return try id.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
         }
@@ -193,9 +193,9 @@ public struct PushNotification: Sendable {
         campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
-        let isCampaigns = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
+        let idIsMadeFromParts = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
         storage = Storage(
-            jobID: isCampaigns ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
+            jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
             campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
     }
 }
