@@ -591,8 +591,10 @@ public final class PipelineRunner: Service, Sendable {
             case .rejected: .rejected
             case .deadLettered: .deadLettered
             }
+        // The id's fingerprint from its bytes: a campaign job's id is never made as a String.
+        let fingerprint = o.notification.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
         return Redis.Outcome(
-            jobID: o.jobID, app: o.app, tokenHex: o.notification.tokenHex, campaign: o.notification.campaign, kind: kind,
+            fingerprint: fingerprint, app: o.app, tokenHex: o.notification.tokenHex, campaign: o.notification.campaign, kind: kind,
             code: o.code, suppressToken: suppression, shard: o.connection)
     }
 

@@ -386,7 +386,7 @@ public struct PipelineStore: Sendable {
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 tally.sent(app: outcome.app, shard: shard)
             }
-            let fingerprint = JobFingerprint(jobID: outcome.jobID)
+            let fingerprint = outcome.fingerprint
             // Per-job progress: counted by the counters script if this is the job's first settlement.
             // Only a job's first outcome in this batch can be (a later one is a redelivered copy).
             var progress: (campaign: String, field: CampaignField)?

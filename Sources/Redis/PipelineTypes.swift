@@ -47,7 +47,10 @@ public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
 
 /// One settled job.
 public struct Outcome: Sendable, Hashable {
-    public var jobID: String
+    /// The job id's fingerprint: all the settle needs of the id (its dedup record, its lease, its
+    /// per-job progress). Kept rather than the id, so an outcome never makes or holds the id's String
+    /// (a campaign job's id is made from its campaign and token only when asked: issue 14).
+    public var fingerprint: JobFingerprint
     public var app: String
     public var tokenHex: String
     public var campaign: String?
@@ -64,10 +67,10 @@ public struct Outcome: Sendable, Hashable {
     public var shard: Int?
 
     public init(
-        jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
+        fingerprint: JobFingerprint, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
         suppressToken: TokenSuppression? = nil, shard: Int? = nil
     ) {
-        self.jobID = jobID
+        self.fingerprint = fingerprint
         self.app = app
         self.tokenHex = tokenHex
         self.campaign = campaign
@@ -75,6 +78,16 @@ public struct Outcome: Sendable, Hashable {
         self.code = code
         self.suppressToken = suppressToken
         self.shard = shard
+    }
+
+    /// The outcome of the job with id `jobID`.
+    public init(
+        jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
+        suppressToken: TokenSuppression? = nil, shard: Int? = nil
+    ) {
+        self.init(
+            fingerprint: JobFingerprint(jobID: jobID), app: app, tokenHex: tokenHex, campaign: campaign, kind: kind, code: code,
+            suppressToken: suppressToken, shard: shard)
     }
 }
 

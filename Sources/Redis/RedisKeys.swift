@@ -154,21 +154,32 @@ public struct JobFingerprint: Sendable, Hashable {
     public init(jobID: String) {
         // Over the contiguous UTF-8 when the string has it (see `RedisKeys.tokenBucket`); the values are
         // pinned by `ClientTests.fingerprintsAndTokenBucketsNeverChange`.
-        func fnv(_ bytes: some Sequence<UInt8>) -> (UInt64, UInt64) {
-            var a: UInt64 = 0xcbf2_9ce4_8422_2325
-            var b: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 0x9e37_79b9_7f4a_7c15
-            for byte in bytes {
-                a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-                b = (b ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-            }
-            return (a, b)
-        }
-        let (a, b) = jobID.utf8.withContiguousStorageIfAvailable { fnv($0) } ?? fnv(jobID.utf8)
+        let (a, b) = jobID.utf8.withContiguousStorageIfAvailable { Self.fnv($0) } ?? Self.fnv(jobID.utf8)
+        member = Int64(bitPattern: Self.mix(a))
+        spread = Self.mix(b)
+    }
+
+    /// The fingerprint of the job id whose UTF-8 is `jobIDBytes`: the same as ``init(jobID:)`` of that
+    /// text. For ids lent as bytes (a campaign job's `<campaign>:<token hex>` is made in a buffer for the
+    /// call, never as a String: issue 14).
+    public init(jobIDBytes: UnsafeRawBufferPointer) {
+        let (a, b) = Self.fnv(jobIDBytes)
         member = Int64(bitPattern: Self.mix(a))
         spread = Self.mix(b)
     }
 
     public func subBucket(of count: Int) -> Int { Int(spread % UInt64(max(1, count))) }
+
+    /// FNV-1a 64 twice, from two offset bases: the member's bits and the sub-bucket's.
+    private static func fnv(_ bytes: some Sequence<UInt8>) -> (UInt64, UInt64) {
+        var a: UInt64 = 0xcbf2_9ce4_8422_2325
+        var b: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 0x9e37_79b9_7f4a_7c15
+        for byte in bytes {
+            a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+            b = (b ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+        }
+        return (a, b)
+    }
 
     private static func mix(_ value: UInt64) -> UInt64 {
         var k = value

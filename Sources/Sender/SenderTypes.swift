@@ -86,8 +86,9 @@ public struct PushNotification: Sendable {
     var keptJobID: String? { storage.jobID }
 
     /// Calls `body` with the job id's UTF-8 bytes, without making a String for a campaign's job (the
-    /// HTTP/2 sender hashes every request's id into its `apns-id`).
-    func withJobIDBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    /// HTTP/2 sender hashes every request's id into its `apns-id`; the settle fingerprints every
+    /// outcome's id).
+    public func withJobIDBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         if var id = storage.jobID {
             return try id.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
         }

@@ -29,7 +29,7 @@ import Testing
         #expect(takes.map(\.outcomes.count) == [90, 90, 90, 30, 250])
         for t in takes {
             // Each take's offsets are exactly its outcomes' (nothing released ahead of its outcome).
-            #expect(t.refs.map(\.offset) == t.outcomes.map { Int64($0.jobID.dropFirst())! })
+            #expect(t.outcomes.map(\.fingerprint) == t.refs.map { JobFingerprint(jobID: "j\($0.offset)") })
             #expect(t.events.received == t.outcomes.count)
         }
         #expect(takes.flatMap(\.refs).map(\.offset) == (0..<550).map(Int64.init), "in order, each once")

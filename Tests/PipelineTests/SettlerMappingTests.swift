@@ -47,6 +47,19 @@ import Testing
         #expect(item.shardEvents == [ShardEvents(app: "com.example.shop", shard: 2, replayed: 4)])
     }
 
+    /// A campaign job's id (`<campaign>:<token hex>`) is kept as its campaign and token and made in a
+    /// buffer when needed: its outcome's fingerprint is that of the id's text, as for a kept id.
+    @Test func aCampaignJobsOutcomeIsFingerprintedAsItsIDsText() {
+        let made = "c:" + Self.token.hex
+        let batch = OutcomeBatch(
+            app: "com.example.shop", connection: 2,
+            outcomes: [Self.outcome(made, .accepted, offset: 1), Self.outcome("c:kept", .accepted, offset: 2)], events: SenderEvents())
+        #expect(batch.outcomes[0].notification.jobID == made)
+        let item = PipelineRunner.settlerItem(batch, topic: "jobs")
+        #expect(item.outcomes.map(\.fingerprint) == [made, "c:kept"].map(JobFingerprint.init(jobID:)))
+        #expect(item.outcomes[0].fingerprint != JobFingerprint(jobID: "c:" + Self.token.hex.uppercased()))
+    }
+
     /// The transports' ambiguous resends ride on the outcomes and count for their campaign when they
     /// settle (dead-lettered ones too, settled through their letters); the totals keep the batch's events.
     @Test func ambiguousResendsCountForTheirCampaign() {
@@ -83,9 +96,10 @@ import Testing
             ],
             events: SenderEvents())
         let share = PipelineRunner.settlerShare(batch, topic: "jobs")
-        #expect(share.item.outcomes.map(\.jobID) == ["ok"])
+        // An outcome carries its id's fingerprint, made from the notification's id bytes.
+        #expect(share.item.outcomes.map(\.fingerprint) == ["ok"].map(JobFingerprint.init(jobID:)))
         #expect(share.item.refs.map(\.offset) == [10])
-        #expect(share.deadLetterItem.outcomes.map(\.jobID) == ["bad", "busy"])
+        #expect(share.deadLetterItem.outcomes.map(\.fingerprint) == ["bad", "busy"].map(JobFingerprint.init(jobID:)))
         #expect(share.deadLetterItem.outcomes.allSatisfy { $0.kind == .deadLettered })
         #expect(share.deadLetterItem.refs.map(\.offset) == [13, 14])
         #expect(share.deadLetters.map(\.reason) == ["gateway-bad-request", "gateway-gave-up"])

@@ -82,6 +82,8 @@ import TestSupport
             #expect(fingerprint.subBucket(of: 4096) == c.subBucket, "\(c.id)")
             // A Substring's copy and a string built piece by piece hash the same.
             #expect(JobFingerprint(jobID: String(("x" + c.id).dropFirst())) == fingerprint)
+            // …and so do the id's bytes lent without a String.
+            #expect(Array(c.id.utf8).withUnsafeBytes { JobFingerprint(jobIDBytes: $0) } == fingerprint)
         }
         let keys = RedisKeys(prefix: "apns", tokenBuckets: 16)
         #expect(keys.tokenBucket(String(repeating: "ab", count: 32)) == 1_315_897_349 % 16)
