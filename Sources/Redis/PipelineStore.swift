@@ -378,7 +378,7 @@ public struct PipelineStore: Sendable {
             var campaign: Int
             var member: Int64
         }
-        var seenInBatch = Set<CampaignJob>()
+        var seenInBatch = Set<CampaignJob>(minimumCapacity: batch.outcomes.count)
         for outcome in batch.outcomes {
             let campaignIndex = tally.campaign(outcome.campaign)
             tally.count(outcome.kind.rawValue, campaign: campaignIndex)
@@ -951,7 +951,10 @@ struct TagWrites {
 /// only once the call that set them succeeded.
 final class DedupExpiries: @unchecked Sendable {
     private let lock = NSLock()
-    private var given: Set<DedupSetID> = []
+    /// By table serial (``DedupSetID/table``), a bit per sub-bucket: a look-up per accepted job is an
+    /// index and a mask, where a `Set<DedupSetID>` hashed every key (~1 % of `run`, issue 14). Serials
+    /// only grow, by one per tag and time bucket: tens of entries a day, emptied every minute.
+    private var given: [[UInt64]] = []
     private var since: Int64?
     static let memory: Int64 = 60
 
@@ -960,17 +963,24 @@ final class DedupExpiries: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if let since, now >= since, now - since < Self.memory {} else {
-            given.removeAll(keepingCapacity: true)
+            given.removeAll()
             since = now
         }
-        return given.contains(key)
+        let word = key.subBucket / 64
+        guard key.table < given.count, word < given[key.table].count else { return false }
+        return given[key.table][word] & (1 << UInt64(key.subBucket % 64)) != 0
     }
 
     func markGiven(_ keys: [DedupSetID]) {
         if keys.isEmpty { return }
         lock.lock()
         defer { lock.unlock() }
-        given.formUnion(keys)
+        for key in keys {
+            if key.table >= given.count { given.append(contentsOf: repeatElement([], count: key.table + 1 - given.count)) }
+            let word = key.subBucket / 64
+            if word >= given[key.table].count { given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - given[key.table].count)) }
+            given[key.table][word] |= 1 << UInt64(key.subBucket % 64)
+        }
     }
 }
 
