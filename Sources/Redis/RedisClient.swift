@@ -204,8 +204,8 @@ public actor RedisClient {
     /// Appends every command, then reads every reply: one flush, one wait.
     private func roundTrip(_ commands: [RedisCommand], on context: UnsafeMutablePointer<redisContext>) throws -> [RedisReply] {
         for command in commands {
-            let status = command.arguments.withArgv { argc, argv, lengths in
-                redisAppendCommandArgv(context, argc, argv, lengths)
+            let status = command.arguments.withRESP { resp in
+                redisAppendFormattedCommand(context, resp.baseAddress?.assumingMemoryBound(to: CChar.self), resp.count)
             }
             if status != REDIS_OK { throw RedisError.connection(Self.errorText(context)) }
         }

@@ -139,26 +139,47 @@ public struct RedisArguments: Sendable, Hashable {
         return result
     }
 
-    /// Hands hiredis an `argv`/`argvlen` pair pointing into our buffer. hiredis copies (formats) the
-    /// command during the call, so the pointers only have to live for the closure.
-    func withArgv<R>(
-        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R
-    ) -> R {
-        let storage = bytes.isEmpty ? [0] : bytes  // never a nil base address, even for all-empty args
-        return storage.withUnsafeBufferPointer { buffer in
-            let base = UnsafeRawPointer(buffer.baseAddress!)
-            var argv: [UnsafePointer<CChar>?] = []
-            argv.reserveCapacity(lengths.count)
-            var offset = 0
-            for length in lengths {
-                argv.append((base + offset).assumingMemoryBound(to: CChar.self))
-                offset += length
+    /// Calls `body` with the arguments as one RESP command (`*<n>` then `$<length>` and the bytes of each),
+    /// for `redisAppendFormattedCommand`: hiredis's own formatting from an `argv` array printf-formats
+    /// every argument's header into a fresh buffer (~1 % of `run` with a script call's thousands of
+    /// arguments, issue 14); this writes them in one pass into one buffer.
+    func withRESP<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        // `$`, up to 20 digits and CRLF before each argument, CRLF after; the same for the count.
+        let capacity = bytes.count + (lengths.count + 1) * 25
+        return try withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 1) { out in
+            var at = 0
+            func header(_ marker: UInt8, _ value: Int) {
+                out[at] = marker
+                var width = 1
+                var rest = value
+                while rest >= 10 { rest /= 10; width += 1 }
+                rest = value
+                for i in stride(from: at + width, to: at, by: -1) {
+                    out[i] = UInt8(truncatingIfNeeded: rest % 10) &+ UInt8(ascii: "0")
+                    rest /= 10
+                }
+                at += 1 + width
+                out[at] = UInt8(ascii: "\r")
+                out[at + 1] = UInt8(ascii: "\n")
+                at += 2
             }
-            return argv.withUnsafeMutableBufferPointer { argvBuffer in
-                lengths.withUnsafeBufferPointer { lengthBuffer in
-                    body(Int32(lengths.count), argvBuffer.baseAddress!, lengthBuffer.baseAddress!)
+            header(UInt8(ascii: "*"), lengths.count)
+            bytes.withUnsafeBytes { source in
+                var offset = 0
+                for length in lengths {
+                    header(UInt8(ascii: "$"), length)
+                    if length > 0 {
+                        UnsafeMutableRawBufferPointer(rebasing: out[at..<at + length])
+                            .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[offset..<offset + length]))
+                    }
+                    at += length
+                    offset += length
+                    out[at] = UInt8(ascii: "\r")
+                    out[at + 1] = UInt8(ascii: "\n")
+                    at += 2
                 }
             }
+            return try body(UnsafeRawBufferPointer(rebasing: out[..<at]))
         }
     }
 }
