@@ -16,7 +16,11 @@ enum Scripts {
     /// Lua helpers shared by the scripts (prepended to their source).
     private static let helpers = #"""
         local function mget(cmd, key, fields)
-          -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack().
+          -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack(). A group's fields
+          -- usually fit in one call, whose reply is the answer as it is (no copy per field).
+          local n = #fields
+          if n == 0 then return {} end
+          if n <= 1000 then return redis.call(cmd, key, unpack(fields)) end
           local out = {}
           for from = 1, #fields, 1000 do
             local chunk = {}
@@ -77,7 +81,7 @@ enum Scripts {
           local voids = {}
           for _ = 1, nv do voids[tonumber(ARGV[i])] = ARGV[i + 1]; i = i + 2 end
           -- Dedup: the job's probes, newest bucket first; the jobs not found go on.
-          local codes, open, members = {}, {}, {}
+          local codes, open, members, no = {}, {}, {}, 0
           for j = 1, nj do
             local member, code = ARGV[i + 1], 1
             for b = k + 1, k + nb do
@@ -85,7 +89,7 @@ enum Scripts {
             end
             k = k + nb
             codes[j] = code
-            if code == 1 then open[#open + 1] = j; members[#open] = member end
+            if code == 1 then no = no + 1; open[no] = j; members[no] = member end
             i = i + 2
           end
           local values, result = {}, {}
