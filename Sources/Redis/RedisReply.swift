@@ -94,26 +94,37 @@ public struct RedisArguments: Sendable, Hashable {
     }
 
     /// The decimal text of `value`, written straight into the buffer (no String per argument: the
-    /// gate and settle send several integers per job).
+    /// gate and settle send several integers per job). The digits are made in a stack buffer and
+    /// appended at once: an append per digit checked the array's capacity and uniqueness each time.
     public mutating func append(_ value: some BinaryInteger) {
         guard let value = Int64(exactly: value) else { return append(String(value)) }
-        let start = bytes.count
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
-        let digits = bytes.count
-        var magnitude = value.magnitude
-        repeat {
-            bytes.append(UInt8(truncatingIfNeeded: magnitude % 10) &+ UInt8(ascii: "0"))
-            magnitude /= 10
-        } while magnitude > 0
-        bytes[digits...].reverse()
-        lengths.append(bytes.count - start)
+        var text: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: a sign and up to 19 digits
+        let count = withUnsafeMutableBytes(of: &text) { buffer -> Int in
+            var at = buffer.count
+            var magnitude = value.magnitude
+            repeat {
+                at -= 1
+                buffer[at] = UInt8(truncatingIfNeeded: magnitude % 10) &+ UInt8(ascii: "0")
+                magnitude /= 10
+            } while magnitude > 0
+            if value < 0 {
+                at -= 1
+                buffer[at] = UInt8(ascii: "-")
+            }
+            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[at...]))
+            return buffer.count - at
+        }
+        lengths.append(count)
     }
 
-    /// `string` with ASCII upper-case letters lowered (token hex), without an intermediate String.
+    /// `string` with ASCII upper-case letters lowered (token hex), without an intermediate String:
+    /// copied at once, then lowered in place.
     public mutating func append(lowercasingASCII string: String) {
         let start = bytes.count
-        for byte in string.utf8 {
-            bytes.append(byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte)
+        var string = string
+        string.withUTF8 { bytes.append(contentsOf: $0) }
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            for i in start..<buffer.count where buffer[i] &- UInt8(ascii: "A") < 26 { buffer[i] |= 0x20 }
         }
         lengths.append(bytes.count - start)
     }

@@ -21,4 +21,17 @@ import Testing
         let expected = "*10\r\n" + (0..<10).map { "$\($0 * 11)\r\n\(String(repeating: "a", count: $0 * 11))\r\n" }.joined()
         #expect(ten.withRESP { Array($0) } == Array(expected.utf8))
     }
+
+    /// Integers are written as their decimal text, token hex with ASCII capitals lowered (only those).
+    @Test func appendsIntegersAndLowersHex() {
+        var arguments = RedisArguments()
+        let values: [Int64] = [0, 7, -7, 10, 1_234_567_890, Int64.max, Int64.min, -1_000_000_000_000_000_000]
+        for value in values { arguments.append(value) }
+        arguments.append(UInt8(200))
+        arguments.append(UInt64.max)  // past Int64: through its String
+        arguments.append(lowercasingASCII: "ABCdef0189XYZ[@`{é")
+        arguments.append(lowercasingASCII: "")
+        let expected = values.map { String($0) } + ["200", String(UInt64.max), "abcdef0189xyz[@`{é", ""]
+        #expect(arguments.elements.map { String(decoding: $0, as: UTF8.self) } == expected)
+    }
 }
