@@ -591,11 +591,15 @@ public final class PipelineRunner: Service, Sendable {
             case .rejected: .rejected
             case .deadLettered: .deadLettered
             }
-        // The id's fingerprint from its bytes: a campaign job's id is never made as a String.
-        let fingerprint = o.notification.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
+        // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
+        // token's hash from its bytes: its hex, a String a binary notification does not keep, only when
+        // a suppression writes it.
+        let n = o.notification
+        let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
+        let tokenHash = n.token.withBytes { RedisKeys.tokenHash(tokenBytes: $0) }
         return Redis.Outcome(
-            fingerprint: fingerprint, app: o.app, tokenHex: o.notification.tokenHex, campaign: o.notification.campaign, kind: kind,
-            code: o.code, suppressToken: suppression, shard: o.connection)
+            fingerprint: fingerprint, app: o.app, tokenHash: tokenHash, tokenHex: suppression == nil ? nil : n.tokenHex,
+            campaign: n.campaign, kind: kind, code: o.code, suppressToken: suppression, shard: o.connection)
     }
 
     /// The outcomes of `batch` as the settler records them, with the batch's events. Without

@@ -52,7 +52,11 @@ public struct Outcome: Sendable, Hashable {
     /// (a campaign job's id is made from its campaign and token only when asked: issue 14).
     public var fingerprint: JobFingerprint
     public var app: String
-    public var tokenHex: String
+    /// ``RedisKeys/tokenHash(hex:)`` of the job's token: which token tag the outcome writes to.
+    public var tokenHash: UInt32
+    /// The token's hex, which only a suppression writes: the pipeline's outcomes carry it only with
+    /// ``suppressToken`` (an outcome over the binary interface has no hex to hand: issue 14).
+    public var tokenHex: String?
     public var campaign: String?
     public var kind: OutcomeKind
     /// The gateway's code for a refusal, when there was one: the binary error-response status ("8") or
@@ -60,18 +64,21 @@ public struct Outcome: Sendable, Hashable {
     /// dead-lettered; never acted on.
     public var code: String?
     /// Suppress the job's token (an invalid-token answer): the settler writes it to
-    /// `…:suppressed:<app>`, so the gate skips the token until it registers again.
+    /// `…:suppressed:<app>`, so the gate skips the token until it registers again. Needs ``tokenHex``.
     public var suppressToken: TokenSuppression?
     /// The shard that wrote it to a gateway; counts `sent` on `…:shard:<app>:<n>` for accepted,
     /// rejected and dead-lettered jobs.
     public var shard: Int?
 
+    /// `tokenHex` may be nil only without `suppressToken`.
     public init(
-        fingerprint: JobFingerprint, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
-        suppressToken: TokenSuppression? = nil, shard: Int? = nil
+        fingerprint: JobFingerprint, app: String, tokenHash: UInt32, tokenHex: String?, campaign: String? = nil, kind: OutcomeKind,
+        code: String? = nil, suppressToken: TokenSuppression? = nil, shard: Int? = nil
     ) {
+        precondition(suppressToken == nil || tokenHex != nil, "an outcome that suppresses its token carries the token's hex")
         self.fingerprint = fingerprint
         self.app = app
+        self.tokenHash = tokenHash
         self.tokenHex = tokenHex
         self.campaign = campaign
         self.kind = kind
@@ -80,14 +87,14 @@ public struct Outcome: Sendable, Hashable {
         self.shard = shard
     }
 
-    /// The outcome of the job with id `jobID`.
+    /// The outcome of the job with id `jobID` for the token `tokenHex`.
     public init(
         jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
         suppressToken: TokenSuppression? = nil, shard: Int? = nil
     ) {
         self.init(
-            fingerprint: JobFingerprint(jobID: jobID), app: app, tokenHex: tokenHex, campaign: campaign, kind: kind, code: code,
-            suppressToken: suppressToken, shard: shard)
+            fingerprint: JobFingerprint(jobID: jobID), app: app, tokenHash: RedisKeys.tokenHash(hex: tokenHex), tokenHex: tokenHex,
+            campaign: campaign, kind: kind, code: code, suppressToken: suppressToken, shard: shard)
     }
 }
 

@@ -70,24 +70,46 @@ public struct RedisKeys: Sendable, Hashable {
 
     // MARK: Per token: tag `{<p>:<app>:<n>}`
 
-    /// The token bucket of a token (hex, any case): FNV-1a 32 of its lower-case hex mod ``tokenBuckets``.
-    /// Persisted through the key names: it must never change (a different one would hide every stored
-    /// suppression, registration and dedup record).
-    public func tokenBucket(_ hex: String) -> Int {
+    /// The token bucket of a token (hex, any case): FNV-1a 32 of its lower-case hex (``tokenHash(hex:)``)
+    /// mod ``tokenBuckets``. Persisted through the key names: it must never change (a different one would
+    /// hide every stored suppression, registration and dedup record).
+    public func tokenBucket(_ hex: String) -> Int { tokenBucket(hash: Self.tokenHash(hex: hex)) }
+
+    /// The token bucket of a token whose ``tokenHash(hex:)`` is `hash`.
+    public func tokenBucket(hash: UInt32) -> Int { Int(hash % UInt32(tokenBuckets)) }
+
+    /// FNV-1a 32 of a token's lower-case hex (`hex` in any case): the token's bucket before the modulo,
+    /// independent of ``tokenBuckets``, so it can be computed where the token is (an outcome) and
+    /// reduced where the keys are.
+    public static func tokenHash(hex: String) -> UInt32 {
         // Over the contiguous UTF-8 of a native string when there is one (every token the pipeline
         // makes): the index-per-byte iteration of `utf8` cost as much as the hash (called per job by the
         // gate and the settle).
         func fnv(_ bytes: some Sequence<UInt8>) -> UInt32 {
-            var hash: UInt32 = 0x811c_9dc5
+            var hash: UInt32 = fnvBasis
             for byte in bytes {
                 let lower = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-                hash = (hash ^ UInt32(lower)) &* 0x0100_0193
+                hash = (hash ^ UInt32(lower)) &* fnvPrime
             }
             return hash
         }
-        let hash = hex.utf8.withContiguousStorageIfAvailable { fnv($0) } ?? fnv(hex.utf8)
-        return Int(hash % UInt32(tokenBuckets))
+        return hex.utf8.withContiguousStorageIfAvailable { fnv($0) } ?? fnv(hex.utf8)
     }
+
+    /// ``tokenHash(hex:)`` of the token whose bytes are `tokenBytes`, from its lower-case hex digits made
+    /// on the fly: no hex String (an outcome over the binary interface has none).
+    public static func tokenHash(tokenBytes: UnsafeRawBufferPointer) -> UInt32 {
+        var hash: UInt32 = fnvBasis
+        for byte in tokenBytes {
+            hash = (hash ^ UInt32(hexDigit(byte >> 4))) &* fnvPrime
+            hash = (hash ^ UInt32(hexDigit(byte & 0x0f))) &* fnvPrime
+        }
+        return hash
+    }
+
+    private static let fnvBasis: UInt32 = 0x811c_9dc5
+    private static let fnvPrime: UInt32 = 0x0100_0193
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? nibble &+ UInt8(ascii: "0") : nibble &+ (UInt8(ascii: "a") - 10) }
 
     /// `{<p>:<app>:<n>}`: the hash tag of the keys of tokens of bucket n of `app`.
     public func tokenTag(app: String, bucket: Int) -> String { "{\(prefix):\(app):\(bucket)}" }
