@@ -15,7 +15,9 @@ import TestSupport
 /// per job here; issue 15's (1c3f01b) 14.6–16.8 µs and 6.14 (100 000 jobs; 14.2–18.6 in an earlier
 /// session); with leases in one hash per tag, no per-job index arguments, `EXPIREAT` once per set and
 /// minute and campaign progress by ranges (issue 14) 8.9–10.3 µs and 4.36, 10.7–11.9 µs in the steady
-/// state (every probe reads a set), on the shared 2-core machine.
+/// state (every probe reads a set), on the shared 2-core machine; with multi-field reads returned as
+/// they are (1f9482c) 7.05–7.25 vs 8.05–8.15 µs (steady state 10.05–10.30 vs 11.20–11.60) alternating with
+/// b6fd625's scripts in one of the machine's slow phases (5.2–6.0 µs, fresh, in a faster one).
 @Suite(.enabled(if: ProcessInfo.processInfo.environment["APNS_REDIS_CPU_JOBS"] != nil && RedisServer.available))
 struct RedisCPUBenchmark {
     struct Variant: Sendable {
