@@ -592,11 +592,14 @@ public final class PipelineRunner: Service, Sendable {
             case .deadLettered: .deadLettered
             }
         // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
-        // token's hash from its bytes: its hex, a String a binary notification does not keep, only when
-        // a suppression writes it.
+        // token's hash from its hex written into a buffer: its hex as a String (which a binary
+        // notification does not keep) only when a suppression writes it.
         let n = o.notification
         let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
-        let tokenHash = n.token.withBytes { RedisKeys.tokenHash(tokenBytes: $0) }
+        let tokenHash = withUnsafeTemporaryAllocation(byteCount: DeviceToken.hexCount, alignment: 1) { hex in
+            n.token.writeHex(into: hex)
+            return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
+        }
         return Redis.Outcome(
             fingerprint: fingerprint, app: o.app, tokenHash: tokenHash, tokenHex: suppression == nil ? nil : n.tokenHex,
             campaign: n.campaign, kind: kind, code: o.code, suppressToken: suppression, shard: o.connection)

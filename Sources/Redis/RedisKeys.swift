@@ -82,34 +82,22 @@ public struct RedisKeys: Sendable, Hashable {
     /// independent of ``tokenBuckets``, so it can be computed where the token is (an outcome) and
     /// reduced where the keys are.
     public static func tokenHash(hex: String) -> UInt32 {
-        // Over the contiguous UTF-8 of a native string when there is one (every token the pipeline
-        // makes): the index-per-byte iteration of `utf8` cost as much as the hash (called per job by the
-        // gate and the settle).
-        func fnv(_ bytes: some Sequence<UInt8>) -> UInt32 {
-            var hash: UInt32 = fnvBasis
-            for byte in bytes {
-                let lower = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-                hash = (hash ^ UInt32(lower)) &* fnvPrime
-            }
-            return hash
-        }
-        return hex.utf8.withContiguousStorageIfAvailable { fnv($0) } ?? fnv(hex.utf8)
+        // Over the UTF-8 in place (a native string's own): iterating `utf8` by index cost as much as
+        // the hash.
+        var hex = hex
+        return hex.withUTF8 { tokenHash(hexBytes: UnsafeRawBufferPointer($0)) }
     }
 
-    /// ``tokenHash(hex:)`` of the token whose bytes are `tokenBytes`, from its lower-case hex digits made
-    /// on the fly: no hex String (an outcome over the binary interface has none).
-    public static func tokenHash(tokenBytes: UnsafeRawBufferPointer) -> UInt32 {
-        var hash: UInt32 = fnvBasis
-        for byte in tokenBytes {
-            hash = (hash ^ UInt32(hexDigit(byte >> 4))) &* fnvPrime
-            hash = (hash ^ UInt32(hexDigit(byte & 0x0f))) &* fnvPrime
+    /// ``tokenHash(hex:)`` of hex given as bytes (any case): for hex written into a buffer from a
+    /// token's bytes (`DeviceToken.writeHex`), with no String made for it.
+    public static func tokenHash(hexBytes: UnsafeRawBufferPointer) -> UInt32 {
+        var hash: UInt32 = 0x811c_9dc5
+        for byte in hexBytes {
+            let lower = byte &- UInt8(ascii: "A") < 26 ? byte | 0x20 : byte
+            hash = (hash ^ UInt32(lower)) &* 0x0100_0193
         }
         return hash
     }
-
-    private static let fnvBasis: UInt32 = 0x811c_9dc5
-    private static let fnvPrime: UInt32 = 0x0100_0193
-    private static func hexDigit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? nibble &+ UInt8(ascii: "0") : nibble &+ (UInt8(ascii: "a") - 10) }
 
     /// `{<p>:<app>:<n>}`: the hash tag of the keys of tokens of bucket n of `app`.
     public func tokenTag(app: String, bucket: Int) -> String { "{\(prefix):\(app):\(bucket)}" }
@@ -174,34 +162,27 @@ public struct JobFingerprint: Sendable, Hashable {
     let spread: UInt64
 
     public init(jobID: String) {
-        // Over the contiguous UTF-8 when the string has it (see `RedisKeys.tokenBucket`); the values are
-        // pinned by `ClientTests.fingerprintsAndTokenBucketsNeverChange`.
-        let (a, b) = jobID.utf8.withContiguousStorageIfAvailable { Self.fnv($0) } ?? Self.fnv(jobID.utf8)
-        member = Int64(bitPattern: Self.mix(a))
-        spread = Self.mix(b)
+        // Over the UTF-8 in place; the values are pinned by `ClientTests.fingerprintsAndTokenBucketsNeverChange`.
+        var id = jobID
+        self = id.withUTF8 { Self(jobIDBytes: UnsafeRawBufferPointer($0)) }
     }
 
     /// The fingerprint of the job id whose UTF-8 is `jobIDBytes`: the same as ``init(jobID:)`` of that
     /// text. For ids lent as bytes (a campaign job's `<campaign>:<token hex>` is made in a buffer for the
     /// call, never as a String: issue 14).
     public init(jobIDBytes: UnsafeRawBufferPointer) {
-        let (a, b) = Self.fnv(jobIDBytes)
+        // FNV-1a 64 twice, from two offset bases: the member's bits and the sub-bucket's.
+        var a: UInt64 = 0xcbf2_9ce4_8422_2325
+        var b: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 0x9e37_79b9_7f4a_7c15
+        for byte in jobIDBytes {
+            a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+            b = (b ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+        }
         member = Int64(bitPattern: Self.mix(a))
         spread = Self.mix(b)
     }
 
     public func subBucket(of count: Int) -> Int { Int(spread % UInt64(max(1, count))) }
-
-    /// FNV-1a 64 twice, from two offset bases: the member's bits and the sub-bucket's.
-    private static func fnv(_ bytes: some Sequence<UInt8>) -> (UInt64, UInt64) {
-        var a: UInt64 = 0xcbf2_9ce4_8422_2325
-        var b: UInt64 = 0xcbf2_9ce4_8422_2325 ^ 0x9e37_79b9_7f4a_7c15
-        for byte in bytes {
-            a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-            b = (b ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
-        }
-        return (a, b)
-    }
 
     private static func mix(_ value: UInt64) -> UInt64 {
         var k = value

@@ -98,8 +98,17 @@ public struct RedisArguments: Sendable, Hashable {
     /// appended at once: an append per digit checked the array's capacity and uniqueness each time.
     public mutating func append(_ value: some BinaryInteger) {
         guard let value = Int64(exactly: value) else { return append(String(value)) }
+        Self.withDecimal(value) { digits in
+            bytes.append(contentsOf: digits)
+            lengths.append(digits.count)
+        }
+    }
+
+    /// Calls `body` with the decimal text of `value`, made in a stack buffer: one writer of numbers for
+    /// the arguments and the RESP headers (``withRESP(_:)``).
+    static func withDecimal<R>(_ value: Int64, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         var text: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: a sign and up to 19 digits
-        let count = withUnsafeMutableBytes(of: &text) { buffer -> Int in
+        return try withUnsafeMutableBytes(of: &text) { buffer in
             var at = buffer.count
             var magnitude = value.magnitude
             repeat {
@@ -111,10 +120,8 @@ public struct RedisArguments: Sendable, Hashable {
                 at -= 1
                 buffer[at] = UInt8(ascii: "-")
             }
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[at...]))
-            return buffer.count - at
+            return try body(UnsafeRawBufferPointer(rebasing: buffer[at...]))
         }
-        lengths.append(count)
     }
 
     /// `string` with ASCII upper-case letters lowered (token hex), without an intermediate String:
@@ -161,15 +168,11 @@ public struct RedisArguments: Sendable, Hashable {
             var at = 0
             func header(_ marker: UInt8, _ value: Int) {
                 out[at] = marker
-                var width = 1
-                var rest = value
-                while rest >= 10 { rest /= 10; width += 1 }
-                rest = value
-                for i in stride(from: at + width, to: at, by: -1) {
-                    out[i] = UInt8(truncatingIfNeeded: rest % 10) &+ UInt8(ascii: "0")
-                    rest /= 10
+                at += 1
+                Self.withDecimal(Int64(value)) { digits in
+                    UnsafeMutableRawBufferPointer(rebasing: out[at..<at + digits.count]).copyMemory(from: digits)
+                    at += digits.count
                 }
-                at += 1 + width
                 out[at] = UInt8(ascii: "\r")
                 out[at + 1] = UInt8(ascii: "\n")
                 at += 2
