@@ -85,6 +85,9 @@ public final class PipelineRunner: Service, Sendable {
         try await settlerRedis.connect()
         let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
         let settlerStore = PipelineStore(client: settlerRedis, configuration: storeConfig, logger: logger)
+        // Before the first gate: this file's dedup layout must find the records Redis holds (a changed
+        // bucket width would let every job accepted within the retention through again).
+        try await store.verifyDedupLayout()
         // The gate's further connections: one gate call in flight on each (`ingest`).
         var gateRedis: [any RedisConnection] = []
         for _ in 1..<max(1, c.gateCallsInFlight) {

@@ -12,12 +12,15 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// How long an accepted job id is remembered (at least this long, at most one bucket width longer).
     public var dedupRetention: Duration
     /// Dedup records are grouped in time buckets of this width; a whole bucket expires at once. The gate
-    /// checks every bucket within the retention (retention / width + 2 lookups per job), so wider
-    /// buckets mean fewer lookups but more records per bucket.
+    /// probes every bucket that can hold a live record (retention / width + 1 lookups per job, and the
+    /// next bucket near its start), so wider buckets mean fewer lookups but records kept longer. The
+    /// default, as wide as the default retention, probes 2 (12 h probed 3: ~0.9 µs more Redis CPU per
+    /// job in `ops/bench e2e`, issue 14) and keeps a record 24–48 h (12 h: 24–36). Part of the
+    /// ``DedupLayout``: fixed for the data's life (checked at start).
     public var dedupBucketWidth: Duration
     /// Sets per time bucket and app, split over its token buckets (``dedupSubBucketsPerTag`` per tag). Size it so a set stays below the server's `set-max-intset-entries`
     /// (default 512), where it is a compact intset: sub-buckets ≈ peak accepted jobs per bucket / 400
-    /// (the default, 4096 per 12 h bucket, suits up to ~1.6 million accepted jobs per 12 h).
+    /// (the default, 4096 per 24 h bucket, suits up to ~1.6 million accepted jobs a day).
     /// Beyond that a set still works but converts to a hash table (~7× the memory); the settler logs a
     /// warning when it sees a set above ``dedupSetCapacity``.
     public var dedupSubBuckets: Int
@@ -58,7 +61,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     public init(
         keyPrefix: String = RedisKeys.defaultPrefix,
         dedupRetention: Duration = .seconds(86_400),
-        dedupBucketWidth: Duration = .seconds(43_200),
+        dedupBucketWidth: Duration = .seconds(86_400),
         dedupSubBuckets: Int = 4096,
         dedupSetCapacity: Int = 512,
         inFlightLease: Duration = .seconds(600),
@@ -107,7 +110,7 @@ public struct PipelineStore: Sendable {
     public let client: any RedisConnection
     public let configuration: PipelineStoreConfiguration
     public let keys: RedisKeys
-    private let logger: Logger
+    let logger: Logger
     private let overflowWarning = OnceFlag()
     private let dedupExpiries = DedupExpiries()
     private let dedupSetNames: DedupSetNames
@@ -731,7 +734,7 @@ public struct PipelineStore: Sendable {
         try await client.eval(script, keys: RedisArguments(keys), arguments: arguments)
     }
 
-    private func command(_ command: RedisCommand) async throws -> RedisReply {
+    func command(_ command: RedisCommand) async throws -> RedisReply {
         try await client.send(command)
     }
 

@@ -214,6 +214,12 @@ public actor RedisCluster: RedisConnection {
         return result
     }
 
+    /// `command` sent to the primary `node` (a `SCAN` over its keys, say); an error reply throws.
+    public func send(_ command: RedisCommand, to node: RedisNodeAddress) async throws -> RedisReply {
+        try await ensureSlotMap(command.name)
+        return try await client(for: node).send(command)
+    }
+
     /// Forgets the slot map: the next call reads it again (after an operator's resharding, say; MOVED
     /// would find out too, one slot at a time).
     public func invalidateSlotMap() { mapLoaded = false }

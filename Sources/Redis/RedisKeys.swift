@@ -18,6 +18,7 @@
 /// | `{<p>}:jobs:counted:<id>` | SET | fingerprints of the campaign's jobs counted with an outcome other than accepted |
 /// | `{<p>}:shard:<app>:<n>` | HASH | `state gateway connected_since sent replayed last_error` |
 /// | `{<p>}:batch:<id>` | STRING | marker of an applied settle batch's counters (EX 1 h): exactly-once counting |
+/// | `{<p>}:dedup:layout` | STRING | the dedup layout the records were written with (``DedupLayout``), checked by `run` at start |
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
@@ -67,6 +68,8 @@ public struct RedisKeys: Sendable, Hashable {
     public func shard(app: String, shard: Int) -> String { "\(shardPrefix)\(app):\(shard)" }
     /// Marker of a batch's counters update (and of a publish batch).
     public func batch(_ id: String) -> String { "{\(prefix)}:batch:\(id)" }
+    /// The dedup layout the records were written with (``DedupLayout/stored``), checked at start.
+    public var dedupLayout: String { "{\(prefix)}:dedup:layout" }
 
     // MARK: Per token: tag `{<p>:<app>:<n>}`
 
@@ -112,6 +115,13 @@ public struct RedisKeys: Sendable, Hashable {
     /// `<owner>/<gate call>/<expiry, epoch ms of the server's clock>`.
     public func inFlight(tag: String) -> String { tag + ":inflight" }
     public func dedup(tag: String, bucket: Int64, subBucket: Int) -> String { "\(tag):dedup:\(bucket):\(subBucket)" }
+    /// A `SCAN MATCH` pattern for every dedup set (of every app, token bucket and time bucket); not
+    /// ``dedupLayout``, whose tag has no `:`.
+    public var dedupKeyPattern: String {
+        let glob = Set("*?[]\\")
+        let escaped = prefix.map { glob.contains($0) ? "\\\($0)" : String($0) }.joined()
+        return "{\(escaped):*}:dedup:*"
+    }
     public func batch(tag: String, _ id: String) -> String { tag + ":batch:" + id }
 
     /// The suppressions of the token `tokenHex` of `app` (and those of the other tokens of its bucket).

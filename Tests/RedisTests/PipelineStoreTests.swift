@@ -457,15 +457,16 @@ struct SettlerTests {
         let store = PipelineStore(client: try server.connection(), configuration: .init(dedupSubBuckets: 16, tokenBuckets: 16))
         // Now (the expiry must be in the future), kept 100 s clear of the bucket's end.
         let clock = PipelineStore.epochNow()
-        let now = clock - clock % 43_200 + min(clock % 43_200, 43_100)
-        let key = store.keys.dedup(tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / 43_200, subBucket: 0)
+        let width = store.configuration.dedupBucketWidth.components.seconds
+        let now = clock - clock % width + min(clock % width, width - 100)
+        let key = store.keys.dedup(tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / width, subBucket: 0)
         // Job ids whose records land in `key` (sub-bucket 0 of the token's tag: one set per tag here).
         let ids = (0..<3).map { "e\($0)" }
         func settle(_ id: String, at: Int64) async throws {
             try await store.settle(SettleBatch(outcomes: [Outcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
         }
         func expireAt() async throws -> Int64 { try await store.client.send(RedisCommand("EXPIRETIME", key)).integer ?? -3 }
-        let expected = (now / 43_200 + 1) * 43_200 + 86_400
+        let expected = (now / width + 1) * width + store.configuration.dedupRetention.components.seconds
         try await settle(ids[0], at: now)
         #expect(try await expireAt() == expected)
         _ = try await store.client.send(RedisCommand("PERSIST", key))

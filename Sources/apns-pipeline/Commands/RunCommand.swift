@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import Operations
 import Pipeline
+import Redis
 import ServiceLifecycle
 import UnixSignals
 
@@ -72,6 +73,10 @@ struct RunCommand: AsyncParsableCommand {
                 services: [.init(service: runner)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
             try await group.run()
+        } catch let error as DedupLayoutMismatch {
+            // A configuration error: name the file whose keys to change.
+            await surface?.server.stop()
+            throw ValidationError("\(pipeline): \(error)")
         } catch {
             await surface?.server.stop()
             throw error

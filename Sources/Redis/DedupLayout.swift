@@ -1,0 +1,166 @@
+import Foundation
+
+/// What fixes the key of a job's dedup record (design §4.2): the time bucket's width, the sub-buckets
+/// and the token buckets. A record written under one layout is not found under another, so a changed
+/// setting would let every job accepted within the retention through again, silently. The first `run`
+/// records its layout in `{<p>}:dedup:layout`; every later one checks its configuration against it
+/// before its first gate (``PipelineStore/verifyDedupLayout(now:)``) and refuses to start on a mismatch.
+public struct DedupLayout: Sendable, Hashable, CustomStringConvertible {
+    public var bucketSeconds: Int64
+    /// Per app, as configured (`redis.dedup_sub_buckets`); split over the token buckets.
+    public var subBuckets: Int
+    public var tokenBuckets: Int
+
+    public init(bucketSeconds: Int64, subBuckets: Int, tokenBuckets: Int) {
+        self.bucketSeconds = max(1, bucketSeconds)
+        self.subBuckets = max(1, subBuckets)
+        self.tokenBuckets = max(1, tokenBuckets)
+    }
+
+    public init(_ configuration: PipelineStoreConfiguration) {
+        self.init(
+            bucketSeconds: configuration.dedupBucketWidth.components.seconds, subBuckets: configuration.dedupSubBuckets,
+            tokenBuckets: configuration.tokenBuckets)
+    }
+
+    /// The value of `{<p>}:dedup:layout`.
+    public var stored: String { "bucket_s=\(bucketSeconds) sub_buckets=\(subBuckets) token_buckets=\(tokenBuckets)" }
+
+    /// Reads ``stored``; `nil` when a field is missing or not a positive number.
+    public init?(stored: String) {
+        var fields: [Substring: Int64] = [:]
+        for word in stored.split(separator: " ") {
+            let parts = word.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, let value = Int64(parts[1]), value > 0 else { return nil }
+            fields[parts[0]] = value
+        }
+        guard let bucket = fields["bucket_s"], let subs = fields["sub_buckets"], let tokens = fields["token_buckets"],
+            subs <= Int64(Int32.max), tokens <= Int64(Int32.max)
+        else { return nil }
+        self.init(bucketSeconds: bucket, subBuckets: Int(subs), tokenBuckets: Int(tokens))
+    }
+
+    var subBucketsPerTag: Int { max(1, subBuckets / tokenBuckets) }
+
+    /// Whether a record written under `other` has the same key under this layout (`dedup_sub_buckets`
+    /// 4096 and 4100 both give 256 sets per token tag of 16).
+    public func findsRecords(of other: DedupLayout) -> Bool {
+        bucketSeconds == other.bucketSeconds && tokenBuckets == other.tokenBuckets && subBucketsPerTag == other.subBucketsPerTag
+    }
+
+    /// As the pipeline file's keys.
+    public var description: String {
+        let width = bucketSeconds % 3600 == 0 ? "redis.dedup_bucket_hours: \(bucketSeconds / 3600)" : "a bucket width of \(bucketSeconds) s"
+        return "\(width), redis.dedup_sub_buckets: \(subBuckets), redis.token_buckets: \(tokenBuckets)"
+    }
+}
+
+/// The configuration would not find the dedup records Redis holds (``PipelineStore/verifyDedupLayout(now:)``):
+/// a configuration error, reported at start with what to set.
+public struct DedupLayoutMismatch: Error, Sendable, CustomStringConvertible {
+    public let description: String
+}
+
+/// How ``PipelineStore/verifyDedupLayout(now:)`` found Redis.
+public enum DedupLayoutCheck: Sendable, Equatable {
+    /// The recorded layout is this configuration's.
+    case matched
+    /// None was recorded: this configuration's is now. `existingRecords`: dedup keys written before the
+    /// record existed were found, and their names fit it.
+    case recorded(existingRecords: Bool)
+}
+
+extension PipelineStore {
+    /// Checks, before the first gate, that this configuration finds the dedup records Redis holds: the
+    /// layout recorded in `{<p>}:dedup:layout` must be this one; with none recorded, the names of a sample
+    /// of existing dedup keys (a version before the record, or a cleared key) must fit it, and this layout
+    /// is recorded (`SET NX`: of two processes starting at once, one records and the other compares).
+    /// Throws ``DedupLayoutMismatch`` saying which keys to set. The sample catches a changed bucket width
+    /// or token-bucket count, and a sub-bucket count that shrank; one that grew cannot be told from names.
+    @discardableResult
+    public func verifyDedupLayout(now: Int64 = PipelineStore.epochNow()) async throws -> DedupLayoutCheck {
+        let mine = DedupLayout(configuration)
+        let key = keys.dedupLayout
+        let overrideHint =
+            "To start a new layout instead, stop every `run` and, between campaigns, set it: "
+            + "redis-cli SET '\(key)' '\(mine.stored)' (a job re-published within redis.dedup_ttl_hours of the change may then be sent twice)."
+        if let stored = try await command(RedisCommand("GET", key)).string {
+            guard let theirs = DedupLayout(stored: stored) else {
+                throw DedupLayoutMismatch(description: "Redis (\(client.redactedDescription)): \(key) holds '\(stored)', not a dedup layout (expected '\(mine.stored)'). \(overrideHint)")
+            }
+            if mine.findsRecords(of: theirs) { return .matched }
+            throw DedupLayoutMismatch(
+                description: "Redis (\(client.redactedDescription)) holds dedup records written with \(theirs) (recorded in \(key)); "
+                    + "this configuration has \(mine), under which they would not be found. Set those keys in the pipeline file to the recorded values. "
+                    + overrideHint)
+        }
+        let sample = try await dedupKeySample(limit: 200)
+        for name in sample {
+            if let misfit = misfit(dedupKey: name, layout: mine, now: now) {
+                throw DedupLayoutMismatch(
+                    description: "Redis (\(client.redactedDescription)) holds dedup records written before their layout was recorded, "
+                        + "and their names do not fit this configuration (\(mine)): \(name) \(misfit). Versions before this "
+                        + "record defaulted to redis.dedup_bucket_hours: 12 and redis.dedup_sub_buckets: 4096: set the values the records "
+                        + "were written with. \(overrideHint)")
+            }
+        }
+        let set = try await command(RedisCommand("SET", key, mine.stored, "NX"))
+        if set.isNull { return try await verifyDedupLayout(now: now) }
+        logger.info(
+            "recorded the dedup layout", metadata: ["redis.dedup_layout": "\(mine.stored)", "redis.dedup_keys_sampled": "\(sample.count)"])
+        return .recorded(existingRecords: !sample.isEmpty)
+    }
+
+    /// Why the dedup key `name` cannot have been written under `layout` (nil: it may have been).
+    func misfit(dedupKey name: String, layout: DedupLayout, now: Int64) -> String? {
+        // `{<p>:<app>:<n>}:dedup:<bucket>:<sub>`
+        guard let close = name.range(of: "}:dedup:", options: .backwards) else { return nil }
+        let tag = name[name.startIndex..<close.lowerBound]
+        let rest = name[close.upperBound...].split(separator: ":")
+        guard rest.count == 2, let bucket = Int64(rest[0]), let sub = Int(rest[1]),
+            let colon = tag.lastIndex(of: ":"), let tokenBucket = Int(tag[tag.index(after: colon)...])
+        else { return nil }
+        if tokenBucket >= layout.tokenBuckets {
+            return "is in token bucket \(tokenBucket), so redis.token_buckets was more than \(layout.tokenBuckets)"
+        }
+        if sub >= layout.subBucketsPerTag {
+            return "is sub-bucket \(sub) of its token bucket, so redis.dedup_sub_buckets was more than \(layout.subBuckets)"
+        }
+        // A live set's bucket B has B·width <= now (+ clock skew) and (B + 1)·width + retention >= now; the
+        // lower bound is lenient (a retention shortened since), as a width changed by 2× is far outside.
+        let width = layout.bucketSeconds
+        let newest = Self.floorDivide(now + configuration.clockSkewAllowance.components.seconds, width)
+        let oldest = Self.floorDivide(now - 2 * configuration.dedupRetention.components.seconds - 30 * 86_400, width)
+        if bucket > newest || bucket < oldest {
+            guard bucket > 0 else { return "has time bucket \(bucket), from another bucket width" }
+            let hours = (Double(now) / (Double(bucket) + 0.5) / 3600).rounded()
+            return "has time bucket \(bucket), which fits redis.dedup_bucket_hours: \(Int(hours)) rather than this width"
+        }
+        return nil
+    }
+
+    /// Up to `limit` names of dedup keys (`SCAN`, never `KEYS`), from every primary of a cluster.
+    func dedupKeySample(limit: Int) async throws -> [String] {
+        let pattern = keys.dedupKeyPattern
+        var names: [String] = []
+        func scan(_ send: (RedisCommand) async throws -> RedisReply) async throws {
+            var cursor = "0"
+            repeat {
+                let reply = try await send(RedisCommand("SCAN", cursor, "MATCH", pattern, "COUNT", "1000"))
+                guard let parts = reply.array, parts.count == 2, let next = parts[0].string, let found = parts[1].array else {
+                    throw RedisError.unexpectedReply("SCAN: \(reply)")
+                }
+                names += found.compactMap(\.string)
+                cursor = next
+            } while cursor != "0" && names.count < limit
+        }
+        if let cluster = client as? RedisCluster {
+            for node in try await cluster.primaryNodes() where names.count < limit {
+                try await scan { try await cluster.send($0, to: node) }
+            }
+        } else {
+            try await scan { try await client.send($0) }
+        }
+        return Array(names.prefix(limit))
+    }
+}
