@@ -21,17 +21,21 @@ struct DedupLayoutStartTests {
         let file = directory.appendingPathComponent("pipeline.yaml").path
         // Kafka is never reached: the check runs before the consumer starts.
         let d = TestCertificates.directory
-        try """
-            kafka:
-              bootstrap_servers: "127.0.0.1:1"
-            redis:
-              url: \(redis.url)
-            apps:
-              - bundle_id: \(shop)
-                transport: binary
-                certificate: \(d)/\(shop).pem
-                key: \(d)/\(shop).key
-            """.write(toFile: file, atomically: true, encoding: .utf8)
+        func writeFile(redisExtra: String = "") throws {
+            try """
+                kafka:
+                  bootstrap_servers: "127.0.0.1:1"
+                redis:
+                  url: \(redis.url)
+                \(redisExtra)
+                apps:
+                  - bundle_id: \(shop)
+                    transport: binary
+                    certificate: \(d)/\(shop).pem
+                    key: \(d)/\(shop).key
+                """.write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        try writeFile()
         let (status, _, stderr) = try await PipelineProcess.command(["run", "--pipeline", file])
         #expect(status != 0)
         #expect(stderr.contains(file), "\(stderr)")
@@ -41,18 +45,7 @@ struct DedupLayoutStartTests {
         // With the width the records were written with, it starts. (The record cleared first: the
         // process records its layout again once its check passed, which this waits for.)
         try await client.send(RedisCommand("DEL", keys.dedupLayout))
-        try """
-            kafka:
-              bootstrap_servers: "127.0.0.1:1"
-            redis:
-              url: \(redis.url)
-              dedup_bucket_hours: 12
-            apps:
-              - bundle_id: \(shop)
-                transport: binary
-                certificate: \(d)/\(shop).pem
-                key: \(d)/\(shop).key
-            """.write(toFile: file, atomically: true, encoding: .utf8)
+        try writeFile(redisExtra: "  dedup_bucket_hours: 12")
         let log = directory.appendingPathComponent("run.log").path
         let process = try PipelineProcess(pipelineFile: file, logFile: log)
         try await eventually("run records its layout", timeout: .seconds(30)) {

@@ -72,8 +72,8 @@ enum RedisBenchmark {
         print("| bytes per dedup record (incl. counters, batch markers) | \(String(format: "%.1f", bytesPerRecord)) |")
         print("| keys after the run (dedup sets, stats, markers) | \(dedupKeys) |")
         let defaults = PipelineStoreConfiguration()
-        let buckets = defaults.dedupRetention.components.seconds / defaults.dedupBucketWidth.components.seconds + 2
-        print("\nEach job costs the gate a SISMEMBER per live dedup bucket (\(buckets) with the defaults), a SET NX PX lease, an HGET of the suppression and language hashes; the settle an SADD, the lease DEL and the counter HINCRBYs (summed per batch). redis-benchmark's SET is one pipelined command per op: 1 ÷ ratio is how many such SETs' worth of server time one gated and settled job costs.")
+        let buckets = defaults.dedupRetention.components.seconds / defaults.dedupBucketWidth.components.seconds + 1
+        print("\nEach job costs the gate a SISMEMBER per live dedup bucket (\(buckets) with the defaults), its lease's field in the tag's lease hash (HMGET and HSET per group) and its token's fields of the suppression and language hashes (HMGET per group); the settle an SADD, the lease's HDEL (one per group) and the counter HINCRBYs (summed per batch). redis-benchmark's SET is one pipelined command per op: 1 ÷ ratio is how many such SETs' worth of server time one gated and settled job costs.")
     }
 
     /// Gates and settles `jobs` distinct jobs in batches; returns the seconds it took.
