@@ -369,19 +369,20 @@ enum Scripts {
         """#)
 
     /// Records published jobs of a campaign; every key in the tag `{<p>}`. KEYS: marker, campaign hash,
-    /// then the mark sets. ARGV: marker-ttl-s, messages, marks-ttl-s, then per job: mark-set-index
-    /// (1 = the first mark set) member. Adds `messages` to `published` and the number of job ids never
-    /// published before (their fingerprint added to a mark set) to `jobs`; every mark set touched lives
-    /// marks-ttl-s from now. Returns the number added to `jobs`, or -1 when the marker existed (a replay
-    /// of this call: nothing done).
+    /// then the mark sets. ARGV: marker-ttl-s, messages, marks-ttl-s, #expire, the mark-set-indexes to
+    /// give their expiry (Swift asks once per set and minute), then per job: mark-set-index (1 = the
+    /// first mark set) member. Adds `messages` to `published` and the number of job ids never published
+    /// before (their fingerprint added to a mark set) to `jobs`; the sets named live marks-ttl-s from
+    /// now. Returns the number added to `jobs`, or -1 when the marker existed (a replay of this call:
+    /// nothing done).
     static let publish = RedisScript(#"""
         if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return -1 end
-        local hash, messages, ttl = KEYS[2], ARGV[2], ARGV[3]
+        local hash, messages, ttl, nExp = KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4])
         local new = 0
-        for i = 4, #ARGV, 2 do
+        for i = 5 + nExp, #ARGV, 2 do
           new = new + redis.call('SADD', KEYS[2 + tonumber(ARGV[i])], ARGV[i + 1])
         end
-        for k = 3, #KEYS do redis.call('EXPIRE', KEYS[k], ttl) end
+        for x = 5, 4 + nExp do redis.call('EXPIRE', KEYS[2 + tonumber(ARGV[x])], ttl) end
         redis.call('HINCRBY', hash, 'published', messages)
         redis.call('HINCRBY', hash, 'jobs', new)
         return new
