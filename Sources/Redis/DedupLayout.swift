@@ -55,8 +55,8 @@ public struct DedupLayout: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// The configuration would not find the dedup records Redis holds (``PipelineStore/verifyDedupLayout(now:)``):
-/// a configuration error, reported at start with what to set.
+/// The configuration would not find the dedup records Redis holds, or that could not be checked
+/// (``PipelineStore/verifyDedupLayout(now:)``): a configuration error, reported at start with what to set.
 public struct DedupLayoutMismatch: Error, Sendable, CustomStringConvertible {
     public let description: String
 }
@@ -94,7 +94,17 @@ extension PipelineStore {
                     + "this configuration has \(mine), under which they would not be found. Set those keys in the pipeline file to the recorded values. "
                     + overrideHint)
         }
-        let sample = try await dedupKeySample(limit: 200)
+        let sample: [String]
+        do {
+            sample = try await dedupKeySample(limit: 200)
+        } catch RedisError.server(let message) {
+            // An ACL without SCAN (`NOPERM`): say what to allow, or how to vouch for the records by hand.
+            throw DedupLayoutMismatch(
+                description: "Redis (\(client.redactedDescription)) refused SCAN (\(message)), which `run` uses once, before "
+                    + "recording the dedup layout in \(key), to check that existing dedup records fit this configuration "
+                    + "(\(mine)). Allow SCAN for this user (the dashboard needs it too), or record the layout by hand if the "
+                    + "records were written with these values: redis-cli SET '\(key)' '\(mine.stored)'.")
+        }
         for name in sample {
             if let misfit = misfit(dedupKey: name, layout: mine, now: now) {
                 throw DedupLayoutMismatch(

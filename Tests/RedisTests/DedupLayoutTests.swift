@@ -98,7 +98,8 @@ struct DedupLayoutCheckTests {
         await client.close()
     }
 
-    /// A record in a token bucket or sub-bucket the configuration does not have: written with more.
+    /// A record in a token bucket or sub-bucket the configuration does not have: written with more. A
+    /// user whose ACL refuses the SCAN of that check is told what to allow.
     @Test func recordsOfMoreBucketsDoNotFit() async throws {
         let server = try await RedisUnderTest(.single)
         defer { server.stop() }
@@ -114,6 +115,16 @@ struct DedupLayoutCheckTests {
             #expect(error.description.contains(key) && error.description.contains(reason), "\(error)")
             try await client.send(RedisCommand("DEL", key))
         }
+        // A user whose ACL refuses SCAN gets what to allow, or the command that records the layout by hand.
+        try await client.send(RedisCommand("ACL", "SETUSER", "noscan", "on", ">pw", "~*", "&*", "+@all", "-scan"))
+        let limited = PipelineStore(client: try RedisClient(url: "redis://noscan:pw@127.0.0.1:\(server.server!.port)/0"))
+        let refused = try await #require(throws: DedupLayoutMismatch.self) { try await limited.verifyDedupLayout() }
+        #expect(refused.description.contains("refused SCAN") && refused.description.contains("redis-cli SET '\(store.keys.dedupLayout)'"), "\(refused)")
+        #expect(!refused.description.contains(":pw@"), "no password in the message")
+        try await client.send(RedisCommand("SET", store.keys.dedupLayout, DedupLayout(store.configuration).stored))
+        #expect(try await limited.verifyDedupLayout() == .matched, "once recorded, no SCAN is needed")
+        await limited.client.close()
+        try await client.send(RedisCommand("DEL", store.keys.dedupLayout))
         // Keys of another prefix are not this pipeline's records.
         try await client.send(RedisCommand("SADD", "{other:\(app):3}:dedup:7:0", "1"))
         #expect(try await store.verifyDedupLayout() == .recorded(existingRecords: false))
