@@ -65,6 +65,7 @@ public final class ChildProcess: @unchecked Sendable {
     }
 
     public var isRunning: Bool { process.isRunning }
+    public var pid: Int32 { process.processIdentifier }
 
     /// SIGKILL and wait for it; does nothing when the process has already ended.
     public func kill() {

@@ -78,13 +78,24 @@ public final class RedisServer: @unchecked Sendable {
         return RedisClient(configuration: configuration, logger: logger)
     }
 
-    /// Until the server answers (PONG, or NOAUTH when it requires a password: up all the same).
+    /// Until the server answers (PONG, or NOAUTH when it requires a password: up all the same), and it
+    /// is this one: when a parallel test's server took the port first, ours exits and the other answers
+    /// (a cluster test then sent its slots to another test's node: `ERR Slot … is already busy`).
     private func waitForPing() async throws {
         let probe = try client(maximumWait: .seconds(10), logLevel: .critical)
         do {
             let reply = try await probe.send(RedisCommand("PING"))
             guard reply == .status("PONG") else { throw TestFailure("PING answered \(reply)") }
-        } catch RedisError.server(let message) where message.hasPrefix("NOAUTH") {}
+            let info = try await probe.send(RedisCommand("INFO", "server")).string ?? ""
+            let answering = info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("process_id:") }.map { $0.dropFirst(11) }
+            guard let answering, let pid = process?.pid, Int32(answering) == pid else {
+                throw TestFailure("port \(port) is another redis-server's (process \(answering ?? "?"), ours \(process?.pid ?? 0))")
+            }
+        } catch RedisError.server(let message) where message.hasPrefix("NOAUTH") {
+        } catch {
+            await probe.close()
+            throw error
+        }
         await probe.close()
     }
 }
