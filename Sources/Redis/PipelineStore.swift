@@ -592,7 +592,7 @@ public struct PipelineStore: Sendable {
     ) async throws -> Int {
         var keyList = [keys.batch(Self.newBatchID()), keys.campaign(campaign)]
         var setIndex: [Int: Int] = [:]
-        var expiring: [Int] = []
+        var expiring: [(set: Int, index: Int)] = []
         var jobArguments = RedisArguments()
         for id in jobIDs {
             let fingerprint = JobFingerprint(jobID: id)
@@ -604,7 +604,7 @@ public struct PipelineStore: Sendable {
                 keyList.append(keys.publishedJobs(campaign: campaign, set: set))
                 index = keyList.count - 2
                 setIndex[set] = index
-                if !markExpiries.isGiven(campaign: campaign, set: set, now: now) { expiring.append(set) }
+                if !markExpiries.isGiven(campaign: campaign, set: set, now: now) { expiring.append((set, index)) }
             }
             jobArguments.append(index)
             jobArguments.append(fingerprint.member)
@@ -614,12 +614,12 @@ public struct PipelineStore: Sendable {
         arguments.append(messages ?? jobIDs.count)
         arguments.append(jobMarkRetention + MarkExpiries.memory)
         arguments.append(expiring.count)
-        for set in expiring { arguments.append(setIndex[set]!) }
+        for set in expiring { arguments.append(set.index) }
         arguments.append(contentsOf: jobArguments)
         let reply = try await eval(Scripts.publish, keys: keyList, arguments: arguments)
         guard let new = reply.integer else { throw RedisError.unexpectedReply("publish: \(reply)") }
         // A replay (-1) wrote nothing, but its first run did, and set the same expiries.
-        markExpiries.markGiven(campaign: campaign, sets: expiring)
+        markExpiries.markGiven(campaign: campaign, sets: expiring.map(\.set))
         return max(0, Int(new))
     }
 
@@ -979,17 +979,13 @@ final class DedupExpiries: @unchecked Sendable {
     /// index and a mask, where a `Set<DedupSetID>` hashed every key (~1 % of `run`, issue 14). Serials
     /// only grow, by one per tag and time bucket: tens of entries a day, emptied every minute.
     private var given: [[UInt64]] = []
-    private var since: Int64?
-    static let memory: Int64 = 60
+    private var window = ExpiryWindow()
 
     /// Whether `key` was given its expiry within the last minute (as of `now`, epoch seconds).
     func isGiven(_ key: DedupSetID, now: Int64) -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        if let since, now >= since, now - since < Self.memory {} else {
-            given.removeAll()
-            since = now
-        }
+        if window.startsAnew(now: now) { given.removeAll() }
         let word = key.subBucket / 64
         guard key.table < given.count, word < given[key.table].count else { return false }
         return given[key.table][word] & (1 << UInt64(key.subBucket % 64)) != 0
@@ -1008,6 +1004,20 @@ final class DedupExpiries: @unchecked Sendable {
     }
 }
 
+/// The minute an expiry memory (``DedupExpiries``, ``MarkExpiries``) remembers: what was given its
+/// expiry is forgotten once `seconds` have passed since the window began (or the clock went back).
+struct ExpiryWindow {
+    static let seconds: Int64 = 60
+    private var since: Int64?
+
+    /// Whether `now` begins a new window, whose memory starts empty.
+    mutating func startsAnew(now: Int64) -> Bool {
+        if let since, now >= since, now - since < Self.seconds { return false }
+        since = now
+        return true
+    }
+}
+
 /// Which campaign mark sets (`{<p>}:jobs:published:<id>:<set>`) this process gave their expiry within
 /// the current minute, as ``DedupExpiries`` does for dedup sets. A mark set's expiry follows its last
 /// write, so it is set ``memory`` seconds longer than the retention: a write later in the same minute is
@@ -1015,16 +1025,13 @@ final class DedupExpiries: @unchecked Sendable {
 final class MarkExpiries: @unchecked Sendable {
     private let lock = NSLock()
     private var given: [String: Set<Int>] = [:]
-    private var since: Int64?
-    static let memory: Int64 = 60
+    private var window = ExpiryWindow()
+    static let memory = ExpiryWindow.seconds
 
     func isGiven(campaign: String, set: Int, now: Int64) -> Bool {
         lock.lock()
         defer { lock.unlock() }
-        if let since, now >= since, now - since < Self.memory {} else {
-            given.removeAll()
-            since = now
-        }
+        if window.startsAnew(now: now) { given.removeAll() }
         return given[campaign]?.contains(set) ?? false
     }
 
