@@ -316,7 +316,9 @@ let package = Package(
         ),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "APNsProtocol", "Kafka"]
+            dependencies: ["Jobs", "APNsProtocol", "Kafka"],
+            // Apple's documented example payloads (issue 31), read by TodaysPayloadTests.
+            resources: [.copy("Fixtures/Apple")]
         ),
         .testTarget(
             name: "FeedbackTests",

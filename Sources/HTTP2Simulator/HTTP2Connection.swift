@@ -255,16 +255,18 @@ final class HTTP2Connection: ChannelInboundHandler {
             var head = HPACKHeaders()
             head.add(name: ":status", value: "200")
             head.add(name: APNsHeader.id, value: apnsID, indexing: .nonIndexable)
+            if core.configuration.sandbox { head.add(name: APNsHeader.uniqueID, value: makeUUID(), indexing: .nonIndexable) }
             write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: true))), context)
             if after == .goAway { goAway() }
         case .reject(let reason, let apnsID, let timestamp):
             let body = APNsErrorBody(reason: reason, timestamp: timestamp)
             var buffer = context.channel.allocator.buffer(capacity: 64)
             body.encode(into: &buffer)
-            let head = HPACKHeaders([
+            var head = HPACKHeaders([
                 (":status", String(reason.status)), (APNsHeader.id, apnsID), ("content-type", "application/json"),
                 ("content-length", String(buffer.readableBytes)),
             ])
+            if core.configuration.sandbox { head.add(name: APNsHeader.uniqueID, value: makeUUID()) }
             write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: false))), context)
             write(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: true))), context)
         }
@@ -394,6 +396,10 @@ final class HTTP2Connection: ChannelInboundHandler {
         if let certTopic {
             // mdm topics are not the bundle id; everything else must be the certificate's app.
             if let bundle, bundle != certTopic.topic, request.pushType != .mdm { return reject(.topicDisallowed, apnsID) }
+            // Live Activity pushes need token auth ("Certificate-based authentication is not supported for
+            // these APNs pushes"): a certificate's topics never include `.push-type.liveactivity`, so the
+            // simulator answers as for a topic the certificate does not cover.
+            if request.pushType == .liveactivity { return reject(.topicDisallowed, apnsID) }
             app = certTopic.topic
             auth = certTopic.auth
         } else {

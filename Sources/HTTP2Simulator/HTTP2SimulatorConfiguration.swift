@@ -36,6 +36,10 @@ public struct HTTP2SimulatorConfiguration: Sendable {
     /// Event-loop threads serving connections.
     public var threads: Int = 1
 
+    /// Answer as Apple's development (sandbox) environment does: every answer carries an
+    /// `apns-unique-id` ("An identifier that is only available in the Development environment").
+    public var sandbox = false
+
     public init(tls: SimulatorConfiguration.TLS) {
         self.tls = tls
     }

@@ -13,7 +13,9 @@ import APNsProtocol
 /// - `payload`: an object with an `aps` object whose Table 3-1/3-2 keys have their types
 ///   (`missing-payload`, `invalid-payload`);
 /// - `alerts` (optional): an object of language → alert string or alert dictionary (`invalid-alerts`);
-/// - `priority` (optional, default 10): the number 10 or 5 (`invalid-priority`);
+/// - `priority` (optional, default 10): the number 10, 5 or 1 (`invalid-priority`); the push type's
+///   rules (`checkPushTypeRules`: a Live Activity's payload per event, `invalid-live-activity`; its
+///   priority 10 or 5; priority 1 never for a payload that shows nothing);
 /// - `expiry` (optional, default `now + defaultTimeToLive`): a whole number in 0…2³²−1
 ///   (`invalid-expiry`), 0 = do not store, otherwise not before `now` (`expired`);
 /// - `campaign` (optional): a string of 1…128 UTF-8 bytes (`invalid-campaign`);
@@ -273,7 +275,8 @@ public struct JobDecoder: Sendable {
             switch priorityValue {
             case .number("10"): jobPriority = .immediate
             case .number("5"): jobPriority = .conservePower
-            default: throw JobError(.invalidPriority, "priority must be the number 10 or 5, got \(Self.text(priorityValue))")
+            case .number("1"): jobPriority = .powerFirst
+            default: throw JobError(.invalidPriority, "priority must be the number 10, 5 or 1, got \(Self.text(priorityValue))")
             }
         }
 
@@ -330,6 +333,9 @@ public struct JobDecoder: Sendable {
                     .invalidPushType, "a background push (push_type \"background\") must have an aps holding only content-available")
             }
         }
+
+        // what the push type asks of the payload and the priority (Live Activities, ranges, priority 1)
+        try Self.checkPushTypeRules(typedPayload, pushType: jobPushType, priority: jobPriority)
 
         // priority against payload
         if jobPriority == .immediate && typedPayload.isContentAvailableOnly {

@@ -43,7 +43,8 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case payloadTooLarge = "payload-too-large"
     /// Priority 10 (given or by default) with an `aps` holding only `content-available`.
     case contentAvailableOnlyWithPriority10 = "priority-10-content-available-only"
-    /// `priority` is not the number 10 or 5.
+    /// `priority` is not the number 10, 5 or 1, or not one the push type allows (a Live Activity: 10 or 5;
+    /// a payload that shows nothing: 5).
     case invalidPriority = "invalid-priority"
     /// `expiry` is not a whole number of epoch seconds in 0…4294967295.
     case invalidExpiry = "invalid-expiry"
@@ -58,6 +59,12 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// `push_type` is not one of Apple's `apns-push-type` values, or does not fit the job: a `background`
     /// push must have priority 5 and a payload that shows nothing (only content-available).
     case invalidPushType = "invalid-push-type"
+    /// `push_type` `liveactivity` with a payload that is not one Apple documents for its event (`start`,
+    /// `update`, `end`): a required `aps` key missing or a key of the wrong type; the detail names it.
+    case invalidLiveActivity = "invalid-live-activity"
+    /// `push_type` `liveactivity` for an app that cannot send it: Live Activity pushes need token
+    /// authentication on HTTP/2 (decided when the job reaches its app, not by the decoder).
+    case liveActivityNeedsTokenAuth = "live-activity-needs-token-auth"
     /// Registration: `registered_at` missing or not a whole number of epoch seconds (UInt32).
     case invalidRegisteredAt = "invalid-registered-at"
     /// Registration: `language` is not a string of at most 64 UTF-8 bytes.

@@ -53,6 +53,9 @@ public final class PipelineMetrics: Sendable {
         public static let settleBatch = "apns_settle_batch_outcomes"
         public static let answerLatency = "apns_gateway_answer_latency_seconds"
         public static let providerTokenAge = "apns_provider_token_age_seconds"
+        /// Live Activity pushes handed to the transport at priority 10, per app: each one draws on the
+        /// device's Live Activity budget (docs/operations.md §6).
+        public static let liveActivityPriority10 = "apns_live_activity_priority10_total"
     }
 
     /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
@@ -242,6 +245,11 @@ public final class PipelineMetrics: Sendable {
     }
 
     func deadLetterFailed(_ count: Int) { deadLetterFailures.increment(by: count) }
+
+    /// `count` priority-10 Live Activity pushes of `app` went to its transport (one call per app per batch).
+    func liveActivityPriority10(app: String, count: Int) {
+        counter(Name.liveActivityPriority10, ["app": app]).increment(by: count)
+    }
 
     /// After a settle: samples below each partition's commit position (everything before it is settled)
     /// are observed, from their Kafka timestamp to now.

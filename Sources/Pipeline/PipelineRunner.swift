@@ -414,6 +414,8 @@ public final class PipelineRunner: Service, Sendable {
         var inFlight: [Int] = []
         // The encoder is made once per run of jobs of one app and push type.
         var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
+        // Priority-10 Live Activity pushes per app, counted for the metrics (they draw on a budget).
+        var liveActivity10: [String: Int] = [:]
         let jobIDKey = c.gateway.embedJobID ? "jid" : nil
         // An HTTP/2 notification carries its job's token hex to its outcome (its settle needs it, and
         // answers come within milliseconds). A binary shard holds its notifications for the settle delay
@@ -466,6 +468,7 @@ public final class PipelineRunner: Service, Sendable {
                 do {
                     let app = job.app
                     let pushType = job.pushType
+                    if pushType == .liveactivity, let config = apps[app] { try config.checkCanSendLiveActivities() }
                     let encoder: PayloadEncoder
                     if let e = encoderFor, e.app == app, e.pushType == pushType {
                         encoder = e.encoder
@@ -481,6 +484,7 @@ public final class PipelineRunner: Service, Sendable {
                             payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
                             collapseID: job.collapseID, pushType: pushType?.rawValue,
                             position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset)))
+                    if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
                 } catch {
                     // e.g. the localized alert makes the payload too large.
                     refused.append((batch[message], error.reason.rawValue, outcome(.deadLettered)))
@@ -488,6 +492,7 @@ public final class PipelineRunner: Service, Sendable {
             }
         }
         inbox.put(item)
+        for (app, count) in liveActivity10 { metrics?.liveActivityPriority10(app: app, count: count) }
         // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle; a
         // write that fails is retried in the background while the valid jobs go on.
         if !refused.isEmpty {

@@ -257,10 +257,13 @@ public struct Outcome: Sendable {
     /// same resends in `SenderEvents.ambiguous` (process-wide); this lets the pipeline count them per
     /// campaign when the outcome settles. Saturates at 255.
     public var ambiguousResends: UInt8
+    /// HTTP/2, sandbox only: the answer's `apns-unique-id`, the key of this push in Apple's Push
+    /// Notifications Console delivery log. Nil in production and on the binary interface.
+    public var uniqueID: String?
 
     public init(
         notification: PushNotification, delivery: Delivery, code: String? = nil, attempts: Int, connection: Int,
-        ambiguousResends: UInt8 = 0
+        ambiguousResends: UInt8 = 0, uniqueID: String? = nil
     ) {
         self.notification = notification
         self.delivery = delivery
@@ -268,6 +271,7 @@ public struct Outcome: Sendable {
         self.attempts = attempts
         self.connection = connection
         self.ambiguousResends = ambiguousResends
+        self.uniqueID = uniqueID
     }
 
     public var kind: OutcomeKind {

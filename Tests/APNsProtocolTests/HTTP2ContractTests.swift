@@ -81,6 +81,31 @@ import Testing
         #expect(reason(check(bg + [("apns-priority", "5")], payload: both)) == .invalidPushType)
     }
 
+    @Test func priorityOneIsAccepted() throws {
+        let r = try check([("apns-topic", "com.example.shop"), ("apns-priority", "1")]).get()
+        #expect(r.priority == .powerSaving)
+        #expect(reason(check([("apns-topic", "a"), ("apns-priority", "2")])) == .badPriority)
+    }
+
+    /// Live Activity payloads per event (LiveActivityPayload); a payload that breaks them: InvalidPushType.
+    @Test func liveActivityPayloadsAreCheckedPerEvent() {
+        let la: [(String, String)] = [("apns-topic", "com.example.shop.push-type.liveactivity"), ("apns-push-type", "liveactivity")]
+        func payload(_ s: String) -> [UInt8] { Array(s.utf8) }
+        let update = payload(#"{"aps":{"event":"update","timestamp":1767000000,"content-state":{"home":1}}}"#)
+        #expect(reason(check(la, payload: update)) == nil)
+        let noState = payload(#"{"aps":{"event":"update","timestamp":1767000000}}"#)
+        #expect(reason(check(la, payload: noState)) == .invalidPushType)
+        let startWithoutAlert = payload(
+            #"{"aps":{"event":"start","timestamp":1767000000,"content-state":{},"attributes-type":"T","attributes":{}}}"#)
+        #expect(reason(check(la, payload: startWithoutAlert)) == .invalidPushType)
+        let start = payload(
+            #"{"aps":{"event":"start","timestamp":1767000000,"content-state":{},"attributes-type":"T","attributes":{},"alert":"go"}}"#)
+        #expect(reason(check(la, payload: start)) == nil)
+        #expect(reason(check(la, payload: payload(#"{"aps":{"event":"stop","timestamp":1,"content-state":{}}}"#))) == .invalidPushType)
+        // The same payloads under another push type are not Live Activities.
+        #expect(reason(check(payload: noState)) == nil)
+    }
+
     @Test func reasonsCarryApplesStatuses() {
         #expect(APNsReason.allCases.count == 32)
         let byStatus = Dictionary(grouping: APNsReason.allCases, by: \.status).mapValues(\.count)

@@ -65,7 +65,7 @@ import Testing
             (#"{"aps":"x"}"#, .invalid(path: "aps", expected: "a dictionary")),
             (#"{"aps":{"badge":"1"}}"#, .invalid(path: "aps.badge", expected: "a whole number ≥ 0")),
             (#"{"aps":{"badge":-1}}"#, .invalid(path: "aps.badge", expected: "a whole number ≥ 0")),
-            (#"{"aps":{"sound":1}}"#, .invalid(path: "aps.sound", expected: "a string")),
+            (#"{"aps":{"sound":1}}"#, .invalid(path: "aps.sound", expected: "a string, or a dictionary (critical, name, volume)")),
             (#"{"aps":{"alert":1}}"#, .invalid(path: "aps.alert", expected: "a string or a dictionary")),
             (#"{"aps":{"alert":{"loc-args":["a",1]}}}"#, .invalid(path: "aps.alert.loc-args", expected: "an array of strings")),
             (#"{"aps":{"content-available":2}}"#, .invalid(path: "aps.content-available", expected: "the number 1 (or 0)")),

@@ -1,3 +1,4 @@
+import APNsProtocol
 import Testing
 
 @testable import Sender
@@ -44,7 +45,8 @@ import Testing
 
     @Test(arguments: [
         (403, "InvalidProviderToken"), (403, "MissingProviderToken"), (403, "BadCertificate"),
-        (403, "BadCertificateEnvironment"), (403, "SomethingNew"), (429, "TooManyProviderTokenUpdates"),
+        (403, "BadCertificateEnvironment"), (403, "UnrelatedKeyIdInToken"), (403, "BadEnvironmentKeyInToken"),
+        (403, "SomethingNew"), (429, "TooManyProviderTokenUpdates"),
     ])
     func refusedCredentialsStopTheConnection(status: Int, reason: String) {
         #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .stopConnection)
@@ -59,6 +61,26 @@ import Testing
     ] as [(Int, String?)])
     func serverErrorsRetryElsewhere(status: Int, reason: String?) {
         #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .retryElsewhere)
+    }
+
+    /// Every reason Apple lists (design §5.6) has its settlement; none is left to the unknown-answer rule.
+    @Test func everyDocumentedReasonHasItsVerdict() {
+        for reason in APNsReason.allCases {
+            let verdict = HTTP2Verdict.of(status: reason.status, reason: reason.rawValue, timestamp: 1_700_000_000_000)
+            let expected: HTTP2Verdict =
+                switch reason {
+                case .unregistered, .expiredToken: .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered"))
+                case .badDeviceToken, .deviceTokenNotForTopic: .rejected(.invalidToken(since: nil, reason: "invalid-token"))
+                case .expiredProviderToken: .renewProviderToken
+                case .badCertificate, .badCertificateEnvironment, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,
+                    .badEnvironmentKeyInToken, .tooManyProviderTokenUpdates:
+                    .stopConnection
+                case .tooManyRequests: .retryLater
+                case .internalServerError, .serviceUnavailable, .shutdown: .retryElsewhere
+                default: .rejected(.badRequest(reason: reason.rawValue))
+                }
+            #expect(verdict == expected, "\(reason)")
+        }
     }
 
     @Test func codeFallsBackToTheStatusWithoutABody() {

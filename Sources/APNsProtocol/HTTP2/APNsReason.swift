@@ -1,5 +1,10 @@
 /// The `reason` strings of the provider API's error responses, with the HTTP status Apple pairs each
-/// with (Apple, "Handling notification responses from APNs", table "Response error strings").
+/// with (Apple, "Handling notification responses from APNs", table "Response error strings"), as the
+/// table stands today: the token-auth answers `UnrelatedKeyIdInToken` (a provider token signed with
+/// another key than the connection's first one) and `BadEnvironmentKeyInToken` (a key restricted to the
+/// other environment; the string was misspelt `BadEnvironmentKeyIdInToken` here before) included. What each means
+/// for settlement is `HTTP2Verdict` (docs/design.md §5.6). The broadcast and channel answers belong
+/// to those endpoints, not to `/3/device`.
 public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     // 400
     case badCollapseId = "BadCollapseId"
@@ -24,7 +29,7 @@ public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomS
     case invalidProviderToken = "InvalidProviderToken"
     case missingProviderToken = "MissingProviderToken"
     case unrelatedKeyIdInToken = "UnrelatedKeyIdInToken"
-    case badEnvironmentKeyIdInToken = "BadEnvironmentKeyIdInToken"
+    case badEnvironmentKeyInToken = "BadEnvironmentKeyInToken"
     // 404, 405
     case badPath = "BadPath"
     case methodNotAllowed = "MethodNotAllowed"
@@ -49,7 +54,7 @@ public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomS
             .missingTopic, .payloadEmpty, .topicDisallowed:
             400
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken,
-            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyInToken:
             403
         case .badPath: 404
         case .methodNotAllowed: 405

@@ -49,7 +49,9 @@ public struct APNsRejection: Error, Sendable, Hashable, CustomStringConvertible 
 /// (BadPriority); `apns-expiration` whole non-negative seconds (BadExpirationDate); `apns-collapse-id`
 /// at most 64 bytes (BadCollapseId); payload present (PayloadEmpty) and within the push type's limit
 /// (413 PayloadTooLarge); a background push at priority 5 or 1 with `content-available` and no alert,
-/// sound or badge (BadPriority, InvalidPushType). Authentication is the server's business (403s).
+/// sound or badge (BadPriority, InvalidPushType); a `liveactivity` push whose payload breaks Apple's
+/// rules for its event (`LiveActivityPayload`: InvalidPushType). Authentication is the server's
+/// business (403s).
 public struct APNsRequestValidator: Sendable {
     public init() {}
 
@@ -149,6 +151,16 @@ public struct APNsRequestValidator: Sendable {
             guard priority != .immediate else { return .failure(APNsRejection(.badPriority)) }
             guard let aps = (try? JSONParser.parse(payload))?["aps"], aps["content-available"] != nil,
                 aps["alert"] == nil, aps["sound"] == nil, aps["badge"] == nil
+            else { return .failure(APNsRejection(.invalidPushType)) }
+        }
+
+        if pushType == .liveactivity {
+            // Apple's per-event payload rules ("Starting and updating Live Activities with ActivityKit
+            // push notifications": LiveActivityPayload). Apple documents no reason string for a Live
+            // Activity payload that breaks them; the simulator answers InvalidPushType, as for a
+            // background push whose payload does not fit its type. Parsed only for this push type.
+            guard let json = try? JSONParser.parse(payload), let read = try? Payload(json: json),
+                (try? LiveActivityPayload.validate(read)) != nil
             else { return .failure(APNsRejection(.invalidPushType)) }
         }
 

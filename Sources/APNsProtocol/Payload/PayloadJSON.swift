@@ -43,8 +43,14 @@ extension APS {
                 }
                 badge = n
             case "sound":
-                guard let s = value.stringValue else { throw .invalid(path: "aps.sound", expected: "a string") }
-                sound = s
+                switch value {
+                case .string(let s): sound = s
+                case .object(let members):
+                    // A critical alert's sound (ApsKeys): kept as given, among the other keys.
+                    try ApsKeys.check(soundDictionary: members)
+                    other.append(Payload.CustomKey(key, value))
+                default: throw .invalid(path: "aps.sound", expected: "a string, or a dictionary (critical, name, volume)")
+                }
             case "content-available":
                 switch value.intValue {
                 case 1: contentAvailable = true
@@ -55,6 +61,7 @@ extension APS {
                 guard let s = value.stringValue else { throw .invalid(path: "aps.category", expected: "a string") }
                 category = s
             default:
+                try ApsKeys.check(apsKey: key, value)
                 other.append(Payload.CustomKey(key, value))
             }
         }
@@ -89,15 +96,25 @@ extension AlertDictionary {
         for (key, value) in members {
             let path = "aps.alert.\(key)"
             switch key {
-            case "title": title = try Self.string(value, path)
-            case "body": body = try Self.string(value, path)
+            case "title", "body":
+                if case .object(let members) = value {
+                    // The Live Activity form, `{"loc-key": …, "loc-args": […]}`: kept as given.
+                    try ApsKeys.check(localizedText: members, path: path)
+                    other.append(Payload.CustomKey(key, value))
+                } else if key == "title" {
+                    title = try Self.string(value, path)
+                } else {
+                    body = try Self.string(value, path)
+                }
             case "title-loc-key": titleLocKey = try Self.nullable(value, path) { v throws(PayloadError) in try Self.string(v, path) }
             case "title-loc-args": titleLocArgs = try Self.nullable(value, path) { v throws(PayloadError) in try Self.strings(v, path) }
             case "action-loc-key": actionLocKey = try Self.nullable(value, path) { v throws(PayloadError) in try Self.string(v, path) }
             case "loc-key": locKey = try Self.string(value, path)
             case "loc-args": locArgs = try Self.strings(value, path)
             case "launch-image": launchImage = try Self.string(value, path)
-            default: other.append(Payload.CustomKey(key, value))
+            default:
+                try ApsKeys.check(alertKey: key, value, path: path)
+                other.append(Payload.CustomKey(key, value))
             }
         }
     }

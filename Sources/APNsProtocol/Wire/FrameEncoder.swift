@@ -49,7 +49,7 @@ public enum FrameEncoder {
             w.uint32BE(expiry)
             w.byte(Item.priority.rawValue)
             w.uint16BE(1)
-            w.byte(priority.rawValue)
+            w.byte(priority.binaryValue)
         }
     }
 
@@ -108,10 +108,19 @@ public enum FrameEncoder {
     }
 }
 
-/// Notification priority (item 5). Only 10 and 5 are defined.
+/// Notification priority. The binary interface (item 5) defines only 10 and 5; the HTTP/2 provider API
+/// adds 1 (Apple, "Sending notification requests to APNs": "1 — prioritize the device's power
+/// considerations over all other factors for delivery"; "Notifications with apns-priority 5 and
+/// apns-priority 1 might get grouped and delivered in bursts to a person's device").
 public enum Priority: UInt8, Sendable, Hashable, CaseIterable {
     /// "The push message is sent immediately." Must trigger an alert, sound or badge.
     case immediate = 10
     /// "Sent at a time that conserves power on the device receiving it."
     case conservePower = 5
+    /// HTTP/2 only: the device's power first; may be delivered in groups.
+    case powerFirst = 1
+
+    /// The byte written in a binary frame: 1 does not exist there, so it goes as 5, the nearest
+    /// power-considerate value (a binary gateway refuses any other byte as a processing error).
+    public var binaryValue: UInt8 { self == .powerFirst ? Priority.conservePower.rawValue : rawValue }
 }

@@ -250,7 +250,7 @@ public struct GatewayFrameDecoder: Sendable {
                 f.expiry = buffer.uint32BE(at: 3)
             default:
                 let raw = buffer.byte(at: 3)
-                if let priority = Priority(rawValue: raw) {
+                if let priority = Priority(rawValue: raw), priority != .powerFirst {
                     f.priority = priority
                 } else if f.fault == nil {
                     f.fault = (.processingError, "priority \(raw) is neither 10 nor 5")

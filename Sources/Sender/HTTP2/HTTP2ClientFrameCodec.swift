@@ -362,7 +362,7 @@ struct HTTP2ClientFrameCodec {
     /// even one) is a protocol error.
     private(set) var highestStreamID: UInt32 = 0
     /// Answers being assembled: `:status` from HEADERS, the body from DATA.
-    private var responses: [UInt32: (status: Int, body: ByteBuffer?)] = [:]
+    private var responses: [UInt32: (status: Int, body: ByteBuffer?, uniqueID: String?)] = [:]
     /// A header block waiting for its CONTINUATION frames.
     private var headerBlock: (streamID: UInt32, endStream: Bool, bytes: ByteBuffer)?
     /// Received DATA not yet returned to the connection window.
@@ -580,8 +580,8 @@ struct HTTP2ClientFrameCodec {
                     }
                 }
                 if header.flags & HTTP2FrameHeader.Flag.endStream != 0 {
-                    let (status, body) = responses.remove(at: index).value
-                    events.append(.answer(Self.answer(streamID: header.streamID, status: status, body: body)))
+                    let (status, body, uniqueID) = responses.remove(at: index).value
+                    events.append(.answer(Self.answer(streamID: header.streamID, status: status, body: body, uniqueID: uniqueID)))
                 }
             }
 
@@ -730,18 +730,30 @@ struct HTTP2ClientFrameCodec {
         }
         // A `:status` that is not a number is read as 0 and retried as a server error.
         let status = headers.first(name: APNsHeader.status).flatMap { Int($0) } ?? 0
+        // `apns-unique-id`: sandbox answers only, so a String is made only there (nil elsewhere).
+        let uniqueID = Self.uniqueID(headers)
         if endStream {
             responses[streamID] = nil
-            events.append(.answer(Self.answer(streamID: streamID, status: status, body: nil)))
+            events.append(.answer(Self.answer(streamID: streamID, status: status, body: nil, uniqueID: uniqueID)))
         } else if responses[streamID].map({ $0.status < 200 }) ?? true {
             // The first HEADERS, or the final one after an informational (1xx) answer.
-            responses[streamID] = (status, nil)
+            responses[streamID] = (status, nil, uniqueID)
         }
         // A later HEADERS (trailers) without END_STREAM changes nothing.
     }
 
     /// A stream's answer is complete; its error body (about 50 bytes, only for non-200s) is read here.
-    static func answer(streamID: UInt32, status: Int, body: ByteBuffer?) -> Answer {
+    /// The `apns-unique-id` of an answer's header block, nil when absent. Apple sends it in the
+    /// development (sandbox) environment only: "apns-unique-id — An identifier that is only available in
+    /// the Development environment. Use this to query Delivery Log information for the corresponding
+    /// notification in Push Notifications Console." Kept only when it has the length of a UUID's text,
+    /// so a server cannot make it grow a log line or an outcome.
+    static func uniqueID(_ headers: HPACKHeaders) -> String? {
+        guard let value = headers.first(name: APNsHeader.uniqueID), value.utf8.count == APNsID.textCount else { return nil }
+        return value
+    }
+
+    static func answer(streamID: UInt32, status: Int, body: ByteBuffer?, uniqueID: String? = nil) -> Answer {
         var reason: String?
         var timestamp: Int64?
         if status != 200, let body, body.readableBytes > 0 {
@@ -751,6 +763,6 @@ struct HTTP2ClientFrameCodec {
                 timestamp = decoded.timestamp
             }
         }
-        return Answer(streamID: streamID, status: status, reason: reason, timestamp: timestamp)
+        return Answer(streamID: streamID, status: status, reason: reason, timestamp: timestamp, uniqueID: uniqueID)
     }
 }

@@ -242,7 +242,14 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         for s in action.settled {
             pendingOutcomes.append(
                 Outcome(notification: s.request.job.notification, delivery: s.delivery, code: s.code,
-                        attempts: s.request.attempts, connection: index, ambiguousResends: s.request.ambiguousResends))
+                        attempts: s.request.attempts, connection: index, ambiguousResends: s.request.ambiguousResends,
+                        uniqueID: s.uniqueID))
+            if let uniqueID = s.uniqueID {
+                // Sandbox only: where to look the push up in Apple's Push Notifications Console.
+                logger.debug(
+                    "answered", metadata: ["job_id": "\(s.request.job.notification.jobID)", "apns_unique_id": "\(uniqueID)",
+                                           "answer": "\(s.code ?? "200")"])
+            }
         }
         if !action.reroute.isEmpty { reroute(action.reroute, index) }
         if action.ping, let handler { handler.ping() }

@@ -57,6 +57,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var request: Request
         var delivery: Delivery
         var code: String?
+        /// The answer's `apns-unique-id` (sandbox only).
+        var uniqueID: String? = nil
     }
 
     struct Write {
@@ -216,6 +218,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var status: Int
         var reason: String?
         var timestamp: Int64?
+        /// `apns-unique-id` (sandbox answers only).
+        var uniqueID: String? = nil
     }
 
     /// A complete answer on `streamID` (status from HEADERS, reason and timestamp from the body).
@@ -249,7 +253,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         if status == 200 {
             // Nearly every answer: settled without working out a verdict or a code it does not use.
             noteAuthenticated()
-            action.settled.append(Settled(request: answered.request, delivery: .accepted, code: nil))
+            action.settled.append(Settled(request: answered.request, delivery: .accepted, code: nil, uniqueID: answer.uniqueID))
             return
         }
         var request = answered.request
@@ -261,7 +265,7 @@ struct HTTP2ConnectionStateMachine<Job> {
             action.settled.append(Settled(request: request, delivery: .accepted, code: nil))
         case .rejected(let rejection):
             noteAuthenticated()
-            action.settled.append(Settled(request: request, delivery: .rejected(rejection), code: code))
+            action.settled.append(Settled(request: request, delivery: .rejected(rejection), code: code, uniqueID: answer.uniqueID))
         case .renewProviderToken where !request.renewedToken:
             request.renewedToken = true
             events.retried += 1

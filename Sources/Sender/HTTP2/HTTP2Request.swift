@@ -94,6 +94,7 @@ struct HTTP2Request: Equatable, Sendable {
             switch n.priority {
             case .immediate: "10"
             case .conservePower: "5"
+            case .powerFirst: "1"
             }
         pushType = type
         collapseID = n.collapseID

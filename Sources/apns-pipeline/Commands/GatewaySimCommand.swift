@@ -80,6 +80,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
     @Option(help: "HTTP/2: chance 0…1 of 503 ServiceUnavailable.") var serviceUnavailableRate: Double?
     @Option(help: "HTTP/2: every response waits this long, ms.") var responseDelayMs: Int?
     @Option(help: "HTTP/2: plus a random 0…this many ms.") var responseDelayMaxMs: Int?
+    @Flag(help: "HTTP/2: answer as the sandbox (development) environment: an apns-unique-id on every answer.") var sandbox = false
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
@@ -145,6 +146,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         config.initialMaxConcurrentStreams = initialMaxConcurrentStreams
         config.tokenMaxAgeSeconds = tokenMaxAgeSeconds
         config.tokenRefreshIntervalSeconds = tokenRefreshIntervalSeconds
+        config.sandbox = sandbox
         for spec in tokenKey {
             let parts = spec.split(separator: ":", maxSplits: 2).map(String.init)
             guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty else {

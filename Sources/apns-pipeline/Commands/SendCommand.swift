@@ -19,8 +19,8 @@ struct SendCommand: AsyncParsableCommand {
 
     @Argument(help: "File of jobs, one per line; '-' or nothing reads stdin.") var input: String = "-"
     @Option(help: "App bundle id (jobs for other apps are refused).") var app: String
-    @Option(name: .customLong("protocol"), help: "binary (legacy gateway) or http2 (Apple's provider API).")
-    var transport: String = "binary"
+    @Option(name: .customLong("protocol"), help: "http2 (Apple's provider API, the default) or binary (the retired legacy gateway).")
+    var transport: String = "http2"
     @Option(help: "Provider certificate (PEM); with --protocol http2, or use --token-key.") var cert: String?
     @Option(help: "Its private key (PEM).") var key: String?
     @Option(help: "HTTP/2 token auth: the team's .p8 signing key (PKCS#8 PEM).") var tokenKey: String?

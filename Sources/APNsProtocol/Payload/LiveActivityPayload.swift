@@ -1,0 +1,87 @@
+/// Apple's rules for the payload of a Live Activity push (`apns-push-type: liveactivity`), per event, as
+/// pure code: the job decoder runs it on every `push_type: liveactivity` job (dead letter
+/// `invalid-live-activity`), and the HTTP/2 simulator on every `liveactivity` request it answers.
+///
+/// Apple, "Starting and updating Live Activities with ActivityKit push notifications": the `aps`
+/// dictionary of an ActivityKit push carries `timestamp` ("The time the data in the payload was
+/// generated. If this is older than a previous update or push payload, the system ignores this
+/// update" — `Activity.end(_:dismissalPolicy:timestamp:)`, seconds since 1970), `event` (`start`,
+/// `update` or `end`), and `content-state` (the updated or final content: a JSON object that decodes
+/// into the app's `ActivityAttributes.ContentState`). A `start` event (push-to-start,
+/// iOS 17.2) adds `attributes-type` (the name of the app's `ActivityAttributes` type), `attributes` (the
+/// static attributes, an object) and an `alert` (a push-to-start always alerts the person). Optional:
+/// `stale-date` (when the system considers the content out of date) and `dismissal-date` (when an
+/// ended activity leaves the Lock Screen), both UNIX timestamps in seconds,
+/// `relevance-score` (a number ordering the app's activities), on `start` `input-push-token` (1: give
+/// the new activity an update token) or `input-push-channel` (the broadcast channel id it listens to),
+/// and an `alert` on `update`/`end` (an alerting update).
+///
+/// Types are checked; a key that does not belong to the event is accepted and left to the device, as
+/// Apple does not say APNs refuses it.
+public enum LiveActivityPayload {
+    public enum Event: String, Sendable, CaseIterable {
+        case start, update, end
+    }
+
+    /// Why a Live Activity payload is refused: the key (`aps.<key>`) and what was expected there.
+    public struct Invalid: Error, Sendable, Equatable, CustomStringConvertible {
+        public var path: String
+        public var expected: String
+        public var description: String { "payload \(path): expected \(expected)" }
+    }
+
+    /// Checks `payload` (already read by `Payload(json:)`, so `aps.alert` has the alert's types) and
+    /// returns its event.
+    @discardableResult
+    public static func validate(_ payload: Payload) throws(Invalid) -> Event {
+        var eventValue: JSONValue?
+        var timestamp, contentState, attributesType, attributes: JSONValue?
+        for o in payload.aps.other {
+            let value = o.value
+            switch o.key {
+            case "event": eventValue = value
+            case "timestamp": timestamp = value
+            case "content-state": contentState = value
+            case "attributes-type": attributesType = value
+            case "attributes": attributes = value
+            case "stale-date", "dismissal-date":
+                try epochSeconds(value, "aps.\(o.key)")
+            case "relevance-score":
+                guard ApsKeys.number(value) != nil else { throw Invalid(path: "aps.relevance-score", expected: "a number") }
+            case "input-push-token":
+                // Apple's push-to-start example: `"input-push-token": 1`.
+                guard value.intValue == 1 else { throw Invalid(path: "aps.input-push-token", expected: "the number 1") }
+            case "input-push-channel":
+                guard let s = value.stringValue, !s.isEmpty else {
+                    throw Invalid(path: "aps.input-push-channel", expected: "a channel id (a non-empty base64 string)")
+                }
+            default: continue
+            }
+        }
+        guard let eventValue else { throw Invalid(path: "aps.event", expected: "\"start\", \"update\" or \"end\" (it is missing)") }
+        guard let text = eventValue.stringValue, let known = Event(rawValue: text) else {
+            throw Invalid(path: "aps.event", expected: "\"start\", \"update\" or \"end\"")
+        }
+        guard let timestamp else { throw Invalid(path: "aps.timestamp", expected: "the time the data was generated, in epoch seconds (it is missing)") }
+        try epochSeconds(timestamp, "aps.timestamp")
+        guard let contentState else { throw Invalid(path: "aps.content-state", expected: "the activity's content state, an object (it is missing)") }
+        guard contentState.objectValue != nil else { throw Invalid(path: "aps.content-state", expected: "an object (the activity's ContentState)") }
+        if known == .start {
+            guard let attributesType else {
+                throw Invalid(path: "aps.attributes-type", expected: "the name of the app's ActivityAttributes type, required to start (it is missing)")
+            }
+            guard let name = attributesType.stringValue, !name.isEmpty else {
+                throw Invalid(path: "aps.attributes-type", expected: "a non-empty string (the ActivityAttributes type)")
+            }
+            guard let attributes else { throw Invalid(path: "aps.attributes", expected: "the activity's attributes, an object, required to start (it is missing)") }
+            guard attributes.objectValue != nil else { throw Invalid(path: "aps.attributes", expected: "an object (the activity's attributes)") }
+            guard payload.aps.alert != nil else { throw Invalid(path: "aps.alert", expected: "an alert, required to start a Live Activity (it is missing)") }
+        }
+        return known
+    }
+
+    /// A UNIX time in whole seconds (ActivityKit's dates in a push are seconds since 1970).
+    static func epochSeconds(_ value: JSONValue, _ path: String) throws(Invalid) {
+        guard let n = value.intValue, n >= 0 else { throw Invalid(path: path, expected: "a whole number of epoch seconds") }
+    }
+}

@@ -1,0 +1,40 @@
+import APNsProtocol
+
+/// The rules a job's payload and priority must follow for its push type (issue 31), beside
+/// `JobDecoder.validate` so that that function only calls them.
+extension JobDecoder {
+    /// Checked once the push type and the priority are known (the payload was read before them):
+    ///
+    /// - `relevance-score` 0…1 unless a Live Activity (`ApsKeys.checkRanges`) — `invalid-payload`;
+    /// - `liveactivity`: the payload as Apple documents its event (`LiveActivityPayload`) —
+    ///   `invalid-live-activity`; priority 10 or 5 — `invalid-priority`. Apple's guidance for Live
+    ///   Activity updates names only those two: high priority "will draw down your budget", low priority
+    ///   "will not draw down your budget but may not be delivered" promptly (Apple DTS, on "Determine the
+    ///   update frequency" of "Starting and updating Live Activities with ActivityKit push
+    ///   notifications"); priority 1 is not documented for them, so it is refused rather than guessed at;
+    /// - priority 1 for a payload that shows nothing (content-available only): such a push is a
+    ///   background push, for which Apple says "you must set the value of apns-priority to 5" —
+    ///   `invalid-priority`.
+    static func checkPushTypeRules(_ payload: Payload, pushType: APNsPushType?, priority: Priority) throws(JobError) {
+        do throws(PayloadError) {
+            try ApsKeys.checkRanges(payload, pushType: pushType)
+        } catch {
+            throw JobError(.invalidPayload, describe(error, prefix: "payload."))
+        }
+        if pushType == .liveactivity {
+            do throws(LiveActivityPayload.Invalid) {
+                try LiveActivityPayload.validate(payload)
+            } catch {
+                throw JobError(.invalidLiveActivity, "a Live Activity (push_type \"liveactivity\") \(error.description)")
+            }
+            if priority == .powerFirst {
+                throw JobError(.invalidPriority, "a Live Activity push must have priority 10 or 5, got 1")
+            }
+        }
+        if priority == .powerFirst && payload.isContentAvailableOnly {
+            throw JobError(
+                .invalidPriority,
+                "priority 1 is invalid for a payload whose aps holds only content-available (a background push): send it with \"priority\": 5")
+        }
+    }
+}
