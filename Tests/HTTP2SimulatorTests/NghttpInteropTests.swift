@@ -48,4 +48,39 @@ import Testing
         #expect(f.simulator.totals.accepted == 1)
         try await f.shutdown()
     }
+
+    /// Issue 31 with a foreign client: a Live Activity update on its suffixed topic and an alert at
+    /// priority 1 are accepted by a sandbox-mode simulator, whose answers carry `apns-unique-id`.
+    @Test(.enabled(if: nghttp != nil || ci, "nghttp is not installed (Debian package nghttp2-client): interop test skipped"))
+    func nghttpSendsALiveActivityAndPriorityOneToTheSandbox() async throws {
+        let nghttp = try #require(Self.nghttp, "nghttp is not installed but CI is set: install Debian's nghttp2-client (ops/setup)")
+        let f = try await H2Fixture { $0.sandbox = true }
+        let update = Array(#"{"aps":{"event":"update","timestamp":1767000000,"content-state":{"home":1}},"jid":"la-1"}"#.utf8)
+        func send(_ payload: [UInt8], _ headers: [String]) throws -> (status: Int32, output: String) {
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("nghttp-\(UUID().uuidString).json")
+            try Data(payload).write(to: file)
+            defer { try? FileManager.default.removeItem(at: file) }
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: nghttp)
+            p.arguments = ["-n", "-v", "-d", file.path, "-H", "authorization: \(try f.bearer())"]
+                + headers.flatMap { ["-H", $0] } + ["https://127.0.0.1:\(f.simulator.port)/3/device/\(H2Fixture.token)"]
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            try p.run()
+            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, text)
+        }
+        let la = try send(update, ["apns-topic: \(H2Fixture.shop).push-type.liveactivity", "apns-push-type: liveactivity", "apns-priority: 5"])
+        #expect(la.status == 0, "nghttp: \(la.output)")
+        #expect(la.output.contains("apns-unique-id:"), "\(la.output)")
+        let low = try send(H2Fixture.payload, ["apns-topic: \(H2Fixture.shop)", "apns-priority: 1"])
+        #expect(low.status == 0 && low.output.contains(":status: 200"), "nghttp: \(low.output)")
+        let records = f.simulator.records
+        #expect(records.map(\.jobID) == ["la-1", "job-1"])
+        #expect(records.map(\.pushType) == ["liveactivity", nil])
+        #expect(records.map(\.priority) == [5, 1])
+        try await f.shutdown()
+    }
 }
