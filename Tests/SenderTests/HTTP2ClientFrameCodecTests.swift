@@ -358,3 +358,14 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         #expect(codec.waitingDataCount == 1)
     }
 }
+
+/// `apns-unique-id` (sandbox answers, issue 31): kept when it is a UUID's text, ignored otherwise.
+@Suite struct HTTP2UniqueIDParsingTests {
+    @Test func aUUIDIsKeptAnythingElseIgnored() {
+        let id = "7F3C1C3E-3D3A-4B0E-9B1C-2B5C9A3D7E11"
+        #expect(HTTP2ClientFrameCodec.uniqueID(HPACKHeaders([(":status", "200"), ("apns-id", id), ("apns-unique-id", id)])) == id)
+        #expect(HTTP2ClientFrameCodec.uniqueID(HPACKHeaders([(":status", "200"), ("apns-id", id)])) == nil)
+        let long = String(repeating: "A", count: 10_000)
+        #expect(HTTP2ClientFrameCodec.uniqueID(HPACKHeaders([(":status", "200"), ("apns-id", id), ("apns-unique-id", long)])) == nil)
+    }
+}

@@ -749,7 +749,10 @@ struct HTTP2ClientFrameCodec {
     /// notification in Push Notifications Console." Kept only when it has the length of a UUID's text,
     /// so a server cannot make it grow a log line or an outcome.
     static func uniqueID(_ headers: HPACKHeaders) -> String? {
-        guard let value = headers.first(name: APNsHeader.uniqueID), value.utf8.count == APNsID.textCount else { return nil }
+        // A production 200 is `:status` and `apns-id` alone: no search for a header it cannot have.
+        guard headers.count > 2, let value = headers.first(name: APNsHeader.uniqueID), value.utf8.count == APNsID.textCount else {
+            return nil
+        }
         return value
     }
 
