@@ -7,11 +7,9 @@ extension JobDecoder {
     ///
     /// - `relevance-score` 0…1 unless a Live Activity (`ApsKeys.checkRanges`) — `invalid-payload`;
     /// - `liveactivity`: the payload as Apple documents its event (`LiveActivityPayload`) —
-    ///   `invalid-live-activity`; priority 10 or 5 — `invalid-priority`. Apple's guidance for Live
-    ///   Activity updates names only those two: high priority "will draw down your budget", low priority
-    ///   "will not draw down your budget but may not be delivered" promptly (Apple DTS, on "Determine the
-    ///   update frequency" of "Starting and updating Live Activities with ActivityKit push
-    ///   notifications"); priority 1 is not documented for them, so it is refused rather than guessed at;
+    ///   `invalid-live-activity`; priority 10 or 5 — `invalid-priority`: "Set the value for the
+    ///   apns-priority header field to 5 or 10" ("Starting and updating Live Activities with ActivityKit
+    ///   push notifications", "Construct the ActivityKit remote push notification payload");
     /// - priority 1 for a payload that shows nothing (content-available only): such a push is a
     ///   background push, for which Apple says "you must set the value of apns-priority to 5" —
     ///   `invalid-priority`.

@@ -1,11 +1,12 @@
 import APNsProtocol
 import Jobs
 
-/// Which apps can send Live Activity pushes (issue 31). Apple: "Certificate-based authentication is not
-/// supported for these APNs pushes. You should use token-based authentication instead" (Apple's
-/// Technology Evangelist on Live Activity pushes, Apple Developer Forums thread 712499; "Starting and
-/// updating Live Activities with ActivityKit push notifications" likewise has the server "establish a
-/// token-based connection to APNs"). The binary interface has no push types at all.
+/// Which apps can send Live Activity pushes (issue 31). Apple, "Starting and updating Live Activities
+/// with ActivityKit push notifications": "Send the push tokens you receive from ActivityKit to your server
+/// and use them establish a token-based connection to APNs"; and, answering on Live Activity pushes
+/// (Apple Developer Forums thread 712499): "Certificate-based authentication is not supported for these
+/// APNs pushes. You should use token-based authentication instead." The binary interface has no push
+/// types at all.
 ///
 /// "Configured for" is decided per job, not per pipeline file: nothing in an app entry says it sends
 /// Live Activities, so a file with a certificate app starts as before, and a `push_type: liveactivity`

@@ -37,7 +37,10 @@ import Testing
 
     // MARK: Apple's examples
 
-    @Test(arguments: ["live-activity-start", "live-activity-update", "live-activity-update-stale-date", "live-activity-end"])
+    @Test(arguments: [
+        "live-activity-start", "live-activity-start-input-push-token", "live-activity-start-input-push-channel", "live-activity-update",
+        "live-activity-update-relevance-score", "live-activity-update-curl", "live-activity-end",
+    ])
     func appleLiveActivityExamplesAreAccepted(_ name: String) throws {
         let payload = try Self.apple(name)
         for priority in ["10", "5"] {
@@ -56,6 +59,7 @@ import Testing
         let game = try decode(["payload": try Self.apple("alert-title-subtitle")])
         #expect(game.payload.aps.category == "GAME_INVITATION")
         _ = try decode(["payload": try Self.apple("alert-localized")])
+        #expect(try decode(["payload": try Self.apple("sound-badge")]).payload.aps.sound == "bingbong.aiff")
         let silent = try decode(["payload": try Self.apple("background"), "push_type": Fixtures.quoted("background")])
         #expect(silent.priority == .conservePower)
         _ = try decode(["payload": try Self.apple("widgets"), "push_type": Fixtures.quoted("widgets"), "priority": "5"])

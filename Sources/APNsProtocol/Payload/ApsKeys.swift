@@ -1,5 +1,6 @@
 /// The `aps` keys Apple added after the 2015 tables that `APS` models ("Generating a remote notification",
-/// tables "Keys to include in the aps dictionary" and "Keys to include in the alert dictionary"), checked
+/// tables "Keys to include in the aps dictionary", "… in the alert dictionary", "… in the sound
+/// dictionary"; `content-changed` is WidgetKit's), checked
 /// for their types. They stay in `APS.other` / `AlertDictionary.other` and are sent unchanged: reading
 /// them into typed fields would change nothing on the wire and grow every payload value.
 ///
@@ -32,7 +33,7 @@ public enum ApsKeys {
                 throw .invalid(path: path, expected: "one of \"passive\", \"active\", \"time-sensitive\", \"critical\"")
             }
         case "relevance-score":
-            // A number; its range depends on the push type (0…1 for a notification, any number for a
+            // "Number"; its range depends on the push type (0…1 for a notification, any number for a
             // Live Activity), checked by `checkRanges(_:pushType:)`.
             guard number(value) != nil else { throw .invalid(path: path, expected: "a number") }
         case "content-changed":
@@ -63,10 +64,12 @@ public enum ApsKeys {
     }
 
     /// Alert dictionary keys added since Table 3-2 (`AlertDictionary.init(json:)` calls it for the keys it
-    /// does not model): "subtitle", "subtitle-loc-key" (strings), "subtitle-loc-args" (array of
-    /// strings), and the summary keys "summary-arg" (string) and "summary-arg-count" (a whole number).
-    /// `title` and `body` as a `{"loc-key", "loc-args"}` dictionary are the Live Activity form (its alert
-    /// is localized that way), accepted here too.
+    /// does not model). Apple's Table 2 ("Keys to include in the alert dictionary"): `subtitle` and
+    /// `subtitle-loc-key` ("String"), `subtitle-loc-args` ("Array of strings"). The summary keys
+    /// `summary-arg` (a string) and `summary-arg-count` (a whole number), which iOS 12 added for grouped
+    /// notifications and Apple's current table no longer lists, are still sent by clients: typed when
+    /// present. `title` and `body` as a `{"loc-key", "loc-args"}` dictionary are the Live Activity form
+    /// (its alert is localized that way in Apple's examples), accepted here too.
     static func check(alertKey key: String, _ value: JSONValue, path: String) throws(PayloadError) {
         switch key {
         case "subtitle", "subtitle-loc-key", "summary-arg": try string(value, path)
@@ -94,8 +97,9 @@ public enum ApsKeys {
 
     /// The rules that depend on the push type, run once it is known (the payload is read before).
     /// `relevance-score` is 0…1 for a notification: "The relevance score, a number between 0 and 1, that
-    /// the system uses to sort the notifications from your app"; a Live Activity's is any number (it only
-    /// orders the app's activities against each other), so it is not checked here for `.liveactivity`.
+    /// the system uses to sort the notifications from your app. […] If your remote notification updates a
+    /// Live Activity, you can set any Double value; for example, 25, 50, 75, or 100." So it is not
+    /// checked here for `.liveactivity`.
     public static func checkRanges(_ payload: Payload, pushType: APNsPushType?) throws(PayloadError) {
         guard pushType != .liveactivity, !payload.aps.other.isEmpty else { return }
         for o in payload.aps.other where o.key == "relevance-score" {

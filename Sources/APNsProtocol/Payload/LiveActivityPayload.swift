@@ -2,19 +2,24 @@
 /// pure code: the job decoder runs it on every `push_type: liveactivity` job (dead letter
 /// `invalid-live-activity`), and the HTTP/2 simulator on every `liveactivity` request it answers.
 ///
-/// Apple, "Starting and updating Live Activities with ActivityKit push notifications": the `aps`
-/// dictionary of an ActivityKit push carries `timestamp` ("The time the data in the payload was
-/// generated. If this is older than a previous update or push payload, the system ignores this
-/// update" — `Activity.end(_:dismissalPolicy:timestamp:)`, seconds since 1970), `event` (`start`,
-/// `update` or `end`), and `content-state` (the updated or final content: a JSON object that decodes
-/// into the app's `ActivityAttributes.ContentState`). A `start` event (push-to-start,
-/// iOS 17.2) adds `attributes-type` (the name of the app's `ActivityAttributes` type), `attributes` (the
-/// static attributes, an object) and an `alert` (a push-to-start always alerts the person). Optional:
-/// `stale-date` (when the system considers the content out of date) and `dismissal-date` (when an
-/// ended activity leaves the Lock Screen), both UNIX timestamps in seconds,
-/// `relevance-score` (a number ordering the app's activities), on `start` `input-push-token` (1: give
-/// the new activity an update token) or `input-push-channel` (the broadcast channel id it listens to),
-/// and an `alert` on `update`/`end` (an alerting update).
+/// Apple, "Generating a remote notification", table "Keys to include in the aps dictionary": `timestamp`
+/// (Number) "The UNIX timestamp that marks the time when you send the remote notification that updates or
+/// ends a Live Activity"; `event` (String) "To start the Live Activity, use start. To update the Live
+/// Activity, use update. To end the Live Activity, use end"; `content-state` (Dictionary) "The updated or
+/// final content for a Live Activity. The content of this dictionary must match the data you describe
+/// with your custom ActivityAttributes implementation"; `stale-date` and `dismissal-date` (Number, UNIX
+/// timestamps); `attributes-type` (String) "A string you use when you start a Live Activity with a remote
+/// push notification. It must match the name of the structure that describes the dynamic data";
+/// `attributes` (Dictionary) "The dictionary that contains data you pass to a Live Activity that you
+/// start with a remote push notification"; `relevance-score` (Number: "If your remote notification
+/// updates a Live Activity, you can set any Double value"). "Starting and updating Live Activities with
+/// ActivityKit push notifications": "Set the timestamp to the current time in seconds since 1970"; "If you
+/// end a Live Activity, include the final content state"; "Set the fields for the content-state key to
+/// match your custom ContentState type"; a start "comes with the following requirements: Set the value of
+/// the event field to start. Include an alert in the JSON payload. Include the attributes-type and
+/// attributes keys"; iOS 18 adds `"input-push-token": 1` ("to start a Live Activity and receive a new
+/// push token") and `input-push-channel` ("with the appropriate channel ID"); an update may carry an
+/// `alert` ("To alert a person about a critical Live Activity update, optionally provide an alert").
 ///
 /// Types are checked; a key that does not belong to the event is accepted and left to the device, as
 /// Apple does not say APNs refuses it.
