@@ -396,10 +396,11 @@ final class HTTP2Connection: ChannelInboundHandler {
         if let certTopic {
             // mdm topics are not the bundle id; everything else must be the certificate's app.
             if let bundle, bundle != certTopic.topic, request.pushType != .mdm { return reject(.topicDisallowed, apnsID) }
-            // Live Activity pushes need token auth ("Certificate-based authentication is not supported for
-            // these APNs pushes"): a certificate's topics never include `.push-type.liveactivity`, so the
-            // simulator answers as for a topic the certificate does not cover.
-            if request.pushType == .liveactivity { return reject(.topicDisallowed, apnsID) }
+            // Live Activity and location pushes need token auth (`APNsPushType.requiresTokenAuthentication`:
+            // "The location push type supports only token-based authentication"): a certificate's topics
+            // never include their topics, so the simulator answers as for a topic the certificate does
+            // not cover.
+            if request.effectivePushType.requiresTokenAuthentication { return reject(.topicDisallowed, apnsID) }
             app = certTopic.topic
             auth = certTopic.auth
         } else {

@@ -62,9 +62,9 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// `push_type` `liveactivity` with a payload that is not one Apple documents for its event (`start`,
     /// `update`, `end`): a required `aps` key missing or a key of the wrong type; the detail names it.
     case invalidLiveActivity = "invalid-live-activity"
-    /// `push_type` `liveactivity` for an app that cannot send it: Live Activity pushes need token
-    /// authentication on HTTP/2 (decided when the job reaches its app, not by the decoder).
-    case liveActivityNeedsTokenAuth = "live-activity-needs-token-auth"
+    /// `push_type` `liveactivity` or `location` for an app that cannot send it: Apple serves those push
+    /// types over token authentication only (decided when the job reaches its app, not by the decoder).
+    case pushTypeNeedsTokenAuth = "push-type-needs-token-auth"
     /// Registration: `registered_at` missing or not a whole number of epoch seconds (UInt32).
     case invalidRegisteredAt = "invalid-registered-at"
     /// Registration: `language` is not a string of at most 64 UTF-8 bytes.

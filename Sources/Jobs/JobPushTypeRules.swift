@@ -10,9 +10,16 @@ extension JobDecoder {
     ///   `invalid-live-activity`; priority 10 or 5 — `invalid-priority`: "Set the value for the
     ///   apns-priority header field to 5 or 10" ("Starting and updating Live Activities with ActivityKit
     ///   push notifications", "Construct the ActivityKit remote push notification payload");
+    /// - `location`: priority 10 or 5 — `invalid-priority` ("If the location query requires an immediate
+    ///   response from the Location Push Service Extension, set notification apns-priority to 10;
+    ///   otherwise, use 5"; 1 would "prevent awakening the device" the query is for);
     /// - priority 1 for a payload that shows nothing (content-available only): such a push is a
-    ///   background push, for which Apple says "you must set the value of apns-priority to 5" —
-    ///   `invalid-priority`.
+    ///   background push: "Always use priority 5. Using priority 10 is an error" — `invalid-priority`.
+    ///
+    /// An `alert` may use 1: Apple's "If the notification requires immediate action from the user, set
+    /// notification priority to 10; otherwise use 5" is advice, and 1 ("prioritize the device's power
+    /// considerations over all other factors for delivery, and prevent awakening the device") is the
+    /// choice for an alert that can wait.
     static func checkPushTypeRules(_ payload: Payload, pushType: APNsPushType?, priority: Priority) throws(JobError) {
         do throws(PayloadError) {
             try ApsKeys.checkRanges(payload, pushType: pushType)
@@ -28,6 +35,9 @@ extension JobDecoder {
             if priority == .powerFirst {
                 throw JobError(.invalidPriority, "a Live Activity push must have priority 10 or 5, got 1")
             }
+        }
+        if pushType == .location && priority == .powerFirst {
+            throw JobError(.invalidPriority, "a location push must have priority 10 or 5, got 1")
         }
         if priority == .powerFirst && payload.isContentAvailableOnly {
             throw JobError(

@@ -468,7 +468,7 @@ public final class PipelineRunner: Service, Sendable {
                 do {
                     let app = job.app
                     let pushType = job.pushType
-                    if pushType == .liveactivity, let config = apps[app] { try config.checkCanSendLiveActivities() }
+                    if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] { try config.checkCanSend(pushType) }
                     let encoder: PayloadEncoder
                     if let e = encoderFor, e.app == app, e.pushType == pushType {
                         encoder = e.encoder

@@ -166,6 +166,10 @@ import Testing
         #expect(inferred?.reason == .invalidPriority)
         #expect(inferred?.detail.contains("priority 1") == true)
         #expect(error(["priority": "2"])?.detail == "priority must be the number 10, 5 or 1, got 2")
+        // A location query is answered by waking the device: 10 or 5.
+        let location = error(["payload": #"{"aps":{}}"#, "priority": "1", "push_type": Fixtures.quoted("location")])
+        #expect(location == JobError(reason: .invalidPriority, detail: "a location push must have priority 10 or 5, got 1"))
+        #expect(try decode(["payload": #"{"aps":{}}"#, "priority": "5", "push_type": Fixtures.quoted("location")]).priority == .conservePower)
     }
 
     // MARK: Today's aps keys

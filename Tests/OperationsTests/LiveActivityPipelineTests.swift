@@ -13,9 +13,9 @@ import TestSupport
 
 /// Issue 31 through `run`'s runner: Kafka (mock cluster) → Redis → the HTTP/2 simulator over TLS.
 /// Live Activity updates reach the gateway on the app's Live Activity topic with token auth and the
-/// priority-10 ones are counted per app; priority 1 goes out as 1; a Live Activity for an app with
-/// certificate authentication, and one whose payload breaks Apple's rules, are dead letters with
-/// their documented reasons.
+/// priority-10 ones are counted per app; priority 1 goes out as 1; a Live Activity or location push for
+/// an app with certificate authentication, and a Live Activity whose payload breaks Apple's rules, are
+/// dead letters with their documented reasons.
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
 struct LiveActivityPipelineTests {
     @Test func liveActivitiesPriorityOneAndTheirDeadLetters() async throws {
@@ -59,15 +59,16 @@ struct LiveActivityPipelineTests {
         for n in 3..<5 { messages.append(job("la5-\(n)", token: n, #""payload":\#(update),"push_type":"liveactivity","priority":5"#)) }
         messages.append(job("p1", token: 5, #""payload":{"aps":{"alert":"whenever"}},"priority":1"#))
         messages.append(job("cert-la", app: news, token: 6, #""payload":\#(update),"push_type":"liveactivity""#))
+        messages.append(job("cert-location", app: news, token: 8, #""payload":{"aps":{}},"push_type":"location""#))
         messages.append(job("broken-la", token: 7, #""payload":{"aps":{"event":"update","timestamp":1767000000}},"push_type":"liveactivity""#))
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         try await producer.sendBatch(messages)
 
         let client = try redis.client()
         let store = PipelineStore(client: client, logger: testLogger)
-        try await eventually("6 accepted, 2 dead letters") {
+        try await eventually("6 accepted, 3 dead letters") {
             let totals = try await store.readStats().totals
-            return totals[.accepted] == 6 && totals[.deadLettered] == 2
+            return totals[.accepted] == 6 && totals[.deadLettered] == 3
         }
         let text = String(decoding: prometheus.text(), as: UTF8.self)
         #expect(sample(text, #"apns_live_activity_priority10_total{app="com.example.shop"}"#) == 3, "\(text)")
@@ -80,24 +81,27 @@ struct LiveActivityPipelineTests {
             #expect(records[id]?.auth.hasPrefix("token:") == true, "\(id)")
         }
         #expect(records["p1"]?.priority == 1)
-        #expect(records["cert-la"] == nil && records["broken-la"] == nil)
+        #expect(records["cert-la"] == nil && records["cert-location"] == nil && records["broken-la"] == nil)
 
         let dlq = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"], sessionTimeout: .seconds(6)),
             logger: testLogger)
         var reasons: [String: String] = [:]
-        try await eventually("2 dead letters read") {
+        try await eventually("3 dead letters read") {
             if let batch = await dlq.nextBatch() {
                 for m in batch {
                     let id = String(decoding: m.value, as: UTF8.self).split(separator: "\"")[3]
                     reasons[String(id)] = m.headers.first(named: "reason")?.stringValue
                 }
             }
-            return reasons.count >= 2
+            return reasons.count >= 3
         }
         await dlq.close()
-        #expect(reasons == ["cert-la": "live-activity-needs-token-auth", "broken-la": "invalid-live-activity"])
+        #expect(
+            reasons == [
+                "cert-la": "push-type-needs-token-auth", "cert-location": "push-type-needs-token-auth", "broken-la": "invalid-live-activity",
+            ])
 
         await group.triggerGracefulShutdown()
         try await running.value

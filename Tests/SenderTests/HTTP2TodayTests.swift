@@ -61,7 +61,7 @@ import TestSupport
         try await sim.stop()
     }
 
-    @Test func productionAnswersCarryNoUniqueIDAndCertificatesCannotSendLiveActivities() async throws {
+    @Test func productionAnswersCarryNoUniqueIDAndCertificatesCannotSendLiveActivitiesOrLocation() async throws {
         let sim = try await HTTP2TransportTests.simulator()
         let log = OutcomeLog()
         let transport = try HTTP2TransportTests.transport(sim, connections: 1, log: log)  // certificate auth
@@ -69,10 +69,12 @@ import TestSupport
             [
                 Self.notification(0, payload: #"{"aps":{"alert":"hi"},"jid":"#, priority: .powerFirst, pushType: .alert),
                 Self.notification(1, payload: Self.liveUpdate, priority: .immediate, pushType: .liveactivity),
+                Self.notification(2, payload: #"{"aps":{},"jid":"#, priority: .immediate, pushType: .location),
             ], through: transport)
-        #expect(HTTP2TransportTests.kinds(log) == [.accepted: 1, .deadLettered: 1])
+        #expect(HTTP2TransportTests.kinds(log) == [.accepted: 1, .deadLettered: 2])
         #expect(log.outcomes.allSatisfy { $0.uniqueID == nil })
         #expect(log.outcomes.first { $0.jobID == "today-1" }?.code == "TopicDisallowed")
+        #expect(log.outcomes.first { $0.jobID == "today-2" }?.code == "TopicDisallowed")
         try await sim.stop()
     }
 }

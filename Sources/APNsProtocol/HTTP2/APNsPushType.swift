@@ -24,6 +24,13 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
         }
     }
 
+    /// True for the push types Apple serves over token-based connections only ("Sending notification
+    /// requests to APNs": "The location push type supports only token-based authentication"; Live
+    /// Activities: "use them establish a token-based connection to APNs", and "Certificate-based
+    /// authentication is not supported for these APNs pushes"). "Certificate-based connection supports only
+    /// a subset of push types and token-based connection supports all push-types."
+    public var requiresTokenAuthentication: Bool { self == .liveactivity || self == .location }
+
     /// The bundle id a topic names for this push type (the topic without the push type's suffix);
     /// nil when the topic lacks a suffix the push type requires.
     public func bundleID(ofTopic topic: Substring) -> Substring? {

@@ -109,9 +109,10 @@ public enum FrameEncoder {
 }
 
 /// Notification priority. The binary interface (item 5) defines only 10 and 5; the HTTP/2 provider API
-/// adds 1 (Apple, "Sending notification requests to APNs": "1 — prioritize the device's power
-/// considerations over all other factors for delivery"; "Notifications with apns-priority 5 and
-/// apns-priority 1 might get grouped and delivered in bursts to a person's device").
+/// adds 1 (Apple, "Sending notification requests to APNs": "Specify 1 to prioritize the device's power
+/// considerations over all other factors for delivery, and prevent awakening the device";
+/// "Notifications with apns-priority 5 and apns-priority 1 might get grouped and delivered in bursts to
+/// a person's device").
 public enum Priority: UInt8, Sendable, Hashable, CaseIterable {
     /// "The push message is sent immediately." Must trigger an alert, sound or badge.
     case immediate = 10
