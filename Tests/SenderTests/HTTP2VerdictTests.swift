@@ -45,7 +45,8 @@ import Testing
 
     @Test(arguments: [
         (403, "InvalidProviderToken"), (403, "MissingProviderToken"), (403, "BadCertificate"),
-        (403, "BadCertificateEnvironment"), (403, "UnrelatedKeyIdInToken"), (403, "BadEnvironmentKeyInToken"),
+        (403, "BadCertificateEnvironment"), (403, "UnrelatedKeyIdInToken"), (403, "BadEnvironmentKeyIdInToken"),
+        (403, "BadEnvironmentKeyInToken"),
         (403, "SomethingNew"), (429, "TooManyProviderTokenUpdates"),
     ])
     func refusedCredentialsStopTheConnection(status: Int, reason: String) {
@@ -73,7 +74,7 @@ import Testing
                 case .badDeviceToken, .deviceTokenNotForTopic: .rejected(.invalidToken(since: nil, reason: "invalid-token"))
                 case .expiredProviderToken: .renewProviderToken
                 case .badCertificate, .badCertificateEnvironment, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,
-                    .badEnvironmentKeyInToken, .tooManyProviderTokenUpdates:
+                    .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .tooManyProviderTokenUpdates:
                     .stopConnection
                 case .tooManyRequests: .retryLater
                 case .internalServerError, .serviceUnavailable, .shutdown: .retryElsewhere

@@ -1,9 +1,11 @@
 /// The `reason` strings of the provider API's error responses, with the HTTP status Apple pairs each
 /// with (Apple, "Handling notification responses from APNs", table "Response error strings"), as the
-/// table stands today: the token-auth answers `UnrelatedKeyIdInToken` (a provider token signed with
-/// another key than the connection's first one) and `BadEnvironmentKeyInToken` (a key restricted to the
-/// other environment; the string was misspelt `BadEnvironmentKeyIdInToken` here before) included. What each means
-/// for settlement is `HTTP2Verdict` (docs/design.md §5.6). The broadcast and channel answers belong
+/// table stands today, the token-auth answers included: `UnrelatedKeyIdInToken` ("The key ID in the
+/// provider token isn't related to the key ID of the token used in the first push of this connection. To
+/// use this token, open a new connection") and `BadEnvironmentKeyIdInToken` ("The key ID in the provider
+/// token doesn't match the environment"). APNs has been seen answering the latter as
+/// `BadEnvironmentKeyInToken` (without "Id"; APNSwift added that spelling), so both are known. What each
+/// means for settlement is `HTTP2Verdict` (docs/design.md §5.6). The broadcast and channel answers belong
 /// to those endpoints, not to `/3/device`.
 public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     // 400
@@ -29,6 +31,8 @@ public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomS
     case invalidProviderToken = "InvalidProviderToken"
     case missingProviderToken = "MissingProviderToken"
     case unrelatedKeyIdInToken = "UnrelatedKeyIdInToken"
+    case badEnvironmentKeyIdInToken = "BadEnvironmentKeyIdInToken"
+    /// The spelling APNs has been seen to send for `badEnvironmentKeyIdInToken`.
     case badEnvironmentKeyInToken = "BadEnvironmentKeyInToken"
     // 404, 405
     case badPath = "BadPath"
@@ -54,7 +58,7 @@ public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomS
             .missingTopic, .payloadEmpty, .topicDisallowed:
             400
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken,
-            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyInToken:
+            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
             403
         case .badPath: 404
         case .methodNotAllowed: 405
