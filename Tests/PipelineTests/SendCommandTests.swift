@@ -61,4 +61,35 @@ import TestSupport
         #expect(accepted.allSatisfy { recorded[$0] == 1 }, "\(accepted.filter { recorded[$0] != 1 }.sorted().prefix(10))")
         #expect(recorded["bad:app"] == nil && recorded["bad:token"] == nil)
     }
+
+    /// Issue 31: `send` speaks HTTP/2 without `--protocol`; priority 1 and a Live Activity update go out
+    /// as such, a Live Activity that breaks Apple's rules is refused before sending with its reason.
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func sendDefaultsToHTTP2WithPriorityOneAndLiveActivities() async throws {
+        let sim = try await HTTP2Simulator.startedForTests()
+        let update = #"{"aps":{"event":"update","timestamp":1767225600,"content-state":{"home":1}}}"#
+        let lines = [
+            #"{"id":"p1","app":"\#(shop)","token":"\#(token(1).hex)","payload":{"aps":{"alert":"later"}},"priority":1}"#,
+            #"{"id":"la","app":"\#(shop)","token":"\#(token(2).hex)","payload":\#(update),"push_type":"liveactivity","priority":5}"#,
+            #"{"id":"bad-la","app":"\#(shop)","token":"\#(token(3).hex)","payload":{"aps":{"event":"update"}},"push_type":"liveactivity"}"#,
+        ]
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("send-\(UUID().uuidString).ndjson")
+        try lines.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+
+        let (status, out, err) = try await PipelineProcess.command([
+            "send", "--app", shop, "--token-key", TestCertificates.tokenKeyPath,
+            "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+            "--ca", "\(TestCertificates.directory)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost",
+            "--embed-job-id", file.path,
+        ])
+        try await sim.stop()
+        #expect(status == 0, "\(err)")
+        for expected in ["sent 2", "  accepted: 2", "refused before sending: 1", "  invalid-live-activity: 1"] {
+            #expect(out.split(separator: "\n").contains { $0 == expected }, "missing \"\(expected)\" in:\n\(out)")
+        }
+        let records = Dictionary(uniqueKeysWithValues: sim.records.map { ($0.jobID ?? "", $0) })
+        #expect(records["p1"]?.priority == 1)
+        #expect(records["la"]?.pushType == "liveactivity" && records["la"]?.priority == 5)
+    }
 }
