@@ -742,7 +742,6 @@ struct HTTP2ClientFrameCodec {
         // A later HEADERS (trailers) without END_STREAM changes nothing.
     }
 
-    /// A stream's answer is complete; its error body (about 50 bytes, only for non-200s) is read here.
     /// The `apns-unique-id` of an answer's header block, nil when absent. Apple sends it in the
     /// development (sandbox) environment only: "apns-unique-id — An identifier that is only available in
     /// the Development environment. Use this to query Delivery Log information for the corresponding
@@ -756,6 +755,7 @@ struct HTTP2ClientFrameCodec {
         return value
     }
 
+    /// A stream's answer is complete; its error body (about 50 bytes, only for non-200s) is read here.
     static func answer(streamID: UInt32, status: Int, body: ByteBuffer?, uniqueID: String? = nil) -> Answer {
         var reason: String?
         var timestamp: Int64?
