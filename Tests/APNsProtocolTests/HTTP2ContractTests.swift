@@ -93,6 +93,8 @@ import Testing
         func payload(_ s: String) -> [UInt8] { Array(s.utf8) }
         let update = payload(#"{"aps":{"event":"update","timestamp":1767000000,"content-state":{"home":1}}}"#)
         #expect(reason(check(la, payload: update)) == nil)
+        #expect(reason(check(la + [("apns-priority", "5")], payload: update)) == nil)
+        #expect(reason(check(la + [("apns-priority", "1")], payload: update)) == .badPriority)  // "5 or 10"
         let noState = payload(#"{"aps":{"event":"update","timestamp":1767000000}}"#)
         #expect(reason(check(la, payload: noState)) == .invalidPushType)
         let startWithoutAlert = payload(

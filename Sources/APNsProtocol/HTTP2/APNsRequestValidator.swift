@@ -49,8 +49,9 @@ public struct APNsRejection: Error, Sendable, Hashable, CustomStringConvertible 
 /// (BadPriority); `apns-expiration` whole non-negative seconds (BadExpirationDate); `apns-collapse-id`
 /// at most 64 bytes (BadCollapseId); payload present (PayloadEmpty) and within the push type's limit
 /// (413 PayloadTooLarge); a background push at priority 5 or 1 with `content-available` and no alert,
-/// sound or badge (BadPriority, InvalidPushType); a `liveactivity` push whose payload breaks Apple's
-/// rules for its event (`LiveActivityPayload`: InvalidPushType). Authentication is the server's
+/// sound or badge (BadPriority, InvalidPushType); a `liveactivity` push at priority 10 or 5
+/// (BadPriority) whose payload follows Apple's rules for its event (`LiveActivityPayload`:
+/// InvalidPushType). Authentication is the server's
 /// business (403s).
 public struct APNsRequestValidator: Sendable {
     public init() {}
@@ -155,6 +156,8 @@ public struct APNsRequestValidator: Sendable {
         }
 
         if pushType == .liveactivity {
+            // "Set the value for the apns-priority header field to 5 or 10" (the same article).
+            guard priority != .powerSaving else { return .failure(APNsRejection(.badPriority)) }
             // Apple's per-event payload rules ("Starting and updating Live Activities with ActivityKit
             // push notifications": LiveActivityPayload). Apple documents no reason string for a Live
             // Activity payload that breaks them; the simulator answers InvalidPushType, as for a
