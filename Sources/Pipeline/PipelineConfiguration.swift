@@ -194,6 +194,12 @@ public struct PipelineConfiguration: Sendable {
     /// Gate calls in flight at once, each on a Redis connection of its own (`pipeline.gate_calls_in_flight`):
     /// Redis decides on the next batches while this process sends the current one.
     public var gateCallsInFlight = 2
+    /// How long a stop (SIGTERM) waits for the batches already taken to be sent and for every transport's
+    /// answers (`pipeline.drain_timeout_s`); what is unanswered then stays unsettled and Kafka redelivers
+    /// it. The process exits within this plus `stopGrace` whatever Apple, Redis or Kafka do (§1.3).
+    public var drainTimeout: Duration = .seconds(10)
+    /// What a stop may take beyond `drainTimeout`: settling, the final commit, closing.
+    public static let stopGrace: Duration = .seconds(10)
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
     public var feedbackIntervalMinutes = FeedbackSchedule.defaultInterval / .seconds(60)
     public var logLevel = "info"
@@ -335,6 +341,8 @@ public struct PipelineConfiguration: Sendable {
         let p = try root.section("pipeline")
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
         c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
+        c.drainTimeout = .milliseconds(
+            Int64(try p.double("drain_timeout_s", default: Double(c.drainTimeout.components.seconds), range: 0...3600) * 1000))
         try p.finish()
         let f = try root.section("feedback")
         c.feedbackIntervalMinutes = try f.double("interval_minutes", default: c.feedbackIntervalMinutes, range: 0...1440)

@@ -24,6 +24,12 @@ public final class PipelineRunner: Service, Sendable {
     private let inbox = SettlerInbox()
     private let observed = Mutex(Observed())
     private let waitLog = LeaseWaitLog()
+    /// The stage that takes batches from Kafka (set once `ingest` started it): a graceful stop cancels it
+    /// alone, so the batches it already took are still gated and sent (`docs/design.md §1.3`).
+    private let intake = Mutex<Task<Void, Never>?>(nil)
+    /// Set when the settler gave up on Redis: nothing more is sent, not even by the stop's drain, since
+    /// what is sent now could never be recorded (its duplicates would go uncounted).
+    private let sendingStopped = Atomic<Bool>(false)
     /// Metrics (nil: off): updated per batch; gauges sampled every `metricsSampleInterval`.
     private let metrics: PipelineMetrics?
     /// The parts `readiness()` looks at, once `run` built them.
@@ -179,6 +185,7 @@ public final class PipelineRunner: Service, Sendable {
             do {
                 try await self.settle(store: settlerStore, consumer: consumer)
             } catch {
+                self.sendingStopped.store(true, ordering: .relaxed)
                 ingest.cancel()
                 throw error
             }
@@ -214,16 +221,46 @@ public final class PipelineRunner: Service, Sendable {
         } onGracefulShutdown: {
             self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
             self.live.withLock { $0 = nil }  // readiness: "not running" from here on
+            // Only the intake stops: batches already taken are still gated and sent.
+            self.intake.withLock { $0 }?.cancel()
+        }
+        // The stop is bounded whatever Apple, Redis or Kafka do (`docs/design.md §1.3`): the batches
+        // already taken get until `drainTimeout` to be gated and sent, and the transports until the same
+        // moment to have their answers; then what is unanswered is left unsettled (Kafka redelivers it).
+        let stopDeadline = ContinuousClock.now + c.drainTimeout
+        self.intake.withLock { $0 }?.cancel()
+        if await !Self.finished(ingest, before: stopDeadline) {
+            logger.warning(
+                "stop: batches taken from Kafka were not all sent before the drain timeout; the rest stay unsettled and are redelivered",
+                metadata: ["drain_timeout_s": "\(c.drainTimeout.components.seconds)"])
             ingest.cancel()
         }
-        ingest.cancel()
-        _ = try? await ingest.value
         // Dead letters still failing are abandoned: their messages stay unsettled, so are redelivered.
         await deadLetters.finish()
         sidecars.cancel()
-        // Drain: every shard proves what it sent (probe), outcomes flow to the settler.
-        let drained = await router.drainAndClose()
-        logger.info("shards drained", metadata: ["results": "\(drained.mapValues { $0.map { "\($0)" } })"])
+        if sendingStopped.load(ordering: .relaxed) {
+            // The settler gave up on Redis: nothing more is written; the event loops' shutdown below closes
+            // every connection, and what they held stays unsettled.
+            logger.error("settler stopped: not draining the transports (nothing more is sent)")
+        } else {
+            // Drain: every shard proves what it sent (probe), every HTTP/2 request is answered, or the
+            // deadline passes; outcomes flow to the settler.
+            let drained = await router.drainAndClose(before: stopDeadline)
+            let unanswered = drained.values.joined().reduce(0) { n, r in
+                if case .timedOut(let u) = r { return n + u }
+                return n
+            }
+            if unanswered > 0 {
+                // Written and unanswered: each may have reached a device, and is redelivered by Kafka.
+                var item = SettlerInbox.Item()
+                item.events.ambiguous = unanswered
+                inbox.put(item)
+                logger.warning(
+                    "stop: requests still unanswered at the drain timeout are left unsettled (counted ambiguous)",
+                    metadata: ["unanswered": "\(unanswered)"])
+            }
+            logger.info("shards drained", metadata: ["results": "\(drained.mapValues { $0.map { "\($0)" } })"])
+        }
         inbox.close()
         do {
             try await settler.value
@@ -262,6 +299,24 @@ public final class PipelineRunner: Service, Sendable {
         logger.info("pipeline stopped")
     }
 
+    /// Whether `task` ended before `deadline`; it is not cancelled here, and not waited for after it.
+    static func finished(_ task: Task<Void, any Error>, before deadline: ContinuousClock.Instant) async -> Bool {
+        let once = OnceFlag()
+        return await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            let resume = { @Sendable (value: Bool) in
+                if once.claim() { c.resume(returning: value) }
+            }
+            Task {
+                _ = try? await task.value
+                resume(true)
+            }
+            Task {
+                try? await Task.sleep(until: deadline)
+                resume(false)
+            }
+        }
+    }
+
     // MARK: ingest
 
     /// A batch from Kafka, decoded: valid jobs, and the refused messages with their reason and outcome
@@ -289,6 +344,7 @@ public final class PipelineRunner: Service, Sendable {
         let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit)
         let decoding = Task {
             defer { handoff.finish() }
+            if Task.isCancelled { return }
             // A campaign's jobs share their payload and alerts: read once, encoded once per variant.
             let templates = JobTemplates()
             while !Task.isCancelled {
@@ -296,7 +352,8 @@ public final class PipelineRunner: Service, Sendable {
                     if Task.isCancelled { break }
                     continue
                 }
-                await budget.acquire(batch.count)
+                // Cancelled while waiting (stopping): the batch is left unsettled, so Kafka redelivers it.
+                guard await budget.acquire(batch.count) else { break }
                 observed.withLock { $0.received += batch.count }
                 metrics?.kafkaBatch(batch)
                 let now = UInt32(Date().timeIntervalSince1970)
@@ -320,6 +377,7 @@ public final class PipelineRunner: Service, Sendable {
                 await handoff.put(d)
             }
         }
+        intake.withLock { $0 = decoding }
         // The gate runs ahead of the send stage, with up to `gateStores.count` gate calls in flight at
         // once, each on a connection of its own (a hiredis connection carries one call at a time): Redis
         // decides on the next batches while this process encodes and hands the current one to the shards.
@@ -333,8 +391,8 @@ public final class PipelineRunner: Service, Sendable {
             defer { gated.finish() }
             var turn = 0
             while let d = await handoff.next() {
-                await gateSlots.acquire(1)
                 // The send stage failed while this waited: issue no more calls.
+                guard await gateSlots.acquire(1) else { break }
                 if Task.isCancelled {
                     gateSlots.release(1)
                     break
@@ -353,6 +411,8 @@ public final class PipelineRunner: Service, Sendable {
         do {
             try await withTaskCancellationHandler {
                 while let pending = await gated.next() {
+                    // The settler gave up: what is sent now could never be settled.
+                    if sendingStopped.load(ordering: .relaxed) { break }
                     let g = GatedBatch(decoded: pending.decoded, decisions: try await pending.decisions.value)
                     try await send(g, router: router, deadLetters: deadLetters, handoff: handoff)
                 }
@@ -785,4 +845,10 @@ final class LeaseWaitLog: Sendable {
                 metadata: ["jobs": "\(report)", "example.job": "\(jobID)", "example.owner": "\(holder)"])
         }
     }
+}
+
+/// True for the first caller of `claim` only: one continuation resumed by whichever of two racers ends first.
+final class OnceFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    func claim() -> Bool { !flag.exchange(true, ordering: .acquiringAndReleasing) }
 }

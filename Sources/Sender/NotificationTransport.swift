@@ -12,8 +12,11 @@ public protocol NotificationTransport: Sendable {
     /// full transport makes the caller wait, it never drops). Outcomes arrive later, through the handler.
     func send(_ notifications: [PushNotification]) async throws
 
-    /// Stops taking notifications, finishes what it holds (every outcome reported), closes its connections.
-    func drainAndClose() async -> [DrainResult]
+    /// Stops taking notifications, finishes what it holds (every outcome reported), closes its
+    /// connections. A stop must end (`docs/design.md §1.3`): once `deadline` passes, what is still
+    /// unanswered is reported as `.timedOut(unanswered:)` and left unsettled. (The binary transport's
+    /// drain is bounded by its own probe timeout and settle delay.)
+    func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult]
 
     /// One entry per connection (shard), for dashboards and tests.
     func statistics() async -> [ShardStatistics]
@@ -49,14 +52,24 @@ public final class Router: Sendable {
         return orphans
     }
 
-    public func drainAndClose() async -> [String: [DrainResult]] {
+    public func drainAndClose(before deadline: ContinuousClock.Instant = .distantFuture) async -> [String: [DrainResult]] {
         await withTaskGroup(of: (String, [DrainResult]).self) { group in
             for (app, transport) in transports {
-                group.addTask { (app, await transport.drainAndClose()) }
+                group.addTask { (app, await transport.drainAndClose(before: deadline)) }
             }
             var out: [String: [DrainResult]] = [:]
             for await (app, results) in group { out[app] = results }
             return out
         }
     }
+}
+
+extension NotificationTransport {
+    /// Drains with no deadline: every outcome reported, however long that takes (tests, `send`).
+    public func drainAndClose() async -> [DrainResult] { await drainAndClose(before: .distantFuture) }
+}
+
+extension ContinuousClock.Instant {
+    /// A deadline that never passes (a century ahead).
+    public static var distantFuture: ContinuousClock.Instant { .now + .seconds(100 * 365 * 86_400) }
 }

@@ -53,7 +53,7 @@ public final class SenderPool: NotificationTransport {
     }
 
     /// Drains every shard (drain probe, or `settleAfter` as a fallback) and closes the connections.
-    public func drainAndClose() async -> [DrainResult] {
+    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult] {
         var results: [DrainResult] = []
         for f in shards.map({ $0.drainAndClose() }) { results.append((try? await f.get()) ?? .settledByTime) }
         return results

@@ -421,6 +421,9 @@ public enum DrainResult: Sendable, Equatable {
     case nothingToDrain
     /// HTTP/2: every request had its answer (no probe or timer needed).
     case allAnswered
+    /// HTTP/2: the stop's deadline passed with this many requests written and still unanswered; they
+    /// stay unsettled (Kafka redelivers them) and may have reached a device (`ambiguous`).
+    case timedOut(unanswered: Int)
 }
 
 public enum SenderError: Error, CustomStringConvertible {

@@ -108,13 +108,37 @@ public final class HTTP2Transport: NotificationTransport {
 
     /// Waits until every notification taken has its outcome, then closes the connections. A request
     /// moving between connections when one finished its drain is waited for in another round.
-    public func drainAndClose() async -> [DrainResult] {
-        while true {
-            for c in connections { try? await c.drain().get() }
-            if shared.inTransit.load(ordering: .sequentiallyConsistent) == 0, await allEmpty() { break }
-            try? await Task.sleep(for: .milliseconds(10))
+    /// With Apple unreachable that could be forever, so the wait ends at `deadline`: what is still
+    /// unanswered is reported (`.timedOut`) and left unsettled; the connections are closed when the
+    /// event loops shut down.
+    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult] {
+        let drain = Task {
+            while !Task.isCancelled {
+                for c in connections { try? await c.drain().get() }
+                if shared.inTransit.load(ordering: .sequentiallyConsistent) == 0, await allEmpty() { return }
+                try? await Task.sleep(for: .milliseconds(10))
+            }
         }
-        return connections.map { _ in .allAnswered }
+        let once = DrainRace()
+        let answered = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            Task {
+                await drain.value
+                if once.claim() { c.resume(returning: true) }
+            }
+            Task {
+                try? await Task.sleep(until: deadline)
+                if once.claim() { c.resume(returning: false) }
+            }
+        }
+        if answered { return connections.map { _ in .allAnswered } }
+        drain.cancel()
+        var results: [DrainResult] = []
+        for c in connections {
+            // The event loop still answers (only the gateway does not): written requests not yet answered.
+            let s = (try? await c.currentStatistics().get()) ?? ShardStatistics()
+            results.append(.timedOut(unanswered: s.replayCount))
+        }
+        return results
     }
 
     private func allEmpty() async -> Bool {
@@ -127,4 +151,10 @@ public final class HTTP2Transport: NotificationTransport {
         for c in connections { out.append((try? await c.currentStatistics().get()) ?? ShardStatistics()) }
         return out
     }
+}
+
+/// True for the first caller of `claim` only (a drain and its deadline race to resume one continuation).
+private final class DrainRace: Sendable {
+    private let flag = Atomic<Bool>(false)
+    func claim() -> Bool { !flag.exchange(true, ordering: .acquiringAndReleasing) }
 }

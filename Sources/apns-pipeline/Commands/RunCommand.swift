@@ -6,6 +6,7 @@ import Operations
 import Pipeline
 import Redis
 import ServiceLifecycle
+import Synchronization
 import UnixSignals
 
 /// `apns-pipeline run --pipeline Pipelines/NAME.yaml`: the long-running service.
@@ -14,8 +15,9 @@ struct RunCommand: AsyncParsableCommand {
         commandName: "run",
         abstract: "Run the pipeline: Kafka → gate → shards → settler, with registrations and feedback beside it.",
         discussion: """
-            SIGTERM or SIGINT: stop taking jobs, drain every shard (drain probe), record the outcomes, commit \
-            the Kafka offsets, exit 0. A second signal exits at once (unsettled jobs are redelivered later).
+            SIGTERM or SIGINT: stop taking jobs, drain every transport for at most pipeline.drain_timeout_s, \
+            record the outcomes, commit the Kafka offsets, exit 0. A stop that is not done 10 s after the \
+            drain timeout, or a second signal, exits at once (unsettled jobs are redelivered later).
             """
     )
 
@@ -47,7 +49,9 @@ struct RunCommand: AsyncParsableCommand {
         }
         // A second SIGTERM/SIGINT while draining: leave now. Installed beside service-lifecycle's own
         // handling of the first, which starts the graceful shutdown.
-        let second = await SecondSignal.arm()
+        // …and a stop that outlives `pipeline.drain_timeout_s` + 10 s (Redis or Kafka not answering the
+        // final settle or commit) ends the process anyway: what is unsettled is redelivered (§1.3).
+        let second = await SecondSignal.arm(stopWithin: config.drainTimeout + PipelineConfiguration.stopGrace)
         // `metrics.listen`: /metrics, /healthz, /readyz and the dashboard, served beside the pipeline.
         let prometheus = config.metricsListen.map { _ in PrometheusMetrics() }
         let runner = PipelineRunner(configuration: config, logger: logger, metrics: prometheus?.pipelineMetrics(for: config))
@@ -88,24 +92,53 @@ struct RunCommand: AsyncParsableCommand {
 }
 
 /// Exits the process on the second SIGTERM/SIGINT (the first starts the service group's graceful
-/// shutdown). swift-service-lifecycle's `UnixSignalsSequence` does the trapping.
+/// shutdown), or when the stop the first one started outlives its deadline. swift-service-lifecycle's
+/// `UnixSignalsSequence` does the trapping.
 struct SecondSignal {
     private let watcher: Task<Void, Never>
+    private let deadline: StopDeadline
 
-    /// Returns once the handlers are registered, so no signal after it is missed.
-    static func arm() async -> SecondSignal {
+    /// Returns once the handlers are registered, so no signal after it is missed. After the first signal
+    /// the stop has `stopWithin` to finish; past it the process exits (status 1) whatever it waits for.
+    static func arm(stopWithin: Duration) async -> SecondSignal {
         let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
-        return SecondSignal(watcher: Task {
+        let deadline = StopDeadline()
+        let watcher = Task {
             var seen = 0
             for await _ in signals {
                 seen += 1
+                if seen == 1 { deadline.start(stopWithin) }
                 if seen >= 2 {
                     FileHandle.standardError.write(Data("second signal: exiting now; unsettled jobs will be redelivered\n".utf8))
                     exit(130)
                 }
             }
-        })
+        }
+        return SecondSignal(watcher: watcher, deadline: deadline)
     }
 
-    func disarm() { watcher.cancel() }
+    func disarm() {
+        watcher.cancel()
+        deadline.cancel()
+    }
+}
+
+/// The stop's deadline timer, started by the first signal.
+private final class StopDeadline: Sendable {
+    private let timer = Mutex<Task<Void, Never>?>(nil)
+
+    func start(_ limit: Duration) {
+        timer.withLock {
+            $0 = Task {
+                guard (try? await Task.sleep(for: limit)) != nil else { return }
+                FileHandle.standardError.write(
+                    Data(
+                        ("stop not finished \(limit.components.seconds) s after the signal (Redis or Kafka not answering?): "
+                            + "exiting now; unsettled jobs will be redelivered\n").utf8))
+                exit(1)
+            }
+        }
+    }
+
+    func cancel() { timer.withLock { $0?.cancel() } }
 }

@@ -1,0 +1,181 @@
+import Foundation
+import HTTP2Simulator
+import Testing
+import TestSupport
+
+@testable import Pipeline
+
+/// The waits between stages end when their task is cancelled: a stop never hangs on a stage that will
+/// not take or give again (issue 28, `docs/design.md §1.3`). Pure, no servers.
+@Suite struct HandoffCancellationTests {
+    @Test func aBudgetWaitEndsWhenCancelled() async {
+        let budget = InFlightBudget(capacity: 10)
+        #expect(await budget.acquire(10))
+        let waiting = Task { await budget.acquire(5) }
+        // The budget is spent: the wait would last until a release that never comes.
+        try? await Task.sleep(for: .milliseconds(50))
+        waiting.cancel()
+        #expect(await waiting.value == false, "a cancelled wait takes nothing")
+        #expect(budget.inFlight == 10)
+        budget.release(10)
+        #expect(budget.inFlight == 0)
+        #expect(await budget.acquire(10), "the cancelled waiter left no claim behind")
+    }
+
+    @Test func aCancelledWaiterDoesNotHoldUpTheOnesBehindIt() async {
+        let budget = InFlightBudget(capacity: 10)
+        #expect(await budget.acquire(8))
+        let big = Task { await budget.acquire(10) }
+        try? await Task.sleep(for: .milliseconds(50))
+        let small = Task { await budget.acquire(2) }
+        try? await Task.sleep(for: .milliseconds(50))
+        big.cancel()
+        #expect(await big.value == false)
+        #expect(await small.value == true, "the waiter behind the cancelled one fits and gets its share")
+    }
+
+    @Test func anAlreadyCancelledTaskDoesNotWait() async {
+        let budget = InFlightBudget(capacity: 1)
+        #expect(await budget.acquire(1))
+        let t = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await budget.acquire(1)
+        }
+        #expect(await t.value == false)
+    }
+
+    @Test func aFullHandoffPutEndsWhenCancelled() async {
+        let handoff = BatchHandoff<Int>(capacity: 1)
+        await handoff.put(1)
+        let producer = Task { await handoff.put(2) }  // full: waits for a `next` that never comes
+        try? await Task.sleep(for: .milliseconds(50))
+        producer.cancel()
+        await producer.value
+        // The cancelled put dropped its element: only the first is there.
+        handoff.finish()
+        #expect(await handoff.next() == 1)
+        #expect(await handoff.next() == nil)
+    }
+
+    @Test func anEmptyHandoffNextEndsWhenCancelled() async {
+        let handoff = BatchHandoff<Int>(capacity: 2)
+        let consumer = Task { await handoff.next() }
+        try? await Task.sleep(for: .milliseconds(50))
+        consumer.cancel()
+        #expect(await consumer.value == nil)
+        // The hand-off still works for others afterwards.
+        await handoff.put(7)
+        #expect(await handoff.next() == 7)
+    }
+
+    @Test func theRaceHelperReportsATaskThatOutlivesItsDeadline() async {
+        let forever = Task<Void, any Error> { try await Task.sleep(for: .seconds(3600)) }
+        #expect(await PipelineRunner.finished(forever, before: .now + .milliseconds(100)) == false)
+        forever.cancel()
+        let quick = Task<Void, any Error> {}
+        #expect(await PipelineRunner.finished(quick, before: .now + .seconds(3600)) == true)
+    }
+}
+
+/// A SIGTERM ends `run` while Apple is unreachable (issue 28 item 4): a real `apns-pipeline run` with
+/// thousands of jobs taken, its HTTP/2 host a socket that accepts and never answers (the TLS handshake
+/// hangs), Kafka and Redis real. It exits 0 after its drain timeout, settles nothing it was not
+/// answered for, and a pipeline pointed at a working simulator afterwards delivers every job: the
+/// committed offsets did not cover the unsettled ones.
+@Suite(.serialized, .enabled(if: RedisServer.available && PipelineProcess.binary != nil, "needs redis-server and the built apns-pipeline (ops/test)"))
+struct StopWithAppleUnreachableTests {
+    @Test func sigtermEndsAndLosesNothing() async throws {
+        let stack = try await Stack()
+        let blackHole = try BlackHole()
+        defer { blackHole.close() }
+        let d = TestCertificates.directory
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("stop-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = directory.appendingPathComponent("pipeline.yaml").path
+        try """
+            kafka:
+              bootstrap_servers: "\(stack.cluster.bootstrapServers)"
+              group: stop-test
+              batch_size: 500
+              session_timeout_ms: 6000
+            redis:
+              url: \(stack.redis.url)
+            http2:
+              hosts: ["127.0.0.1:\(blackHole.port)"]
+              server_hostname: localhost
+              ca: \(d)/ca.pem
+              connections: 2
+            apps:
+              - bundle_id: \(shop)
+                token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
+            pipeline:
+              max_in_flight: 2000
+              drain_timeout_s: 2
+            feedback:
+              interval_minutes: 0
+            logging:
+              level: info
+
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+        let log = directory.appendingPathComponent("run.log").path
+        let tokens = (0..<3000).map(token)
+        try await stack.publish(campaign: "stop", template: template, tokens: tokens)
+        let process = try PipelineProcess(pipelineFile: file, logFile: log)
+        // The budget fills: 2 000 jobs gated (leased) and waiting for a connection that never comes up.
+        try await eventually("jobs taken and leased", timeout: .seconds(60)) {
+            try await stack.tokenHashLength("inflight", shop) > 0 || !process.process.isRunning
+        }
+        #expect(process.process.isRunning, "\((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")
+        try await Task.sleep(for: .seconds(1))
+        process.process.terminate()
+        // Drain timeout 2 s + 10 s is the promise; 60 s only keeps a broken build from hanging the suite.
+        let outer = ContinuousClock.now + .seconds(60)
+        while process.process.isRunning && ContinuousClock.now < outer { try await Task.sleep(for: .milliseconds(50)) }
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(!process.process.isRunning, "run did not stop: \(text)")
+        if process.process.isRunning { process.crash() }
+        #expect(process.process.terminationStatus == 0, "\(text)")
+        #expect((try await stack.campaign("stop")["accepted"] ?? 0) == 0)
+
+        // Apple back: every job comes again from Kafka and is delivered once.
+        let sim = try await HTTP2Simulator.startedForTests(faults: HTTP2FaultScript())
+        var c = HTTP2PipelineTests.configuration(stack, sim)
+        c.kafka.group = "stop-test"
+        let pipeline = RunningPipeline(c)
+        try await stack.waitAccepted("stop", count: 3000)
+        try await pipeline.stop()
+        let recorded = HTTP2PipelineTests.recorded(sim, campaign: "stop")
+        #expect(recorded.count == 3000)
+        #expect(recorded.values.allSatisfy { $0 == 1 })
+        try await sim.stop()
+        await stack.stop()
+    }
+}
+
+/// A TCP port that accepts connections (the kernel completes the handshake) and never reads or
+/// answers: an Apple front end that went silent.
+final class BlackHole: @unchecked Sendable {
+    let port: Int
+    private let fd: Int32
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 128) == 0 else { throw TestFailure("black hole: bind/listen failed") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        self.fd = fd
+        port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    func close() { _ = Glibc.close(fd) }
+}
