@@ -21,6 +21,9 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// (stops polling; librdkafka's own queue then fills and stops fetching) until the buffer is half
     /// drained. The partitions are not paused: see `ConsumerCore.run`.
     public var maxBufferedMessages: Int
+    /// The same bound in bytes (message values): a buffer of ~1 MB messages must not reach
+    /// `maxBufferedMessages` of them (issue 28). Whichever bound is reached first holds the poll thread.
+    public var maxBufferedBytes: Int = 32 << 20
     /// How often settled positions are committed (also on revoke and on close).
     public var commitInterval: Duration
     /// `auto.offset.reset`: where a group with no committed offset starts, and where librdkafka goes when
@@ -220,6 +223,7 @@ final class ConsumerCore: @unchecked Sendable {
         var lastCommitted: [TopicPartition: Int64] = [:]
         var buffer: [[KafkaConsumerMessage]] = []
         var buffered = 0
+        var bufferedBytes = 0
         var waiters: [(id: UInt64, continuation: CheckedContinuation<[KafkaConsumerMessage]?, Never>)] = []
         var nextWaiterID: UInt64 = 0
         var paused = false
@@ -292,6 +296,13 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
+    /// The bytes a batch's values hold (what the byte bound counts).
+    static func bytes(of batch: [KafkaConsumerMessage]) -> Int {
+        var n = 0
+        for m in batch { n &+= m.value.count }
+        return n
+    }
+
     /// Merges buffered batches up to `maxBatchSize` messages.
     private func takeBatch(_ s: inout State) -> [KafkaConsumerMessage] {
         var batch = s.buffer.removeFirst()
@@ -300,6 +311,7 @@ final class ConsumerCore: @unchecked Sendable {
             s.buffer.removeFirst()
         }
         s.buffered -= batch.count
+        s.bufferedBytes -= Self.bytes(of: batch)
         s.stats.batchesDelivered += 1
         return batch
     }
@@ -307,7 +319,9 @@ final class ConsumerCore: @unchecked Sendable {
     /// When paused and the buffer is half drained, asks the poll thread to resume. Returns true if the
     /// poll thread must be woken.
     private func requestResumeIfDrained(_ s: inout State) -> Bool {
-        guard s.paused, !s.resumeRequested, s.buffered <= configuration.maxBufferedMessages / 2 else { return false }
+        guard s.paused, !s.resumeRequested, s.buffered <= configuration.maxBufferedMessages / 2,
+            s.bufferedBytes <= configuration.maxBufferedBytes / 2
+        else { return false }
         s.resumeRequested = true
         return true
     }
@@ -481,7 +495,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
             s.buffer.append(kept)
             s.buffered += kept.count
-            if s.buffered >= configuration.maxBufferedMessages && !s.paused {
+            s.bufferedBytes += Self.bytes(of: kept)
+            if (s.buffered >= configuration.maxBufferedMessages || s.bufferedBytes >= configuration.maxBufferedBytes) && !s.paused {
                 s.paused = true
                 s.stats.pauses += 1
                 return (nil, true, s.tracker.trackedPartitions)
@@ -621,12 +636,15 @@ final class ConsumerCore: @unchecked Sendable {
                     s.lastCommitted[tp] = nil
                 }
                 var dropped = 0
+                var droppedBytes = 0
                 s.buffer = s.buffer.compactMap { batch in
                     let kept = batch.filter { !revoked.contains($0.topicPartition) }
                     dropped += batch.count - kept.count
+                    droppedBytes += Self.bytes(of: batch) - Self.bytes(of: kept)
                     return kept.isEmpty ? nil : kept
                 }
                 s.buffered -= dropped
+                s.bufferedBytes -= droppedBytes
                 s.stats.droppedOnRevoke += dropped
                 return (positions, uncommitted)
             }

@@ -1,3 +1,4 @@
+import Kafka
 import Synchronization
 
 /// How many jobs may be taken from Kafka and not yet settled. Ingest acquires before it processes a
@@ -6,35 +7,97 @@ import Synchronization
 /// fills and stops fetching: back-pressure reaches Kafka and nothing buffers without bound
 /// (`docs/design.md §1.2`).
 ///
+/// Bytes too (issue 28): a valid job may be ~1 MB (unknown keys are allowed), so `maxInFlight` of them
+/// would be gigabytes. Messages larger than `largeMessageBytes` — more than any job whose payload fits
+/// Apple's limits needs — are counted in bytes as well, against `byteCapacity`, until they settle; dead
+/// letters waiting for a failing dead-letter topic hold theirs too (they settle once stored). Smaller
+/// messages are bounded by the count alone (`capacity` × `largeMessageBytes` at most), which keeps the
+/// byte accounting off the hot path: only large messages touch the table below.
+///
 /// A wait can be cancelled: a stop must never hang on a budget that nothing will free (the settler
 /// stopped, or Apple unreachable with every permit held by unanswered requests — `docs/design.md §1.3`).
 final class InFlightBudget: Sendable {
     private struct Waiter {
         var id: UInt64
         var count: Int
+        var bytes: Int
         var continuation: CheckedContinuation<Bool, Never>
     }
 
     private struct State {
         var available: Int
+        var availableBytes: Int
         var waiters: [Waiter] = []
         var nextID: UInt64 = 0
+        /// The large messages taken and not settled, and the bytes each holds.
+        var large: [Position: Int] = [:]
+
+        func fits(_ count: Int, _ bytes: Int) -> Bool { available >= count && availableBytes >= bytes }
+    }
+
+    private struct Position: Hashable {
+        var partition: Int32
+        var offset: Int64
     }
 
     private let state: Mutex<State>
     let capacity: Int
+    let byteCapacity: Int
+    static let largeMessageBytes = 4 << 10
 
-    init(capacity: Int) {
+    init(capacity: Int, byteCapacity: Int = .max) {
         self.capacity = capacity
-        state = Mutex(State(available: capacity))
+        self.byteCapacity = byteCapacity
+        state = Mutex(State(available: capacity, availableBytes: byteCapacity))
     }
 
     var inFlight: Int { capacity - state.withLock { $0.available } }
+    /// Bytes of large messages taken and not settled.
+    var inFlightBytes: Int { byteCapacity - state.withLock { $0.availableBytes } }
+
+    /// Takes a batch from Kafka: one unit per message, and the bytes of its large messages (remembered
+    /// until `release(refs:)` settles them). False, taking nothing, when cancelled while waiting.
+    func acquire(batch: [KafkaConsumerMessage]) async -> Bool {
+        var bytes = 0
+        var large: [(Position, Int)] = []
+        for m in batch where m.value.count > Self.largeMessageBytes {
+            bytes += m.value.count
+            large.append((Position(partition: m.partition, offset: m.offset), m.value.count))
+        }
+        guard await acquire(batch.count, bytes: bytes) else { return false }
+        if !large.isEmpty {
+            // The bytes were taken whole above (capped at the capacity); record them as they were taken.
+            let charged = min(bytes, byteCapacity)
+            state.withLock { s in
+                var left = charged
+                for (p, n) in large {
+                    let take = min(n, left)
+                    s.large[p] = take
+                    left -= take
+                }
+            }
+        }
+        return true
+    }
+
+    /// Settled messages: one unit each, and the bytes of the large ones among them.
+    func release(refs: [MessageRef]) {
+        var bytes = 0
+        if !state.withLock({ $0.large.isEmpty }) {
+            bytes = state.withLock { s in
+                var n = 0
+                for r in refs { if let b = s.large.removeValue(forKey: Position(partition: r.partition, offset: r.offset)) { n += b } }
+                return n
+            }
+        }
+        release(refs.count, bytes: bytes)
+    }
 
     /// Waits until `count` can be taken, and takes it: true. A batch larger than the whole budget takes
     /// all of it. False when the waiting task was cancelled first: nothing was taken.
-    func acquire(_ count: Int) async -> Bool {
+    func acquire(_ count: Int, bytes: Int = 0) async -> Bool {
         let n = min(count, capacity)
+        let b = min(bytes, byteCapacity)
         let id = state.withLock { s -> UInt64 in
             s.nextID &+= 1
             return s.nextID
@@ -44,11 +107,12 @@ final class InFlightBudget: Sendable {
                 let ready: Bool? = state.withLock { s in
                     // Cancelled before the wait began: the handler below already ran and found nothing.
                     if Task.isCancelled { return false }
-                    if s.waiters.isEmpty && s.available >= n {
+                    if s.waiters.isEmpty && s.fits(n, b) {
                         s.available -= n
+                        s.availableBytes -= b
                         return true
                     }
-                    s.waiters.append(Waiter(id: id, count: n, continuation: c))
+                    s.waiters.append(Waiter(id: id, count: n, bytes: b, continuation: c))
                     return nil
                 }
                 if let ready { c.resume(returning: ready) }
@@ -60,19 +124,21 @@ final class InFlightBudget: Sendable {
             }
             cancelled?.resume(returning: false)
             // The waiter behind a cancelled one may fit now.
-            release(0, force: true)
+            release(0, bytes: 0, force: true)
         }
     }
 
-    func release(_ count: Int) { release(count, force: false) }
+    func release(_ count: Int, bytes: Int = 0) { release(count, bytes: bytes, force: false) }
 
-    private func release(_ count: Int, force: Bool) {
-        guard count > 0 || force else { return }
+    private func release(_ count: Int, bytes: Int, force: Bool) {
+        guard count > 0 || bytes > 0 || force else { return }
         let resumed = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
             s.available = min(capacity, s.available + count)
+            s.availableBytes = min(byteCapacity, s.availableBytes + bytes)
             var out: [CheckedContinuation<Bool, Never>] = []
-            while let first = s.waiters.first, s.available >= first.count {
+            while let first = s.waiters.first, s.fits(first.count, first.bytes) {
                 s.available -= first.count
+                s.availableBytes -= first.bytes
                 out.append(first.continuation)
                 s.waiters.removeFirst()
             }

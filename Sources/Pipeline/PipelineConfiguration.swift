@@ -194,6 +194,9 @@ public struct PipelineConfiguration: Sendable {
     /// Gate calls in flight at once, each on a Redis connection of its own (`pipeline.gate_calls_in_flight`):
     /// Redis decides on the next batches while this process sends the current one.
     public var gateCallsInFlight = 2
+    /// Bytes of large messages (over 4 KiB) taken from Kafka and not yet settled
+    /// (`pipeline.max_in_flight_bytes`): with `maxInFlight`, what bounds `run`'s memory (design §1.2).
+    public var maxInFlightBytes = 256 << 20
     /// How long a stop (SIGTERM) waits for the batches already taken to be sent and for every transport's
     /// answers (`pipeline.drain_timeout_s`); what is unanswered then stays unsettled and Kafka redelivers
     /// it. The process exits within this plus `stopGrace` whatever Apple, Redis or Kafka do (§1.3).
@@ -341,6 +344,7 @@ public struct PipelineConfiguration: Sendable {
         let p = try root.section("pipeline")
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
         c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
+        c.maxInFlightBytes = try p.int("max_in_flight_bytes", default: c.maxInFlightBytes, range: (1 << 20)...(64 << 30))
         c.drainTimeout = .milliseconds(
             Int64(try p.double("drain_timeout_s", default: Double(c.drainTimeout.components.seconds), range: 0...3600) * 1000))
         try p.finish()

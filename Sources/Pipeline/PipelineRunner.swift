@@ -57,7 +57,7 @@ public final class PipelineRunner: Service, Sendable {
         self.logger = logger
         self.metrics = metrics
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        budget = InFlightBudget(capacity: configuration.maxInFlight)
+        budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
     }
 
     /// The Kafka position a notification carries through the sender (the jobs topic is the only one
@@ -353,7 +353,7 @@ public final class PipelineRunner: Service, Sendable {
                     continue
                 }
                 // Cancelled while waiting (stopping): the batch is left unsettled, so Kafka redelivers it.
-                guard await budget.acquire(batch.count) else { break }
+                guard await budget.acquire(batch: batch) else { break }
                 observed.withLock { $0.received += batch.count }
                 metrics?.kafkaBatch(batch)
                 let now = UInt32(Date().timeIntervalSince1970)
@@ -715,7 +715,7 @@ public final class PipelineRunner: Service, Sendable {
             }
             if !item.refs.isEmpty {
                 _ = consumer.settle(item.refs)
-                budget.release(item.refs.count)
+                budget.release(refs: item.refs)
                 metrics?.committable(consumer.commitPositions, topic: configuration.kafka.jobsTopic)
             }
         }

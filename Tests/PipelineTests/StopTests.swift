@@ -1,5 +1,6 @@
 import Foundation
 import HTTP2Simulator
+import Kafka
 import Testing
 import TestSupport
 
@@ -178,4 +179,56 @@ final class BlackHole: @unchecked Sendable {
     }
 
     func close() { _ = Glibc.close(fd) }
+}
+
+/// The in-flight budget counts the bytes of large messages too (issue 28 item 2): a batch of ~1 MB jobs
+/// waits for bytes, not only for a count, and settling them gives the bytes back. Pure, no servers.
+@Suite struct BudgetBytesTests {
+    private func message(_ offset: Int64, bytes: Int, partition: Int32 = 0) -> KafkaConsumerMessage {
+        KafkaConsumerMessage(topic: "apns.jobs", partition: partition, offset: offset, key: nil, value: [UInt8](repeating: 0x20, count: bytes))
+    }
+
+    @Test func largeMessagesHoldTheirBytesUntilSettled() async {
+        let budget = InFlightBudget(capacity: 1000, byteCapacity: 3 << 20)
+        let first = (0..<2).map { message($0, bytes: 1 << 20) }
+        #expect(await budget.acquire(batch: first))
+        #expect(budget.inFlightBytes == 2 << 20)
+        // Two more 1 MiB messages do not fit in the 1 MiB left, though the count is far from spent.
+        let second = (2..<4).map { message($0, bytes: 1 << 20) }
+        let waiting = Task { await budget.acquire(batch: second) }
+        try? await Task.sleep(for: .milliseconds(100))
+        #expect(budget.inFlight == 2, "the second batch is still waiting")
+        // One settled: 2 MiB free, it goes.
+        budget.release(refs: [first[0].ref])
+        #expect(await waiting.value)
+        #expect(budget.inFlight == 3)
+        #expect(budget.inFlightBytes == 3 << 20)
+        budget.release(refs: [first[1].ref] + second.map(\.ref))
+        #expect(budget.inFlight == 0 && budget.inFlightBytes == 0)
+    }
+
+    @Test func smallMessagesCostNoBytesAndUnknownRefsReleaseNone() async {
+        let budget = InFlightBudget(capacity: 10, byteCapacity: 1 << 20)
+        let batch = (0..<5).map { message($0, bytes: 500) }
+        #expect(await budget.acquire(batch: batch))
+        #expect(budget.inFlightBytes == 0)
+        let big = message(9, bytes: 600 << 10, partition: 3)
+        #expect(await budget.acquire(batch: [big]))
+        #expect(budget.inFlightBytes == 600 << 10)
+        // A ref settled twice (a redelivered copy) gives its bytes back once.
+        budget.release(refs: [big.ref])
+        budget.release(refs: [big.ref])
+        #expect(budget.inFlightBytes == 0)
+        budget.release(refs: batch.map(\.ref))
+        #expect(budget.inFlight == 0)
+    }
+
+    @Test func aBatchLargerThanTheWholeBudgetTakesAllOfItAndGivesItBack() async {
+        let budget = InFlightBudget(capacity: 10, byteCapacity: 1 << 20)
+        let huge = [message(0, bytes: 3 << 20)]
+        #expect(await budget.acquire(batch: huge))
+        #expect(budget.inFlightBytes == 1 << 20)
+        budget.release(refs: huge.map(\.ref))
+        #expect(budget.inFlightBytes == 0)
+    }
 }
