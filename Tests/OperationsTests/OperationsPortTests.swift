@@ -277,7 +277,8 @@ func promtoolProblems(_ text: String) throws -> String? {
     try input.fileHandleForWriting.close()
     let data = output.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
+    let text = String(decoding: data, as: UTF8.self)
+    return process.terminationStatus == 0 || !text.isEmpty ? text : "promtool exited with \(process.terminationStatus)"
 }
 
 /// The dashboard's Redis side: readiness on a connection of its own, snapshots shared by viewers.
