@@ -371,3 +371,46 @@ struct DashboardRedisTests {
         await client.close()
     }
 }
+
+/// Log lines kept for the test to read.
+final class CollectedLogs: Sendable {
+    let lines = Mutex<[(level: Logger.Level, message: String)]>([])
+
+    var logger: Logger {
+        Logger(label: "collected") { _ in Handler(logs: self) }
+    }
+
+    struct Handler: LogHandler {
+        let logs: CollectedLogs
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            logs.lines.withLock { $0.append((event.level, event.message.description)) }
+        }
+    }
+}
+
+/// Without a token, an address beyond loopback is warned about at start; loopback, or a token, is not.
+@Test(.enabled(if: RedisServer.available, RedisServer.skipReason))
+func anOpenPortBeyondLoopbackIsWarnedAbout() async throws {
+    #expect(OperationsSurface.isLoopback("127.0.0.1") && OperationsSurface.isLoopback("::1") && OperationsSurface.isLoopback("localhost"))
+    #expect(!OperationsSurface.isLoopback("0.0.0.0") && !OperationsSurface.isLoopback("::") && !OperationsSurface.isLoopback("10.0.0.5"))
+    let redis = try await RedisServer()
+    defer { redis.stop() }
+    func warnings(host: String, token: String?) async throws -> [String] {
+        let logs = CollectedLogs()
+        let (server, data) = try await OperationsSurface.serveDashboard(
+            redisURL: redis.url, prefix: "apns", host: host, port: 0, authToken: token, logger: logs.logger)
+        await server.stop()
+        await data.close()
+        return logs.lines.withLock { $0.filter { $0.level == .warning }.map(\.message) }
+    }
+    let open = try await warnings(host: "0.0.0.0", token: nil)
+    #expect(open.count == 1 && open[0].contains("without metrics.auth_token"))
+    #expect(try await warnings(host: "0.0.0.0", token: opsToken).isEmpty)
+    #expect(try await warnings(host: "127.0.0.1", token: nil).isEmpty)
+}
