@@ -207,6 +207,9 @@ struct OperationsTests {
         c.http2.reconnect.initialDelay = 0.005
         c.http2.reconnect.attemptsPerSecondPerGateway = 1000
         c.feedbackIntervalMinutes = 0
+        // `run` with metrics.auth_token: the scrape needs the bearer token.
+        c.metricsAuthToken = opsToken
+        let auth = ["Authorization": "Bearer \(opsToken)"]
 
         let prometheus = PrometheusMetrics()
         let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
@@ -229,7 +232,7 @@ struct OperationsTests {
         let age = #"apns_provider_token_age_seconds{app="com.example.shop"}"#
         var text = ""
         try await eventually("the campaign settled and the token age sampled") {
-            text = try await get(base + "/metrics").body
+            text = try await get(base + "/metrics", headers: auth).body
             return sample(text, accepted) == 200 && sample(text, age) != nil
         }
         #expect(sample(text, answers) == 200, "one latency sample per answer")
@@ -244,6 +247,12 @@ struct OperationsTests {
         let seconds = sample(text, age) ?? -1
         #expect(seconds >= 0 && seconds < 3600, "token age \(seconds)")
         #expect(metricsWithoutHelp(text).isEmpty, "no HELP: \(metricsWithoutHelp(text))")
+        // Without the token: 401, counted in the refusals the scrape shows.
+        #expect(try await get(base + "/metrics").status == 401)
+        #expect(try await get(base + "/healthz").status == 200)
+        let refusals = try await get(base + "/metrics", headers: auth).body
+        #expect(sample(refusals, #"apns_ops_refusals_total{reason="unauthorized"}"#) == 1)
+        #expect(sample(refusals, #"apns_ops_refusals_total{reason="connection-cap"}"#) == 0)
         if let problems = try promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
 
         await group.triggerGracefulShutdown()
