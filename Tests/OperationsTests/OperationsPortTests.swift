@@ -15,9 +15,10 @@ import FoundationNetworking
 #endif
 
 /// GET over a real socket with headers: status, body and the response's headers (lower-cased names).
-func get(_ url: String, headers: [String: String]) async throws -> (status: Int, body: String, headers: [String: String]) {
+/// `timeout` only keeps a broken server from hanging the test (a loaded machine may be slow).
+func get(_ url: String, headers: [String: String], timeout: TimeInterval = 60) async throws -> (status: Int, body: String, headers: [String: String]) {
     var request = URLRequest(url: URL(string: url)!)
-    request.timeoutInterval = 10
+    request.timeoutInterval = timeout
     for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
     let (data, response) = try await URLSession.shared.data(for: request)
     let http = response as? HTTPURLResponse
@@ -183,9 +184,10 @@ func plainServer(token: String? = opsToken, limits: OperationsServer.Limits = .i
         let idle = try await RawConnection.open(port: server.port)
         #expect(try await idle.closedByServer() == "")
 
-        // One header byte at a time, forever: the deadline is per request, not per read.
+        // One header byte at a time, forever: the deadline is per request, not per read. (On a loaded
+        // machine the server may close before the first write: the same outcome.)
         let trickle = try await RawConnection.open(port: server.port)
-        try await trickle.send("GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        try? await trickle.send("GET /healthz HTTP/1.1\r\nHost: x\r\n")
         let trickling = Task {
             for _ in 0..<600 where trickle.isOpen {
                 try? await trickle.send("X")
@@ -196,24 +198,30 @@ func plainServer(token: String? = opsToken, limits: OperationsServer.Limits = .i
         trickling.cancel()
         #expect((server.refusals[.timeout] ?? 0) >= 2)
 
+        // The rest on a server with the default deadline (10 s), so that a slow machine cannot turn them
+        // into timeouts.
+        let patient = try await plainServer()
+        defer { Task { await patient.stop() } }
         // A complete request in time is answered.
-        let quick = try await RawConnection.open(port: server.port)
+        let quick = try await RawConnection.open(port: patient.port)
         try await quick.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(try await quick.closedByServer().hasSuffix("\r\n\r\nok\n"))
 
-        let big = try await RawConnection.open(port: server.port)
+        let big = try await RawConnection.open(port: patient.port)
         try await big.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 9000))\r\n\r\n")
         #expect(try await big.closedByServer().hasPrefix("HTTP/1.1 400"))
-        let body = try await RawConnection.open(port: server.port)
+        let body = try await RawConnection.open(port: patient.port)
         try await body.send("GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n\(String(repeating: "b", count: 5000))")
         #expect(try await body.closedByServer().hasPrefix("HTTP/1.1 413"))
-        #expect(server.refusals[.tooLarge] == 2)
+        #expect(patient.refusals[.tooLarge] == 2)
     }
 
     /// At most `maxConnections` open: one more is closed at once (and counted); a slot freed serves again.
     @Test func theConnectionCapIsEnforced() async throws {
         var limits = OperationsServer.Limits()
         limits.maxConnections = 3
+        limits.requestTimeout = .seconds(120)  // the held connections say nothing for a while
+        limits.connectionTimeout = .seconds(120)
         let server = try await plainServer(limits: limits)
         defer { Task { await server.stop() } }
         var held: [RawConnection] = []
@@ -337,18 +345,18 @@ struct DashboardRedisTests {
         let redis = try await RedisServer()
         defer { redis.stop() }
         let client = try redis.client()
-        // 100,000 keys outside the prefix: each snapshot scans them all (COUNT 1000: ~200 round trips).
-        _ = try await client.send(RedisCommand("EVAL", "for i = 1, 100000 do redis.call('SET', 'filler:' .. i, 'x') end return 1", "0"))
+        // 50,000 keys outside the prefix: each snapshot scans them all (COUNT 1000: ~100 round trips).
+        _ = try await client.send(RedisCommand("EVAL", "for i = 1, 50000 do redis.call('SET', 'filler:' .. i, 'x') end return 1", "0"))
         let (server, data) = try await OperationsSurface.serveDashboard(
             redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, logger: testLogger, cacheFor: .zero)
         let base = "http://127.0.0.1:\(server.port)"
         let auth = ["Authorization": "Bearer \(opsToken)"]
         let hammer = Task {
             try await withThrowingTaskGroup(of: Int.self) { group in
-                for _ in 0..<8 {
+                for _ in 0..<6 {
                     group.addTask {
                         var ok = 0
-                        for _ in 0..<6 where try await get(base + "/api/dashboard", headers: auth).status == 200 { ok += 1 }
+                        for _ in 0..<5 where try await get(base + "/api/dashboard", headers: auth).status == 200 { ok += 1 }
                         return ok
                     }
                 }
@@ -357,7 +365,7 @@ struct DashboardRedisTests {
         }
         var probes: [Int] = []
         for _ in 0..<20 { probes.append(try await get(base + "/readyz", headers: auth).status) }
-        #expect(try await hammer.value == 48)
+        #expect(try await hammer.value == 30)
         #expect(probes == Array(repeating: 200, count: 20))
         #expect(try await get(base + "/readyz", headers: auth).status == 200)
 
