@@ -38,8 +38,23 @@ public struct DashboardSnapshot: Codable, Sendable {
 
 /// Reads a ``DashboardSnapshot`` with a connection of its own that gives up quickly (a dashboard must
 /// say "Redis unreachable" within a refresh, not wait minutes as the pipeline's connections do).
+///
+/// Two connections: one for the snapshots, one for readiness's PING (``redisProblem()``). A snapshot is
+/// tens of round trips (SCANs over the keyspace, then the hashes), and the connection runs one call at a
+/// time: a PING queued behind a few viewers' snapshots could miss a probe's timeout and flip readiness
+/// while Redis is fine.
+///
+/// Snapshots are shared: ``snapshotJSON()`` answers every viewer from one read for ``cacheFor`` and, while
+/// a read is under way, makes later callers wait for it instead of starting another, so N viewers cost
+/// one read per refresh, not N.
 public final class DashboardData: Sendable {
     private let client: any RedisConnection
+    private let probe: any RedisConnection
+    private let cache: SingleFlightCache<[UInt8]>
+    /// How long a snapshot answers every viewer. Under the page's 2 s poll, so that one viewer sees
+    /// every poll fresh (a cache as old as the poll period would hand it the previous read every other
+    /// time), while any number of viewers cost one read per 1.5 s.
+    public static let defaultCacheDuration: Duration = .milliseconds(1500)
     /// `host:port` of the server, or the cluster's seeds, for the messages (never a password).
     private let address: String
     private let keys: RedisKeys
@@ -48,13 +63,15 @@ public final class DashboardData: Sendable {
     public static let maxCampaigns = 200
     public static let maxConnections = 1024
 
-    public convenience init(redisURL: String, prefix: String, logger: Logger) throws {
-        try self.init(redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, logger: logger)
+    public convenience init(redisURL: String, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration) throws {
+        try self.init(redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, logger: logger, cacheFor: cacheFor)
     }
 
     /// `redis`: one server or a cluster (the counters and campaign hashes share the `{<p>}` tag, so on a
     /// cluster they live on one primary, where SCAN is sent).
-    public init(redis: RedisTarget, prefix: String, logger: Logger) throws {
+    /// `cacheFor`: how long one snapshot answers every viewer (0: each request reads, concurrent ones
+    /// still share a read).
+    public init(redis: RedisTarget, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration) throws {
         func quick(_ configuration: RedisConfiguration) -> RedisConfiguration {
             var configuration = configuration
             configuration.connectTimeout = .seconds(1)
@@ -69,22 +86,25 @@ public final class DashboardData: Sendable {
         switch redis {
         case .single(let configuration):
             client = RedisClient(configuration: quick(configuration), logger: quiet)
+            probe = RedisClient(configuration: quick(configuration), logger: quiet)
             address = RedisNodeAddress(host: configuration.host, port: configuration.port).description
         case .cluster(var configuration):
             configuration.node = quick(configuration.node)
             client = RedisCluster(configuration: configuration, logger: quiet)
+            probe = RedisCluster(configuration: configuration, logger: quiet)
             address = "cluster " + configuration.seeds.map(\.description).joined(separator: ",")
         }
         keys = RedisKeys(prefix: prefix)
         var storeConfiguration = PipelineStoreConfiguration()
         storeConfiguration.keyPrefix = prefix
         store = PipelineStore(client: client, configuration: storeConfiguration, logger: quiet)
+        cache = SingleFlightCache(ttl: cacheFor)
     }
 
-    /// Nil when Redis answers PING; else why not (for `/readyz`).
+    /// Nil when Redis answers PING on the probe's own connection; else why not (for `/readyz`).
     public func redisProblem() async -> String? {
         do {
-            let reply = try await client.send(RedisCommand("PING"))
+            let reply = try await probe.send(RedisCommand("PING"))
             return reply == .status("PONG") ? nil : "redis: PING answered \(reply)"
         } catch {
             return "redis: unreachable at \(address) (\(error))"
@@ -120,13 +140,21 @@ public final class DashboardData: Sendable {
         return s
     }
 
+    /// The snapshot as JSON, shared by every caller for ``defaultCacheDuration`` (or the `cacheFor` given).
     public func snapshotJSON() async -> [UInt8] {
+        await cache.value { await self.readSnapshotJSON() }
+    }
+
+    private func readSnapshotJSON() async -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         return (try? Array(encoder.encode(await snapshot()))) ?? Array(#"{"error":"encoding failed"}"#.utf8)
     }
 
-    public func close() async { await client.close() }
+    public func close() async {
+        await client.close()
+        await probe.close()
+    }
 
     /// Keys starting with `prefix`, by SCAN (never KEYS: it blocks the server), at most `limit`.
     private func scan(_ prefix: String, limit: Int) async throws -> [String] {

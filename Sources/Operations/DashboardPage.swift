@@ -1,10 +1,16 @@
-/// The live dashboard: one self-contained page (inline CSS and JavaScript, nothing loaded from
-/// elsewhere, no build step) that polls `/api/dashboard` every 2 s and draws totals with per-second
-/// rates, the last hour per minute, campaigns with progress and ETA, connections and rejections by reason.
+/// The live dashboard: one page (its CSS and JavaScript served beside it at `/dashboard.css` and
+/// `/dashboard.js`, nothing loaded from elsewhere, no build step) that polls `/api/dashboard` every 2 s
+/// and draws totals with per-second rates, the last hour per minute, campaigns with progress and ETA,
+/// connections and rejections by reason.
 ///
 /// Rates: "now" is the change of the totals between two polls (a short live window, per second);
 /// "last min" is the last complete minute's hash ÷ 60. A campaign's rate and ETA come from its settled
 /// count over the last ~30 s of polls. Numbers carry `data-*` attributes with the raw values (tests read them).
+///
+/// Nothing inline: ``OperationsServer`` serves the page with a Content-Security-Policy allowing scripts and
+/// styles from the same origin only, so markup that got into a rendered value could run nothing. The
+/// page and its two files hold no data and are served without the operations token; `/api/dashboard`
+/// asks for it (the script asks the user once, see `askForToken`).
 enum DashboardPage {
     static let html = #"""
 <!doctype html>
@@ -13,7 +19,34 @@ enum DashboardPage {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>apns-pipeline</title>
-<style>
+<link rel="stylesheet" href="/dashboard.css">
+<script src="/dashboard.js" defer></script>
+</head>
+<body>
+<header>
+  <h1>apns-pipeline</h1>
+  <span id="status" class="pill live">live</span>
+  <span class="meta" id="meta">loading…</span>
+</header>
+<main>
+  <div id="banner"></div>
+  <section id="login"><h2>Operations token</h2>
+    <p>This surface asks for a bearer token (the pipeline file's <code>metrics.auth_token</code>). It is kept in this
+    tab only (sessionStorage) and sent with every request of the page.</p>
+    <form id="login-form"><input id="token" type="password" autocomplete="off" spellcheck="false" placeholder="token" aria-label="token">
+    <button type="submit">Open the dashboard</button></form></section>
+  <div class="tiles" id="tiles"></div>
+  <section class="chart"><h2>Last hour, per minute</h2><div id="chart"></div>
+    <div class="legend" id="legend"></div></section>
+  <section class="reasons"><h2>Rejections by reason</h2><div id="reasons"></div></section>
+  <section class="campaigns"><h2>Campaigns</h2><div id="campaigns"></div></section>
+  <section class="connections"><h2>Gateway connections</h2><div id="connections"></div></section>
+</main>
+</body>
+</html>
+"""#
+
+    static let css = #"""
 :root { --bg:#0f1419; --panel:#171e26; --line:#26313d; --text:#dce3ea; --dim:#8694a3; --ok:#3fb950; --bad:#f85149;
         --warn:#d29922; --info:#58a6ff; --dup:#8b949e; --dead:#bc8cff; }
 * { box-sizing: border-box; }
@@ -56,24 +89,13 @@ tr:last-child td { border-bottom:none; }
 .empty { color:var(--dim); padding:10px 0; }
 #banner { display:none; grid-column: span 12; background:rgba(248,81,73,.12); border:1px solid var(--bad); color:var(--bad); padding:10px 14px; border-radius:8px; }
 .done { color:var(--ok); font-weight:600; }
-</style>
-</head>
-<body>
-<header>
-  <h1>apns-pipeline</h1>
-  <span id="status" class="pill live">live</span>
-  <span class="meta" id="meta">loading…</span>
-</header>
-<main>
-  <div id="banner"></div>
-  <div class="tiles" id="tiles"></div>
-  <section class="chart"><h2>Last hour, per minute</h2><div id="chart"></div>
-    <div class="legend" id="legend"></div></section>
-  <section class="reasons"><h2>Rejections by reason</h2><div id="reasons"></div></section>
-  <section class="campaigns"><h2>Campaigns</h2><div id="campaigns"></div></section>
-  <section class="connections"><h2>Gateway connections</h2><div id="connections"></div></section>
-</main>
-<script>
+#login { display:none; grid-column: span 12; max-width:520px; }
+#login p { margin:0 0 10px; color:var(--dim); }
+#login input { width:100%; padding:8px 10px; background:#0b1015; color:var(--text); border:1px solid var(--line); border-radius:6px; font:inherit; }
+#login button { margin-top:10px; padding:7px 16px; background:var(--info); color:#0b1015; border:none; border-radius:6px; font-weight:600; cursor:pointer; }
+"""#
+
+    static let script = #"""
 "use strict";
 const OUTCOMES = [
   ["accepted", "Accepted", "var(--ok)"], ["rejected", "Rejected", "var(--bad)"], ["suppressed", "Suppressed", "var(--warn)"],
@@ -100,12 +122,12 @@ function since(epoch, now) { return epoch ? fmtDuration(now - epoch) : "–"; }
 
 function renderTiles(d, cur, prev) {
   const lastMinute = d.minutes.length > 1 ? d.minutes[d.minutes.length - 2].counters : {};
-  document.getElementById("tiles").innerHTML = TILES.map(([k, name, color]) => {
+  put("tiles", TILES.map(([k, name, color]) => {
     const r = rate(cur, prev, h => h.totals[k] || 0);
-    return `<div class="tile" style="--c:${color}" data-field="${k}" data-total="${d.totals[k] || 0}">
+    return `<div class="tile" data-style="--c:${color}" data-field="${k}" data-total="${d.totals[k] || 0}">
       <div class="name">${name}</div><div class="value">${fmt(d.totals[k])}</div>
       <div class="rate"><b>${fmtRate(r)}</b>/s now</div><div class="rate">${fmtRate((lastMinute[k] || 0) / 60)}/s last min</div></div>`;
-  }).join("");
+  }).join(""));
 }
 
 function renderChart(d) {
@@ -127,8 +149,8 @@ function renderChart(d) {
   const first = d.minutes[0], last = d.minutes[n - 1];
   const axis = first ? `<text x="${pad}" y="${H - 6}" fill="#8694a3" font-size="10">${new Date(first.start * 1000).toISOString().slice(11, 16)} UTC</text>
     <text x="${W - 40}" y="${H - 6}" fill="#8694a3" font-size="10">now</text>` : "";
-  document.getElementById("chart").innerHTML = `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none">${grid}${bars}${axis}</svg>`;
-  document.getElementById("legend").innerHTML = OUTCOMES.map(([, name, color]) => `<span><i style="background:${color}"></i>${name}</span>`).join("");
+  put("chart", `<svg viewBox="0 0 ${W} ${H}" preserveAspectRatio="none">${grid}${bars}${axis}</svg>`);
+  put("legend", OUTCOMES.map(([, name, color]) => `<span><i data-style="background:${color}"></i>${name}</span>`).join(""));
 }
 
 function renderReasons(d) {
@@ -136,22 +158,22 @@ function renderReasons(d) {
   for (const m of d.minutes.slice(-15)) for (const [k, v] of Object.entries(m.counters)) if (k.startsWith("rejected:")) recent[k] = (recent[k] || 0) + v;
   const codes = Object.keys(d.totals).filter(k => k.startsWith("rejected:"));
   codes.sort((a, b) => (recent[b] || 0) - (recent[a] || 0) || d.totals[b] - d.totals[a]);
-  document.getElementById("reasons").innerHTML = codes.length === 0 ? `<div class="empty">No gateway refusals.</div>` :
+  put("reasons", codes.length === 0 ? `<div class="empty">No gateway refusals.</div>` :
     `<table><tr><th>reason</th><th class="num">last 15 min</th><th class="num">total</th></tr>` +
-    codes.map(k => `<tr data-reason="${esc(k.slice(9))}"><td>${esc(k.slice(9))}</td><td class="num">${fmt(recent[k] || 0)}</td><td class="num">${fmt(d.totals[k])}</td></tr>`).join("") + `</table>`;
+    codes.map(k => `<tr data-reason="${esc(k.slice(9))}"><td>${esc(k.slice(9))}</td><td class="num">${fmt(recent[k] || 0)}</td><td class="num">${fmt(d.totals[k])}</td></tr>`).join("") + `</table>`);
 }
 
 function renderCampaigns(d, cur) {
-  if (d.campaigns.length === 0) { document.getElementById("campaigns").innerHTML = `<div class="empty">No campaigns in Redis.</div>`; return; }
+  if (d.campaigns.length === 0) { put("campaigns", `<div class="empty">No campaigns in Redis.</div>`); return; }
   // Unfinished first, then by id.
   const rows = d.campaigns.map(c => ({c, settled: settledOf(c.counters)}));
   rows.sort((a, b) => ((a.settled >= a.c.published) - (b.settled >= b.c.published)) || a.c.id.localeCompare(b.c.id));
   const back = history.find(h => cur.t - h.t <= 30) || null;
-  document.getElementById("campaigns").innerHTML = `<table><tr><th>campaign</th><th>progress</th>
+  put("campaigns", `<table><tr><th>campaign</th><th>progress</th>
     <th class="num">published</th>${OUTCOMES.map(([, n]) => `<th class="num">${n.toLowerCase()}</th>`).join("")}
     <th class="num">rate</th><th class="num">ETA</th></tr>` + rows.map(({c, settled}) => {
       const p = c.published || 0;
-      const segs = OUTCOMES.map(([k, , color]) => `<span style="width:${p ? Math.min(100, (c.counters[k] || 0) / p * 100) : 0}%;background:${color}"></span>`).join("");
+      const segs = OUTCOMES.map(([k, , color]) => `<span data-style="width:${p ? Math.min(100, (c.counters[k] || 0) / p * 100) : 0}%;background:${color}"></span>`).join("");
       const pct = p ? Math.min(100, settled / p * 100) : 0;
       const r = back && back !== cur && back.campaigns[c.id] != null ? rate(cur, back, h => h.campaigns[c.id] || 0) : null;
       const done = p > 0 && settled >= p;
@@ -160,25 +182,76 @@ function renderCampaigns(d, cur) {
         <td>${esc(c.id)}</td><td><div class="bar">${segs}<div class="label">${pct.toFixed(1)}%</div></div></td>
         <td class="num">${fmt(p)}</td>${OUTCOMES.map(([k]) => `<td class="num" data-field="${k}" data-value="${c.counters[k] || 0}">${fmt(c.counters[k])}</td>`).join("")}
         <td class="num">${r == null ? "–" : fmtRate(r) + "/s"}</td><td class="num">${eta}</td></tr>`;
-    }).join("") + `</table>`;
+    }).join("") + `</table>`);
 }
 
 function renderConnections(d) {
-  if (d.connections.length === 0) { document.getElementById("connections").innerHTML = `<div class="empty">No connections reported (a run process writes them every 5 s).</div>`; return; }
-  document.getElementById("connections").innerHTML = `<table><tr><th>app</th><th class="num">#</th><th>state</th><th>gateway</th>
+  if (d.connections.length === 0) { put("connections", `<div class="empty">No connections reported (a run process writes them every 5 s).</div>`); return; }
+  put("connections", `<table><tr><th>app</th><th class="num">#</th><th>state</th><th>gateway</th>
     <th class="num">connected for</th><th class="num">sent</th><th class="num">replayed</th><th>last error</th></tr>` +
     d.connections.map(c => { const f = c.fields, st = f.state || "unknown";
       return `<tr class="state-${esc(st)}" data-app="${esc(c.app)}" data-shard="${c.shard}"><td>${esc(c.app)}</td><td class="num">${c.shard}</td>
       <td><span class="dot"></span>${esc(st)}</td><td class="dim">${esc(f.gateway || "–")}</td>
       <td class="num">${st === "connected" ? since(+f.connected_since, d.now) : "–"}</td>
       <td class="num">${fmt(+(f.sent || 0))}</td><td class="num">${fmt(+(f.replayed || 0))}</td>
-      <td class="err" title="${esc(f.last_error)}">${esc(f.last_error || "")}</td></tr>`; }).join("") + `</table>`;
+      <td class="err" title="${esc(f.last_error)}">${esc(f.last_error || "")}</td></tr>`; }).join("") + `</table>`);
+}
+
+// The operations token (metrics.auth_token), when the server asks for one: taken once from a
+// `#token=` fragment (then removed from the address bar and history) or from the form, kept in this
+// tab's sessionStorage (never in localStorage: it should not outlive the tab), sent as a bearer header.
+const TOKEN_KEY = "apns-pipeline.ops-token";
+function takeTokenFromFragment() {
+  const m = /^#(?:.*&)?token=([^&]*)/.exec(location.hash);
+  if (!m) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  window.history.replaceState(null, "", location.pathname + location.search);  // `history` is the rate history below
+}
+function authHeaders() {
+  const t = sessionStorage.getItem(TOKEN_KEY);
+  return t ? {"Authorization": "Bearer " + t} : {};
+}
+function askForToken(wrong) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  const login = document.getElementById("login");
+  login.style.display = "block";
+  login.dataset.state = wrong ? "wrong" : "asked";
+  const status = document.getElementById("status");
+  status.className = "pill down";
+  status.textContent = wrong ? "token refused" : "token needed";
+  document.getElementById("meta").textContent = "";
+}
+document.getElementById("login-form").addEventListener("submit", e => {
+  e.preventDefault();
+  const t = document.getElementById("token").value.trim();
+  if (!t) return;
+  sessionStorage.setItem(TOKEN_KEY, t);
+  document.getElementById("token").value = "";
+  document.getElementById("login").style.display = "none";
+  refresh();
+});
+// Styles of generated elements go through the CSSOM: the Content-Security-Policy (style-src 'self')
+// refuses style attributes written into the markup.
+function put(id, html) {
+  const root = document.getElementById(id);
+  root.innerHTML = html;
+  for (const el of root.querySelectorAll("[data-style]")) {
+    for (const decl of el.dataset.style.split(";")) {
+      const i = decl.indexOf(":");
+      if (i > 0) el.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+    }
+    el.removeAttribute("data-style");
+  }
 }
 
 async function refresh() {
+  // Waiting for the token: nothing to ask the server until it is given.
+  if (document.getElementById("login").style.display === "block") return;
+  const hadToken = sessionStorage.getItem(TOKEN_KEY) != null;
   let d;
   try {
-    const res = await fetch("/api/dashboard", {cache: "no-store"});
+    const res = await fetch("/api/dashboard", {cache: "no-store", headers: authHeaders()});
+    if (res.status === 401) { askForToken(hadToken); return; }
     d = await res.json();
   } catch (e) {
     d = null;
@@ -205,10 +278,8 @@ async function refresh() {
   renderConnections(d);
   document.getElementById("meta").textContent = `Redis prefix ${d.prefix} · updated ${new Date(d.now * 1000).toISOString().replace("T", " ").slice(0, 19)} UTC · every 2 s`;
 }
+takeTokenFromFragment();
 refresh();
 setInterval(refresh, 2000);
-</script>
-</body>
-</html>
 """#
 }

@@ -2,11 +2,21 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Synchronization
 
 /// One HTTP/1.1 server (SwiftNIO) for the operations surface: `/metrics` (Prometheus text), `/healthz`,
-/// `/readyz`, the dashboard page (`/`) and its data (`/api/dashboard`). Each route is optional, so `run`
-/// serves all of them and `dashboard` only the page. One request per connection (`Connection: close`):
-/// scrapers and browsers cope, and the handler stays free of keep-alive state.
+/// `/readyz`, the dashboard page (`/`, with `/dashboard.js` and `/dashboard.css`) and its data
+/// (`/api/dashboard`). Each route is optional, so `run` serves all of them and `dashboard` only the page.
+/// One request per connection (`Connection: close`): scrapers and browsers cope, and the handler stays
+/// free of keep-alive state.
+///
+/// The port may be reachable by more than the scraper, so nothing a client sends can hold the server:
+/// with an ``authToken`` every path but `/healthz` and the page's static files answers 401 without
+/// `Authorization: Bearer <token>`; a connection must deliver its request within
+/// ``Limits/requestTimeout`` (one that sends nothing, or trickles its head, is closed) and is closed at
+/// ``Limits/connectionTimeout`` whatever it does; at most ``Limits/maxConnections`` are open (more are
+/// closed as soon as they are accepted); a request head over ``Limits/maxHeadBytes`` is answered 400 and
+/// a body over ``Limits/maxBodyBytes`` 413. Each refusal is counted (``refusals``, and `onRefusal`).
 public final class OperationsServer: Sendable {
     /// What the server answers with.
     public struct Routes: Sendable {
@@ -27,15 +37,49 @@ public final class OperationsServer: Sendable {
         }
     }
 
+    /// What one client may cost the server.
+    public struct Limits: Sendable {
+        /// Connections open at once; beyond it a new one is closed as soon as it is accepted. A scraper
+        /// and a few dashboards use one or two each (one request per connection).
+        public var maxConnections = 64
+        /// From accept to the end of the request: a connection that sends nothing, or trickles its head,
+        /// is closed when it runs out.
+        public var requestTimeout: Duration = .seconds(10)
+        /// From accept to close, whatever the client does (one that never reads its answer included).
+        /// Longer than the slowest answer: readiness and the dashboard give up on Redis within seconds.
+        public var connectionTimeout: Duration = .seconds(30)
+        /// Request line and headers, in bytes (a browser sends under 2 KiB).
+        public var maxHeadBytes = 8 * 1024
+        /// Request body, in bytes: no route takes one.
+        public var maxBodyBytes = 1024
+
+        public init() {}
+    }
+
+    /// Why a connection or a request was turned away.
+    public enum Refusal: String, Sendable, CaseIterable {
+        /// Over ``Limits/maxConnections``: closed once accepted.
+        case connectionCap = "connection-cap"
+        /// The request did not arrive within ``Limits/requestTimeout``, or the connection outlived
+        /// ``Limits/connectionTimeout``.
+        case timeout
+        /// A head over ``Limits/maxHeadBytes`` or a body over ``Limits/maxBodyBytes``.
+        case tooLarge = "too-large"
+        /// No bearer token, or another one.
+        case unauthorized
+    }
+
     struct Response: Sendable {
         var status: HTTPResponseStatus
         var contentType: String
         var body: [UInt8]
+        var headers: [(String, String)] = []
 
-        init(_ status: HTTPResponseStatus, _ contentType: String, _ body: [UInt8]) {
+        init(_ status: HTTPResponseStatus, _ contentType: String, _ body: [UInt8], headers: [(String, String)] = []) {
             self.status = status
             self.contentType = contentType
             self.body = body
+            self.headers = headers
         }
 
         static func text(_ status: HTTPResponseStatus, _ text: String) -> Response {
@@ -52,27 +96,58 @@ public final class OperationsServer: Sendable {
         public var description: String { "cannot listen on \(host):\(port): \(reason)" }
     }
 
+    /// The page's policy: scripts, styles and fetches from this origin only, nothing inline (the page has
+    /// no inline script or style: `DashboardPage`), no plugins, no framing, no form posting elsewhere.
+    static let pageSecurityPolicy =
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+        + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    /// Everything else is data, never a document to render.
+    static let dataSecurityPolicy = "default-src 'none'; frame-ancestors 'none'"
+
     public let host: String
     private let routes: Routes
     private let group: MultiThreadedEventLoopGroup
     private let logger: Logger
     private let channel: any Channel
+    private let counters: Counters
 
-    /// Binds `host:port` (0: a free port, see ``port``) and starts serving.
-    public init(host: String, port: Int, routes: Routes, logger: Logger) async throws {
+    /// Binds `host:port` (0: a free port, see ``port``) and starts serving. `authToken`: the bearer token
+    /// every path but `/healthz` and the page's static files asks for (nil: open). `onRefusal` is called
+    /// for each refusal (e.g. to count it in Prometheus), on the server's event loop: it must not block.
+    public init(
+        host: String, port: Int, routes: Routes, authToken: String? = nil, limits: Limits = Limits(), logger: Logger,
+        onRefusal: (@Sendable (Refusal) -> Void)? = nil
+    ) async throws {
         self.host = host
         self.routes = routes
         self.logger = logger
+        let counters = Counters(onRefusal: onRefusal)
+        self.counters = counters
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let routes = self.routes
+        let handlerConfiguration = RequestHandler.Configuration(
+            routes: routes, token: authToken.map { Array($0.utf8) }, limits: limits, counters: counters, logger: logger)
+        let decoderLimits = {
+            var l = NIOHTTPDecoderLimitConfiguration()
+            l.maxHeaderFieldSize = limits.maxHeadBytes
+            l.maxHeaderListSize = limits.maxHeadBytes
+            l.maxHeaderFieldCount = 100
+            return l
+        }()
         do {
             channel = try await ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 64)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                        try channel.pipeline.syncOperations.addHandler(RequestHandler(routes: routes))
+                    // Over the cap: fail the initializer, which makes NIO close the accepted socket at once.
+                    guard counters.open(max: limits.maxConnections) else {
+                        counters.refused(.connectionCap)
+                        return channel.eventLoop.makeFailedFuture(ConnectionCapReached())
+                    }
+                    channel.closeFuture.whenComplete { _ in counters.closed() }
+                    return channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.configureHTTPServerPipeline(
+                            withErrorHandling: true, withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
+                        try channel.pipeline.syncOperations.addHandler(RequestHandler(handlerConfiguration))
                     }
                 }
                 .bind(host: host, port: port).get()
@@ -88,13 +163,48 @@ public final class OperationsServer: Sendable {
     /// The port it listens on.
     public var port: Int { channel.localAddress?.port ?? 0 }
 
+    /// Connections open now.
+    public var openConnections: Int { counters.openCount }
+
+    /// Refusals so far, by reason.
+    public var refusals: [Refusal: Int] { counters.refusalCounts }
+
     public func stop() async {
         try? await channel.close()
         try? await group.shutdownGracefully()
     }
 
-    static func respond(method: HTTPMethod, path: String, routes: Routes) async -> Response {
+    /// Paths answered without the token: liveness, and the page with its two files (they hold no data:
+    /// the page is the same for every deployment, its numbers come from `/api/dashboard`).
+    static func isOpen(_ path: String) -> Bool {
+        ["/healthz", "/", "/dashboard", "/dashboard.js", "/dashboard.css"].contains(path)
+    }
+
+    /// Whether `authorization` (the request's header) carries `Bearer <token>`. The comparison takes the
+    /// same time whatever the bytes sent (it runs over the expected token's length and never stops at the
+    /// first difference), so the answer's timing says nothing about how much of a guess was right.
+    static func authorized(_ authorization: String?, token: [UInt8]) -> Bool {
+        guard let authorization else { return false }
+        // RFC 7235: the scheme is case-insensitive; RFC 6750: one space, then the token.
+        let text = authorization.trimmingLeadingAndTrailingSpaces()
+        guard text.utf8.count > 7, text.prefix(7).lowercased() == "bearer " else { return false }
+        let sent = Array(text.utf8.dropFirst(7))
+        var difference = UInt8(sent.count == token.count ? 0 : 1)
+        for i in 0..<token.count {
+            difference |= token[i] ^ (i < sent.count ? sent[i] : 0)
+        }
+        return difference == 0
+    }
+
+    static func respond(method: HTTPMethod, path: String, authorization: String?, token: [UInt8]?, routes: Routes) async -> Response {
         guard method == .GET || method == .HEAD else { return .text(.methodNotAllowed, "only GET\n") }
+        if let token, !isOpen(path), !authorized(authorization, token: token) {
+            // RFC 6750 §3: the challenge, and `invalid_token` when a token was sent and is not this one.
+            let challenge = authorization == nil ? #"Bearer realm="apns-pipeline""# : #"Bearer realm="apns-pipeline", error="invalid_token""#
+            var response = Response.text(.unauthorized, "unauthorized: send Authorization: Bearer <metrics.auth_token>\n")
+            response.headers = [("www-authenticate", challenge)]
+            return response
+        }
         switch path {
         case "/healthz":
             // Alive: the event loop answered. Nothing else is checked (a liveness probe that fails on a
@@ -110,7 +220,15 @@ public final class OperationsServer: Sendable {
             return Response(.ok, "text/plain; version=0.0.4; charset=utf-8", metrics())
         case "/", "/dashboard":
             guard routes.dashboard != nil else { return .text(.notFound, "no dashboard here\n") }
-            return Response(.ok, "text/html; charset=utf-8", Array(DashboardPage.html.utf8))
+            return Response(
+                .ok, "text/html; charset=utf-8", Array(DashboardPage.html.utf8),
+                headers: [("content-security-policy", pageSecurityPolicy), ("x-frame-options", "DENY")])
+        case "/dashboard.js":
+            guard routes.dashboard != nil else { return .text(.notFound, "no dashboard here\n") }
+            return Response(.ok, "text/javascript; charset=utf-8", Array(DashboardPage.script.utf8))
+        case "/dashboard.css":
+            guard routes.dashboard != nil else { return .text(.notFound, "no dashboard here\n") }
+            return Response(.ok, "text/css; charset=utf-8", Array(DashboardPage.css.utf8))
         case "/api/dashboard":
             guard let dashboard = routes.dashboard else { return .text(.notFound, "no dashboard here\n") }
             return Response(.ok, "application/json", await dashboard())
@@ -120,51 +238,173 @@ public final class OperationsServer: Sendable {
     }
 }
 
+struct ConnectionCapReached: Error {}
+
+/// Open connections and refusals, shared by the server's connections.
+final class Counters: Sendable {
+    private let open = Atomic<Int>(0)
+    private let refused = Mutex<[OperationsServer.Refusal: Int]>([:])
+    private let onRefusal: (@Sendable (OperationsServer.Refusal) -> Void)?
+
+    init(onRefusal: (@Sendable (OperationsServer.Refusal) -> Void)?) {
+        self.onRefusal = onRefusal
+    }
+
+    /// Takes a connection slot; false when `max` are taken.
+    func open(max: Int) -> Bool {
+        var current = open.load(ordering: .relaxed)
+        while current < max {
+            let (exchanged, original) = open.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
+        return false
+    }
+
+    func closed() { open.subtract(1, ordering: .relaxed) }
+
+    var openCount: Int { open.load(ordering: .relaxed) }
+
+    func refused(_ reason: OperationsServer.Refusal) {
+        refused.withLock { $0[reason, default: 0] += 1 }
+        onRefusal?(reason)
+    }
+
+    var refusalCounts: [OperationsServer.Refusal: Int] { refused.withLock { $0 } }
+}
+
+extension String {
+    fileprivate func trimmingLeadingAndTrailingSpaces() -> Substring {
+        let isSpace = { (c: Character) in c == " " || c == "\t" }
+        guard let first = firstIndex(where: { !isSpace($0) }), let last = lastIndex(where: { !isSpace($0) }) else { return "" }
+        return self[first...last]
+    }
+}
+
 /// Reads one request, answers it (asynchronously: readiness and the dashboard ask Redis), closes.
 private final class RequestHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
-    private let routes: OperationsServer.Routes
-    private var head: HTTPRequestHead?
+    struct Configuration: Sendable {
+        var routes: OperationsServer.Routes
+        var token: [UInt8]?
+        var limits: OperationsServer.Limits
+        var counters: Counters
+        var logger: Logger
+    }
 
-    init(routes: OperationsServer.Routes) {
-        self.routes = routes
+    private let configuration: Configuration
+    private var head: HTTPRequestHead?
+    private var bodyBytes = 0
+    /// Set once the request is complete (or refused): later input is ignored.
+    private var answered = false
+    private var requestDeadline: Scheduled<Void>?
+    private var connectionDeadline: Scheduled<Void>?
+
+    init(_ configuration: Configuration) {
+        self.configuration = configuration
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        // Both clocks start at accept: a client that connects and says nothing costs a slot for
+        // `requestTimeout` at most.
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        requestDeadline = context.eventLoop.scheduleTask(in: .nanoseconds(configuration.limits.requestTimeout.nanoseconds)) {
+            let (handler, context) = bound.value
+            guard !handler.answered else { return }
+            handler.answered = true
+            handler.configuration.counters.refused(.timeout)
+            context.close(promise: nil)
+        }
+        connectionDeadline = context.eventLoop.scheduleTask(in: .nanoseconds(configuration.limits.connectionTimeout.nanoseconds)) {
+            let (handler, context) = bound.value
+            handler.configuration.counters.refused(.timeout)
+            context.close(promise: nil)
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        requestDeadline?.cancel()
+        connectionDeadline?.cancel()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // HTTPServerProtocolErrorHandler has answered 400 to a head over the decoder's limits (and will
+        // close); count it.
+        if let parser = error as? HTTPParserError, parser == .headerOverflow {
+            configuration.counters.refused(.tooLarge)
+        }
+        answered = true
+        context.close(promise: nil)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !answered else { return }
         switch unwrapInboundIn(data) {
         case .head(let h):
             head = h
-        case .body:
-            break  // no route takes a body
+        case .body(let buffer):
+            bodyBytes += buffer.readableBytes
+            if bodyBytes > configuration.limits.maxBodyBytes {
+                configuration.counters.refused(.tooLarge)
+                write(.text(.payloadTooLarge, "no route takes a body\n"), method: .GET, version: head?.version ?? .http1_1, context: context)
+            }
         case .end:
             guard let head else { return }
             self.head = nil
+            answered = true
+            requestDeadline?.cancel()
             let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
             let method = head.method
-            let routes = routes
-            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            let routes = configuration.routes
+            let token = configuration.token
+            let authorization = head.headers.first(name: "authorization")
+            let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
             let promise = context.eventLoop.makePromise(of: OperationsServer.Response.self)
-            promise.completeWithTask { await OperationsServer.respond(method: method, path: path, routes: routes) }
+            promise.completeWithTask {
+                await OperationsServer.respond(method: method, path: path, authorization: authorization, token: token, routes: routes)
+            }
             promise.futureResult.whenSuccess { response in
-                let context = bound.value
-                var headers = HTTPHeaders()
-                headers.add(name: "content-type", value: response.contentType)
-                headers.add(name: "content-length", value: String(response.body.count))
-                headers.add(name: "cache-control", value: "no-store")
-                headers.add(name: "connection", value: "close")
-                context.write(
-                    NIOAny(HTTPServerResponsePart.head(HTTPResponseHead(version: head.version, status: response.status, headers: headers))),
-                    promise: nil)
-                if method != .HEAD {
-                    context.write(NIOAny(HTTPServerResponsePart.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
+                let (handler, context) = bound.value
+                if response.status == .unauthorized {
+                    handler.configuration.counters.refused(.unauthorized)
+                    handler.configuration.logger.debug(
+                        "operations surface: request without the bearer token",
+                        metadata: ["path": "\(path)", "peer": "\(context.remoteAddress?.description ?? "?")"])
                 }
-                let channel = context.channel
-                context.writeAndFlush(NIOAny(HTTPServerResponsePart.end(nil))).whenComplete { _ in
-                    channel.close(promise: nil)
-                }
+                handler.write(response, method: method, version: head.version, context: context)
             }
         }
+    }
+
+    private func write(_ response: OperationsServer.Response, method: HTTPMethod, version: HTTPVersion, context: ChannelHandlerContext) {
+        answered = true
+        var headers = HTTPHeaders()
+        headers.add(name: "content-type", value: response.contentType)
+        headers.add(name: "content-length", value: String(response.body.count))
+        headers.add(name: "cache-control", value: "no-store")
+        headers.add(name: "connection", value: "close")
+        headers.add(name: "x-content-type-options", value: "nosniff")
+        headers.add(name: "referrer-policy", value: "no-referrer")
+        if !response.headers.contains(where: { $0.0 == "content-security-policy" }) {
+            headers.add(name: "content-security-policy", value: OperationsServer.dataSecurityPolicy)
+        }
+        for (name, value) in response.headers { headers.add(name: name, value: value) }
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: version, status: response.status, headers: headers))), promise: nil)
+        if method != .HEAD {
+            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
+        }
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+}
+
+extension Duration {
+    fileprivate var nanoseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 }

@@ -7,9 +7,10 @@ import Redis
 /// A Prometheus registry for one pipeline, and the factory that feeds it with the pipeline's buckets.
 /// One per runner (not `MetricsSystem.bootstrap`, which a process may call once): tests run several
 /// pipelines in one process, each scraped on its own.
+/// Every metric carries the HELP text of ``PipelineMetrics/help`` (``DescribedMetricsFactory``).
 public struct PrometheusMetrics: Sendable {
     public let registry: PrometheusCollectorRegistry
-    public let factory: PrometheusMetricsFactory
+    public let factory: any MetricsFactory
 
     public init() {
         registry = PrometheusCollectorRegistry()
@@ -22,7 +23,7 @@ public struct PrometheusMetrics: Sendable {
             PipelineMetrics.Name.kafkaBatch: PipelineMetrics.batchBuckets,
             PipelineMetrics.Name.settleBatch: PipelineMetrics.batchBuckets,
         ]
-        self.factory = factory
+        self.factory = DescribedMetricsFactory(registry: registry, buckets: factory, help: { PipelineMetrics.help[$0] ?? "" })
     }
 
     /// The pipeline's metrics, labelled with each app's transport.
@@ -37,13 +38,26 @@ public struct PrometheusMetrics: Sendable {
 }
 
 /// What `run` serves beside the pipeline when `metrics.listen` is set: /metrics, /healthz, /readyz
-/// (Kafka assigned, Redis reachable, a gateway connection per app), the dashboard and its data.
+/// (Kafka assigned, Redis reachable, a gateway connection per app), the dashboard and its data; behind
+/// `metrics.auth_token` when the pipeline file sets it.
 public enum OperationsSurface {
+    /// Connections and requests the operations port turned away, by reason (``OperationsServer/Refusal``).
+    public static let refusalsMetric = "apns_ops_refusals_total"
+    static let refusalsHelp =
+        "Connections or requests the operations port refused: over the connection cap, timed out, too large, or without the bearer token."
+
     public static func serve(
         configuration: PipelineConfiguration, runner: PipelineRunner, metrics: PrometheusMetrics, host: String, port: Int,
-        logger: Logger
+        logger: Logger, limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
     ) async throws -> (server: OperationsServer, data: DashboardData) {
-        let data = try DashboardData(redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger)
+        let data = try DashboardData(
+            redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger, cacheFor: cacheFor)
+        let refusals = Dictionary(
+            uniqueKeysWithValues: OperationsServer.Refusal.allCases.map { reason in
+                (reason, metrics.registry.makeCounter(
+                    descriptor: MetricNameDescriptor(metricName: refusalsMetric, unitName: "", helpText: refusalsHelp),
+                    labels: [("reason", reason.rawValue)]))
+            })
         let routes = OperationsServer.Routes(
             metrics: { metrics.text() },
             readiness: {
@@ -52,25 +66,62 @@ public enum OperationsSurface {
                 return problems
             },
             dashboard: { await data.snapshotJSON() })
-        let server = try await OperationsServer(host: host, port: port, routes: routes, logger: logger)
+        let server: OperationsServer
+        do {
+            server = try await OperationsServer(
+                host: host, port: port, routes: routes, authToken: configuration.metricsAuthToken, limits: limits, logger: logger,
+                onRefusal: { refusals[$0]?.increment() })
+        } catch {
+            await data.close()
+            throw error
+        }
+        warnIfOpen(host: host, authToken: configuration.metricsAuthToken, logger: logger)
         return (server, data)
     }
 
     /// The dashboard alone (`apns-pipeline dashboard`): the page and its data, no pipeline.
-    public static func serveDashboard(redisURL: String, prefix: String, host: String, port: Int, logger: Logger) async throws
-        -> (server: OperationsServer, data: DashboardData)
-    {
-        try await serveDashboard(redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, host: host, port: port, logger: logger)
+    /// `authToken`: the pipeline file's `metrics.auth_token`, asked for as by `run`.
+    public static func serveDashboard(
+        redisURL: String, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
+        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
+    ) async throws -> (server: OperationsServer, data: DashboardData) {
+        try await serveDashboard(
+            redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, host: host, port: port, authToken: authToken,
+            logger: logger, limits: limits, cacheFor: cacheFor)
     }
 
     /// The same for one server or a cluster (the pipeline file's `redis.url` or `redis.cluster`).
-    public static func serveDashboard(redis: RedisTarget, prefix: String, host: String, port: Int, logger: Logger) async throws
-        -> (server: OperationsServer, data: DashboardData)
-    {
-        let data = try DashboardData(redis: redis, prefix: prefix, logger: logger)
+    public static func serveDashboard(
+        redis: RedisTarget, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
+        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
+    ) async throws -> (server: OperationsServer, data: DashboardData) {
+        let data = try DashboardData(redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor)
         let routes = OperationsServer.Routes(
             readiness: { await data.redisProblem().map { [$0] } ?? [] },
             dashboard: { await data.snapshotJSON() })
-        return (try await OperationsServer(host: host, port: port, routes: routes, logger: logger), data)
+        let server: OperationsServer
+        do {
+            server = try await OperationsServer(host: host, port: port, routes: routes, authToken: authToken, limits: limits, logger: logger)
+        } catch {
+            await data.close()
+            throw error
+        }
+        warnIfOpen(host: host, authToken: authToken, logger: logger)
+        return (server, data)
+    }
+
+    /// An address other machines may reach, served without a token: say so at start (it stays allowed:
+    /// a cluster network may be trusted, and the behaviour without the key is as before).
+    static func warnIfOpen(host: String, authToken: String?, logger: Logger) {
+        guard authToken == nil, !isLoopback(host) else { return }
+        logger.warning(
+            "operations surface: listening beyond loopback without metrics.auth_token; anyone who reaches the port reads the metrics and the dashboard",
+            metadata: ["listen": "\(host)"])
+    }
+
+    /// 127.0.0.0/8, ::1 and `localhost`: only this machine connects.
+    static func isLoopback(_ host: String) -> Bool {
+        let h = host.lowercased()
+        return h == "localhost" || h == "::1" || h == "[::1]" || h.hasPrefix("127.")
     }
 }

@@ -208,6 +208,9 @@ public struct PipelineConfiguration: Sendable {
     public var logLevel = "info"
     /// `metrics.listen`: where `run` serves /metrics, /healthz, /readyz and the dashboard (nil: off).
     public var metricsListen: GatewayAddress?
+    /// `metrics.auth_token`: the bearer token every path of the operations surface but `/healthz` asks
+    /// for (nil: open, as before). A secret: kept in ``secrets`` even when written in clear.
+    public var metricsAuthToken: String?
     /// The values `${NAME}` and `${file:/path}` put into the file (ConfigReader's `Substitution`): never
     /// logged in clear (``RedactingLogHandler``).
     public var secrets: [String] = []
@@ -361,9 +364,12 @@ public struct PipelineConfiguration: Sendable {
         if let listen = try m.string("listen") {
             c.metricsListen = try address(listen, file: file, key: "metrics.listen")
         }
+        if let token = try m.string("auth_token") {
+            c.metricsAuthToken = try checkedMetricsAuthToken(token, file: file)
+        }
         try m.finish()
         try root.finish()
-        c.secrets = root.substitution.secrets
+        c.secrets = root.substitution.secrets + (c.metricsAuthToken.map { [$0] } ?? [])
 
         // Files must be there now, not at the first notification.
         for (i, app) in c.apps.enumerated() {

@@ -158,6 +158,10 @@ struct OperationsTests {
         }
         // No per-job or per-token label anywhere.
         #expect(!text.contains("m1:") && !text.contains(token(1).hex))
+        // Every metric has its HELP (promtool's "no help text"), and promtool, when installed, agrees.
+        #expect(metricsWithoutHelp(text).isEmpty, "no HELP: \(metricsWithoutHelp(text))")
+        #expect(text.contains("# HELP apns_accepted_total Notifications the gateway accepted"))
+        if let problems = try promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
 
         // Readiness: Kafka assigned, Redis up, the app's connections up.
         try await eventually("ready") { try await get(base + "/readyz").status == 200 }
@@ -203,6 +207,9 @@ struct OperationsTests {
         c.http2.reconnect.initialDelay = 0.005
         c.http2.reconnect.attemptsPerSecondPerGateway = 1000
         c.feedbackIntervalMinutes = 0
+        // `run` with metrics.auth_token: the scrape needs the bearer token.
+        c.metricsAuthToken = opsToken
+        let auth = ["Authorization": "Bearer \(opsToken)"]
 
         let prometheus = PrometheusMetrics()
         let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
@@ -225,7 +232,7 @@ struct OperationsTests {
         let age = #"apns_provider_token_age_seconds{app="com.example.shop"}"#
         var text = ""
         try await eventually("the campaign settled and the token age sampled") {
-            text = try await get(base + "/metrics").body
+            text = try await get(base + "/metrics", headers: auth).body
             return sample(text, accepted) == 200 && sample(text, age) != nil
         }
         #expect(sample(text, answers) == 200, "one latency sample per answer")
@@ -239,6 +246,14 @@ struct OperationsTests {
         // The token was made with the first request of this test: seconds old, not an hour.
         let seconds = sample(text, age) ?? -1
         #expect(seconds >= 0 && seconds < 3600, "token age \(seconds)")
+        #expect(metricsWithoutHelp(text).isEmpty, "no HELP: \(metricsWithoutHelp(text))")
+        // Without the token: 401, counted in the refusals the scrape shows.
+        #expect(try await get(base + "/metrics").status == 401)
+        #expect(try await get(base + "/healthz").status == 200)
+        let refusals = try await get(base + "/metrics", headers: auth).body
+        #expect(sample(refusals, #"apns_ops_refusals_total{reason="unauthorized"}"#) == 1)
+        #expect(sample(refusals, #"apns_ops_refusals_total{reason="connection-cap"}"#) == 0)
+        if let problems = try promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
 
         await group.triggerGracefulShutdown()
         try await running.value
@@ -249,7 +264,9 @@ struct OperationsTests {
     }
 
     /// The dashboard page rendered by headless Chromium (its JavaScript run) over a Redis holding a
-    /// campaign's counters and a connection's status: the campaign's numbers are in the DOM.
+    /// campaign's counters and a connection's status: the campaign's numbers are in the DOM. The server
+    /// asks for a token: the page given it in its `#token=` fragment shows the data (and Chromium reports
+    /// no Content-Security-Policy violation); without it, the page asks for the token and shows nothing.
     @Test func dashboardRendersACampaignInHeadlessChromium() async throws {
         let chromium = executablePath("chromium") ?? executablePath("chromium-browser")
         guard let chromium else {
@@ -274,13 +291,16 @@ struct OperationsTests {
         try await store.updateShard(ShardStatus(app: shop, shard: 0, state: "connected", gateway: "127.0.0.1:2197", connectedSince: PipelineStore.epochNow() - 75))
         try await store.updateShard(ShardStatus(app: shop, shard: 1, state: "backing-off", gateway: "127.0.0.1:2197", lastError: "connect 127.0.0.1:2197: connection refused"))
 
+        // No cache: the page must see Redis go away on its next read.
         let (server, data) = try await OperationsSurface.serveDashboard(
-            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, logger: testLogger)
-        let url = "http://127.0.0.1:\(server.port)/"
+            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, logger: testLogger, cacheFor: .zero)
+        let url = "http://127.0.0.1:\(server.port)/#token=\(opsToken)"
         let shot = ProcessInfo.processInfo.environment["DASHBOARD_SCREENSHOT"]
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("apns-dashboard.png").path
-        let dom = try await runChromium(chromium, ["--dump-dom", url])
+        var console = ""
+        let dom = try await runChromium(chromium, ["--dump-dom", "--enable-logging=stderr", "--v=0", url], stderr: &console)
         _ = try await runChromium(chromium, ["--screenshot=\(shot)", "--window-size=1400,1000", url])
+        let asked = try await runChromium(chromium, ["--dump-dom", "http://127.0.0.1:\(server.port)/"])
         // Redis gone: the page says so instead of showing the last numbers as live.
         redis.kill()
         let down = try await runChromium(chromium, ["--dump-dom", url])
@@ -299,21 +319,39 @@ struct OperationsTests {
         #expect(FileManager.default.fileExists(atPath: shot))
         #expect(down.contains("Redis unreachable") && down.contains("could not be read"))
         #expect(!down.contains(#"data-campaign="spring-sale""#))
+        // The policy let the page's script and styles run, and refused nothing; the script threw nothing.
+        #expect(!console.contains("Content Security Policy") && !console.contains("Content-Security-Policy"), "\(console)")
+        #expect(!console.contains("Uncaught"), "\(console)")
+        // Without the token: the form, no data.
+        #expect(asked.contains(#"data-state="asked""#) && asked.contains("token needed"))
+        #expect(!asked.contains(#"data-campaign="spring-sale""#) && !asked.contains(#"data-field="accepted""#))
     }
 
     /// Headless Chromium with the page's JavaScript run (virtual time: the first fetch and render
     /// complete before the DOM is dumped). Output: stdout.
     func runChromium(_ chromium: String, _ arguments: [String]) async throws -> String {
+        var ignored = ""
+        return try await runChromium(chromium, arguments, stderr: &ignored)
+    }
+
+    /// The same, keeping what Chromium wrote on stderr (its console, with `--enable-logging=stderr`).
+    func runChromium(_ chromium: String, _ arguments: [String], stderr: inout String) async throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chromium)
         process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=5000",
             "--user-data-dir=\(FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)").path)"] + arguments
         let out = Pipe()
         process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
+        // stderr into a file, read once Chromium is done: a second blocking reader would take another
+        // thread of the cooperative pool (two on a 2-core machine), the one the server answers on.
+        let errPath = FileManager.default.temporaryDirectory.appendingPathComponent("chromium-stderr-\(UUID().uuidString)").path
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: errPath) }
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
         try process.run()
         let data = out.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
+        stderr = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
         return String(decoding: data, as: UTF8.self)
     }
 }
@@ -364,6 +402,37 @@ struct OperationsTests {
         let text = try String(contentsOfFile: root + "/Pipelines/\(name)", encoding: .utf8)
             .replacingOccurrences(of: ".run/certs", with: TestCertificates.directory)
         #expect(try load(text).metricsListen == GatewayAddress(host: "127.0.0.1", port: 9464), "\(name)")
+    }
+}
+
+/// `metrics.auth_token`: read as written, from `${file:…}` or `${ENV}`, kept among the secrets the logs
+/// redact (also when written in clear); a short or unsendable token stops the start naming the key,
+/// without quoting the value.
+@Test func metricsAuthTokenIsReadFromThePipelineFile() throws {
+    let key = "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8"
+    let app = "apps:\n  - bundle_id: a\n    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n"
+    func load(_ yaml: String, environment: [String: String] = [:]) throws -> PipelineConfiguration {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return try PipelineConfiguration.load(file: path, environment: environment)
+    }
+    #expect(try load(app).metricsAuthToken == nil)
+    let clear = try load(app + "metrics:\n  listen: 0.0.0.0:9464\n  auth_token: \(opsToken)\n")
+    #expect(clear.metricsAuthToken == opsToken && clear.secrets.contains(opsToken))
+    let fromEnvironment = try load(app + "metrics:\n  auth_token: ${OPS_TOKEN}\n", environment: ["OPS_TOKEN": opsToken])
+    #expect(fromEnvironment.metricsAuthToken == opsToken && fromEnvironment.secrets.contains(opsToken))
+    let file = FileManager.default.temporaryDirectory.appendingPathComponent("ops-token-\(UUID().uuidString)").path
+    try (opsToken + "\n").write(toFile: file, atomically: true, encoding: .utf8)
+    #expect(try load(app + "metrics:\n  auth_token: ${file:\(file)}\n").metricsAuthToken == opsToken)
+    // A redacting handler masks it.
+    #expect(RedactingLogHandler(StreamLogHandler.standardError(label: "t"), secrets: clear.secrets).redact("token \(opsToken)") == "token ***")
+    for bad in ["short-token", "has space in the token 0123", "\"\""] {
+        #expect {
+            try load(app + "metrics:\n  auth_token: \(bad)\n")
+        } throws: { error in
+            let text = "\(error)"
+            return text.contains("metrics.auth_token") && text.contains("expected") && (bad.count < 8 || !text.contains(bad))
+        }
     }
 }
 

@@ -15,7 +15,8 @@ struct DashboardCommand: AsyncParsableCommand {
         discussion: """
             Reads the Redis named by the pipeline file (redis.url, redis.prefix) and serves a self-contained page \
             that refreshes itself every 2 s. `run` serves the same page at metrics.listen when that is set. \
-            Stops on SIGTERM/SIGINT.
+            With metrics.auth_token in the file, the page asks for that token once (or takes it from a \
+            `#token=` fragment of its address) and the data needs it, as with `run`. Stops on SIGTERM/SIGINT.
             """
     )
 
@@ -30,7 +31,8 @@ struct DashboardCommand: AsyncParsableCommand {
         let served: (server: OperationsServer, data: DashboardData)
         do {
             served = try await OperationsSurface.serveDashboard(
-                redis: try config.redis.target(), prefix: config.redis.prefix, host: address.host, port: address.port, logger: logger)
+                redis: try config.redis.target(), prefix: config.redis.prefix, host: address.host, port: address.port,
+                authToken: config.metricsAuthToken, logger: logger)
         } catch let error as OperationsServer.ListenError {
             throw ValidationError("--listen: \(error): pass a free port (0 picks one).")
         }

@@ -1,0 +1,43 @@
+extension PipelineMetrics {
+    /// The `# HELP` text of every metric, by name (README "The operations surface" says more). A metric
+    /// missing here is exported without HELP, which `promtool check metrics` reports and
+    /// `OperationsTests` fail on: a new metric adds its line here.
+    public static let help: [String: String] = [
+        Name.received: "Job messages taken from Kafka (apns:stats received).",
+        Name.accepted: "Notifications the gateway accepted (apns:stats accepted).",
+        Name.rejected: "Notifications the gateway refused (apns:stats rejected; the reason is in apns_gateway_refusals_total).",
+        Name.suppressed: "Jobs not sent because their device token is suppressed (apns:stats suppressed).",
+        Name.deduped: "Jobs not sent because the same job was already settled (apns:stats deduped).",
+        Name.deadLettered: "Jobs written to the dead-letter topic (apns:stats dead_lettered; app unknown when the message did not decode).",
+        Name.refusals: "Gateway refusals by code: binary status or HTTP/2 reason (apns:stats rejected:<code>).",
+        Name.replayed: "Notifications resent after a connection was lost (apns:stats replayed).",
+        Name.ambiguous: "Notifications that may or may not have been delivered (the transports' part of apns:stats ambiguous).",
+        Name.retried: "Notifications sent again after a retryable answer (apns:stats retried).",
+        Name.reconnects: "Gateway connections opened again after a loss (apns:stats reconnects).",
+        Name.sequenceUnknown: "Binary error responses naming a notification no longer buffered.",
+        Name.resentAfterSettle: "Binary: frames resent from the settle grace window.",
+        Name.lostAfterSettle: "Binary: frames lost after they were settled (apns:stats lost_after_settle).",
+        Name.refusedAfterSettle: "Binary: frames refused after they were settled (apns:stats refused_after_settle).",
+        Name.deadLetterFailures: "Writes to the dead-letter topic that failed (apns:stats dead_letter_failures).",
+        Name.resentAfterCrash: "Jobs sent again because the process that leased them died (apns:stats resent_after_crash).",
+        Name.inFlightWaits: "Times ingest waited because pipeline.max_in_flight jobs were in flight (apns:stats in_flight_waits).",
+        Name.writes: "Socket writes to the gateway (mean flush size: written bytes / writes).",
+        Name.framesWritten: "Notification frames written to the gateway.",
+        Name.bytesWritten: "Bytes written to the gateway.",
+        Name.inFlightJobs: "Jobs taken from Kafka and not settled yet (at most pipeline.max_in_flight).",
+        Name.connectionUp: "1 when the gateway connection is connected (or draining), else 0.",
+        Name.connections: "Gateway connections per state.",
+        Name.queueDepth: "Notifications waiting to be written on the connection.",
+        Name.replayBuffer: "Binary: notifications in the connection's replay buffer.",
+        Name.replayBufferBytes: "Binary: bytes in the connection's replay buffer.",
+        Name.streamsInUse: "HTTP/2: requests written on the connection and not answered.",
+        Name.consumerLag: "Messages of the partition not settled yet: the high watermark minus the first unsettled offset.",
+        Name.assignedPartitions: "Partitions of the jobs topic assigned to this process.",
+        Name.settlementLatency: "Kafka message timestamp to the message settled and committable (first message of each batch per partition).",
+        Name.kafkaBatch: "Messages per Kafka batch.",
+        Name.settleBatch: "Outcomes per settle call.",
+        Name.answerLatency: "HTTP/2: a request's frames written to its answer, every answer.",
+        Name.liveActivityPriority10: "push_type liveactivity jobs handed to the transport at priority 10, each drawing on the device's Live Activity budget.",
+        Name.providerTokenAge: "HTTP/2 token authentication: age of the oldest provider token the app's connections send (APNs refuses it past 60 min).",
+    ]
+}
