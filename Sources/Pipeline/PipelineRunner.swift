@@ -178,7 +178,14 @@ public final class PipelineRunner: Service, Sendable {
         // once it stops beating (a crash), without waiting out the lease.
         try await store.beat(description: Self.ownerDescription)
         let heartbeat = Task { await self.beatHeartbeat(store: settlerStore) }
-        let ingest = Task { try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters) }
+        // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
+        // of their own, so they never wait behind a gate or settle call.
+        let markRedis = try c.redis.makeConnection(logger: logger)
+        try await markRedis.connect()
+        let marks = PipelineStore(client: markRedis, configuration: storeConfig, logger: logger)
+        let ingest = Task {
+            try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
+        }
         // If the settler fails (Redis gone for longer than the client waits), nothing settles any more
         // and the in-flight budget never frees: stop taking jobs, and let the process exit non-zero.
         let settler = Task {
@@ -293,6 +300,7 @@ public final class PipelineRunner: Service, Sendable {
         await producer.close()
         await redis.close()
         await settlerRedis.close()
+        await markRedis.close()
         for connection in gateRedis { await connection.close() }
         try? await group.shutdownGracefully()
         if let failure { throw failure }
@@ -337,7 +345,9 @@ public final class PipelineRunner: Service, Sendable {
 
     /// Two stages joined by a hand-off of two batches: Kafka + decoding, then gate + send. Decoding the
     /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
-    private func ingest(consumer: KafkaConsumer, gateStores: [PipelineStore], router: Router, deadLetters: DeadLetterWriter) async throws {
+    private func ingest(
+        consumer: KafkaConsumer, gateStores: [PipelineStore], router: Router, deadLetters: DeadLetterWriter, marks: PipelineStore
+    ) async throws {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
         // Apple's limits differ by transport and push type: the decoder lets the largest through, and
         // each job is held to its own app's limit when its payload is encoded (gateAndSend).
@@ -399,11 +409,12 @@ public final class PipelineRunner: Service, Sendable {
                 }
                 let gateStore = gateStores[turn % gateStores.count]
                 turn &+= 1
+                let callID = PipelineStore.newBatchID()
                 let call = Task {
                     defer { gateSlots.release(1) }
-                    return try await self.gate(d, store: gateStore)
+                    return try await self.gate(d, call: callID, store: gateStore)
                 }
-                await gated.put(PendingGate(decoded: d, decisions: call))
+                await gated.put(PendingGate(decoded: d, call: callID, decisions: call))
             }
         }
         // Stopping: the decoding stage ends at cancellation; batches it already took are still gated
@@ -413,8 +424,8 @@ public final class PipelineRunner: Service, Sendable {
                 while let pending = await gated.next() {
                     // The settler gave up: what is sent now could never be settled.
                     if sendingStopped.load(ordering: .relaxed) { break }
-                    let g = GatedBatch(decoded: pending.decoded, decisions: try await pending.decisions.value)
-                    try await send(g, router: router, deadLetters: deadLetters, handoff: handoff)
+                    let g = GatedBatch(decoded: pending.decoded, call: pending.call, decisions: try await pending.decisions.value)
+                    try await send(g, router: router, deadLetters: deadLetters, handoff: handoff, marks: marks)
                 }
             } onCancel: {
                 decoding.cancel()
@@ -438,27 +449,32 @@ public final class PipelineRunner: Service, Sendable {
     /// A decoded batch whose gate call is under way.
     struct PendingGate: Sendable {
         var decoded: DecodedBatch
+        /// The gate call's id: its leases name it, and so does its batch's written mark.
+        var call: String
         var decisions: Task<[GateDecision], any Error>
     }
 
     /// A decoded batch and the gate's decision for each of its jobs, in order.
     struct GatedBatch: Sendable {
         var decoded: DecodedBatch
+        var call: String
         var decisions: [GateDecision]
     }
 
     /// The gate: one Redis round trip for the whole batch.
-    private func gate(_ d: DecodedBatch, store: PipelineStore) async throws -> [GateDecision] {
+    private func gate(_ d: DecodedBatch, call: String, store: PipelineStore) async throws -> [GateDecision] {
         if d.jobs.isEmpty { return [] }
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count)
         for job in d.jobs {
             requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
         }
-        return try await store.gate(requests)
+        return try await store.gate(requests, call: call)
     }
 
-    private func send(_ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>) async throws {
+    private func send(
+        _ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>, marks: PipelineStore
+    ) async throws {
         let c = configuration
         let d = g.decoded
         let decisions = g.decisions
@@ -515,14 +531,16 @@ public final class PipelineRunner: Service, Sendable {
             case .suppressed:
                 item.outcomes.append(outcome(.suppressed))
                 item.refs.append(batch[message].ref)
-            case .admitted(let language), .takenOver(let language):
-                if case .takenOver = decisions[i] {
-                    // The dead process may have written it: the crash duplicate window, counted.
+            case .admitted(let language), .takenOver(let language, _):
+                if case .takenOver(_, let written) = decisions[i] {
+                    // Taken over from a process that died. If it had handed the job's batch to its
+                    // transports it may have written it: the crash duplicate window, counted `ambiguous`.
+                    let maybeSent = written ? 1 : 0
                     item.events.resentAfterCrash += 1
-                    item.events.ambiguous += 1
+                    item.events.ambiguous += maybeSent
                     if let campaign = job.campaign {
                         item.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
-                        item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += 1
+                        item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += maybeSent
                     }
                 }
                 do {
@@ -573,6 +591,9 @@ public final class PipelineRunner: Service, Sendable {
             }
         }
         if !notifications.isEmpty {
+            // Before any of it can be written: if this process dies now, whoever takes its leases over
+            // counts these jobs `ambiguous` (they may reach a device twice), and only these (issue 28).
+            try await marks.markWritten(call: g.call)
             let orphans = try await router.send(notifications)
             if !orphans.isEmpty {
                 // Validated jobs for an app with no certificate here: dead letters, with the reason.

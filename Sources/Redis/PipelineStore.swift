@@ -151,9 +151,11 @@ public struct PipelineStore: Sendable {
     /// taken. One round trip on a single Redis (one call per slot on a cluster), plus one when a lease of
     /// another process is met (its heartbeat is read, and a dead owner's lease taken over). Decisions come
     /// back in the order of `requests`.
-    public func gate(_ requests: [GateRequest], now: Int64 = PipelineStore.epochNow()) async throws -> [GateDecision] {
+    public func gate(
+        _ requests: [GateRequest], call: String = PipelineStore.newBatchID(), now: Int64 = PipelineStore.epochNow()
+    ) async throws -> [GateDecision] {
         if requests.isEmpty { return [] }
-        let call = Self.newBatchID()  // the gate call: the same across retries of this call
+        // `call`: the gate call, the same across retries of this call; its leases name it.
         var (decisions, held) = try await gateOnce(requests, indices: Array(requests.indices), voids: [:], call: call, now: now)
         if held.isEmpty { return decisions }
 
@@ -172,8 +174,36 @@ public struct PipelineStore: Sendable {
         if void.isEmpty { return decisions }
         let indices = void.keys.sorted()
         let (retried, _) = try await gateOnce(requests, indices: indices, voids: void, call: call, now: now)
-        for index in indices { decisions[index] = retried[index] }
+        // Which of the dead process's batches it had handed to its transports (issue 28): only those
+        // jobs may have reached a device. Read like the heartbeats, once per gate call of the dead owner.
+        var written: [String: Bool] = [:]
+        for value in Set(void.values) {
+            let holder = Self.leaseHolder(of: value)
+            if written[holder] == nil { written[holder] = try await command(RedisCommand("EXISTS", keys.written(holder))).integer == 1 }
+        }
+        for index in indices {
+            if case .takenOver(let language, _) = retried[index], let value = void[index] {
+                decisions[index] = .takenOver(language: language, written: written[Self.leaseHolder(of: value)] ?? true)
+            } else {
+                decisions[index] = retried[index]
+            }
+        }
         return decisions
+    }
+
+    /// `<owner>/<call>` of a lease value `<owner>/<call>/<expiry ms>`.
+    static func leaseHolder(of value: String) -> String {
+        guard let slash = value.lastIndex(of: "/") else { return value }
+        return String(value[..<slash])
+    }
+
+    /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
+    /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (issue 28,
+    /// design §2.2). Lives as long as a lease. One write per batch.
+    public func markWritten(call: String) async throws {
+        _ = try await command(
+            RedisCommand(
+                "SET", keys.written(configuration.leaseOwner + "/" + call), "1", "PX", String(max(1, configuration.inFlightLease.milliseconds))))
     }
 
     static func leaseOwner(of value: String) -> String {

@@ -19,9 +19,10 @@ public enum GateDecision: Sendable, Hashable {
     /// in-flight lease until it is settled (or the lease expires).
     case admitted(language: String?)
     /// Send it: the lease was held by a process whose heartbeat lapsed (it crashed between gate and
-    /// settle), and is now this one's. That process may have written the job already: a possible
-    /// duplicate, counted `resent_after_crash` (and `ambiguous`). The job holds the lease as for ``admitted(language:)``.
-    case takenOver(language: String?)
+    /// settle), and is now this one's. If that process had handed the job's batch to its transports
+    /// (`written`: its gate call's mark, ``PipelineStore/markWritten(call:)``) it may have reached a
+    /// device already: a possible duplicate, counted `ambiguous`. Every take-over counts `resent_after_crash`. The job holds the lease as for ``admitted(language:)``.
+    case takenOver(language: String?, written: Bool = true)
     /// Settled as accepted before: do not send; settle it as ``OutcomeKind/deduped``.
     case deduped
     /// Another copy of this job id is between gate and settle right now: do not send it (the other copy

@@ -137,6 +137,9 @@ public struct RedisKeys: Sendable, Hashable {
     /// `<p>:owner:`; the owner id follows.
     public var ownerPrefix: String { "\(prefix):owner:" }
     public func owner(_ id: String) -> String { ownerPrefix + id }
+    /// The mark that a gate call's batch was handed to the transports (`<owner>/<call>`, design §2.2):
+    /// only such a batch's jobs may have reached a device when its process died.
+    public func written(_ holder: String) -> String { "{\(prefix)}:written:" + holder }
 
     /// `yyyyMMddHHmm` of the UTC minute holding `epochSeconds` (no Foundation calendar: this runs per batch).
     public static func minuteStamp(_ epochSeconds: Int64) -> String {

@@ -90,7 +90,9 @@ struct GateTests {
 
         // A dies: its heartbeat is gone (here at once; after a crash, when its TTL runs out).
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
-        #expect(try await storeB.gate(job) == [.takenOver(language: nil)])
+        // A never marked the batch written (it died between gate and send): nothing of it can have
+        // reached a device (issue 28).
+        #expect(try await storeB.gate(job) == [.takenOver(language: nil, written: false)])
         let taken = try await storeA.lease(jobID: "j", app: app, tokenHex: token(1))
         #expect(taken?.owner == "owner-b")
         let pttl = (taken?.expiresAtMs ?? 0) - Int64(Date().timeIntervalSince1970 * 1000)
@@ -115,6 +117,33 @@ struct GateTests {
     /// (server clock), not a key TTL. A lapsed lease is free even while its owner lives; a lease of a live
     /// owner is not; a crashed process's lapsed leases whose jobs never come back are deleted by the gate's
     /// sampling, and the hash expires one lease after its last write.
+    /// Issue 28 (8): a take-over is counted `ambiguous` only for a batch its dead owner had handed to
+    /// its transports: the gate call's written mark (one write per batch, before any byte is written).
+    @Test(arguments: RedisTestTarget.allCases)
+    func aTakeOverKnowsWhetherTheBatchWasWritten(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let client = try server.connection()
+        var a = PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "owner-a", ownerHeartbeat: .seconds(600))
+        let storeA = PipelineStore(client: client, configuration: a)
+        a.leaseOwner = "owner-b"
+        let storeB = PipelineStore(client: client, configuration: a)
+        try await storeA.beat()
+        try await storeB.beat()
+        // Two batches of A: the first handed to its transports (marked), the second not yet.
+        let written = [GateRequest(jobID: "w1", app: app, tokenHex: token(1)), GateRequest(jobID: "w2", app: app, tokenHex: token(2))]
+        let unwritten = [GateRequest(jobID: "u1", app: app, tokenHex: token(3))]
+        #expect(try await storeA.gate(written, call: "call-1") == [.admitted(language: nil), .admitted(language: nil)])
+        try await storeA.markWritten(call: "call-1")
+        #expect(try await storeA.gate(unwritten, call: "call-2") == [.admitted(language: nil)])
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
+        #expect(
+            try await storeB.gate(written + unwritten)
+                == [.takenOver(language: nil, written: true), .takenOver(language: nil, written: true), .takenOver(language: nil, written: false)])
+        #expect(try await client.send(RedisCommand("PTTL", storeA.keys.written("owner-a/call-1"))).integer ?? 0 > 590_000)
+        await client.close()
+    }
+
     @Test(arguments: RedisTestTarget.allCases)
     func lapsedLeasesAreFreeAndCollected(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
