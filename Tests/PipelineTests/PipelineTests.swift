@@ -274,7 +274,9 @@ struct PipelineTests {
         #expect(totals[.resentAfterCrash] > 0, "leases were taken over")
         #expect(Int64(duplicates) <= totals[.resentAfterCrash], "every duplicate is in the counted window")
         #expect(campaign["resent_after_crash"] == totals[.resentAfterCrash])
-        #expect(totals[.ambiguous] >= totals[.resentAfterCrash])
+        // `ambiguous` counts only what the dead process had handed to its transports (issue 28): still
+        // every duplicate.
+        #expect(Int64(duplicates) <= totals[.ambiguous], "every duplicate is counted ambiguous")
         print("kill -9: \(leased) leases left, recovered in \(recovery), resent_after_crash \(totals[.resentAfterCrash]), duplicates \(duplicates), in_flight_waits \(totals[.inFlightWaits])")
         await stack.stop()
     }
