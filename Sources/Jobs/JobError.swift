@@ -33,6 +33,8 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case invalidID = "invalid-id"
     /// No `app`, or not a non-empty string.
     case missingApp = "missing-app"
+    /// `app` is a string over 255 UTF-8 bytes (`JobDecoder.maxAppBytes`; no bundle id is that long).
+    case invalidApp = "invalid-app"
     /// `token` missing, not a string, not 64 hex characters.
     case invalidToken = "invalid-token"
     /// No `payload` (or `null`).
@@ -58,8 +60,12 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// `push_type` is not one of Apple's `apns-push-type` values, or does not fit the job: a `background`
     /// push must have priority 5 and a payload that shows nothing (only content-available).
     case invalidPushType = "invalid-push-type"
-    /// Registration: `registered_at` missing or not a whole number of epoch seconds (UInt32).
+    /// Registration: `registered_at` missing, not a whole number of epoch seconds (UInt32), or more than
+    /// a day ahead of the clock (`RegistrationDecoder.maxAhead`).
     case invalidRegisteredAt = "invalid-registered-at"
     /// Registration: `language` is not a string of at most 64 UTF-8 bytes.
     case invalidLanguage = "invalid-language"
+    /// A valid job (or registration) whose `app` is not one of the pipeline file's apps: decided by the
+    /// decoder, before anything touches Redis (issue 28).
+    case noCertificateForApp = "no-certificate-for-app"
 }

@@ -74,6 +74,8 @@ public final class PipelineRunner: Service, Sendable {
         storeConfig.dedupSubBuckets = c.redis.dedupSubBuckets
         storeConfig.tokenBuckets = c.redis.tokenBuckets
         storeConfig.ownerHeartbeat = .seconds(c.redis.ownerHeartbeatSeconds)
+        // Per-tag key names are cached for the configured apps only (the decoder refuses the others).
+        storeConfig.apps = Set(c.apps.map(\.bundleID))
         // This process's identity as a lease holder (logged, and on its heartbeat key).
         let owner = storeConfig.leaseOwner
         // Two connections: the gate's round trips and the settler's overlap instead of queueing behind
@@ -286,7 +288,9 @@ public final class PipelineRunner: Service, Sendable {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
         // Apple's limits differ by transport and push type: the decoder lets the largest through, and
         // each job is held to its own app's limit when its payload is encoded (gateAndSend).
-        let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit)
+        // Jobs for apps the pipeline file does not name are refused here, before the gate: an app name
+        // from a message never becomes a Redis key, a cached key table or a metric label (issue 28).
+        let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit, apps: KnownApps(configuration.apps.map(\.bundleID)))
         let decoding = Task {
             defer { handoff.finish() }
             // A campaign's jobs share their payload and alerts: read once, encoded once per variant.

@@ -49,6 +49,10 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// single Redis, which then gets all groups of a batch in one call (one round trip); the groups and
     /// their keys are the same either way.
     public var oneSlotPerCall: Bool
+    /// The apps whose per-tag key names this process keeps (``DedupSetNames``): the pipeline file's, so
+    /// the cache is bounded by configuration whatever app names reach the store (issue 28). nil: any
+    /// app, up to ``DedupSetNames/maxTablesForAnyApp`` tables; names of other apps are made per call.
+    public var apps: Set<String>? = nil
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
     /// The process that holds the leases this store's gate takes: its heartbeat key must live (see
@@ -128,7 +132,7 @@ public struct PipelineStore: Sendable {
         // The buckets a gate probes or a settle writes (retention ÷ width + 2), and one to spare.
         self.dedupSetNames = DedupSetNames(
             keys: keys, subBuckets: configuration.dedupSubBucketsPerTag,
-            liveBuckets: Int(configuration.dedupRetention.components.seconds / width) + 3)
+            liveBuckets: Int(configuration.dedupRetention.components.seconds / width) + 3, apps: configuration.apps)
     }
 
     public static func epochNow() -> Int64 { Int64(Date().timeIntervalSince1970) }
@@ -995,7 +999,8 @@ final class DedupExpiries: @unchecked Sendable {
         if keys.isEmpty { return }
         lock.lock()
         defer { lock.unlock() }
-        for key in keys {
+        // Serial 0: a table not kept (``DedupSetNames``), whose sets are given their expiry at every write.
+        for key in keys where key.table != DedupSetNames.unkeptSerial {
             if key.table >= given.count { given.append(contentsOf: repeatElement([], count: key.table + 1 - given.count)) }
             let word = key.subBucket / 64
             if word >= given[key.table].count { given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - given[key.table].count)) }
@@ -1053,7 +1058,9 @@ struct DedupSetID: Hashable {
 /// job: the gate names `probes` sets per job and the settle one per accepted job, and formatting them
 /// (`{<p>:<app>:<n>}:dedup:<bucket>:<sub>`) was ~5 % of `run`'s CPU (issue 14). Each table holds every
 /// sub-bucket's name of one (tag, bucket): 256 names with the defaults, ~12 KB; tables of buckets older
-/// than `liveBuckets` behind the newest are dropped.
+/// than `liveBuckets` behind the newest are dropped. Only tables of the configured apps' tags are kept
+/// (apps × token buckets × live buckets: bounded by the pipeline file); a table of any other tag is made
+/// for its call and dropped (issue 28: tags built from app names a producer invents grew without bound).
 final class DedupSetNames: @unchecked Sendable {
     /// The key names of one tag's sets in one time bucket, one per sub-bucket.
     final class Table: Sendable {
@@ -1102,23 +1109,37 @@ final class DedupSetNames: @unchecked Sendable {
     private let keys: RedisKeys
     private let subBuckets: Int
     private let liveBuckets: Int
+    /// The tags whose tables are kept; nil: any, up to ``maxTablesForAnyApp``.
+    private let keptTags: Set<String>?
     private let lock = NSLock()
     private var tables: [TableKey: Table] = [:]
     private var serial = 0
     private var newest = Int64.min
 
-    init(keys: RedisKeys, subBuckets: Int, liveBuckets: Int) {
+    /// The serial of a table that is not kept (never that of a kept one, which start at 1).
+    static let unkeptSerial = 0
+    /// Tables kept when the store is not told its apps (tools): ~12 MB with the defaults.
+    static let maxTablesForAnyApp = 1024
+
+    init(keys: RedisKeys, subBuckets: Int, liveBuckets: Int, apps: Set<String>? = nil) {
         self.keys = keys
         self.subBuckets = max(1, subBuckets)
         self.liveBuckets = max(1, liveBuckets)
+        self.keptTags = apps.map { apps in
+            Set(apps.flatMap { app in (0..<keys.tokenBuckets).map { keys.tokenTag(app: app, bucket: $0) } })
+        }
     }
 
     func table(tag: String, bucket: Int64) -> Table {
         let key = TableKey(tag: tag, bucket: bucket)
         if let known = lock.withLock({ tables[key] }) { return known }
         let names = (0..<subBuckets).map { keys.dedup(tag: tag, bucket: bucket, subBucket: $0) }
+        if let keptTags, !keptTags.contains(tag) { return Table(serial: Self.unkeptSerial, names: names) }
         return lock.withLock {
             if let raced = tables[key] { return raced }
+            if keptTags == nil, tables.count >= Self.maxTablesForAnyApp, bucket <= newest {
+                return Table(serial: Self.unkeptSerial, names: names)
+            }
             serial += 1
             let table = Table(serial: serial, names: names)
             tables[key] = table
