@@ -60,6 +60,9 @@ public struct PipelineConfiguration: Sendable {
         /// of a Redis Cluster to use instead of the one server at `url`; a few are enough, the client reads
         /// the rest from the cluster.
         public var cluster: [String]?
+        /// `redis.password`: replaces the password of `url` (or of the cluster nodes). Any characters,
+        /// no encoding: the place for a secret (`${file:/run/secrets/redis}`, `${REDIS_PASSWORD}`).
+        public var password: String?
         public var prefix = storeDefaults.keyPrefix
         public var dedupTTLHours = Int(storeDefaults.dedupRetention.components.seconds / 3600)
         /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 1 buckets
@@ -76,7 +79,11 @@ public struct PipelineConfiguration: Sendable {
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
 
         /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
-        public func target() throws -> RedisTarget { try RedisTarget(url: url, cluster: cluster) }
+        public func target() throws -> RedisTarget {
+            var target = try RedisTarget(url: url, cluster: cluster)
+            if let password { target.password = password }
+            return target
+        }
 
         /// A new, unconnected client of ``target()``.
         public func makeConnection(logger: Logger) throws -> any RedisConnection { try target().makeConnection(logger: logger) }
@@ -232,6 +239,12 @@ public struct PipelineConfiguration: Sendable {
         let r = try root.section("redis")
         c.redis.url = try r.string("url", default: c.redis.url)
         c.redis.cluster = try r.strings("cluster")
+        if let password = try r.string("password") {
+            guard !password.isEmpty else {
+                throw ConfigurationError(file: file, key: "redis.password", problem: "expected a password (is the file or variable it names empty?)")
+            }
+            c.redis.password = password
+        }
         if r.has("url") && c.redis.cluster != nil {
             throw ConfigurationError(file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
         }
@@ -352,6 +365,9 @@ public struct PipelineConfiguration: Sendable {
         try m.finish()
         try root.finish()
         c.secrets = root.substitution.secrets
+        // Redis passwords are secrets however they were written (in the URL or the key, literally or
+        // substituted): never logged in clear.
+        if let password = try? c.redis.target().password, !c.secrets.contains(password) { c.secrets.append(password) }
 
         // Files must be there now, not at the first notification.
         for (i, app) in c.apps.enumerated() {

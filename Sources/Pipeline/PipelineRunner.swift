@@ -169,6 +169,7 @@ public final class PipelineRunner: Service, Sendable {
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
                 "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")",
             ])
+        KeyFilePermissions.warn(c, logger: logger)
 
         // The heartbeat lives before the first lease is taken; other processes void this one's leases
         // once it stops beating (a crash), without waiting out the lease.

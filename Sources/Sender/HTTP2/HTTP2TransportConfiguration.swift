@@ -23,6 +23,8 @@ public enum HTTP2Authentication: Sendable {
             return try credentials.makeClientContext(applicationProtocols: ["h2"])
         case .token(_, let trustRootsPath):
             var tls = TLSConfiguration.makeClientConfiguration()
+            // swift-nio-ssl allows TLS 1.0 by default; Apple requires TLS 1.2 or later (issue 28).
+            tls.minimumTLSVersion = .tlsv12
             tls.certificateVerification = .fullVerification
             tls.applicationProtocols = ["h2"]
             if let trustRootsPath { tls.trustRoots = .file(trustRootsPath) }
