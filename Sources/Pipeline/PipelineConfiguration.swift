@@ -77,6 +77,18 @@ public struct PipelineConfiguration: Sendable {
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
         /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
+        /// `campaign_ttl_hours`: a campaign's keys (its hash, its job mark sets) expire this long after
+        /// its last activity. nil: `dedup_ttl_hours` + `dedup_bucket_hours`, the least it may be (a job's
+        /// mark must outlive its dedup record).
+        public var campaignTTLHours: Int?
+
+        /// `campaignTTLHours`, or its default.
+        public var effectiveCampaignTTLHours: Int { campaignTTLHours ?? dedupTTLHours + dedupBucketHours }
+
+        /// The store settings these keys fix (what every command's store needs to agree with `run`).
+        public func apply(to store: inout PipelineStoreConfiguration) {
+            store.campaignRetention = .seconds(effectiveCampaignTTLHours * 3600)
+        }
 
         /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
         public func target() throws -> RedisTarget {
@@ -263,6 +275,15 @@ public struct PipelineConfiguration: Sendable {
         c.redis.tokenBuckets = try r.int("token_buckets", default: c.redis.tokenBuckets, range: 1...16_384)
         c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
         c.redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: c.redis.ownerHeartbeatSeconds, range: 2...600)
+        if r.has("campaign_ttl_hours") {
+            let least = c.redis.dedupTTLHours + c.redis.dedupBucketHours
+            c.redis.campaignTTLHours = try r.int("campaign_ttl_hours", default: least, range: 1...24 * 3650)
+            guard c.redis.campaignTTLHours! >= least else {
+                throw ConfigurationError(
+                    file: file, key: "redis.campaign_ttl_hours",
+                    problem: "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(c.redis.campaignTTLHours!)")
+            }
+        }
         try r.finish()
 
         let g = try root.section("gateway")

@@ -76,6 +76,7 @@ public final class PipelineRunner: Service, Sendable {
         storeConfig.ownerHeartbeat = .seconds(c.redis.ownerHeartbeatSeconds)
         // Per-tag key names are cached for the configured apps only (the decoder refuses the others).
         storeConfig.apps = Set(c.apps.map(\.bundleID))
+        c.redis.apply(to: &storeConfig)
         // This process's identity as a lease holder (logged, and on its heartbeat key).
         let owner = storeConfig.leaseOwner
         // Two connections: the gate's round trips and the settler's overlap instead of queueing behind

@@ -53,6 +53,11 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// the cache is bounded by configuration whatever app names reach the store (issue 28). nil: any
     /// app, up to ``DedupSetNames/maxTablesForAnyApp`` tables; names of other apps are made per call.
     public var apps: Set<String>? = nil
+    /// How long a campaign's keys (`{<p>}:campaign:<id>`, its `jobs:published` and `jobs:counted` sets)
+    /// live after the campaign's last activity (a publish, a settled job): `redis.campaign_ttl_hours`.
+    /// nil: ``dedupRetention`` + one ``dedupBucketWidth``, the longest a dedup record lives (a job's
+    /// mark must outlive its dedup record); a shorter value is taken as that.
+    public var campaignRetention: Duration? = nil
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
     /// The process that holds the leases this store's gate takes: its heartbeat key must live (see
@@ -137,12 +142,15 @@ public struct PipelineStore: Sendable {
 
     public static func epochNow() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
-    /// How long a campaign's job marks (`…:jobs:published:*`, `…:jobs:counted:*`) live after their last
-    /// write: as long as the longest-lived dedup record, the mark of its accepted jobs. A campaign
+    /// How long a campaign's keys live after its last activity, in seconds (``PipelineStoreConfiguration/campaignRetention``):
+    /// its hash, and its job marks (`…:jobs:published:*`, `…:jobs:counted:*`) after their last write. At
+    /// least as long as the longest-lived dedup record, the mark of its accepted jobs. A campaign
     /// published again after that is a new run: its jobs are sent again (dedup expired) and count again,
-    /// in `jobs` as in `jobs_settled`.
+    /// in `jobs` as in `jobs_settled`. Each is given its expiry once per process and minute (a minute
+    /// longer), not per batch.
     public var jobMarkRetention: Int64 {
-        configuration.dedupRetention.components.seconds + max(1, configuration.dedupBucketWidth.components.seconds)
+        let dedup = configuration.dedupRetention.components.seconds + max(1, configuration.dedupBucketWidth.components.seconds)
+        return max(dedup, configuration.campaignRetention?.components.seconds ?? 0)
     }
 
     public static func newBatchID() -> String { UUID().uuidString.lowercased() }
@@ -457,6 +465,18 @@ public struct PipelineStore: Sendable {
             counters.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
         }
         counters.countedTTL = jobMarkRetention
+        // Campaign hashes live jobMarkRetention after their last activity: given their expiry once per
+        // process and minute (a minute longer), like the mark sets, not per batch (issue 28: they never
+        // expired).
+        var refreshed: [String] = []
+        for campaign in Set(tally.campaigns.compactMap { $0 }).union(batch.campaignEvents.keys)
+        where !markExpiries.isGiven(campaign: campaign, set: MarkExpiries.hashSet, now: batch.settledAt) {
+            counters.expire(keys.campaign(campaign), seconds: jobMarkRetention + MarkExpiries.memory)
+            refreshed.append(campaign)
+        }
+        func noteRefreshed(_ applied: Bool) {
+            if applied { for campaign in refreshed { markExpiries.markGiven(campaign: campaign, sets: [MarkExpiries.hashSet]) } }
+        }
 
         let groups = parts.map { $0.group(markerTTL: configuration.partMarkerRetention.components.seconds) }
         if !configuration.oneSlotPerCall && !partsOnly {
@@ -478,6 +498,7 @@ public struct PipelineStore: Sendable {
             else { throw RedisError.unexpectedReply("settle: \(reply)") }
             _ = try tagResults(tagReplies)
             markExpiries(parts)
+            noteRefreshed(applied == 1)
             return noteApplied(applied == 1, operation: "settle")
         }
         // Redis Cluster: each token slot's part, then the counters with the parts' results.
@@ -489,6 +510,7 @@ public struct PipelineStore: Sendable {
         let countersCall = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: flags)
         let reply = try await eval(Scripts.counters, keys: countersCall.keys, arguments: countersCall.arguments)
         guard let applied = reply.integer else { throw RedisError.unexpectedReply("settle counters: \(reply)") }
+        noteRefreshed(applied == 1)
         return noteApplied(applied == 1, operation: "settle")
     }
 
@@ -572,6 +594,9 @@ public struct PipelineStore: Sendable {
             RedisCommand("HSET", key, CampaignField.publishStartedMs.rawValue, String(nowMs)),
             RedisCommand("HSETNX", key, CampaignField.jobMarkSets.rawValue, String(sets)),
             RedisCommand("HGET", key, CampaignField.jobMarkSets.rawValue),
+            // The hash lives jobMarkRetention after the campaign's last activity (finishPublish and the
+            // settles refresh it).
+            RedisCommand("EXPIRE", key, String(jobMarkRetention + MarkExpiries.memory)),
         ])
         guard let stored = replies[2].integer, stored > 0 else { throw RedisError.unexpectedReply("job_mark_sets: \(replies[2])") }
         return Int(stored)
@@ -579,7 +604,11 @@ public struct PipelineStore: Sendable {
 
     /// Ends a publish of `campaign` (`publish_finished_ms`).
     public func finishPublish(campaign: String, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws {
-        _ = try await command(RedisCommand("HSET", keys.campaign(campaign), CampaignField.publishFinishedMs.rawValue, String(nowMs)))
+        let key = keys.campaign(campaign)
+        _ = try await commands([
+            RedisCommand("HSET", key, CampaignField.publishFinishedMs.rawValue, String(nowMs)),
+            RedisCommand("EXPIRE", key, String(jobMarkRetention + MarkExpiries.memory)),
+        ])
     }
 
     /// Records a batch of published jobs: `messages` (default: one per id) to `published`, and the ids
@@ -632,6 +661,7 @@ public struct PipelineStore: Sendable {
     public func incrementPublished(campaign: String, by count: Int) async throws {
         var counters = CounterWrites(marker: keys.batch(Self.newBatchID()))
         counters.increment(keys.campaign(campaign), "published", Int64(count))
+        counters.expire(keys.campaign(campaign), seconds: jobMarkRetention + MarkExpiries.memory)
         try await applyCounters(counters, operation: "published")
     }
 
@@ -1032,6 +1062,8 @@ final class MarkExpiries: @unchecked Sendable {
     private var given: [String: Set<Int>] = [:]
     private var window = ExpiryWindow()
     static let memory = ExpiryWindow.seconds
+    /// The "set" that stands for the campaign's hash (`{<p>}:campaign:<id>`): mark sets are 0…n−1.
+    static let hashSet = -1
 
     func isGiven(campaign: String, set: Int, now: Int64) -> Bool {
         lock.lock()
