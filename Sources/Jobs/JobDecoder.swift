@@ -494,7 +494,10 @@ public struct JobDecoder: Sendable {
         // app against the pipeline file: last, so a job with another fault reports that one (the job is
         // otherwise valid: it names an app this pipeline has no certificate for).
         if let apps, !f.appIsKnown, !apps.contains(appName) {
-            throw JobError(.noCertificateForApp, "no app entry in the pipeline file has the bundle id \"\(appName)\"")
+            var refusal = JobError(.noCertificateForApp, "no app entry in the pipeline file has the bundle id \"\(appName)\"")
+            refusal.jobID = jobID
+            refusal.campaign = campaignName
+            throw refusal
         }
 
         return Job(

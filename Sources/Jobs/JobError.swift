@@ -4,6 +4,10 @@
 public struct JobError: Error, Sendable, Equatable, CustomStringConvertible {
     public var reason: JobErrorReason
     public var detail: String
+    /// For `no-certificate-for-app` (a job valid but for its app): its id and campaign, so the refusal
+    /// is still counted in the campaign's progress, each job once. nil otherwise.
+    public var jobID: String?
+    public var campaign: String?
 
     public init(reason: JobErrorReason, detail: String) {
         self.reason = reason

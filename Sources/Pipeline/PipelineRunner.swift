@@ -318,7 +318,13 @@ public final class PipelineRunner: Service, Sendable {
                         d.jobMessages.append(index)
                     } catch {
                         let m = batch[index]
-                        d.deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
+                        // A job valid but for its app keeps its id and campaign: counted in the campaign's
+                        // progress, as when the router refused it. Its app is no label or key (issue 28).
+                        d.deadLetters.append(
+                            (
+                                m, error.reason.rawValue,
+                                Redis.Outcome(jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
+                            ))
                         logger.debug(
                             "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
                     }

@@ -25,6 +25,10 @@ import Testing
         let other = Fixtures.job(["app": #""com.example.other""#])
         #expect(error(other, apps: apps)?.reason == .noCertificateForApp)
         #expect(error(other, apps: apps)?.detail.contains("com.example.other") == true)
+        // The refusal keeps the job's id and campaign (its campaign's progress counts it).
+        let inCampaign = error(Fixtures.job(["app": #""com.example.other""#, "campaign": #""spring""#]), apps: apps)
+        #expect(inCampaign?.jobID == "spring-sale:000001" && inCampaign?.campaign == "spring")
+        #expect(error(Fixtures.job(["token": #""12""#]), apps: apps)?.jobID == nil)
         // Without apps (a tool that only checks jobs) any app goes.
         #expect(error(other) == nil)
         // Configured apps, spelled plainly or with an escape.

@@ -29,6 +29,11 @@ import TestSupport
             })
         try await stack.publish(campaign: "v", template: template, tokens: valid)
         try await stack.publishRaw((0..<2000).map { job("unknown-\($0)", app: "com.hostile.app\($0)") })
+        // A campaign published for an app the file does not name: its refusals still count in its progress.
+        let misnamed = (0..<10).map {
+            #"{"id":"h:\#($0)","app":"com.hostile.campaign","token":"\#(token($0).hex)","campaign":"h","payload":{"aps":{"alert":"x"}}}"#
+        }
+        try await stack.publishRaw(misnamed)
         // A registration for an unknown app, and one dated far ahead: refused, no keys.
         try await stack.publishRaw(
             [
@@ -39,9 +44,9 @@ import TestSupport
         try await stack.waitAccepted("v", count: 500)
         var counted: Int64 = 0
         do {
-            try await eventually("\(bigJobs + 2000) dead letters counted") {
+            try await eventually("\(bigJobs + 2010) dead letters counted") {
                 counted = try await stack.store.readStats().totals[.deadLettered]
-                return counted == Int64(bigJobs + 2000)
+                return counted == Int64(bigJobs + 2010)
             }
         } catch {
             Issue.record("dead letters counted: \(counted), failures \(try await stack.store.readStats().totals[.deadLetterFailures])")
@@ -56,7 +61,7 @@ import TestSupport
                 sessionTimeout: .seconds(6)), logger: testLogger)
         var letters: [String: [String]] = [:]
         var registrationLetters: [String] = []
-        try await eventually("\(bigJobs + 2002) dead letters read") {
+        try await eventually("\(bigJobs + 2012) dead letters read") {
             if let batch = await dlq.nextBatch() {
                 for m in batch {
                     let reason = m.headers.first(named: "reason")?.stringValue ?? "?"
@@ -68,12 +73,15 @@ import TestSupport
                     letters[id, default: []].append(reason)
                 }
             }
-            return letters.count + registrationLetters.count >= bigJobs + 2002
+            return letters.count + registrationLetters.count >= bigJobs + 2012
         }
         await dlq.close()
-        #expect(letters.count == bigJobs + 2000 && letters.values.allSatisfy { $0.count == 1 }, "each once")
+        #expect(letters.count == bigJobs + 2010 && letters.values.allSatisfy { $0.count == 1 }, "each once")
         #expect((0..<bigJobs).allSatisfy { letters["big-\($0)"] == ["invalid-app"] })
         #expect((0..<2000).allSatisfy { letters["unknown-\($0)"] == ["no-certificate-for-app"] })
+        #expect((0..<10).allSatisfy { letters["h:\($0)"] == ["no-certificate-for-app"] })
+        let h = try await stack.campaign("h")
+        #expect(h["dead_lettered"] == 10 && h["jobs_dead_lettered"] == 10 && h["jobs_settled"] == 10, "\(h)")
         #expect(registrationLetters.sorted() == ["invalid-registered-at", "no-certificate-for-app"])
 
         // No key names an unknown app (nor the big one); the valid app's keys are there.
