@@ -41,6 +41,8 @@ public final class GatewaySimulator: Sendable {
         // Client certificates are required and must chain to the configured CA ("connection trust").
         serverTLS.certificateVerification = .noHostnameVerification
         serverTLS.trustRoots = .file(tls.clientCAPath)
+        // As Apple's servers: TLS 1.2 or later (swift-nio-ssl allows 1.0 by default; RFC 8996).
+        serverTLS.minimumTLSVersion = .tlsv12
         let sslContext = try NIOSSLContext(configuration: serverTLS)
 
         let gateway = try await bootstrap(sslContext: sslContext, role: .gateway)

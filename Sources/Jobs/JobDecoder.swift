@@ -8,11 +8,12 @@ import APNsProtocol
 ///   twice is `invalid-json` (ambiguous). Unknown top-level keys are ignored (forward compatible:
 ///   producers may add keys before the pipeline knows them). `null` counts as absent.
 /// - `id`: a string of 1…128 UTF-8 bytes (`missing-id`, `invalid-id`);
-/// - `app`: a non-empty string (`missing-app`);
+/// - `app`: a non-empty string (`missing-app`) of at most 255 UTF-8 bytes (`invalid-app`);
 /// - `token`: 64 hex characters, any case (`invalid-token`, also when missing);
 /// - `payload`: an object with an `aps` object whose Table 3-1/3-2 keys have their types
 ///   (`missing-payload`, `invalid-payload`);
-/// - `alerts` (optional): an object of language → alert string or alert dictionary (`invalid-alerts`);
+/// - `alerts` (optional): an object of language (1…64 bytes) → alert string or alert dictionary
+///   (`invalid-alerts`);
 /// - `priority` (optional, default 10): the number 10, 5 or 1 (`invalid-priority`); the push type's
 ///   rules (`checkPushTypeRules`: a Live Activity's payload per event, `invalid-live-activity`; its
 ///   priority 10 or 5; priority 1 never for a payload that shows nothing);
@@ -26,21 +27,54 @@ import APNsProtocol
 /// - priority 10 with an `aps` holding only `content-available` (`priority-10-content-available-only`;
 ///   the default priority is 10, so such a job must say `"priority": 5`);
 /// - the compact payload, and the payload with each `alerts` variant in place of its alert, fit
-///   `payloadLimit` (`payload-too-large`).
+///   `payloadLimit` (`payload-too-large`);
+/// - with `apps` given (as `run` and `send` do), `app` is one of them (`no-certificate-for-app`).
+///
+/// Every string field has a byte limit (`docs/design.md §3.2`). Through `decode(_:now:templates:)` (the
+/// path `run` and `send` take) a string key's value is measured in the message before it is copied:
+/// one far over its limit is refused without being built (issue 28: a 400 kB `app` became key names,
+/// cache entries and metric labels), and the values of unknown keys are checked as JSON but never built.
 public struct JobDecoder: Sendable {
     /// Checked on the compact encoding of the payload (2048 for the binary interface, 4096 for HTTP/2).
     public var payloadLimit: Int = PayloadLimits.default.command2
     /// Expiry of a job that gives none: `now` plus this.
     public var defaultTimeToLive: UInt32 = 86_400
 
+    /// The apps jobs may name (the pipeline file's); nil: any (a tool that only checks jobs).
+    public var apps: KnownApps?
+
     public static let maxIDBytes = 128
+    /// A bundle id is a reverse-DNS name: a DNS name is at most 255 bytes (RFC 1035 §2.3.4), and no
+    /// app id is near that. Far above any real one, far below what hurts a key name or a label.
+    public static let maxAppBytes = 255
     public static let maxCampaignBytes = 128
     /// Apple: "The value of this key must not exceed 64 bytes."
     public static let maxCollapseIDBytes = 64
+    /// A language tag (`alerts` keys; registrations use the same limit): BCP 47 tags in use are far shorter.
+    public static let maxLanguageBytes = 64
+    /// `push_type` must be one of Apple's names (the longest has 12 bytes): anything longer is refused
+    /// unread.
+    public static let maxPushTypeBytes = 32
+    /// `token`: 64 hex characters.
+    public static let maxTokenBytes = 64
 
-    public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400) {
+    public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400, apps: KnownApps? = nil) {
         self.payloadLimit = payloadLimit
         self.defaultTimeToLive = defaultTimeToLive
+        self.apps = apps
+    }
+
+    /// The byte limit of a top-level string key read from its bytes, nil for other keys.
+    static func stringLimit(_ key: String) -> Int? {
+        switch key {
+        case "id": maxIDBytes
+        case "app": maxAppBytes
+        case "token": maxTokenBytes
+        case "campaign": maxCampaignBytes
+        case "collapse_id": maxCollapseIDBytes
+        case "push_type": maxPushTypeBytes
+        default: nil
+        }
     }
 
     /// Decodes and validates one job message; `now` is epoch seconds.
@@ -80,27 +114,50 @@ public struct JobDecoder: Sendable {
                     switch key {
                     case "payload": rawPayload != nil
                     case "alerts": rawAlerts != nil
-                    case "token": f.token != nil
-                    default: f.app != nil
+                    default: f.has(key)
                     }
                 if seen { throw JobError(.invalidJSON, "the key \"\(key)\" appears more than once") }
                 switch key {
                 case "payload": rawPayload = r; continue
                 case "alerts": rawAlerts = r; continue
-                case "token":
-                    if let inner = Self.plainString(slice(r)) {
-                        f.token = .string("")  // marks it present; the token itself is read from the bytes
-                        f.tokenBytes = inner
-                        continue
-                    }
-                case "app":
-                    if let inner = Self.plainString(slice(r)) {
-                        f.app = .string(inner.isEmpty ? "" : templates.app(inner))
-                        continue
-                    }
                 default: break
                 }
-                value = Self.materialize(slice(r))
+                // An unknown key: checked as JSON by the parser, ignored, never built.
+                guard let limit = Self.stringLimit(key) else { continue }
+                let raw = slice(r)
+                if raw.count >= 2, raw[0] == UInt8(ascii: "\"") {
+                    let inner = UnsafeRawBufferPointer(rebasing: raw[1..<(raw.count - 1)])
+                    let plain = !inner.contains(UInt8(ascii: "\\"))
+                    // Unescaped, the bytes are the string; with escapes its size is counted from them.
+                    // Past the limit: refused without building it.
+                    if inner.count > limit, case let n = plain ? inner.count : Self.unescapedCount(inner), n > limit {
+                        try f.take(key, .string(""))  // present; the validation reports its size
+                        f.oversized.append((key, n))
+                        continue
+                    }
+                    if plain {
+                        switch key {
+                        case "token":
+                            f.token = .string("")  // marks it present; the token itself is read from the bytes
+                            f.tokenBytes = inner
+                        case "app":
+                            if let apps {
+                                if let known = apps.find(inner) {
+                                    f.app = .string(known)
+                                    f.appIsKnown = true
+                                } else {
+                                    f.app = .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self))
+                                }
+                            } else {
+                                f.app = .string(inner.isEmpty ? "" : templates.app(inner))
+                            }
+                        default:
+                            try f.take(key, .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self)))
+                        }
+                        continue
+                    }
+                }
+                value = Self.materialize(raw)
             }
             try f.take(key, value)
         }
@@ -126,11 +183,49 @@ public struct JobDecoder: Sendable {
         return try validate(f, now: now)
     }
 
-    /// Top-level keys `decode(_:now:templates:)` reads from their bytes (a switch: no hashing per key).
+    /// The UTF-8 bytes of the string whose JSON contents (between the quotes, escapes and all) are
+    /// `inner`, counted without building it. `inner` was checked by the parser: escapes are whole,
+    /// surrogates paired.
+    static func unescapedCount(_ inner: UnsafeRawBufferPointer) -> Int {
+        func hex(_ at: Int) -> UInt32 {
+            var v: UInt32 = 0
+            for k in at..<(at + 4) {
+                let c = UInt32(inner[k])
+                v = v << 4 | (c <= 57 ? c - 48 : (c | 0x20) - 87)
+            }
+            return v
+        }
+        var n = 0
+        var i = 0
+        while i < inner.count {
+            guard inner[i] == UInt8(ascii: "\\") else {
+                n += 1
+                i += 1
+                continue
+            }
+            guard inner[i + 1] == UInt8(ascii: "u") else {
+                n += 1
+                i += 2
+                continue
+            }
+            let v = hex(i + 2)
+            if (0xD800...0xDBFF).contains(v) {
+                n += 4  // with its low surrogate: one scalar beyond the BMP
+                i += 12
+            } else {
+                n += v < 0x80 ? 1 : v < 0x800 ? 2 : 3
+                i += 6
+            }
+        }
+        return n
+    }
+
+    /// Top-level keys `decode(_:now:templates:)` reads from their bytes: all but the two numbers (a
+    /// switch: no hashing per key). Unknown keys are among them, so their values are never built.
     static func isRawKey(_ key: String) -> Bool {
         switch key {
-        case "payload", "alerts", "token", "app": true
-        default: false
+        case "expiry", "priority": false
+        default: true
         }
     }
 
@@ -181,6 +276,31 @@ public struct JobDecoder: Sendable {
         var pushType: JSONValue?
         /// Payload and alerts already read (then `payload` only marks the payload present).
         var template: JobTemplate?
+        /// String keys whose value was too long to build, with its size in the message (the key itself
+        /// holds an empty string, marking it present).
+        var oversized: [(key: String, bytes: Int)] = []
+        /// `app` was found among the decoder's `apps` while reading it.
+        var appIsKnown = false
+
+        /// The size in the message of `key`'s value, when it was too long to build.
+        func oversize(_ key: String) -> Int? {
+            oversized.first { $0.key == key }?.bytes
+        }
+
+        /// Whether a known key other than `payload`/`alerts` was given.
+        func has(_ key: String) -> Bool {
+            switch key {
+            case "id": id != nil
+            case "app": app != nil
+            case "token": token != nil
+            case "expiry": expiry != nil
+            case "priority": priority != nil
+            case "campaign": campaign != nil
+            case "collapse_id": collapseID != nil
+            case "push_type": pushType != nil
+            default: false
+            }
+        }
 
         mutating func take(_ key: String, _ value: JSONValue) throws(JobError) {
             switch key {
@@ -214,6 +334,9 @@ public struct JobDecoder: Sendable {
             (f.id, f.app, f.token, f.payload, f.alerts, f.expiry, f.priority, f.campaign, f.collapseID, f.pushType)
 
         // id
+        if let n = f.oversize("id") {
+            throw JobError(.invalidID, "id must be 1…\(Self.maxIDBytes) UTF-8 bytes, got \(n)")
+        }
         guard let idValue = id.flatMap(Self.nonNull) else { throw JobError(.missingID, "the job has no id") }
         guard case .string(let jobID) = idValue else {
             throw JobError(.invalidID, "id must be a string, got \(Self.kind(idValue))")
@@ -224,12 +347,22 @@ public struct JobDecoder: Sendable {
         }
 
         // app
+        if let n = f.oversize("app") {
+            throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(n)")
+        }
         guard let appValue = app.flatMap(Self.nonNull) else { throw JobError(.missingApp, "the job has no app") }
         guard case .string(let appName) = appValue, !appName.isEmpty else {
             throw JobError(.missingApp, "app must be a non-empty string (the bundle id), got \(Self.kind(appValue))")
         }
+        let appBytes = appName.utf8.count
+        guard appBytes <= Self.maxAppBytes else {
+            throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(appBytes)")
+        }
 
         // token
+        if let n = f.oversize("token") {
+            throw JobError(.invalidToken, "token: device token must be 64 hex characters, got \(n)")
+        }
         guard let tokenValue = token.flatMap(Self.nonNull) else { throw JobError(.invalidToken, "the job has no token") }
         guard case .string(let tokenHex) = tokenValue else {
             throw JobError(.invalidToken, "token must be a string of 64 hex characters, got \(Self.kind(tokenValue))")
@@ -260,6 +393,12 @@ public struct JobDecoder: Sendable {
 
         // push type (before priority: a background push defaults to priority 5)
         var jobPushType: APNsPushType?
+        if f.oversize("push_type") != nil {
+            // As `text` renders a string this long: by its kind.
+            throw JobError(
+                .invalidPushType,
+                "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.kind(.string("")))")
+        }
         if let pushTypeValue = pushType.flatMap(Self.nonNull) {
             guard case .string(let name) = pushTypeValue, let known = APNsPushType(rawValue: name) else {
                 throw JobError(
@@ -299,6 +438,9 @@ public struct JobDecoder: Sendable {
 
         // campaign
         var campaignName: String?
+        if let n = f.oversize("campaign") {
+            throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
+        }
         if let campaignValue = campaign.flatMap(Self.nonNull) {
             guard case .string(let name) = campaignValue else {
                 throw JobError(.invalidCampaign, "campaign must be a string, got \(Self.kind(campaignValue))")
@@ -312,6 +454,10 @@ public struct JobDecoder: Sendable {
 
         // collapse id
         var jobCollapseID: String?
+        if let n = f.oversize("collapse_id") {
+            throw JobError(
+                .invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
+        }
         if let collapseValue = collapseID.flatMap(Self.nonNull) {
             guard case .string(let text) = collapseValue else {
                 throw JobError(.invalidCollapseID, "collapse_id must be a string, got \(Self.kind(collapseValue))")
@@ -349,6 +495,15 @@ public struct JobDecoder: Sendable {
             if let error = template.sizeError { throw error }
         } else {
             try checkSize(typedPayload, localized)
+        }
+
+        // app against the pipeline file: last, so a job with another fault reports that one (the job is
+        // otherwise valid: it names an app this pipeline has no certificate for).
+        if let apps, !f.appIsKnown, !apps.contains(appName) {
+            var refusal = JobError(.noCertificateForApp, "no app entry in the pipeline file has the bundle id \"\(appName)\"")
+            refusal.jobID = jobID
+            refusal.campaign = campaignName
+            throw refusal
         }
 
         return Job(
@@ -412,6 +567,9 @@ public struct JobDecoder: Sendable {
         alerts.reserveCapacity(members.count)
         for (language, alertValue) in members {
             guard !language.isEmpty else { throw JobError(.invalidAlerts, "alerts has an empty language key") }
+            guard language.utf8.count <= maxLanguageBytes else {
+                throw JobError(.invalidAlerts, "alerts has a language key of \(language.utf8.count) bytes, over \(maxLanguageBytes)")
+            }
             let alert: Alert
             switch alertValue {
             case .string(let s):

@@ -4,6 +4,10 @@
 public struct JobError: Error, Sendable, Equatable, CustomStringConvertible {
     public var reason: JobErrorReason
     public var detail: String
+    /// For `no-certificate-for-app` (a job valid but for its app): its id and campaign, so the refusal
+    /// is still counted in the campaign's progress, each job once. nil otherwise.
+    public var jobID: String?
+    public var campaign: String?
 
     public init(reason: JobErrorReason, detail: String) {
         self.reason = reason
@@ -33,6 +37,8 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case invalidID = "invalid-id"
     /// No `app`, or not a non-empty string.
     case missingApp = "missing-app"
+    /// `app` is a string over 255 UTF-8 bytes (`JobDecoder.maxAppBytes`; no bundle id is that long).
+    case invalidApp = "invalid-app"
     /// `token` missing, not a string, not 64 hex characters.
     case invalidToken = "invalid-token"
     /// No `payload` (or `null`).
@@ -65,8 +71,12 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// `push_type` `liveactivity` or `location` for an app that cannot send it: Apple serves those push
     /// types over token authentication only (decided when the job reaches its app, not by the decoder).
     case pushTypeNeedsTokenAuth = "push-type-needs-token-auth"
-    /// Registration: `registered_at` missing or not a whole number of epoch seconds (UInt32).
+    /// Registration: `registered_at` missing, not a whole number of epoch seconds (UInt32), or more than
+    /// a day ahead of the clock (`RegistrationDecoder.maxAhead`).
     case invalidRegisteredAt = "invalid-registered-at"
     /// Registration: `language` is not a string of at most 64 UTF-8 bytes.
     case invalidLanguage = "invalid-language"
+    /// A valid job (or registration) whose `app` is not one of the pipeline file's apps: decided by the
+    /// decoder, before anything touches Redis (issue 28).
+    case noCertificateForApp = "no-certificate-for-app"
 }

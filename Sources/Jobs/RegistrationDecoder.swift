@@ -20,14 +20,21 @@ public struct RegistrationEvent: Sendable, Equatable {
 
 /// Decodes `{"app": "…", "token": "<64 hex>", "registered_at": <epoch s>, "language": "fr"}`.
 /// Unknown keys are ignored, known keys given twice are `invalid-json`, like jobs.
+///
+/// Pure: the clock is passed in. `registered_at` may be at most `maxAhead` seconds after `now`
+/// (`invalid-registered-at`): a registration from the future would lift every later suppression of its
+/// token until then, so a bad clock or a hostile producer could make a token impossible to suppress.
+/// With `apps` given, `app` must be one of them (`no-certificate-for-app`), checked last like jobs.
 public enum RegistrationDecoder {
-    public static let maxLanguageBytes = 64
+    public static let maxLanguageBytes = JobDecoder.maxLanguageBytes
+    /// How far ahead of the clock `registered_at` may be: a day, far beyond any clock skew.
+    public static let maxAhead: UInt32 = 86_400
 
-    public static func decode(_ bytes: [UInt8]) throws(JobError) -> RegistrationEvent {
-        try bytes.withUnsafeBytes { raw in Result { () throws(JobError) in try decode(raw) } }.get()
+    public static func decode(_ bytes: [UInt8], now: UInt32, apps: KnownApps? = nil) throws(JobError) -> RegistrationEvent {
+        try bytes.withUnsafeBytes { raw in Result { () throws(JobError) in try decode(raw, now: now, apps: apps) } }.get()
     }
 
-    public static func decode(_ bytes: UnsafeRawBufferPointer) throws(JobError) -> RegistrationEvent {
+    public static func decode(_ bytes: UnsafeRawBufferPointer, now: UInt32, apps: KnownApps? = nil) throws(JobError) -> RegistrationEvent {
         let json = try JobDecoder.parse(bytes)
         guard case .object(let members) = json else {
             throw JobError(.notAnObject, "a registration is a JSON object, got \(JobDecoder.kind(json))")
@@ -51,6 +58,9 @@ public enum RegistrationDecoder {
         guard case .string(let appName) = appValue, !appName.isEmpty else {
             throw JobError(.missingApp, "app must be a non-empty string (the bundle id), got \(JobDecoder.kind(appValue))")
         }
+        guard appName.utf8.count <= JobDecoder.maxAppBytes else {
+            throw JobError(.invalidApp, "app must be at most \(JobDecoder.maxAppBytes) UTF-8 bytes (a bundle id), got \(appName.utf8.count)")
+        }
         guard let tokenValue = token.flatMap(JobDecoder.nonNull) else {
             throw JobError(.invalidToken, "the registration has no token")
         }
@@ -71,6 +81,11 @@ public enum RegistrationDecoder {
                 .invalidRegisteredAt,
                 "registered_at must be a whole number of epoch seconds in 0…\(UInt32.max), got \(JobDecoder.text(atValue))")
         }
+        let (latest, overflow) = now.addingReportingOverflow(maxAhead)
+        if !overflow, at > latest {
+            throw JobError(
+                .invalidRegisteredAt, "registered_at \(at) is \(at - now) s ahead of the clock (now \(now)); at most \(maxAhead) s is allowed")
+        }
         var lang: String?
         if let languageValue = language.flatMap(JobDecoder.nonNull) {
             guard case .string(let s) = languageValue, s.utf8.count <= maxLanguageBytes else {
@@ -79,6 +94,9 @@ public enum RegistrationDecoder {
             }
             lang = s.isEmpty ? nil : s
         }
-        return RegistrationEvent(app: appName, token: deviceToken, registeredAt: at, language: lang)
+        if let apps, !apps.contains(appName) {
+            throw JobError(.noCertificateForApp, "no app entry in the pipeline file has the bundle id \"\(appName)\"")
+        }
+                return RegistrationEvent(app: appName, token: deviceToken, registeredAt: at, language: lang)
     }
 }

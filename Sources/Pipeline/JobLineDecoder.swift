@@ -35,7 +35,8 @@ public final class JobLineDecoder {
 
     public init(app: String, payloadLimit: Int, jobIDKey: String? = nil) {
         self.app = app
-        self.decoder = JobDecoder(payloadLimit: payloadLimit)
+        // The decoder refuses other apps itself, before building their names (issue 28).
+        self.decoder = JobDecoder(payloadLimit: payloadLimit, apps: KnownApps([app]))
         self.encoder = PayloadEncoder(limit: payloadLimit)
         self.jobIDKey = jobIDKey
     }
@@ -44,15 +45,15 @@ public final class JobLineDecoder {
     public func notification(_ line: UnsafeRawBufferPointer, now: UInt32) -> Result<PushNotification, Refusal> {
         do throws(JobError) {
             let job = try decoder.decode(line, now: now, templates: templates)
-            guard job.app == app else {
-                return .failure(Refusal(reason: "app-mismatch", detail: "job is for \(job.app), this pool sends for \(app)"))
-            }
             let payload = try job.encodedPayload(language: nil, encoder: encoder, jobIDKey: jobIDKey)
             return .success(
                 PushNotification(
                     jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
                     campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType?.rawValue))
         } catch {
+            if error.reason == .noCertificateForApp {
+                return .failure(Refusal(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)"))
+            }
             return .failure(Refusal(reason: error.reason.rawValue, detail: error.detail))
         }
     }

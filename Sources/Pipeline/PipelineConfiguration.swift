@@ -60,6 +60,9 @@ public struct PipelineConfiguration: Sendable {
         /// of a Redis Cluster to use instead of the one server at `url`; a few are enough, the client reads
         /// the rest from the cluster.
         public var cluster: [String]?
+        /// `redis.password`: replaces the password of `url` (or of the cluster nodes). Any characters,
+        /// no encoding: the place for a secret (`${file:/run/secrets/redis}`, `${REDIS_PASSWORD}`).
+        public var password: String?
         public var prefix = storeDefaults.keyPrefix
         public var dedupTTLHours = Int(storeDefaults.dedupRetention.components.seconds / 3600)
         /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 1 buckets
@@ -74,9 +77,25 @@ public struct PipelineConfiguration: Sendable {
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
         /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
+        /// `campaign_ttl_hours`: a campaign's keys (its hash, its job mark sets) expire this long after
+        /// its last activity. nil: `dedup_ttl_hours` + `dedup_bucket_hours`, the least it may be (a job's
+        /// mark must outlive its dedup record).
+        public var campaignTTLHours: Int?
+
+        /// `campaignTTLHours`, or its default.
+        public var effectiveCampaignTTLHours: Int { campaignTTLHours ?? dedupTTLHours + dedupBucketHours }
+
+        /// The store settings these keys fix (what every command's store needs to agree with `run`).
+        public func apply(to store: inout PipelineStoreConfiguration) {
+            store.campaignRetention = .seconds(effectiveCampaignTTLHours * 3600)
+        }
 
         /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
-        public func target() throws -> RedisTarget { try RedisTarget(url: url, cluster: cluster) }
+        public func target() throws -> RedisTarget {
+            var target = try RedisTarget(url: url, cluster: cluster)
+            if let password { target.password = password }
+            return target
+        }
 
         /// A new, unconnected client of ``target()``.
         public func makeConnection(logger: Logger) throws -> any RedisConnection { try target().makeConnection(logger: logger) }
@@ -244,6 +263,12 @@ public struct PipelineConfiguration: Sendable {
         let r = try root.section("redis")
         c.redis.url = try r.string("url", default: c.redis.url)
         c.redis.cluster = try r.strings("cluster")
+        if let password = try r.string("password") {
+            guard !password.isEmpty else {
+                throw ConfigurationError(file: file, key: "redis.password", problem: "expected a password (is the file or variable it names empty?)")
+            }
+            c.redis.password = password
+        }
         if r.has("url") && c.redis.cluster != nil {
             throw ConfigurationError(file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
         }
@@ -262,6 +287,15 @@ public struct PipelineConfiguration: Sendable {
         c.redis.tokenBuckets = try r.int("token_buckets", default: c.redis.tokenBuckets, range: 1...16_384)
         c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
         c.redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: c.redis.ownerHeartbeatSeconds, range: 2...600)
+        if r.has("campaign_ttl_hours") {
+            let least = c.redis.dedupTTLHours + c.redis.dedupBucketHours
+            c.redis.campaignTTLHours = try r.int("campaign_ttl_hours", default: least, range: 1...24 * 3650)
+            guard c.redis.campaignTTLHours! >= least else {
+                throw ConfigurationError(
+                    file: file, key: "redis.campaign_ttl_hours",
+                    problem: "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(c.redis.campaignTTLHours!)")
+            }
+        }
         try r.finish()
 
         let g = try root.section("gateway")
@@ -370,6 +404,9 @@ public struct PipelineConfiguration: Sendable {
         try m.finish()
         try root.finish()
         c.secrets = root.substitution.secrets + (c.metricsAuthToken.map { [$0] } ?? [])
+        // Redis passwords are secrets however they were written (in the URL or the key, literally or
+        // substituted): never logged in clear.
+        if let password = try? c.redis.target().password, !c.secrets.contains(password) { c.secrets.append(password) }
 
         // Files must be there now, not at the first notification.
         for (i, app) in c.apps.enumerated() {

@@ -196,8 +196,9 @@ public final class PipelineMetrics: Sendable {
         }
         if let r = run { byOutcome[r.key, default: 0] += r.count }
         for (key, n) in byOutcome {
-            // A message that failed to decode has no app.
-            let app = key.app.isEmpty ? "unknown" : key.app
+            // A message that failed to decode has no app; an app the pipeline file does not name never
+            // becomes a label (one series per name a producer invents would grow without bound, issue 28).
+            let app = transports[key.app] == nil ? "unknown" : key.app
             switch key.kind {
             case .accepted: counter(Name.accepted, ["app": app, "transport": transport(key.app)]).increment(by: n)
             case .rejected: counter(Name.rejected, ["app": app, "transport": transport(key.app)]).increment(by: n)
@@ -207,7 +208,8 @@ public final class PipelineMetrics: Sendable {
             }
         }
         for (key, n) in byRefusal {
-            counter(Name.refusals, ["app": key.app, "transport": transport(key.app), "code": key.code]).increment(by: n)
+            let app = transports[key.app] == nil ? "unknown" : key.app
+            counter(Name.refusals, ["app": app, "transport": transport(key.app), "code": key.code]).increment(by: n)
         }
         if events.resentAfterCrash > 0 { resentAfterCrash.increment(by: events.resentAfterCrash) }
         if events.inFlightWaits > 0 { inFlightWaits.increment(by: events.inFlightWaits) }

@@ -80,6 +80,9 @@ public final class PipelineRunner: Service, Sendable {
         storeConfig.dedupSubBuckets = c.redis.dedupSubBuckets
         storeConfig.tokenBuckets = c.redis.tokenBuckets
         storeConfig.ownerHeartbeat = .seconds(c.redis.ownerHeartbeatSeconds)
+        // Per-tag key names are cached for the configured apps only (the decoder refuses the others).
+        storeConfig.apps = Set(c.apps.map(\.bundleID))
+        c.redis.apply(to: &storeConfig)
         // This process's identity as a lease holder (logged, and on its heartbeat key).
         let owner = storeConfig.leaseOwner
         // Two connections: the gate's round trips and the settler's overlap instead of queueing behind
@@ -173,6 +176,7 @@ public final class PipelineRunner: Service, Sendable {
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
                 "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")",
             ])
+        KeyFilePermissions.warn(c, logger: logger)
 
         // The heartbeat lives before the first lease is taken; other processes void this one's leases
         // once it stops beating (a crash), without waiting out the lease.
@@ -351,7 +355,9 @@ public final class PipelineRunner: Service, Sendable {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
         // Apple's limits differ by transport and push type: the decoder lets the largest through, and
         // each job is held to its own app's limit when its payload is encoded (gateAndSend).
-        let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit)
+        // Jobs for apps the pipeline file does not name are refused here, before the gate: an app name
+        // from a message never becomes a Redis key, a cached key table or a metric label (issue 28).
+        let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit, apps: KnownApps(configuration.apps.map(\.bundleID)))
         let decoding = Task {
             defer { handoff.finish() }
             if Task.isCancelled { return }
@@ -379,7 +385,13 @@ public final class PipelineRunner: Service, Sendable {
                         d.jobMessages.append(index)
                     } catch {
                         let m = batch[index]
-                        d.deadLetters.append((m, error.reason.rawValue, Redis.Outcome(jobID: "", app: "", tokenHex: "", kind: .deadLettered)))
+                        // A job valid but for its app keeps its id and campaign: counted in the campaign's
+                        // progress, as when the router refused it. Its app is no label or key (issue 28).
+                        d.deadLetters.append(
+                            (
+                                m, error.reason.rawValue,
+                                Redis.Outcome(jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
+                            ))
                         logger.debug(
                             "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
                     }

@@ -1,3 +1,4 @@
+import Foundation
 import Jobs
 import Kafka
 import Logging
@@ -14,6 +15,8 @@ struct RegistrationsStage {
     let logger: Logger
 
     func run() async throws {
+        // Registrations for other apps are refused (they would be keys no job reads, and per-app state).
+        let apps = KnownApps(configuration.apps.map(\.bundleID))
         let consumer = try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: bootstrap, groupID: configuration.kafka.group + ".registrations", topics: [topic],
@@ -26,9 +29,10 @@ struct RegistrationsStage {
             if batch.isEmpty { continue }
             var registrations: [Registration] = []
             var refused: [(message: KafkaConsumerMessage, reason: String)] = []
+            let now = UInt32(clamping: Int64(Date().timeIntervalSince1970))
             for m in batch {
                 do {
-                    let r = try RegistrationDecoder.decode(m.value)
+                    let r = try RegistrationDecoder.decode(m.value, now: now, apps: apps)
                     registrations.append(
                         Registration(app: r.app, tokenHex: r.token.hex, registeredAt: Int64(r.registeredAt), language: r.language))
                 } catch {

@@ -49,6 +49,15 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// single Redis, which then gets all groups of a batch in one call (one round trip); the groups and
     /// their keys are the same either way.
     public var oneSlotPerCall: Bool
+    /// The apps whose per-tag key names this process keeps (``DedupSetNames``): the pipeline file's, so
+    /// the cache is bounded by configuration whatever app names reach the store (issue 28). nil: any
+    /// app, up to ``DedupSetNames/maxTablesForAnyApp`` tables; names of other apps are made per call.
+    public var apps: Set<String>? = nil
+    /// How long a campaign's keys (`{<p>}:campaign:<id>`, its `jobs:published` and `jobs:counted` sets)
+    /// live after the campaign's last activity (a publish, a settled job): `redis.campaign_ttl_hours`.
+    /// nil: ``dedupRetention`` + one ``dedupBucketWidth``, the longest a dedup record lives (a job's
+    /// mark must outlive its dedup record); a shorter value is taken as that.
+    public var campaignRetention: Duration? = nil
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
     /// The process that holds the leases this store's gate takes: its heartbeat key must live (see
@@ -128,17 +137,20 @@ public struct PipelineStore: Sendable {
         // The buckets a gate probes or a settle writes (retention ÷ width + 2), and one to spare.
         self.dedupSetNames = DedupSetNames(
             keys: keys, subBuckets: configuration.dedupSubBucketsPerTag,
-            liveBuckets: Int(configuration.dedupRetention.components.seconds / width) + 3)
+            liveBuckets: Int(configuration.dedupRetention.components.seconds / width) + 3, apps: configuration.apps)
     }
 
     public static func epochNow() -> Int64 { Int64(Date().timeIntervalSince1970) }
 
-    /// How long a campaign's job marks (`…:jobs:published:*`, `…:jobs:counted:*`) live after their last
-    /// write: as long as the longest-lived dedup record, the mark of its accepted jobs. A campaign
+    /// How long a campaign's keys live after its last activity, in seconds (``PipelineStoreConfiguration/campaignRetention``):
+    /// its hash, and its job marks (`…:jobs:published:*`, `…:jobs:counted:*`) after their last write. At
+    /// least as long as the longest-lived dedup record, the mark of its accepted jobs. A campaign
     /// published again after that is a new run: its jobs are sent again (dedup expired) and count again,
-    /// in `jobs` as in `jobs_settled`.
+    /// in `jobs` as in `jobs_settled`. Each is given its expiry once per process and minute (a minute
+    /// longer), not per batch.
     public var jobMarkRetention: Int64 {
-        configuration.dedupRetention.components.seconds + max(1, configuration.dedupBucketWidth.components.seconds)
+        let dedup = configuration.dedupRetention.components.seconds + max(1, configuration.dedupBucketWidth.components.seconds)
+        return max(dedup, configuration.campaignRetention?.components.seconds ?? 0)
     }
 
     public static func newBatchID() -> String { UUID().uuidString.lowercased() }
@@ -483,6 +495,18 @@ public struct PipelineStore: Sendable {
             counters.expire(minuteKey, seconds: configuration.minuteBucketRetention.components.seconds)
         }
         counters.countedTTL = jobMarkRetention
+        // Campaign hashes live jobMarkRetention after their last activity: given their expiry once per
+        // process and minute (a minute longer), like the mark sets, not per batch (issue 28: they never
+        // expired).
+        var refreshed: [String] = []
+        for campaign in Set(tally.campaigns.compactMap { $0 }).union(batch.campaignEvents.keys)
+        where !markExpiries.isGiven(campaign: campaign, set: MarkExpiries.hashSet, now: batch.settledAt) {
+            counters.expire(keys.campaign(campaign), seconds: jobMarkRetention + MarkExpiries.memory)
+            refreshed.append(campaign)
+        }
+        func noteRefreshed(_ applied: Bool) {
+            if applied { for campaign in refreshed { markExpiries.markGiven(campaign: campaign, sets: [MarkExpiries.hashSet]) } }
+        }
 
         let groups = parts.map { $0.group(markerTTL: configuration.partMarkerRetention.components.seconds) }
         if !configuration.oneSlotPerCall && !partsOnly {
@@ -504,6 +528,7 @@ public struct PipelineStore: Sendable {
             else { throw RedisError.unexpectedReply("settle: \(reply)") }
             _ = try tagResults(tagReplies)
             markExpiries(parts)
+            noteRefreshed(applied == 1)
             return noteApplied(applied == 1, operation: "settle")
         }
         // Redis Cluster: each token slot's part, then the counters with the parts' results.
@@ -515,6 +540,7 @@ public struct PipelineStore: Sendable {
         let countersCall = counters.call(markerTTL: configuration.batchMarkerRetention.components.seconds, resolved: flags)
         let reply = try await eval(Scripts.counters, keys: countersCall.keys, arguments: countersCall.arguments)
         guard let applied = reply.integer else { throw RedisError.unexpectedReply("settle counters: \(reply)") }
+        noteRefreshed(applied == 1)
         return noteApplied(applied == 1, operation: "settle")
     }
 
@@ -598,6 +624,9 @@ public struct PipelineStore: Sendable {
             RedisCommand("HSET", key, CampaignField.publishStartedMs.rawValue, String(nowMs)),
             RedisCommand("HSETNX", key, CampaignField.jobMarkSets.rawValue, String(sets)),
             RedisCommand("HGET", key, CampaignField.jobMarkSets.rawValue),
+            // The hash lives jobMarkRetention after the campaign's last activity (finishPublish and the
+            // settles refresh it).
+            RedisCommand("EXPIRE", key, String(jobMarkRetention + MarkExpiries.memory)),
         ])
         guard let stored = replies[2].integer, stored > 0 else { throw RedisError.unexpectedReply("job_mark_sets: \(replies[2])") }
         return Int(stored)
@@ -605,7 +634,11 @@ public struct PipelineStore: Sendable {
 
     /// Ends a publish of `campaign` (`publish_finished_ms`).
     public func finishPublish(campaign: String, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws {
-        _ = try await command(RedisCommand("HSET", keys.campaign(campaign), CampaignField.publishFinishedMs.rawValue, String(nowMs)))
+        let key = keys.campaign(campaign)
+        _ = try await commands([
+            RedisCommand("HSET", key, CampaignField.publishFinishedMs.rawValue, String(nowMs)),
+            RedisCommand("EXPIRE", key, String(jobMarkRetention + MarkExpiries.memory)),
+        ])
     }
 
     /// Records a batch of published jobs: `messages` (default: one per id) to `published`, and the ids
@@ -658,6 +691,7 @@ public struct PipelineStore: Sendable {
     public func incrementPublished(campaign: String, by count: Int) async throws {
         var counters = CounterWrites(marker: keys.batch(Self.newBatchID()))
         counters.increment(keys.campaign(campaign), "published", Int64(count))
+        counters.expire(keys.campaign(campaign), seconds: jobMarkRetention + MarkExpiries.memory)
         try await applyCounters(counters, operation: "published")
     }
 
@@ -1025,7 +1059,8 @@ final class DedupExpiries: @unchecked Sendable {
         if keys.isEmpty { return }
         lock.lock()
         defer { lock.unlock() }
-        for key in keys {
+        // Serial 0: a table not kept (``DedupSetNames``), whose sets are given their expiry at every write.
+        for key in keys where key.table != DedupSetNames.unkeptSerial {
             if key.table >= given.count { given.append(contentsOf: repeatElement([], count: key.table + 1 - given.count)) }
             let word = key.subBucket / 64
             if word >= given[key.table].count { given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - given[key.table].count)) }
@@ -1057,6 +1092,8 @@ final class MarkExpiries: @unchecked Sendable {
     private var given: [String: Set<Int>] = [:]
     private var window = ExpiryWindow()
     static let memory = ExpiryWindow.seconds
+    /// The "set" that stands for the campaign's hash (`{<p>}:campaign:<id>`): mark sets are 0…n−1.
+    static let hashSet = -1
 
     func isGiven(campaign: String, set: Int, now: Int64) -> Bool {
         lock.lock()
@@ -1083,7 +1120,9 @@ struct DedupSetID: Hashable {
 /// job: the gate names `probes` sets per job and the settle one per accepted job, and formatting them
 /// (`{<p>:<app>:<n>}:dedup:<bucket>:<sub>`) was ~5 % of `run`'s CPU (issue 14). Each table holds every
 /// sub-bucket's name of one (tag, bucket): 256 names with the defaults, ~12 KB; tables of buckets older
-/// than `liveBuckets` behind the newest are dropped.
+/// than `liveBuckets` behind the newest are dropped. Only tables of the configured apps' tags are kept
+/// (apps × token buckets × live buckets: bounded by the pipeline file); a table of any other tag is made
+/// for its call and dropped (issue 28: tags built from app names a producer invents grew without bound).
 final class DedupSetNames: @unchecked Sendable {
     /// The key names of one tag's sets in one time bucket, one per sub-bucket.
     final class Table: Sendable {
@@ -1132,23 +1171,37 @@ final class DedupSetNames: @unchecked Sendable {
     private let keys: RedisKeys
     private let subBuckets: Int
     private let liveBuckets: Int
+    /// The tags whose tables are kept; nil: any, up to ``maxTablesForAnyApp``.
+    private let keptTags: Set<String>?
     private let lock = NSLock()
     private var tables: [TableKey: Table] = [:]
     private var serial = 0
     private var newest = Int64.min
 
-    init(keys: RedisKeys, subBuckets: Int, liveBuckets: Int) {
+    /// The serial of a table that is not kept (never that of a kept one, which start at 1).
+    static let unkeptSerial = 0
+    /// Tables kept when the store is not told its apps (tools): ~12 MB with the defaults.
+    static let maxTablesForAnyApp = 1024
+
+    init(keys: RedisKeys, subBuckets: Int, liveBuckets: Int, apps: Set<String>? = nil) {
         self.keys = keys
         self.subBuckets = max(1, subBuckets)
         self.liveBuckets = max(1, liveBuckets)
+        self.keptTags = apps.map { apps in
+            Set(apps.flatMap { app in (0..<keys.tokenBuckets).map { keys.tokenTag(app: app, bucket: $0) } })
+        }
     }
 
     func table(tag: String, bucket: Int64) -> Table {
         let key = TableKey(tag: tag, bucket: bucket)
         if let known = lock.withLock({ tables[key] }) { return known }
         let names = (0..<subBuckets).map { keys.dedup(tag: tag, bucket: bucket, subBucket: $0) }
+        if let keptTags, !keptTags.contains(tag) { return Table(serial: Self.unkeptSerial, names: names) }
         return lock.withLock {
             if let raced = tables[key] { return raced }
+            if keptTags == nil, tables.count >= Self.maxTablesForAnyApp, bucket <= newest {
+                return Table(serial: Self.unkeptSerial, names: names)
+            }
             serial += 1
             let table = Table(serial: serial, names: names)
             tables[key] = table

@@ -42,21 +42,32 @@ public struct RedisConfiguration: Sendable, Hashable {
         self.reconnect = reconnect
     }
 
-    /// `redis://[user:password@]host[:port][/db]`; user and password may be percent-encoded; an IPv6
-    /// host goes in brackets (`redis://[::1]:6379`).
+    /// `redis://[user:password@]host[:port][/db]`, read as RFC 3986 says: the authority runs from `//`
+    /// to the first `/`, `?` or `#`; the user info is what comes before its last `@`, the user up to the
+    /// first `:` and the password after it; both are percent-decoded (so a password holding `/`, `@`,
+    /// `:`, `?`, `#` or `%` is written `%2F`, `%40`, `%3A`, `%3F`, `%23`, `%25`; or give it as
+    /// `redis.password`). An IPv6 host goes in brackets (`redis://[::1]:6379`).
+    ///
+    /// No error message quotes the URL or any part of it: a malformed URL may hold a password anywhere
+    /// (an unencoded `/` in it moves the rest into the path), and errors reach logs and terminals.
     public init(url: String) throws {
         self.init()
-        if url.hasPrefix("rediss://") {
+        let lower = url.prefix(9).lowercased()
+        if lower.hasPrefix("rediss://") {
             throw RedisError.invalidURL("rediss:// (TLS) is not supported: hiredis 0.14 has no TLS")
         }
-        guard url.hasPrefix("redis://") else {
+        guard lower.hasPrefix("redis://") else {
             throw RedisError.invalidURL("expected redis://[user:password@]host:port[/db]")
         }
-        var rest = Substring(url.dropFirst("redis://".count))
-        var path = Substring("")
-        if let slash = rest.firstIndex(of: "/") {
-            path = rest[rest.index(after: slash)...]
-            rest = rest[..<slash]
+        let afterScheme = url.utf8.dropFirst("redis://".utf8.count)
+        // RFC 3986 §3.2: the authority is terminated by the next "/", "?" or "#".
+        let authorityEnd = afterScheme.firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }
+        var rest = Substring(url[afterScheme.startIndex..<(authorityEnd ?? url.endIndex)])
+        let tail = authorityEnd.map { Substring(url[$0...]) } ?? ""
+        if tail.contains("@") {
+            // Only a user info holding an unencoded "/", "?" or "#" puts an "@" there.
+            throw RedisError.invalidURL(
+                "the user info holds a character RFC 3986 does not allow there: percent-encode / ? # @ : % in the user and password (%2F %3F %23 %40 %3A %25), or give the password as redis.password")
         }
         if let at = rest.lastIndex(of: "@") {
             let userInfo = rest[..<at]
@@ -70,19 +81,26 @@ public struct RedisConfiguration: Sendable, Hashable {
                 user = ""
                 secret = userInfo
             }
-            guard let decodedUser = String(user).removingPercentEncoding,
-                  let decodedSecret = secret.map({ String($0).removingPercentEncoding }) ?? .some(nil)
-            else { throw RedisError.invalidURL("bad percent-encoding in user info") }
+            guard let decodedUser = Self.percentDecoded(user) else {
+                throw RedisError.invalidURL("bad percent-encoding in the user name (a % must start %XX, UTF-8)")
+            }
+            var decodedSecret: String?
+            if let secret {
+                guard let decoded = Self.percentDecoded(secret) else {
+                    throw RedisError.invalidURL("bad percent-encoding in the password (a % must start %XX, UTF-8; write % itself as %25)")
+                }
+                decodedSecret = decoded
+            }
             username = decodedUser.isEmpty ? nil : decodedUser
             password = (decodedSecret?.isEmpty ?? true) ? nil : decodedSecret
         }
         var portText: Substring?
         if rest.hasPrefix("[") {
-            guard let close = rest.firstIndex(of: "]") else { throw RedisError.invalidURL("unclosed [ in host") }
+            guard let close = rest.firstIndex(of: "]") else { throw RedisError.invalidURL("unclosed [ in the host") }
             host = String(rest[rest.index(after: rest.startIndex)..<close])
             let after = rest[rest.index(after: close)...]
             if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty {
-                throw RedisError.invalidURL("unexpected text after host")
+                throw RedisError.invalidURL("unexpected text after the host's ]")
             }
         } else if let colon = rest.lastIndex(of: ":") {
             host = String(rest[..<colon])
@@ -93,14 +111,50 @@ public struct RedisConfiguration: Sendable, Hashable {
         guard !host.isEmpty else { throw RedisError.invalidURL("missing host") }
         if let portText {
             guard let value = Int(portText), (1...65535).contains(value) else {
-                throw RedisError.invalidURL("bad port \(portText)")
+                throw RedisError.invalidURL("bad port: expected a number in 1…65535")
             }
             port = value
         }
+        let path = tail.dropFirst()  // the "/" (or "?"/"#", refused below)
+        if tail.hasPrefix("?") || tail.hasPrefix("#") || path.contains("?") || path.contains("#") {
+            throw RedisError.invalidURL("a query or fragment is not supported: expected redis://[user:password@]host:port[/db]")
+        }
         if !path.isEmpty {
-            guard let db = Int(path), db >= 0 else { throw RedisError.invalidURL("bad database \(path)") }
+            guard let db = Int(path), db >= 0 else { throw RedisError.invalidURL("bad database: expected a number ≥ 0 after the /") }
             database = db
         }
+    }
+
+    /// RFC 3986 percent-decoding of a user-info part; nil when a `%` does not start two hex digits or
+    /// the bytes are not UTF-8.
+    static func percentDecoded(_ text: Substring) -> String? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count)
+        var i = text.utf8.startIndex
+        let end = text.utf8.endIndex
+        func hex(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        while i < end {
+            let c = text.utf8[i]
+            if c == UInt8(ascii: "%") {
+                let h = text.utf8.index(after: i)
+                guard h < end else { return nil }
+                let l = text.utf8.index(after: h)
+                guard l < end, let high = hex(text.utf8[h]), let low = hex(text.utf8[l]) else { return nil }
+                bytes.append(high << 4 | low)
+                i = text.utf8.index(after: l)
+            } else {
+                bytes.append(c)
+                i = text.utf8.index(after: i)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
     }
 
     /// The URL with the password replaced by `***`: the form that may appear in logs.
@@ -224,6 +278,27 @@ public enum RedisTarget: Sendable, Hashable {
                 self = .single(configuration)
             case .cluster(var configuration):
                 configuration.node.reconnect.maximumWait = newValue
+                self = .cluster(configuration)
+            }
+        }
+    }
+
+    /// The password every connection authenticates with (`redis.password`): replaces one given in the
+    /// URL (or the cluster nodes' URLs). nil: the URL's.
+    public var password: String? {
+        get {
+            switch self {
+            case .single(let configuration): return configuration.password
+            case .cluster(let configuration): return configuration.node.password
+            }
+        }
+        set {
+            switch self {
+            case .single(var configuration):
+                configuration.password = newValue
+                self = .single(configuration)
+            case .cluster(var configuration):
+                configuration.node.password = newValue
                 self = .cluster(configuration)
             }
         }

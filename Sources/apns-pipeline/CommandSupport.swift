@@ -45,6 +45,7 @@ func openStore(_ config: PipelineConfiguration, logger: Logger) async throws -> 
     // Where registrations and suppressions of a token live (its token bucket is in the key names).
     storeConfiguration.tokenBuckets = config.redis.tokenBuckets
     storeConfiguration.dedupSubBuckets = config.redis.dedupSubBuckets
+    config.redis.apply(to: &storeConfiguration)
     let store = PipelineStore(client: redis, configuration: storeConfiguration, logger: logger)
     return (redis, store)
 }

@@ -3,9 +3,11 @@ import Jobs
 import Testing
 
 @Suite struct RegistrationDecoderTests {
-    func reason(_ text: String) -> JobErrorReason? {
+    static let now: UInt32 = 1_767_000_000
+
+    func reason(_ text: String, apps: KnownApps? = nil) -> JobErrorReason? {
         do {
-            let event = try RegistrationDecoder.decode(Fixtures.json(text))
+            let event = try RegistrationDecoder.decode(Fixtures.json(text), now: Self.now, apps: apps)
             Issue.record("accepted: \(event)")
             return nil
         } catch {
@@ -15,17 +17,22 @@ import Testing
 
     let hex = Fixtures.tokenHex
 
+    func accepts(_ text: String, apps: KnownApps? = nil) -> Bool {
+        (try? RegistrationDecoder.decode(Fixtures.json(text), now: Self.now, apps: apps)) != nil
+    }
+
     @Test func decodes() throws {
         let event = try RegistrationDecoder.decode(
-            Fixtures.json(#"{"app":"com.example.shop","token":"\#(hex.uppercased())","registered_at":1767000000,"language":"fr-CA","v":2}"#))
+            Fixtures.json(#"{"app":"com.example.shop","token":"\#(hex.uppercased())","registered_at":1767000000,"language":"fr-CA","v":2}"#),
+            now: Self.now, apps: KnownApps(["com.example.shop"]))
         #expect(event == RegistrationEvent(app: "com.example.shop", token: Fixtures.token, registeredAt: 1_767_000_000, language: "fr-CA"))
-        let noLanguage = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":0}"#))
+        let noLanguage = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":0}"#), now: Self.now)
         #expect(noLanguage == RegistrationEvent(app: "a", token: Fixtures.token, registeredAt: 0, language: nil))
         for empty in ["null", #""""#] {
-            let event = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"language":\#(empty)}"#))
+            let event = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"language":\#(empty)}"#), now: Self.now)
             #expect(event.language == nil)
         }
-        let viaRaw = try Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5}"#).withUnsafeBytes { try RegistrationDecoder.decode($0) }
+        let viaRaw = try Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5}"#).withUnsafeBytes { try RegistrationDecoder.decode($0, now: Self.now) }
         #expect(viaRaw.registeredAt == 5)
     }
 
@@ -44,5 +51,27 @@ import Testing
         #expect(reason(#"{"app":"a","token":"\#(hex)","registered_at":1,"language":7}"#) == .invalidLanguage)
         let long = String(repeating: "x", count: 65)
         #expect(reason(#"{"app":"a","token":"\#(hex)","registered_at":1,"language":"\#(long)"}"#) == .invalidLanguage)
+    }
+
+    /// A registration from the future would lift every suppression of its token until then: at most a
+    /// day ahead of the clock (issue 28).
+    @Test func registeredAtAtMostADayAhead() {
+        let day = RegistrationDecoder.maxAhead
+        for (at, ok) in [(Self.now + day, true), (Self.now + day + 1, false), (UInt32.max, false), (0, true)] {
+            let text = #"{"app":"a","token":"\#(hex)","registered_at":\#(at)}"#
+            #expect(accepts(text) == ok, "registered_at \(at)")
+            if !ok { #expect(reason(text) == .invalidRegisteredAt) }
+        }
+    }
+
+    /// With the pipeline's apps given, a registration for another app is refused (checked after the
+    /// rest, like jobs), and an app name over 255 bytes in any case.
+    @Test func appMustBeConfigured() {
+        let apps = KnownApps(["com.example.shop"])
+        #expect(reason(#"{"app":"com.example.other","token":"\#(hex)","registered_at":1}"#, apps: apps) == .noCertificateForApp)
+        #expect(reason(#"{"app":"com.example.other","token":"abc","registered_at":1}"#, apps: apps) == .invalidToken)
+        let long = String(repeating: "a", count: 256)
+        #expect(reason(#"{"app":"\#(long)","token":"\#(hex)","registered_at":1}"#) == .invalidApp)
+        #expect(accepts(#"{"app":"com.example.shop","token":"\#(hex)","registered_at":1}"#, apps: apps))
     }
 }

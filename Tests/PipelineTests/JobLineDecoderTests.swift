@@ -23,16 +23,16 @@ import Testing
     /// `send` did per line before templates).
     static func plain(_ line: [UInt8], payloadLimit: Int, jobIDKey: String?) -> Result<PushNotification, JobLineDecoder.Refusal> {
         do throws(JobError) {
-            let job = try JobDecoder(payloadLimit: payloadLimit).decode(line, now: now)
-            guard job.app == app else {
-                return .failure(.init(reason: "app-mismatch", detail: "job is for \(job.app), this pool sends for \(app)"))
-            }
+            let job = try JobDecoder(payloadLimit: payloadLimit, apps: KnownApps([app])).decode(line, now: now)
             let payload = try job.encodedPayload(language: nil, encoder: PayloadEncoder(limit: payloadLimit), jobIDKey: jobIDKey)
             return .success(
                 PushNotification(
                     jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
                     campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType?.rawValue))
         } catch {
+            if error.reason == .noCertificateForApp {
+                return .failure(.init(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)"))
+            }
             return .failure(.init(reason: error.reason.rawValue, detail: error.detail))
         }
     }
@@ -53,6 +53,9 @@ import Testing
         lines += [
             Self.line(id: "other", app: #""com.example.other""#),  // app-mismatch, with a known payload
             Self.line(id: "esc", app: #""com.example.\u0073hop""#),  // the same app, spelled with an escape
+            Self.line(id: "esc2", app: #""com.example.\u006fther""#),  // another app, spelled with an escape
+            Self.line(id: "long", app: "\"\(String(repeating: "a", count: 400_000))\""),  // invalid-app, never built
+            Self.line(id: "long2", app: "\"\(String(repeating: "\\u0061", count: 50))\""),  // 300 bytes of escapes, 50 of app
             Self.line(id: "tok", token: #""0a1b""#),  // invalid-token
             Self.line(id: "tok2", token: "12"),
             Self.line(id: "nopay", payload: "null"),  // missing-payload
@@ -87,7 +90,7 @@ import Testing
             }
         }
         // The lines above do reach the refusals they are there for.
-        for reason in ["app-mismatch", "invalid-token", "missing-payload", "invalid-payload", "expired", "invalid-json", "not-an-object", "missing-id"] {
+        for reason in ["app-mismatch", "invalid-app", "invalid-token", "missing-payload", "invalid-payload", "expired", "invalid-json", "not-an-object", "missing-id"] {
             #expect(refused.contains(reason), "\(reason) never came up")
         }
         #expect(refused.contains("payload-too-large") == (payloadLimit == 2048))

@@ -66,4 +66,28 @@ import Testing
         #expect(again !== table && again.serial > table.serial)
         #expect(again.names == table.names)
     }
+
+    /// Issue 28: told its apps, the cache keeps their tags' tables only; a table of any other app's tag
+    /// is made for its call (serial 0: its expiry is never remembered) and not kept. Not told, it keeps
+    /// at most `maxTablesForAnyApp`.
+    @Test func onlyConfiguredAppsAreKept() {
+        let keys = RedisKeys(prefix: "apns", tokenBuckets: 16)
+        let names = DedupSetNames(keys: keys, subBuckets: 4, liveBuckets: 3, apps: ["com.example.shop"])
+        let kept = names.table(tag: keys.tokenTag(app: "com.example.shop", bucket: 3), bucket: 100)
+        #expect(kept.serial > 0 && names.count == 1)
+        for i in 0..<500 {
+            let t = names.table(tag: keys.tokenTag(app: "com.hostile.\(i)", bucket: i % 16), bucket: 100)
+            #expect(t.serial == DedupSetNames.unkeptSerial && t.count == 4)
+        }
+        #expect(names.count == 1)
+        let expiries = DedupExpiries()
+        let unkept = DedupSetID(table: DedupSetNames.unkeptSerial, subBucket: 1), keptID = DedupSetID(table: kept.serial, subBucket: 1)
+        #expect(!expiries.isGiven(keptID, now: 1000))  // starts the minute
+        expiries.markGiven([unkept, keptID])
+        #expect(expiries.isGiven(keptID, now: 1001) && !expiries.isGiven(unkept, now: 1001))
+
+        let any = DedupSetNames(keys: keys, subBuckets: 1, liveBuckets: 3)
+        for i in 0..<(DedupSetNames.maxTablesForAnyApp + 50) { _ = any.table(tag: keys.tokenTag(app: "a\(i)", bucket: 0), bucket: 7) }
+        #expect(any.count == DedupSetNames.maxTablesForAnyApp)
+    }
 }

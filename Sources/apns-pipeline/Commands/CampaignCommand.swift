@@ -86,7 +86,9 @@ struct CampaignCommand: AsyncParsableCommand {
             discussion: """
                 Progress counts jobs: each job of the campaign once, by the outcome it first settled with, \
                 however often its message was redelivered. The message figures (a redelivered message counts \
-                again) are shown beside them. Exit status: 0, or 1 on an error (Redis unreachable, bad pipeline file).
+                again) are shown beside them. A campaign's keys expire redis.campaign_ttl_hours after its last \
+                activity: a campaign Redis does not know (never published, or expired) is said so on stderr. Exit \
+                status: 0, 1 on an error (Redis unreachable, bad pipeline file), 3 unknown or expired campaign.
                 """)
 
         @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
@@ -99,7 +101,20 @@ struct CampaignCommand: AsyncParsableCommand {
                 let config = try loadPipeline(pipeline)
                 let (redis, store) = try await openStore(config, logger: quietLogger())
                 repeat {
-                    let status = Campaign.Status(try await store.readCampaign(campaign))
+                    let progress = try await store.readCampaign(campaign)
+                    if progress.counters.fields.isEmpty {
+                        // No hash: never published, or expired with its keys (redis.campaign_ttl_hours).
+                        let text =
+                            "campaign \(campaign): unknown to Redis: never published, or expired (a campaign's keys live redis.campaign_ttl_hours = \(config.redis.effectiveCampaignTTLHours) h after its last activity)"
+                        FileHandle.standardError.write(Data(((watch ? "\u{1B}[H\u{1B}[2J" : "") + text + "\n").utf8))
+                        if !watch {
+                            await redis.close()
+                            throw ExitCode(3)
+                        }
+                        try await Task.sleep(for: .seconds(1))
+                        continue
+                    }
+                    let status = Campaign.Status(progress)
                     // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
                     let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
                     FileHandle.standardOutput.write(Data((text + "\n").utf8))

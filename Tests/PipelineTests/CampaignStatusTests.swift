@@ -1,0 +1,75 @@
+import Foundation
+import Pipeline
+import Redis
+import Testing
+import TestSupport
+
+/// Issue 28 (7): `campaign status` of a campaign whose keys expired (or that was never published) says
+/// so, on stderr, with exit status 3; a live one still exits 0.
+@Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
+struct CampaignStatusTests {
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func expiredCampaignIsSaidSo() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("status-\(UUID().uuidString).yaml").path
+        try """
+        kafka:
+          bootstrap_servers: "127.0.0.1:9092"
+        redis:
+          url: "redis://127.0.0.1:\(server.port)/0"
+          campaign_ttl_hours: 72
+        apps:
+          - bundle_id: \(shop)
+            certificate: "\(TestCertificates.directory)/\(shop).pem"
+            key: "\(TestCertificates.directory)/\(shop).key"
+
+        """.write(toFile: file, atomically: true, encoding: .utf8)
+        let store = PipelineStore(client: try server.client())
+        let sets = try await store.beginPublish(campaign: "live", expectedJobs: 1)
+        try await store.recordPublished(campaign: "live", jobIDs: ["live:1"], markSets: sets)
+        try await store.finishPublish(campaign: "live")
+
+        let live = try await PipelineProcess.command(["campaign", "status", "live", "--pipeline", file])
+        #expect(live.status == 0, "\(live.stderr)")
+        let unknown = try await PipelineProcess.command(["campaign", "status", "never", "--pipeline", file])
+        #expect(unknown.status == 3)
+        #expect(unknown.stderr.contains("campaign never: unknown to Redis: never published, or expired"), "\(unknown.stderr)")
+        #expect(unknown.stderr.contains("campaign_ttl_hours = 72 h"), "\(unknown.stderr)")
+
+        // Its time passes (shortened here): the same answer.
+        _ = try await store.client.send(RedisCommand("PEXPIRE", store.keys.campaign("live"), "1"))
+        try await Task.sleep(for: .milliseconds(20))
+        let expired = try await PipelineProcess.command(["campaign", "status", "live", "--pipeline", file])
+        #expect(expired.status == 3, "\(expired.stdout) \(expired.stderr)")
+    }
+
+    /// `redis.campaign_ttl_hours`: default dedup_ttl_hours + dedup_bucket_hours; less is refused at start,
+    /// naming the file and the key.
+    @Test func campaignTTLKey() throws {
+        func load(_ redis: String) throws -> PipelineConfiguration {
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("ttl-\(UUID().uuidString).yaml").path
+            try """
+            kafka:
+              bootstrap_servers: "127.0.0.1:9092"
+            redis:
+            \(redis)
+            apps:
+              - bundle_id: \(shop)
+                certificate: "\(TestCertificates.directory)/\(shop).pem"
+                key: "\(TestCertificates.directory)/\(shop).key"
+
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+            return try PipelineConfiguration.load(file: file)
+        }
+        #expect(try load("  prefix: apns").redis.effectiveCampaignTTLHours == 48)
+        #expect(try load("  dedup_ttl_hours: 72").redis.effectiveCampaignTTLHours == 96)
+        #expect(try load("  campaign_ttl_hours: 200").redis.effectiveCampaignTTLHours == 200)
+        do {
+            _ = try load("  campaign_ttl_hours: 47")
+            Issue.record("accepted")
+        } catch {
+            #expect("\(error)".contains("redis.campaign_ttl_hours") && "\(error)".contains("at least"), "\(error)")
+        }
+    }
+}
