@@ -86,6 +86,9 @@ public final class HTTP2Simulator: Sendable {
     /// answer; each closes once those are answered. What a maintenance restart of APNs looks like.
     public func shutdownConnections() { core.goAwayAll() }
 
+    /// Per token, when each of its requests was answered RST_STREAM (ms since 1970; with `keepRecordsInMemory`).
+    public var resetTimes: [DeviceToken: [Int64]] { core.resetTimes.withLock { $0 } }
+
     /// Accepted notifications (with `keepRecordsInMemory`), after flushing what is pending.
     public var records: [HTTP2Record] { core.recorder.records }
 
@@ -116,6 +119,10 @@ final class HTTP2Core: Sendable {
     /// Token → 410 timestamp (ms).
     let unregistered: [DeviceToken: Int64]
     let tokenTopics: [DeviceToken: String]
+    let neverAnswerTokens: Set<DeviceToken>
+    /// Times (ms since 1970) of the requests answered RST_STREAM, per token, when records are kept
+    /// in memory: tests read the spacing of a client's resends from them.
+    let resetTimes = Mutex<[DeviceToken: [Int64]]>([:])
     /// "GOAWAY" debug data: `{"reason":"Shutdown"}`.
     let shutdownBody: [UInt8] = APNsErrorBody(reason: .shutdown).encoded()
     private let startedAt = ContinuousClock.now
@@ -156,6 +163,7 @@ final class HTTP2Core: Sendable {
         var topics: [DeviceToken: String] = [:]
         for (hex, topic) in faults.tokenTopics { topics[try tokens([hex], "token_topics")[0]] = topic }
         tokenTopics = topics
+        neverAnswerTokens = Set(try tokens(faults.neverAnswerTokens, "never_answer_tokens"))
         random = Mutex(SplitMix64(seed: faults.seed))
         recorder = try RecordWriter(path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory)
     }
@@ -198,6 +206,12 @@ final class HTTP2Core: Sendable {
             map[token] = entry
             return entry.count > limit
         }
+    }
+
+    /// Whether the scripted rates (429, 500, 503, resets) apply now: always, or within their window.
+    func ratesApplyNow() -> Bool {
+        guard let from = faults.ratesFromSecond else { return true }
+        return isWithinRefusalWindow(from: from, length: faults.ratesForSeconds, startedAt: startedAt)
     }
 
     func refusesConnectionsNow() -> Bool {
