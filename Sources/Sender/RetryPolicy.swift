@@ -182,7 +182,7 @@ public struct CircuitBreaker: Sendable, Equatable {
         /// The first pause; each failed probe doubles it, up to `maxOpenFor` (one request per pause
         /// is all a down host sees from this connection).
         public var openFor = 0.5
-        public var maxOpenFor = 10.0
+        public var maxOpenFor = 5.0
         public init() {}
     }
 
