@@ -248,6 +248,7 @@ struct BinaryConnectionStateMachine {
         notes.lostJobs = lostJobs.prefix(50).map(\.jobID)
 
         var front: [Pending] = []
+        var behind: [Pending] = []
         if var p = r.failed.map(\.item) ?? r.failedSettled.map({ Pending(resending: $0, app: app) }) {
             switch BinaryVerdict(response.status) {
             case .rejected(let rejection):
@@ -267,7 +268,12 @@ struct BinaryConnectionStateMachine {
                 if again {
                     events.retried += 1
                     events.retriedBy[.processingError] += 1
-                    front.append(p)
+                    // Retried by time, it goes behind the queue rather than first: each attempt
+                    // costs a connection (the gateway closes it after the error), and one that
+                    // keeps failing must not hold the shard's other notifications back for
+                    // `giveUpAfter`; the attempts are spaced by the shard's traffic and its
+                    // reconnect back-off. (Counted attempts go first, as before.)
+                    if config.giveUpAfter != nil { behind.append(p) } else { front.append(p) }
                 } else {
                     if p.reported { notes.refusedAfterSettle.append(p.notification.jobID) }
                     if config.giveUpAfter != nil {
@@ -290,8 +296,9 @@ struct BinaryConnectionStateMachine {
         events.resentAfterSettle += r.discardedSettled.count
         front += r.discardedSettled.map { Pending(resending: $0, app: app) }
         front += r.discarded.map(\.item)
-        notes.resent = front.count
+        notes.resent = front.count + behind.count
         requeueAtFront(front)
+        for p in behind { queue.append(p) }
         return notes
     }
 

@@ -204,6 +204,10 @@ public struct CircuitBreaker: Sendable, Equatable {
 
     /// An answer: `serverError` for a 5xx. Returns true when this answer opened the breaker.
     public mutating func record(serverError: Bool, now: Double) -> Bool {
+        if case .closed = state, !serverError, answers + 1 < settings.window {
+            answers += 1  // the common case (a 200 on a healthy connection): one addition
+            return false
+        }
         switch state {
         case .open:
             return false  // answers to streams sent before it opened

@@ -119,6 +119,20 @@ import Testing
         #expect(events.gaveUp == 1)
     }
 
+    /// Retried by time, a notification answered status 1 goes behind the queue: the ones the error
+    /// discarded (and the rest) are written first, so one that keeps failing holds nothing back.
+    @Test func aProcessingErrorRetriedByTimeGoesBehindTheOthers() {
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.settleAfter = Self.second
+        c.giveUpAfter = 10 * Self.second
+        var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
+        m.submitted((0..<3).map(notification))
+        write(&m, flush: 1, at: 0)
+        m.submitted([notification(3)])
+        _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: 1), now: 0)  // job-0
+        #expect(m.queue.map(\.notification.jobID) == ["job-1", "job-2", "job-3", "job-0"])
+    }
+
     /// A refusal of a job already reported accepted is counted, not reported.
     @Test func aRefusalAfterSettlementIsCountedNotReported() {
         var m = machine()

@@ -545,6 +545,7 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     private mutating func pump(now: Double, into action: inout Action) {
         guard phase == .active, !suspended, !breaker.isOpen else { return }
+        let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
         while inFlight.count < permits, var request = queue.popFirst() {
             if nextStreamID > Self.lastUsableStreamID {
                 queue.prepend(request)
