@@ -150,6 +150,9 @@ public struct AIMDWindow: Sendable, Equatable {
 
     public init() {}
 
+    /// At the cap with nothing to count down: a success changes nothing (the common case).
+    public var isFull: Bool { value == .infinity && holdoff == 0 }
+
     /// Streams allowed under `cap` (the server's and the configuration's limit).
     public func limit(cap: Int) -> Int { value >= Double(cap) ? cap : max(1, Int(value)) }
 

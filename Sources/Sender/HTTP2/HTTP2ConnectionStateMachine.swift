@@ -43,12 +43,14 @@ struct HTTP2ConnectionStateMachine<Job> {
         var job: Job
         /// Times written to a connection.
         var attempts = 0
+        /// Where its retries end (`RetryBudget.Deadline`, kept as its two fields so the request, copied
+        /// between the queue, the streams and the actions, stays small); set at its first failure.
+        var deadlineAt = Double.infinity
+        var deadlineByExpiry = false
         /// Failures that count against the retry budget (5xx, 429, resets, lost, timed out) so far.
-        var failures = 0
-        /// Where its retries end; set at its first failure.
-        var deadline = RetryBudget.Deadline.none
+        var failures: UInt16 = 0
         /// Resends proved "not processed" (REFUSED_STREAM, above a GOAWAY) so far.
-        var replays = 0
+        var replays: UInt16 = 0
         /// Already resent once after 403 ExpiredProviderToken.
         var renewedToken = false
         /// Times resent after its fate was unknown (see `Outcome.ambiguousResends`).
@@ -126,9 +128,8 @@ struct HTTP2ConnectionStateMachine<Job> {
     private(set) var inFlight: [UInt32: InFlight] = [:]
     /// Retries waiting for their time (back-off); `elsewhere` ones are rerouted when due.
     private(set) var delayed = DueQueue<(request: Request, elsewhere: Bool)>()
-    /// Streams in the order opened, for the per-stream deadline: the head is the oldest still open
-    /// (entries of streams answered since are skipped when they reach the head).
-    private var sendOrder = FIFO<(id: UInt32, sentAt: Double)>()
+    /// When the open streams are next checked against the per-stream deadline.
+    private var nextStreamCheck = 0.0
     private(set) var window = AIMDWindow()
     private(set) var breaker: CircuitBreaker
     /// Wall-clock seconds since 1970 minus this machine's clock (for a job's `apns-expiration`).
@@ -216,7 +217,6 @@ struct HTTP2ConnectionStateMachine<Job> {
         authenticated = false
         serverMaxStreams = nil
         nextStreamID = 1
-        sendOrder = FIFO()
         lastRead = now
         pingSentAt = nil
         var action = Action()
@@ -282,7 +282,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         if status == 200 {
             // Nearly every answer: settled without working out a verdict or a code it does not use.
             noteAuthenticated()
-            window.success(cap: streamLimit)
+            if !window.isFull { window.success(cap: streamLimit) }
             noteBreaker(serverError: false, now: now, into: &action)
             action.settled.append(Settled(request: answered.request, delivery: .accepted, code: nil))
             return
@@ -323,12 +323,14 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// out. `elsewhere`: when due, it goes to another connection (a 5xx may be this host's).
     private mutating func retryLater(_ request: Request, reason: RetryReason, elsewhere: Bool, now: Double, into action: inout Action) {
         var request = request
-        request.failures += 1
+        if request.failures < .max { request.failures += 1 }
         if request.failures == 1 {
-            request.deadline = configuration.budget.deadline(
-                firstFailureAt: now, expiry: expiryOf(request.job), wallNow: now + wallClockOffset)
+            let d = configuration.budget.deadline(firstFailureAt: now, expiry: expiryOf(request.job), wallNow: now + wallClockOffset)
+            request.deadlineAt = d.at
+            request.deadlineByExpiry = d.byExpiry
         }
-        switch configuration.budget.next(failures: request.failures, now: now, deadline: request.deadline, random: &random) {
+        let deadline = RetryBudget.Deadline(at: request.deadlineAt, byExpiry: request.deadlineByExpiry)
+        switch configuration.budget.next(failures: Int(request.failures), now: now, deadline: deadline, random: &random) {
         case .retry(let at):
             if reason == .serverError || reason == .tooManyRequests { events.retried += 1 }
             events.retriedBy[reason] += 1
@@ -348,12 +350,12 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// when it repeats for the same request it waits for a back-off rather than spin.
     private mutating func replay(_ request: Request, reason: RetryReason, now: Double) {
         var request = request
-        request.replays += 1
+        if request.replays < .max { request.replays += 1 }
         events.retriedBy[reason] += 1
         if request.replays < 2 {
             queue.prepend(request)
         } else {
-            let delay = configuration.budget.backoff.delay(attempt: request.replays - 2, random: &random)
+            let delay = configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random)
             delayed.insert((request, false), due: now + delay)
         }
     }
@@ -417,7 +419,6 @@ struct HTTP2ConnectionStateMachine<Job> {
                 retryLater(r, reason: .connectionLost, elsewhere: false, now: now, into: &lost)
             }
         }
-        sendOrder = FIFO()
         events.ambiguous += unanswered.count
         var action = afterConnection(now: now)
         action.settled += lost.settled
@@ -470,22 +471,22 @@ struct HTTP2ConnectionStateMachine<Job> {
     // MARK: internals
 
     /// Streams unanswered for `requestTimeout` on a connection that answers others: each is reset
-    /// and resent (it may have been processed: ambiguous). The oldest open stream is at the head of
-    /// `sendOrder`, so this looks at one entry per tick unless some are due (O(1) per request).
+    /// and resent (it may have been processed: ambiguous). The open streams (at most the permits)
+    /// are looked at four times per `requestTimeout`, not on every request: nothing is added to the
+    /// per-request path, and a stream is found at most a quarter of the timeout late.
     private mutating func expireStreams(now: Double, into action: inout Action) {
-        while let head = sendOrder.first {
-            guard let open = inFlight[head.id], open.sentAt == head.sentAt else {
-                _ = sendOrder.popFirst()  // answered (or reset) since
-                continue
-            }
-            // Only when the connection read something after the stream was sent: otherwise it may be
-            // the connection that is stuck, which the rule above (close, PING) judges.
-            guard now - head.sentAt >= configuration.requestTimeout, lastRead > head.sentAt else { return }
-            _ = sendOrder.popFirst()
-            inFlight[head.id] = nil
-            action.cancel.append(head.id)
+        guard now >= nextStreamCheck, !inFlight.isEmpty else { return }
+        nextStreamCheck = now + configuration.requestTimeout / 4
+        // Only streams sent before the connection last read something: otherwise it may be the
+        // connection that is stuck, which the rule above (close, PING) judges.
+        var expired: [UInt32] = []
+        for (id, open) in inFlight where now - open.sentAt >= configuration.requestTimeout && lastRead > open.sentAt {
+            expired.append(id)
+        }
+        for id in expired.sorted() {
+            guard var r = inFlight.removeValue(forKey: id)?.request else { continue }
+            action.cancel.append(id)
             events.ambiguous += 1
-            var r = open.request
             r.noteAmbiguous()
             retryLater(r, reason: .streamTimeout, elsewhere: false, now: now, into: &action)
         }
@@ -558,7 +559,6 @@ struct HTTP2ConnectionStateMachine<Job> {
             let id = nextStreamID
             nextStreamID += 2
             inFlight[id] = InFlight(request: request, sentAt: now)
-            sendOrder.append((id, now))
             action.writes.append(Write(streamID: id, request: request))
         }
     }
