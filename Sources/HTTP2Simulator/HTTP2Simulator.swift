@@ -126,6 +126,8 @@ final class HTTP2Core: Sendable {
     /// "GOAWAY" debug data: `{"reason":"Shutdown"}`.
     let shutdownBody: [UInt8] = APNsErrorBody(reason: .shutdown).encoded()
     private let startedAt = ContinuousClock.now
+    /// Nanoseconds from `startedAt` to the first request that met `ratesApplyNow` (-1: none yet).
+    private let firstRequestNanos = Atomic<Int64>(-1)
     private let acceptedCount = Atomic<Int>(0)
     private let connectionNumbers = Atomic<Int>(0)
     private let random: Mutex<SplitMix64>
@@ -208,10 +210,18 @@ final class HTTP2Core: Sendable {
         }
     }
 
-    /// Whether the scripted rates (429, 500, 503, resets) apply now: always, or within their window.
+    /// Whether the scripted rates (429, 500, 503, resets) apply now: always, or within their window,
+    /// timed from the first request (so a storm meets the traffic however long the client took to come).
     func ratesApplyNow() -> Bool {
         guard let from = faults.ratesFromSecond else { return true }
-        return isWithinRefusalWindow(from: from, length: faults.ratesForSeconds, startedAt: startedAt)
+        let sinceStart = startedAt.duration(to: ContinuousClock.now).components
+        let now = sinceStart.seconds * 1_000_000_000 + sinceStart.attoseconds / 1_000_000_000
+        var first = firstRequestNanos.load(ordering: .relaxed)
+        if first < 0 {
+            first = firstRequestNanos.compareExchange(expected: -1, desired: now, ordering: .relaxed).exchanged ? now : firstRequestNanos.load(ordering: .relaxed)
+        }
+        let elapsed = Double(now - first) / 1e9
+        return elapsed >= from && elapsed < from + faults.ratesForSeconds
     }
 
     func refusesConnectionsNow() -> Bool {

@@ -94,8 +94,9 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     /// Tokens whose requests are never answered (the stream stays open until the client resets it or
     /// the connection closes), while the connection answers every other stream.
     public var neverAnswerTokens: Set<String> = []
-    /// When set, the chances above (429, 500, 503, resets) apply only in this window, seconds since
-    /// the simulator started: a storm of `ratesForSeconds` that then ends (an Apple incident).
+    /// When set, the chances above (429, 500, 503, resets) apply only in this window, seconds after
+    /// the simulator's first request: a storm of `ratesForSeconds` that then ends (an Apple incident),
+    /// timed from the traffic so it meets it however long the client took to start.
     public var ratesFromSecond: Double?
     public var ratesForSeconds: Double = 0
     public var seed: UInt64 = 1

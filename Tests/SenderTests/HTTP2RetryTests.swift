@@ -40,7 +40,7 @@ import TestSupport
         _ = await transport.drainAndClose()
     }
 
-    /// Every request answered 503 for the first 2 s: nothing is dead-lettered, every job is delivered
+    /// Every request answered 503 for 2 s from the first: nothing is dead-lettered, every job is delivered
     /// once, after the storm.
     @Test func aServiceUnavailableStormIsRiddenOut() async throws {
         var faults = HTTP2FaultScript()
