@@ -244,6 +244,10 @@ final class HTTP2Connection: ChannelInboundHandler {
         switch outcome {
         case .refuse:
             write(HTTP2Frame(streamID: id, payload: .rstStream(.refusedStream)), context)
+        case .reset:
+            write(HTTP2Frame(streamID: id, payload: .rstStream(.internalError)), context)
+        case .noAnswer:
+            break
         case .malformed:
             write(HTTP2Frame(streamID: id, payload: .rstStream(.protocolError)), context)
         case .accept(let apnsID, let after):
@@ -368,6 +372,10 @@ final class HTTP2Connection: ChannelInboundHandler {
         case refuse
         /// A malformed header block (RFC 9113 § 8.1.1): RST_STREAM PROTOCOL_ERROR, nothing recorded.
         case malformed
+        /// `reset_stream_rate`: RST_STREAM INTERNAL_ERROR, nothing recorded.
+        case reset
+        /// `never_answer_tokens`: no answer at all, nothing recorded.
+        case noAnswer
     }
 
     enum AfterAccept { case none, goAway, drop }
@@ -419,11 +427,21 @@ final class HTTP2Connection: ChannelInboundHandler {
         if let owner = core.tokenTopics[token], owner != app { return reject(.deviceTokenNotForTopic, apnsID) }
         if let stamp = core.unregistered[token] { return reject(.unregistered, apnsID, timestamp: stamp) }
         if core.expiredTokens.contains(token) { return reject(.expiredToken, apnsID) }
-        if core.overTokenRate(token, nowMillis: nowMillis) || core.draw(core.faults.tooManyRequestsRate) {
+        if core.overTokenRate(token, nowMillis: nowMillis) || (core.ratesApplyNow() && core.draw(core.faults.tooManyRequestsRate)) {
             return reject(.tooManyRequests, apnsID)
         }
-        if core.draw(core.faults.internalServerErrorRate) { return reject(.internalServerError, apnsID) }
-        if core.draw(core.faults.serviceUnavailableRate) { return reject(.serviceUnavailable, apnsID) }
+        if core.neverAnswerTokens.contains(token) {
+            core.count { $0.unansweredStreams += 1 }
+            return .noAnswer
+        }
+        let rates = core.ratesApplyNow()
+        if rates, core.draw(core.faults.resetStreamRate) {
+            core.count { $0.resetStreams += 1 }
+            if core.configuration.keepRecordsInMemory { core.resetTimes.withLock { $0[token, default: []].append(nowMillis) } }
+            return .reset
+        }
+        if rates, core.draw(core.faults.internalServerErrorRate) { return reject(.internalServerError, apnsID) }
+        if rates, core.draw(core.faults.serviceUnavailableRate) { return reject(.serviceUnavailable, apnsID) }
 
         // Accepted: recorded in this read burst's batch (committed before the answers are flushed).
         if core.recorder.isEnabled {

@@ -153,6 +153,10 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
     public var refusedStreams = 0
     public var goAways = 0
     public var abruptCloses = 0
+    /// Requests answered RST_STREAM INTERNAL_ERROR (`reset_stream_rate`).
+    public var resetStreams = 0
+    /// Requests left unanswered (`never_answer_tokens`).
+    public var unansweredStreams = 0
 
     public var accepted: Int { byStatus[200, default: 0] }
 
@@ -160,6 +164,7 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
         case accepted, byStatus = "by_status", byReason = "by_reason", connections
         case refusedConnections = "refused_connections", handshakeFailures = "handshake_failures"
         case refusedStreams = "refused_streams", goAways = "goaways", abruptCloses = "abrupt_closes"
+        case resetStreams = "reset_streams", unansweredStreams = "unanswered_streams"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -172,6 +177,8 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
         try c.encode(handshakeFailures, forKey: .handshakeFailures)
         try c.encode(refusedStreams, forKey: .refusedStreams)
         try c.encode(goAways, forKey: .goAways)
+        try c.encode(resetStreams, forKey: .resetStreams)
+        try c.encode(unansweredStreams, forKey: .unansweredStreams)
         try c.encode(abruptCloses, forKey: .abruptCloses)
     }
 }

@@ -86,6 +86,9 @@ public final class HTTP2Simulator: Sendable {
     /// answer; each closes once those are answered. What a maintenance restart of APNs looks like.
     public func shutdownConnections() { core.goAwayAll() }
 
+    /// Per token, when each of its requests was answered RST_STREAM (ms since 1970; with `keepRecordsInMemory`).
+    public var resetTimes: [DeviceToken: [Int64]] { core.resetTimes.withLock { $0 } }
+
     /// Accepted notifications (with `keepRecordsInMemory`), after flushing what is pending.
     public var records: [HTTP2Record] { core.recorder.records }
 
@@ -116,9 +119,15 @@ final class HTTP2Core: Sendable {
     /// Token → 410 timestamp (ms).
     let unregistered: [DeviceToken: Int64]
     let tokenTopics: [DeviceToken: String]
+    let neverAnswerTokens: Set<DeviceToken>
+    /// Times (ms since 1970) of the requests answered RST_STREAM, per token, when records are kept
+    /// in memory: tests read the spacing of a client's resends from them.
+    let resetTimes = Mutex<[DeviceToken: [Int64]]>([:])
     /// "GOAWAY" debug data: `{"reason":"Shutdown"}`.
     let shutdownBody: [UInt8] = APNsErrorBody(reason: .shutdown).encoded()
     private let startedAt = ContinuousClock.now
+    /// Nanoseconds from `startedAt` to the first request that met `ratesApplyNow` (-1: none yet).
+    private let firstRequestNanos = Atomic<Int64>(-1)
     private let acceptedCount = Atomic<Int>(0)
     private let connectionNumbers = Atomic<Int>(0)
     private let random: Mutex<SplitMix64>
@@ -156,6 +165,7 @@ final class HTTP2Core: Sendable {
         var topics: [DeviceToken: String] = [:]
         for (hex, topic) in faults.tokenTopics { topics[try tokens([hex], "token_topics")[0]] = topic }
         tokenTopics = topics
+        neverAnswerTokens = Set(try tokens(faults.neverAnswerTokens, "never_answer_tokens"))
         random = Mutex(SplitMix64(seed: faults.seed))
         recorder = try RecordWriter(path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory)
     }
@@ -198,6 +208,20 @@ final class HTTP2Core: Sendable {
             map[token] = entry
             return entry.count > limit
         }
+    }
+
+    /// Whether the scripted rates (429, 500, 503, resets) apply now: always, or within their window,
+    /// timed from the first request (so a storm meets the traffic however long the client took to come).
+    func ratesApplyNow() -> Bool {
+        guard let from = faults.ratesFromSecond else { return true }
+        let sinceStart = startedAt.duration(to: ContinuousClock.now).components
+        let now = sinceStart.seconds * 1_000_000_000 + sinceStart.attoseconds / 1_000_000_000
+        var first = firstRequestNanos.load(ordering: .relaxed)
+        if first < 0 {
+            first = firstRequestNanos.compareExchange(expected: -1, desired: now, ordering: .relaxed).exchanged ? now : firstRequestNanos.load(ordering: .relaxed)
+        }
+        let elapsed = Double(now - first) / 1e9
+        return elapsed >= from && elapsed < from + faults.ratesForSeconds
     }
 
     func refusesConnectionsNow() -> Bool {

@@ -92,6 +92,17 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     /// many bytes (a stream's window, returned as each DATA frame is read), and the connection window
     /// left at HTTP/2's 65,535 bytes, returned in steps of half of it.
     public var flowControlWindow: Int?
+    /// Chance (0…1) that a request is answered RST_STREAM INTERNAL_ERROR instead (not recorded: a
+    /// server that resets every stream is `1`).
+    public var resetStreamRate: Double = 0
+    /// Tokens whose requests are never answered (the stream stays open until the client resets it or
+    /// the connection closes), while the connection answers every other stream.
+    public var neverAnswerTokens: Set<String> = []
+    /// When set, the chances above (429, 500, 503, resets) apply only in this window, seconds after
+    /// the simulator's first request: a storm of `ratesForSeconds` that then ends (an Apple incident),
+    /// timed from the traffic so it meets it however long the client took to start.
+    public var ratesFromSecond: Double?
+    public var ratesForSeconds: Double = 0
     public var seed: UInt64 = 1
 
     public init() {}
@@ -120,6 +131,10 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         case refuseConnectionsForSeconds = "refuse_connections_for_s"
         case handshakeDelayMillis = "handshake_delay_ms"
         case flowControlWindow = "flow_control_window"
+        case resetStreamRate = "reset_stream_rate"
+        case neverAnswerTokens = "never_answer_tokens"
+        case ratesFromSecond = "rates_from_s"
+        case ratesForSeconds = "rates_for_s"
         case seed
     }
 
@@ -152,6 +167,10 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         refuseConnectionsForSeconds = try c.decodeIfPresent(Double.self, forKey: .refuseConnectionsForSeconds) ?? 0
         handshakeDelayMillis = try c.decodeIfPresent(Int.self, forKey: .handshakeDelayMillis) ?? 0
         flowControlWindow = try c.decodeIfPresent(Int.self, forKey: .flowControlWindow)
+        resetStreamRate = try c.decodeIfPresent(Double.self, forKey: .resetStreamRate) ?? 0
+        neverAnswerTokens = lower(try c.decodeIfPresent([String].self, forKey: .neverAnswerTokens))
+        ratesFromSecond = try c.decodeIfPresent(Double.self, forKey: .ratesFromSecond)
+        ratesForSeconds = try c.decodeIfPresent(Double.self, forKey: .ratesForSeconds) ?? 0
         seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
     }
 
@@ -179,6 +198,10 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         try c.encode(refuseConnectionsForSeconds, forKey: .refuseConnectionsForSeconds)
         try c.encode(handshakeDelayMillis, forKey: .handshakeDelayMillis)
         try c.encodeIfPresent(flowControlWindow, forKey: .flowControlWindow)
+        try c.encode(resetStreamRate, forKey: .resetStreamRate)
+        try c.encode(neverAnswerTokens.sorted(), forKey: .neverAnswerTokens)
+        try c.encodeIfPresent(ratesFromSecond, forKey: .ratesFromSecond)
+        try c.encode(ratesForSeconds, forKey: .ratesForSeconds)
         try c.encode(seed, forKey: .seed)
     }
 }

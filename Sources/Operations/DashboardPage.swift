@@ -38,7 +38,8 @@ enum DashboardPage {
   <div class="tiles" id="tiles"></div>
   <section class="chart"><h2>Last hour, per minute</h2><div id="chart"></div>
     <div class="legend" id="legend"></div></section>
-  <section class="reasons"><h2>Rejections by reason</h2><div id="reasons"></div></section>
+  <section class="reasons"><h2>Rejections by reason</h2><div id="reasons"></div>
+    <h2>Retries by reason</h2><div id="retries"></div></section>
   <section class="campaigns"><h2>Campaigns</h2><div id="campaigns"></div></section>
   <section class="connections"><h2>Gateway connections</h2><div id="connections"></div></section>
 </main>
@@ -101,7 +102,8 @@ const OUTCOMES = [
   ["accepted", "Accepted", "var(--ok)"], ["rejected", "Rejected", "var(--bad)"], ["suppressed", "Suppressed", "var(--warn)"],
   ["deduped", "Deduped", "var(--dup)"], ["dead_lettered", "Dead-lettered", "var(--dead)"]];
 const TILES = [["received", "Received", "var(--info)"], ...OUTCOMES,
-  ["ambiguous", "Ambiguous", "var(--warn)"], ["replayed", "Replayed", "var(--info)"], ["reconnects", "Reconnects", "var(--dup)"]];
+  ["ambiguous", "Ambiguous", "var(--warn)"], ["replayed", "Replayed", "var(--info)"], ["reconnects", "Reconnects", "var(--dup)"],
+  ["retried", "Retried", "var(--warn)"], ["gave_up", "Gave up", "var(--dead)"]];
 const history = [];          // {t, totals, campaigns: {id: settled}}
 const fmt = n => (n ?? 0).toLocaleString("en-US");
 const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;","'":"&#39;"}[c]));
@@ -161,6 +163,14 @@ function renderReasons(d) {
   put("reasons", codes.length === 0 ? `<div class="empty">No gateway refusals.</div>` :
     `<table><tr><th>reason</th><th class="num">last 15 min</th><th class="num">total</th></tr>` +
     codes.map(k => `<tr data-reason="${esc(k.slice(9))}"><td>${esc(k.slice(9))}</td><td class="num">${fmt(recent[k] || 0)}</td><td class="num">${fmt(d.totals[k])}</td></tr>`).join("") + `</table>`);
+  // HTTP/2 resends by reason (\`retried:<reason>\`): an Apple incident shows here before anything is given up.
+  const retries = {};
+  for (const m of d.minutes.slice(-15)) for (const [k, v] of Object.entries(m.counters)) if (k.startsWith("retried:")) retries[k] = (retries[k] || 0) + v;
+  const why = Object.keys(d.totals).filter(k => k.startsWith("retried:"));
+  why.sort((a, b) => (retries[b] || 0) - (retries[a] || 0) || d.totals[b] - d.totals[a]);
+  put("retries", why.length === 0 ? `<div class="empty">No retries.</div>` :
+    `<table><tr><th>reason</th><th class="num">last 15 min</th><th class="num">total</th></tr>` +
+    why.map(k => `<tr data-retry="${esc(k.slice(8))}"><td>${esc(k.slice(8))}</td><td class="num">${fmt(retries[k] || 0)}</td><td class="num">${fmt(d.totals[k])}</td></tr>`).join("") + `</table>`);
 }
 
 function renderCampaigns(d, cur) {

@@ -176,7 +176,9 @@ public struct PipelineConfiguration: Sendable {
         public var queueCapacity = http2Defaults.queueCapacity
         public var requestTimeout = http2Defaults.requestTimeout
         public var pingInterval = http2Defaults.pingInterval
-        public var maxAttempts = http2Defaults.maxAttempts
+        /// Retries end this long after a job's first failure (`gateway-gave-up`), or at its expiration.
+        public var giveUpAfter = http2Defaults.giveUpAfter
+        public var retry = http2Defaults.retry
         public var reconnect = http2Defaults.reconnect
 
         /// Apple's hosts for an environment ("api.push.apple.com:443"; port 2197 is the alternative
@@ -324,7 +326,12 @@ public struct PipelineConfiguration: Sendable {
         let unsettledKB = try g.int("max_unsettled_kb", default: -1, range: 16...(s.replayMaxBytes >> 10))
         if unsettledKB > 0 { s.maxUnsettledBytes = unsettledKB << 10 }
         s.settleGrace = try g.double("settle_grace_ms", default: s.settleGrace * 1000, range: 0...3_600_000) / 1000
-        s.maxAttempts = try g.int("max_attempts", default: s.maxAttempts, range: 1...100)
+        if g.has("max_attempts") {
+            throw ConfigurationError(
+                file: file, key: "gateway.max_attempts",
+                problem: "no longer used: status 1 / 255 are retried until gateway.give_up_after_s (default 3600) after the first")
+        }
+        s.giveUpAfter = try g.double("give_up_after_s", default: s.giveUpAfter ?? RetryBudget.defaultGiveUpAfter, range: 1...(7 * 86400))
         s.drainTimeout = try g.double("drain_timeout_s", default: s.drainTimeout, range: 0...3600)
         s.connectTimeout = try g.double("connect_timeout_s", default: s.connectTimeout, range: 0.1...600)
         let rc = try g.section("reconnect")
@@ -356,7 +363,16 @@ public struct PipelineConfiguration: Sendable {
         c.http2.queueCapacity = try h.int("queue_capacity", default: c.http2.queueCapacity, range: 1...10_000_000)
         c.http2.requestTimeout = try h.double("request_timeout_s", default: c.http2.requestTimeout, range: 0.1...3600)
         c.http2.pingInterval = try h.double("ping_interval_s", default: c.http2.pingInterval, range: 0.1...3600)
-        c.http2.maxAttempts = try h.int("max_attempts", default: c.http2.maxAttempts, range: 1...100)
+        if h.has("max_attempts") {
+            throw ConfigurationError(
+                file: file, key: "http2.max_attempts",
+                problem: "no longer used: HTTP/2 retries are bounded by time (http2.give_up_after_s, default \(Int(c.http2.giveUpAfter)))")
+        }
+        c.http2.giveUpAfter = try h.double("give_up_after_s", default: c.http2.giveUpAfter, range: 1...(7 * 86400))
+        let hretry = try h.section("retry")
+        c.http2.retry.initialDelay = try hretry.double("initial_ms", default: c.http2.retry.initialDelay * 1000, range: 1...600_000) / 1000
+        c.http2.retry.maximumDelay = try hretry.double("max_ms", default: c.http2.retry.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        try hretry.finish()
         let hr = try h.section("reconnect")
         c.http2.reconnect.initialDelay = try hr.double("initial_ms", default: c.http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
         c.http2.reconnect.maximumDelay = try hr.double("max_ms", default: c.http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
@@ -524,7 +540,8 @@ public struct PipelineConfiguration: Sendable {
         t.queueCapacity = http2.queueCapacity
         t.requestTimeout = http2.requestTimeout
         t.pingInterval = http2.pingInterval
-        t.maxAttempts = http2.maxAttempts
+        t.giveUpAfter = http2.giveUpAfter
+        t.retry = http2.retry
         t.reconnect = http2.reconnect
         t.serverHostname = http2.serverHostname
         return t

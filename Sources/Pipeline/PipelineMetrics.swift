@@ -28,6 +28,9 @@ public final class PipelineMetrics: Sendable {
         public static let replayed = "apns_replayed_total"
         public static let ambiguous = "apns_ambiguous_total"
         public static let retried = "apns_retried_total"
+        /// Every resend by its reason (`reason` label: RetryReason's labels).
+        public static let retries = "apns_retries_total"
+        public static let gaveUp = "apns_gave_up_total"
         public static let reconnects = "apns_reconnects_total"
         public static let sequenceUnknown = "apns_sequence_unknown_total"
         public static let resentAfterSettle = "apns_resent_after_settle_total"
@@ -108,7 +111,7 @@ public final class PipelineMetrics: Sendable {
         settleBatch = Recorder(label: Name.settleBatch, factory: factory)
         // Every series exists from the start (at 0), so rates and alerts work before the first event.
         for (app, transport) in transports {
-            for name in [Name.accepted, Name.rejected, Name.replayed, Name.ambiguous, Name.retried, Name.reconnects] {
+            for name in [Name.accepted, Name.rejected, Name.replayed, Name.ambiguous, Name.retried, Name.reconnects, Name.gaveUp] {
                 _ = counter(name, ["app": app, "transport": transport])
             }
             for name in [Name.suppressed, Name.deduped, Name.deadLettered] { _ = counter(name, ["app": app]) }
@@ -224,6 +227,12 @@ public final class PipelineMetrics: Sendable {
         if e.replayed > 0 { counter(Name.replayed, labels).increment(by: e.replayed) }
         if e.ambiguous > 0 { counter(Name.ambiguous, labels).increment(by: e.ambiguous) }
         if e.retried > 0 { counter(Name.retried, labels).increment(by: e.retried) }
+        if e.gaveUp > 0 { counter(Name.gaveUp, labels).increment(by: e.gaveUp) }
+        if !e.retriedBy.isEmpty {
+            for reason in RetryReason.allCases where e.retriedBy[reason] > 0 {
+                counter(Name.retries, ["app": app, "transport": transport(app), "reason": reason.label]).increment(by: e.retriedBy[reason])
+            }
+        }
         if e.reconnects > 0 { counter(Name.reconnects, labels).increment(by: e.reconnects) }
         if e.sequenceUnknown > 0 { counter(Name.sequenceUnknown, labels).increment(by: e.sequenceUnknown) }
         if e.resentAfterSettle > 0 { counter(Name.resentAfterSettle, labels).increment(by: e.resentAfterSettle) }

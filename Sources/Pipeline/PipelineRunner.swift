@@ -729,6 +729,12 @@ public final class PipelineRunner: Service, Sendable {
         item.events.reconnects = batch.events.reconnects
         item.events.lostAfterSettle = batch.events.lostAfterSettle
         item.events.refusedAfterSettle = batch.events.refusedAfterSettle
+        item.events.gaveUp = batch.events.gaveUp
+        if !batch.events.retriedBy.isEmpty {
+            for reason in RetryReason.allCases where batch.events.retriedBy[reason] > 0 {
+                item.events.retriedBy[reason.label] = batch.events.retriedBy[reason]
+            }
+        }
         if batch.events.replayed > 0 {
             item.shardEvents.append(ShardEvents(app: batch.app, shard: batch.connection, replayed: batch.events.replayed))
         }

@@ -65,6 +65,8 @@ final class SettlerInbox: Sendable {
         pending.events.inFlightWaits += item.events.inFlightWaits
         pending.events.lostAfterSettle += item.events.lostAfterSettle
         pending.events.refusedAfterSettle += item.events.refusedAfterSettle
+        pending.events.gaveUp += item.events.gaveUp
+        for (reason, n) in item.events.retriedBy { pending.events.retriedBy[reason, default: 0] += n }
         for (campaign, e) in item.campaignEvents {
             pending.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += e.resentAfterCrash
             pending.campaignEvents[campaign, default: PipelineEvents()].ambiguous += e.ambiguous

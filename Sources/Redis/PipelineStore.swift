@@ -483,6 +483,8 @@ public struct PipelineStore: Sendable {
         count(CounterField.inFlightWaits.rawValue, Int64(events.inFlightWaits))
         count(CounterField.lostAfterSettle.rawValue, Int64(events.lostAfterSettle))
         count(CounterField.refusedAfterSettle.rawValue, Int64(events.refusedAfterSettle))
+        count(CounterField.gaveUp.rawValue, Int64(events.gaveUp))
+        for (reason, n) in events.retriedBy { count("retried:" + reason, Int64(n)) }
         for (campaign, e) in batch.campaignEvents {
             for (field, n) in [(CounterField.resentAfterCrash, e.resentAfterCrash), (.ambiguous, e.ambiguous)] where n != 0 {
                 counters.increment(keys.campaign(campaign), field.rawValue, Int64(n))

@@ -134,6 +134,10 @@ public struct PipelineEvents: Sendable, Hashable {
     public var lostAfterSettle: Int
     /// Binary: notifications settled by time that the gateway then refused (outcome stays accepted).
     public var refusedAfterSettle: Int
+    /// Resends by reason (`retried:<reason>` fields: 5xx, 429, reset, connection-lost, …).
+    public var retriedBy: [String: Int] = [:]
+    /// Jobs dead-lettered because their retry budget or their expiration ran out (`gave_up`).
+    public var gaveUp = 0
 
     public init(
         received: Int = 0, replayed: Int = 0, ambiguous: Int = 0, retried: Int = 0, reconnects: Int = 0,
@@ -266,6 +270,9 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case lostAfterSettle = "lost_after_settle"
     /// Binary: notifications settled by time that the gateway then refused (their outcome stays accepted).
     case refusedAfterSettle = "refused_after_settle"
+    /// Jobs whose retries ran out of time (`gateway-gave-up`) or past their expiration (`expired`).
+    /// Each resend is also counted by its reason in `retried:<reason>` fields.
+    case gaveUp = "gave_up"
 }
 
 /// The fields of one counters hash, as read.

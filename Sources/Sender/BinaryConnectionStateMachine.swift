@@ -41,6 +41,10 @@ struct BinaryConnectionStateMachine {
         var settleAfter: UInt64 = 1_000_000_000
         var settleGrace: UInt64 = 2_000_000_000
         var maxAttempts = 3
+        /// When set, status 1 / 255 are retried until this long (ns) after the notification's first
+        /// such failure, whatever the count (`maxAttempts` no longer applies): the same by-time rule
+        /// as HTTP/2's retries (docs/design.md §2.9), then dead-lettered `gateway-gave-up`.
+        var giveUpAfter: UInt64?
 
         init() {}
 
@@ -53,6 +57,7 @@ struct BinaryConnectionStateMachine {
             settleAfter = UInt64(c.settleAfter * 1e9)
             settleGrace = UInt64(c.settleGrace * 1e9)
             maxAttempts = c.maxAttempts
+            giveUpAfter = c.giveUpAfter.map { UInt64($0 * 1e9) }
         }
     }
 
@@ -63,6 +68,8 @@ struct BinaryConnectionStateMachine {
         var attempts = 0
         /// Times answered with status 1 or 255.
         var processingFailures = 0
+        /// When it was first answered with status 1 or 255 (by-time give-up).
+        var firstFailureAt: UInt64?
         /// Its outcome was reported (accepted, by time) before an error proved it discarded: it is being
         /// resent from the grace window, and must not be reported again.
         var reported = false
@@ -216,7 +223,7 @@ struct BinaryConnectionStateMachine {
 
     /// An error response (the gateway closes the connection after it): outcomes for the named one and
     /// those before it, and what followed it back at the head of the queue, in order.
-    mutating func errorResponse(_ response: ErrorResponse) -> ErrorNotes {
+    mutating func errorResponse(_ response: ErrorResponse, now: UInt64 = 0) -> ErrorNotes {
         var notes = ErrorNotes()
         let r = replay.resolve(response)
         for e in r.accepted { record(e.item, .accepted) }
@@ -241,6 +248,7 @@ struct BinaryConnectionStateMachine {
         notes.lostJobs = lostJobs.prefix(50).map(\.jobID)
 
         var front: [Pending] = []
+        var behind: [Pending] = []
         if var p = r.failed.map(\.item) ?? r.failedSettled.map({ Pending(resending: $0, app: app) }) {
             switch BinaryVerdict(response.status) {
             case .rejected(let rejection):
@@ -249,12 +257,31 @@ struct BinaryConnectionStateMachine {
                 record(p, .rejected(rejection), status: response.status)
             case .retry(let reason):
                 p.processingFailures += 1
-                if p.processingFailures < config.maxAttempts {
+                let firstFailure = p.firstFailureAt ?? now
+                p.firstFailureAt = firstFailure
+                let again: Bool
+                if let giveUpAfter = config.giveUpAfter {
+                    again = now &- firstFailure < giveUpAfter
+                } else {
+                    again = p.processingFailures < config.maxAttempts
+                }
+                if again {
                     events.retried += 1
-                    front.append(p)
+                    events.retriedBy[.processingError] += 1
+                    // Retried by time, it goes behind the queue rather than first: each attempt
+                    // costs a connection (the gateway closes it after the error), and one that
+                    // keeps failing must not hold the shard's other notifications back for
+                    // `giveUpAfter`; the attempts are spaced by the shard's traffic and its
+                    // reconnect back-off. (Counted attempts go first, as before.)
+                    if config.giveUpAfter != nil { behind.append(p) } else { front.append(p) }
                 } else {
                     if p.reported { notes.refusedAfterSettle.append(p.notification.jobID) }
-                    record(p, .rejected(.transient(reason: reason)), status: response.status)
+                    if config.giveUpAfter != nil {
+                        events.gaveUp += 1
+                        record(p, .rejected(.transient(reason: RetryBudget.gaveUpReason)), status: response.status)
+                    } else {
+                        record(p, .rejected(.transient(reason: reason)), status: response.status)
+                    }
                 }
             }
         }
@@ -269,8 +296,9 @@ struct BinaryConnectionStateMachine {
         events.resentAfterSettle += r.discardedSettled.count
         front += r.discardedSettled.map { Pending(resending: $0, app: app) }
         front += r.discarded.map(\.item)
-        notes.resent = front.count
+        notes.resent = front.count + behind.count
         requeueAtFront(front)
+        for p in behind { queue.append(p) }
         return notes
     }
 

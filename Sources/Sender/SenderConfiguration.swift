@@ -51,8 +51,13 @@ public struct ShardConfiguration: Sendable {
     /// already reported): an error that names one of them — a gateway that read later than
     /// `settleAfter` — still replays exactly what followed it. Bounded by `replayMaxBytes` too.
     public var settleGrace = 2.0
-    /// Status 1 / 255: how many times a notification is written before it is dead-lettered.
+    /// Status 1 / 255: how many times a notification is written before it is dead-lettered, when
+    /// `giveUpAfter` is nil.
     public var maxAttempts = 3
+    /// Status 1 / 255: retried until this many seconds after the notification's first such answer, then
+    /// dead-lettered `gateway-gave-up` (the pipeline sets `gateway.give_up_after_s`, default 3600; nil
+    /// keeps the count of `maxAttempts`).
+    public var giveUpAfter: Double?
     /// How long a drain waits for the probe's answer before falling back to `settleAfter`.
     public var drainTimeout = 5.0
     public var connectTimeout = 10.0

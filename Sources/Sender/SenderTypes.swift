@@ -354,6 +354,11 @@ public struct SenderEvents: Sendable, Equatable {
     /// Retries after a transient failure (binary status 1 / 255; HTTP/2 429, 500, 503).
     public var retried = 0
     public var reconnects = 0
+    /// Every resend, by its reason (HTTP/2: each reason of `RetryReason`; binary: status 1 / 255).
+    public var retriedBy = RetryCounts()
+    /// Jobs whose retry budget ran out (`gateway-gave-up`) or whose `apns-expiration` passed while
+    /// they waited for a retry (`expired`): dead-lettered with that reason.
+    public var gaveUp = 0
     /// Binary only: error responses naming an identifier no longer in the replay buffer.
     public var sequenceUnknown = 0
     /// Binary only: notifications settled by time (reported accepted) that an error response then
@@ -378,6 +383,8 @@ public struct SenderEvents: Sendable, Equatable {
         a.ambiguous += b.ambiguous
         a.retried += b.retried
         a.reconnects += b.reconnects
+        a.retriedBy += b.retriedBy
+        a.gaveUp += b.gaveUp
         a.sequenceUnknown += b.sequenceUnknown
         a.resentAfterSettle += b.resentAfterSettle
         a.lostAfterSettle += b.lostAfterSettle

@@ -194,7 +194,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             finishDrainIfSettled()
             return
         }
-        let notes = machine.errorResponse(response)
+        let notes = machine.errorResponse(response, now: now)
         if notes.sequenceUnknown {
             logger.error(
                 "error response names a notification no longer in the replay buffer; what followed it may be lost",

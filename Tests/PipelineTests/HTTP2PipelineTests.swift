@@ -153,6 +153,66 @@ struct HTTP2PipelineTests {
         await stack.stop()
     }
 
+    /// An Apple incident (every answer 503 for 2 s from the first request) rides through: every job accepted once, none
+    /// dead-lettered; the resends are counted by reason in Redis (`retried:5xx`), nothing `gave_up`.
+    @Test func aServiceUnavailableStormIsRetriedAndCountedByReason() async throws {
+        let audience = (0..<300).map(token)
+        var faults = HTTP2FaultScript()
+        faults.serviceUnavailableRate = 1
+        faults.ratesFromSecond = 0
+        faults.ratesForSeconds = 2
+        let stack = try await Stack()
+        let sim = try await Self.simulator(faults)
+        var c = Self.configuration(stack, sim)
+        c.http2.retry.initialDelay = 0.05
+        c.http2.retry.maximumDelay = 0.5
+        let pipeline = RunningPipeline(c)
+        try await stack.publish(campaign: "s", template: template, tokens: audience)
+        try await stack.waitSettled("s", count: 300)
+        let s = try await stack.campaign("s")
+        #expect(s["accepted"] == 300)
+        #expect((s["dead_lettered"] ?? 0) == 0)
+        #expect(Self.recorded(sim, campaign: "s").values.allSatisfy { $0 == 1 })
+        #expect(Self.recorded(sim, campaign: "s").count == 300)
+        #expect(sim.totals.byStatus[503, default: 0] > 0, "the storm was met")
+        try await eventually("the 503 retries are counted by reason") {
+            try await stack.store.readStats().totals.fields["retried:5xx", default: 0] > 0
+        }
+        #expect(try await stack.store.readStats().totals.fields["gave_up", default: 0] == 0)
+        try await pipeline.stop()
+        try await sim.stop()
+        await stack.stop()
+    }
+
+    /// A server that resets every stream: each job is retried with back-off until
+    /// `http2.give_up_after_s` (1 s here), then dead-lettered `gateway-gave-up`, counted `gave_up`.
+    @Test func aResetStormEndsInGatewayGaveUpDeadLetters() async throws {
+        let audience = (0..<40).map(token)
+        var faults = HTTP2FaultScript()
+        faults.resetStreamRate = 1
+        let stack = try await Stack()
+        let sim = try await Self.simulator(faults)
+        var c = Self.configuration(stack, sim)
+        c.http2.giveUpAfter = 1
+        c.http2.retry.initialDelay = 0.05
+        c.http2.retry.maximumDelay = 0.5
+        let pipeline = RunningPipeline(c)
+        try await stack.publish(campaign: "r", template: template, tokens: audience)
+        try await stack.waitSettled("r", count: 40)
+        let r = try await stack.campaign("r")
+        #expect(r["dead_lettered"] == 40)
+        #expect(sim.records.isEmpty)
+        try await eventually("the give-ups and the resets are counted") {
+            let totals = try await stack.store.readStats().totals.fields
+            return totals["gave_up", default: 0] == 40 && totals["retried:reset", default: 0] > 0
+        }
+        // Bounded: 1 s of back-off from 50 ms is a handful of requests per job, not a hot loop.
+        #expect(sim.totals.resetStreams <= 40 * 12)
+        try await pipeline.stop()
+        try await sim.stop()
+        await stack.stop()
+    }
+
     /// Connections dropped with requests in flight: each unanswered request is resent (a possible
     /// duplicate) and counted `ambiguous` for its campaign when it settles, not only in the totals.
     @Test func droppedConnectionsCountAmbiguousResendsPerCampaign() async throws {

@@ -533,6 +533,10 @@ struct PipelineTests {
              "counts its connections in `connections`"),
             ("http2:\n  hosts: [nohost]\n" + apps, "http2.hosts", "expected host:port"),
             ("http2:\n  stream_cap: 0\n" + apps, "http2.stream_cap", "expected a whole number"),
+            // Retries are bounded by time now: the old counts are refused with what replaced them.
+            ("http2:\n  max_attempts: 3\n" + apps, "http2.max_attempts", "http2.give_up_after_s"),
+            ("gateway:\n  max_attempts: 3\n" + apps, "gateway.max_attempts", "gateway.give_up_after_s"),
+            ("http2:\n  give_up_after_s: 0\n" + apps, "http2.give_up_after_s", "expected a number in 1…604800"),
         ]
         for (yaml, key, problem) in cases {
             let path = try write(yaml)

@@ -91,6 +91,48 @@ import Testing
         #expect(drain(&m).outcomes.map(\.jobID) == ["job-3", "job-4", "job-5"], "1 and 2 are not reported twice")
     }
 
+    /// With `giveUpAfter` (the pipeline's `gateway.give_up_after_s`), status 1 is retried by time,
+    /// not by count: past three attempts while within it, then dead-lettered `gateway-gave-up`.
+    @Test func processingErrorsAreRetriedUntilTheGiveUpTime() {
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.settleAfter = Self.second
+        c.maxAttempts = 3
+        c.giveUpAfter = 10 * Self.second
+        var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
+        m.submitted([notification(0)])
+        var at: UInt64 = 0
+        var flush: UInt64 = 1
+        for _ in 0..<5 {
+            write(&m, flush: flush, at: at)
+            _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: m.replay.oldestIdentifier!), now: at)
+            _ = m.connectionLost()
+            #expect(drain(&m).outcomes.isEmpty, "within its time: retried")
+            at += Self.second
+            flush += 1
+        }
+        at = 11 * Self.second
+        write(&m, flush: flush, at: at)
+        _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: m.replay.oldestIdentifier!), now: at)
+        let (outcomes, events) = drain(&m)
+        #expect(outcomes.map(\.rejection) == [.transient(reason: "gateway-gave-up")])
+        #expect(outcomes.first?.attempts == 6)
+        #expect(events.gaveUp == 1)
+    }
+
+    /// Retried by time, a notification answered status 1 goes behind the queue: the ones the error
+    /// discarded (and the rest) are written first, so one that keeps failing holds nothing back.
+    @Test func aProcessingErrorRetriedByTimeGoesBehindTheOthers() {
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.settleAfter = Self.second
+        c.giveUpAfter = 10 * Self.second
+        var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
+        m.submitted((0..<3).map(notification))
+        write(&m, flush: 1, at: 0)
+        m.submitted([notification(3)])
+        _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: 1), now: 0)  // job-0
+        #expect(m.queue.map(\.notification.jobID) == ["job-1", "job-2", "job-3", "job-0"])
+    }
+
     /// A refusal of a job already reported accepted is counted, not reported.
     @Test func aRefusalAfterSettlementIsCountedNotReported() {
         var m = machine()

@@ -13,8 +13,7 @@ import Testing
         c.queueCapacity = 1000
         c.requestTimeout = 10
         c.pingInterval = 30
-        c.maxAttempts = 3
-        c.maxRateLimitedAttempts = 3
+        c.budget.giveUpAfter = 60
         c.authFailureDelay = 60
         configure(&c)
         return Machine(configuration: c, random: SplitMix64(seed: 42))
@@ -101,7 +100,7 @@ import Testing
         #expect(last.writes.isEmpty)
         _ = m.closed(now: 2)
         #expect(m.takeEvents().ambiguous == 1)  // stream 5 only
-        #expect(m.queue.count == 3)
+        #expect(m.queue.count == 2 && m.delayed.count == 1)  // 3 and 4 queued, 2 (stream 5) backing off
     }
 
     @Test func goAwayResendsOnlyStreamsAboveLastStreamID() {
@@ -142,7 +141,9 @@ import Testing
         let e = m.takeEvents()
         #expect(e.ambiguous == 2)
         #expect(e.replayed == 0)
-        #expect(m.queue.count == 2)
+        #expect(e.retriedBy[.connectionLost] == 2)
+        // They wait for their back-off, holding no place in the queue.
+        #expect(m.queue.isEmpty && m.delayed.count == 2)
         // A late answer for a stream of the dead connection is not settled twice.
         #expect(m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 2).settled.isEmpty)
         // The resends carry it (to their outcomes, where the pipeline counts it per campaign).
@@ -173,8 +174,83 @@ import Testing
         let ambiguous = m.reset(streamID: 5, refused: false, now: 1)
         let e = m.takeEvents()
         #expect(e.replayed == 1 && e.ambiguous == 1)
+        #expect(e.retriedBy[.refusedStream] == 1 && e.retriedBy[.reset] == 1)
         #expect(r.writes.map(\.request.ambiguousResends) == [0], "a refused stream was not processed")
-        #expect(ambiguous.writes.map(\.request.ambiguousResends) == [1])
+        // A reset that may have been processed is not resent at once (the hot loop of issue 28)…
+        #expect(ambiguous.writes.isEmpty)
+        #expect(m.tick(now: 1.01).writes.isEmpty)
+        // …but after its back-off.
+        let later = m.tick(now: 2).writes
+        #expect(later.map(\.request.job) == [2])
+        #expect(later.map(\.request.ambiguousResends) == [1])
+    }
+
+    /// A server that resets every stream: each resend of the job waits longer than the one before,
+    /// and after `give_up_after_s` the job is dead-lettered `gateway-gave-up`: bounded attempts.
+    @Test func resetEveryStreamBacksOffThenGivesUpByTime() {
+        var m = Self.machine { $0.budget.giveUpAfter = 30 }
+        _ = m.enqueue([1], now: 0)
+        var w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        var now = 0.0
+        var sentAt: [Double] = [0]
+        var settled: [Machine.Settled] = []
+        while settled.isEmpty && now < 1000 {
+            let r = m.reset(streamID: w[0].streamID, refused: false, now: now)
+            settled = r.settled
+            w = []
+            while w.isEmpty && settled.isEmpty && now < 1000 {
+                now += 0.01
+                w = m.tick(now: now).writes
+            }
+            if !w.isEmpty { sentAt.append(now) }
+        }
+        #expect(settled.first?.delivery == .rejected(.transient(reason: "gateway-gave-up")))
+        #expect(settled.first?.code == "gateway-gave-up")
+        let gaps = zip(sentAt.dropFirst(), sentAt).map { $0 - $1 }
+        // Bounded by time: 30 s of exponential back-off from 0.2 s is a handful of attempts.
+        #expect(sentAt.count < 15)
+        #expect(gaps.count > 4)
+        // Each wait is at least the half of its base that is not random, which doubles.
+        for (i, g) in gaps.prefix(5).enumerated() { #expect(g >= 0.1 * Double(1 << i)) }
+        #expect(now >= 30)
+        let e = m.takeEvents()
+        #expect(e.gaveUp == 1)
+        #expect(e.retriedBy[.reset] == sentAt.count - 1)
+    }
+
+    /// REFUSED_STREAM (and GOAWAY) resends go again at once the first time, then back off.
+    @Test func repeatedRefusedStreamsBackOff() {
+        var m = Self.authenticated()
+        let w = m.enqueue([1], now: 1).writes
+        let first = m.reset(streamID: w[0].streamID, refused: true, now: 1)
+        #expect(first.writes.map(\.request.job) == [1])
+        let second = m.reset(streamID: first.writes[0].streamID, refused: true, now: 1)
+        #expect(second.writes.isEmpty && second.settled.isEmpty)
+        #expect(m.delayed.count == 1)
+        #expect(m.tick(now: 2).writes.map(\.request.job) == [1])
+    }
+
+    /// A job whose `apns-expiration` comes before the give-up time is dead-lettered `expired`
+    /// rather than sent after it.
+    @Test func aJobExpiringWhileItWaitsIsDeadLetteredExpired() {
+        var c = Machine.Configuration()
+        c.budget.giveUpAfter = 3600
+        var m = Machine(configuration: c, random: SplitMix64(seed: 1), expiry: { UInt32($0) })
+        m.wallClockOffset = 1_000_000
+        _ = m.enqueue([1_000_003], now: 0)  // expires 3 s after the start
+        let w = m.connected(now: 0).writes
+        _ = m.reset(streamID: w[0].streamID, refused: false, now: 0)
+        var settled: [Machine.Settled] = []
+        var now = 0.0
+        while settled.isEmpty && now < 10 {
+            now += 0.05
+            let t = m.tick(now: now)
+            settled = t.settled
+            for x in t.writes { settled += m.reset(streamID: x.streamID, refused: false, now: now).settled }
+        }
+        #expect(settled.first?.delivery == .rejected(.transient(reason: "expired")))
+        #expect(now <= 3.1)
     }
 
     @Test func expiredProviderTokenRenewsOnceThenStops() {
@@ -220,40 +296,87 @@ import Testing
         #expect(!a.drained)
     }
 
-    @Test func tooManyRequestsBacksOffThenGivesUp() {
-        var m = Self.authenticated()
-        _ = m.enqueue([1], now: 1)
+    @Test func tooManyRequestsBacksOffUntilTheGiveUpTime() {
+        var m = Self.authenticated()  // give up after 60 s
+        _ = m.enqueue([1], now: 10)
         var stream: UInt32 = 3
-        for attempt in 1...2 {
-            let a = m.response(streamID: stream, status: 429, reason: "TooManyRequests", timestamp: nil, now: 10)
+        for attempt in 1...3 {
+            let a = m.response(streamID: stream, status: 429, reason: "TooManyRequests", timestamp: nil, now: 10 + Double(attempt))
             #expect(a.writes.isEmpty && a.settled.isEmpty)
-            #expect(m.tick(now: 10).writes.isEmpty)  // not due yet (delay > 0)
-            let w = m.tick(now: 1000).writes
+            #expect(m.tick(now: 10 + Double(attempt)).writes.isEmpty)  // not due yet (delay > 0)
+            let w = m.tick(now: 11 + Double(attempt)).writes
             #expect(w.map(\.request.job) == [1])
             #expect(w.first?.request.attempts == attempt + 1)
             stream = w[0].streamID
         }
-        let last = m.response(streamID: stream, status: 429, reason: "TooManyRequests", timestamp: nil, now: 1000)
-        #expect(last.settled.first?.delivery == .rejected(.transient(reason: "TooManyRequests")))
-        #expect(last.settled.first?.code == "TooManyRequests")
-        #expect(m.takeEvents().retried == 2)
+        // Past the give-up time (60 s after the first failure at 11): dead-lettered.
+        let last = m.response(streamID: stream, status: 429, reason: "TooManyRequests", timestamp: nil, now: 72)
+        #expect(last.settled.first?.delivery == .rejected(.transient(reason: "gateway-gave-up")))
+        let e = m.takeEvents()
+        #expect(e.retried == 3 && e.retriedBy[.tooManyRequests] == 3 && e.gaveUp == 1)
     }
 
-    @Test func serverErrorsRetryElsewhereBoundedThenTransient() {
+    @Test func serverErrorsRetryElsewhereUntilTheGiveUpTime() {
         var m = Self.authenticated()
         _ = m.enqueue([1], now: 1)
         let a = m.response(streamID: 3, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: 1)
         #expect(a.settled.isEmpty && a.reroute.isEmpty)
-        let due = m.tick(now: 1000)
+        let due = m.tick(now: 30)
         #expect(due.reroute.map(\.job) == [1])
         #expect(due.reroute.first?.failures == 1)
-        // Another connection adopts it with its history: the third failure ends it.
+        // Another connection adopts it with its history (and its deadline: 60 s after 1).
         var other = Self.authenticated()
-        var r = due.reroute[0]
-        r.failures = 2
-        let w = other.adopt([r], now: 1000).writes
-        let end = other.response(streamID: w[0].streamID, status: 500, reason: "InternalServerError", timestamp: nil, now: 1000)
-        #expect(end.settled.first?.delivery == .rejected(.transient(reason: "InternalServerError")))
+        let w = other.adopt(due.reroute, now: 30).writes
+        let again = other.response(streamID: w[0].streamID, status: 500, reason: "InternalServerError", timestamp: nil, now: 30)
+        #expect(again.settled.isEmpty, "within its budget: retried, not dead-lettered")
+        let w2 = other.tick(now: 59).reroute
+        #expect(w2.map(\.job) == [1])
+        var third = Self.authenticated()
+        let w3 = third.adopt(w2, now: 61).writes
+        let end = third.response(streamID: w3[0].streamID, status: 500, reason: "InternalServerError", timestamp: nil, now: 61)
+        #expect(end.settled.first?.delivery == .rejected(.transient(reason: "gateway-gave-up")))
+    }
+
+    /// 503 and 429 halve the connection's streams; other answers grow them back, one per window.
+    @Test func serviceUnavailableShrinksTheStreamsAndSuccessGrowsThemBack() {
+        var m = Self.authenticated(cap: 16)
+        #expect(m.permits == 16)
+        let w = m.enqueue(Array(1...16), now: 1).writes
+        _ = m.response(streamID: w[0].streamID, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: 1)
+        #expect(m.permits == 8)
+        // The rest of the same burst does not halve it again and again.
+        _ = m.response(streamID: w[1].streamID, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: 1)
+        #expect(m.permits == 8)
+        for x in w.dropFirst(2) { _ = m.response(streamID: x.streamID, status: 200, reason: nil, timestamp: nil, now: 1) }
+        #expect(m.permits > 8)
+    }
+
+    /// Mostly 5xx: the connection stops taking work and hands its queue to the others, then one
+    /// probe; a good answer to it opens it up again.
+    @Test func mostly5xxOpensTheBreakerThenAProbeClosesIt() {
+        var m = Self.machine(cap: 2) { $0.breaker.window = 4; $0.breaker.openFor = 5 }
+        _ = m.enqueue(Array(1...10), now: 0)
+        var w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        var opened: Machine.Action?
+        var t = 0.0
+        while opened == nil, let x = w.first {
+            t += 0.001
+            let a = m.response(streamID: x.streamID, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: t)
+            w = Array(w.dropFirst()) + a.writes
+            if a.breakerOpened { opened = a }
+        }
+        #expect(opened != nil)
+        #expect(!m.acceptsWork)
+        #expect(!(opened?.reroute.isEmpty ?? true), "its queue goes to the other connections")
+        #expect(m.enqueue([11], now: t).writes.isEmpty, "nothing is written while it is open")
+        for x in w { _ = m.response(streamID: x.streamID, status: 200, reason: nil, timestamp: nil, now: t) }
+        let probe = m.tick(now: t + 5).writes
+        #expect(probe.count == 1, "one probe")
+        #expect(m.acceptsWork)
+        _ = m.response(streamID: probe[0].streamID, status: 200, reason: nil, timestamp: nil, now: t + 5)
+        #expect(m.breaker.state == .closed)
+        #expect(m.enqueue([12, 13], now: t + 5).writes.count == 2)
     }
 
     @Test func finalAnswersSettleWithMeaningAndCode() {
@@ -276,16 +399,32 @@ import Testing
         #expect(t.close)
         _ = m.closed(now: 110)
         #expect(m.takeEvents().ambiguous == 1)
-        #expect(m.queue.count == 1)
+        #expect(m.delayed.count == 1)
     }
 
-    @Test func aSlowButAnsweringConnectionIsNotStuck() {
+    /// One stream never answered while the connection answers others: that stream alone is reset
+    /// and resent after its back-off; the connection stays.
+    @Test func aStreamUnansweredPastItsDeadlineIsResetAlone() {
         var m = Self.authenticated()
         _ = m.enqueue([1, 2], now: 100)
+        _ = m.enqueue([3], now: 105)
         _ = m.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 108)
-        // Stream 5 is 15 s old, but the connection answered 7 s ago: it is working, only slowly.
-        #expect(!m.tick(now: 115).close)
-        #expect(m.tick(now: 118).close)
+        #expect(m.tick(now: 109).cancel.isEmpty)
+        // Stream 5 is past 10 s, but the connection answered since: only the stream is given up on
+        // (the open streams are looked at every quarter of the timeout: here at 109, then 111.5).
+        #expect(m.tick(now: 110).cancel.isEmpty)
+        let t = m.tick(now: 111.5)
+        #expect(!t.close)
+        #expect(t.cancel == [5])
+        #expect(m.inFlight.keys.sorted() == [7])
+        let e = m.takeEvents()
+        #expect(e.ambiguous == 1 && e.retriedBy[.streamTimeout] == 1)
+        // The late answer of the reset stream is ignored; the resend goes out after its back-off.
+        #expect(m.response(streamID: 5, status: 200, reason: nil, timestamp: nil, now: 111.51).settled.isEmpty)
+        let again = m.tick(now: 112).writes
+        #expect(again.map(\.request.job) == [2])
+        #expect(again.first?.request.ambiguousResends == 1)
+        #expect(m.tick(now: 114).cancel.isEmpty)
     }
 
     @Test func idleConnectionPingsAndAnUnansweredPingCloses() {

@@ -488,6 +488,17 @@ struct HTTP2ClientFrameCodec {
         outbound.writeInteger(data)
     }
 
+    /// RST_STREAM for a stream we give up on (unanswered past its deadline): the server may stop
+    /// working on it, its DATA still waiting for window is dropped, and a late answer is ignored.
+    mutating func writeReset(streamID: UInt32, code: HTTP2WireErrorCode) {
+        guard failed == nil else { return }
+        responses[streamID] = nil
+        waitingData.removeAll { $0.streamID == streamID }
+        HTTP2FrameHeader(length: 4, type: HTTP2FrameHeader.Kind.rstStream, flags: 0, streamID: streamID).write(into: &outbound)
+        outbound.writeInteger(code.rawValue)
+        writeWaitingData()  // the stream may have been the one at the head of the queue
+    }
+
     private mutating func writeWindowUpdate(streamID: UInt32, increment: Int) {
         HTTP2FrameHeader(length: 4, type: HTTP2FrameHeader.Kind.windowUpdate, flags: 0, streamID: streamID).write(into: &outbound)
         outbound.writeInteger(UInt32(increment))

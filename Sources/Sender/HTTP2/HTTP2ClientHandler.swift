@@ -40,6 +40,11 @@ final class HTTP2ClientHandler: ChannelInboundHandler, RemovableChannelHandler {
         return codec.pendingOutboundBytes - before
     }
 
+    /// RST_STREAM CANCEL for a stream given up on (it leaves with the next flush).
+    func cancel(streamID: UInt32) {
+        codec.writeReset(streamID: streamID, code: .cancel)
+    }
+
     func ping() {
         codec.writePing()
         flush()

@@ -55,6 +55,10 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     /// The `authorization` value of `token`, made once per token rather than once per write.
     private var authorization: (token: String, value: String)?
     private var connectingSince: NIODeadline?
+    /// Which of its host's addresses this connection uses (its rank among the connections to the host).
+    private let slot: Int
+    /// Connects that failed in a row: each moves the connection to the host's next address.
+    private var connectFailures = 0
     private(set) var statistics = ShardStatistics()
 
     /// Whether the transport should route new work here (read from other threads).
@@ -70,6 +74,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.configuration = configuration
         self.sslContext = sslContext
         self.host = configuration.hosts[index % configuration.hosts.count]  // spread evenly over the hosts
+        self.slot = index / configuration.hosts.count
         self.limiter = limiter
         self.onOutcomes = onOutcomes
         self.reroute = reroute
@@ -77,10 +82,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.logger[metadataKey: "app"] = "\(configuration.app)"
         self.logger[metadataKey: "connection"] = "\(index)"
         self.logger[metadataKey: "host"] = "\(host)"
-        self.machine = Machine(configuration: configuration.machineConfiguration())
+        self.machine = Machine(configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
+        machine.wallClockOffset = Date().timeIntervalSince1970 - now
     }
 
     private var now: Double { Double(NIODeadline.now().uptimeNanoseconds) / 1e9 }
@@ -252,6 +258,21 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             }
         }
         if !action.reroute.isEmpty { reroute(action.reroute, index) }
+        if !action.cancel.isEmpty, let handler {
+            // Reset the streams given up on; their resends wait for their back-off.
+            for id in action.cancel { handler.cancel(streamID: id) }
+            unflushedBytes += 13 * action.cancel.count
+            logger.warning(
+                "streams unanswered past the request timeout: reset and resent later",
+                metadata: ["streams": "\(action.cancel.count)", "timeout_seconds": "\(configuration.requestTimeout)"])
+            flushIfDue(force: true)
+        }
+        if action.breakerOpened {
+            statistics.lastError = "mostly 5xx answers: paused (circuit breaker)"
+            logger.warning(
+                "most answers on this connection are 5xx: it pauses and its work goes to the other connections",
+                metadata: ["window": "\(configuration.breaker.window)"])
+        }
         if action.ping, let handler { handler.ping() }
         if let reason = action.credentialsRefused {
             // Loud: nothing more goes out on this connection until `authFailureDelay` has passed, and
@@ -309,9 +330,36 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     }
 
     private func open(epoch: Int) {
+        // Resolved at every connect: the connections to a host spread over all its addresses, and
+        // a front end that left DNS is left too.
+        configuration.resolver.resolve(host: host.host, port: host.port, on: eventLoop).flatMap { [self] addresses -> EventLoopFuture<any Channel> in
+            guard let address = Self.address(among: addresses, slot: slot, failures: connectFailures) else {
+                return eventLoop.makeFailedFuture(SystemHostResolver.Failure(host: host.host, message: "no address"))
+            }
+            logger[metadataKey: "address"] = "\(address.ipAddress ?? "?")"
+            return bootstrap(epoch: epoch).connect(to: address)
+        }.whenComplete { [self] result in
+            guard epoch == self.epoch else {
+                if case .success(let c) = result { c.close(promise: nil) }
+                return
+            }
+            switch result {
+            case .success(let c):
+                channel = c
+            case .failure(let error):
+                connectFailures += 1
+                statistics.lastError = "\(error)"
+                logger.warning("connect failed", metadata: ["error": "\(error)"])
+                self.epoch += 1
+                apply(machine.connectFailed(now: now))
+            }
+        }
+    }
+
+    private func bootstrap(epoch: Int) -> ClientBootstrap {
         let hostname = configuration.serverHostname ?? host.host
         let sslContext = self.sslContext
-        let bootstrap = ClientBootstrap(group: eventLoop)
+        return ClientBootstrap(group: eventLoop)
             .connectTimeout(.nanoseconds(Int64(configuration.connectTimeout * 1e9)))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { [self] channel in
@@ -327,21 +375,6 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                     return channel.eventLoop.makeFailedFuture(error)
                 }
             }
-        bootstrap.connect(host: host.host, port: host.port).whenComplete { [self] result in
-            guard epoch == self.epoch else {
-                if case .success(let c) = result { c.close(promise: nil) }
-                return
-            }
-            switch result {
-            case .success(let c):
-                channel = c
-            case .failure(let error):
-                statistics.lastError = "\(error)"
-                logger.warning("connect failed", metadata: ["error": "\(error)"])
-                self.epoch += 1
-                apply(machine.connectFailed(now: now))
-            }
-        }
     }
 
     private func renewToken() {

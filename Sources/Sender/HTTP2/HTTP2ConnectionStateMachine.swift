@@ -9,10 +9,20 @@
 ///   answer that shows the credentials were accepted: a refused credential then costs one request,
 ///   not a window of them;
 /// - streams above a GOAWAY's last-stream-id and REFUSED_STREAM resets were never processed: resent,
-///   counted `replayed`; streams unanswered when the connection dies, or reset otherwise, may have been
-///   processed: resent, counted `ambiguous` (the only duplicate window);
+///   counted `replayed`, at once the first time and after a back-off when it repeats; streams
+///   unanswered when the connection dies, or reset otherwise, may have been processed: resent,
+///   counted `ambiguous` (the only duplicate window);
+/// - 500 / 503 / 429 and every resend that is not proved "not processed" (a reset, a lost connection,
+///   a stream past its deadline) count against the job's retry budget (`RetryBudget`): resent after
+///   an exponential back-off with jitter, from a queue of due times that holds no stream, until
+///   `give_up_after_s` after the first failure (`gateway-gave-up`) or the job's `apns-expiration`
+///   (`expired`);
+/// - 503 / 429 halve the connection's streams (`AIMDWindow`), other answers grow them back; mostly
+///   5xx answers pause the connection (`CircuitBreaker`): its queue goes to the others, then one
+///   probe;
 /// - streams open and nothing read for `requestTimeout`, or a PING unanswered as long, means the
-///   connection is stuck: it is closed (so its streams count as ambiguous) and reopened;
+///   connection is stuck: it is closed (so its streams count as ambiguous) and reopened; one stream
+///   unanswered for `requestTimeout` while others are answered is reset (CANCEL) and resent;
 /// - a drain finishes when every request has an answer; there is nothing to prove by time.
 struct HTTP2ConnectionStateMachine<Job> {
     struct Configuration {
@@ -20,12 +30,9 @@ struct HTTP2ConnectionStateMachine<Job> {
         var queueCapacity = 8192
         var requestTimeout = 10.0
         var pingInterval = 30.0
-        /// 500 / 503 (and unknown 5xx): answers allowed before the job is dead-lettered as transient.
-        var maxAttempts = 3
-        /// 429 TooManyRequests: answers allowed before the job is dead-lettered as transient.
-        var maxRateLimitedAttempts = 10
-        /// Back-off for 429 and the jittered delay before a 5xx retry.
-        var retry = ReconnectPolicy()
+        /// Back-off and give-up time of every retry (5xx, 429, resets, lost connections, timeouts).
+        var budget = RetryBudget()
+        var breaker = CircuitBreaker.Settings()
         var reconnect = ReconnectPolicy()
         /// How long a connection whose credentials were refused waits before trying again.
         var authFailureDelay = 60.0
@@ -36,10 +43,14 @@ struct HTTP2ConnectionStateMachine<Job> {
         var job: Job
         /// Times written to a connection.
         var attempts = 0
-        /// 500 / 503 answers so far.
-        var failures = 0
-        /// 429 TooManyRequests answers so far.
-        var rateLimited = 0
+        /// Where its retries end (`RetryBudget.Deadline`, kept as its two fields so the request, copied
+        /// between the queue, the streams and the actions, stays small); set at its first failure.
+        var deadlineAt = Double.infinity
+        var deadlineByExpiry = false
+        /// Failures that count against the retry budget (5xx, 429, resets, lost, timed out) so far.
+        var failures: UInt16 = 0
+        /// Resends proved "not processed" (REFUSED_STREAM, above a GOAWAY) so far.
+        var replays: UInt16 = 0
         /// Already resent once after 403 ExpiredProviderToken.
         var renewedToken = false
         /// Times resent after its fate was unknown (see `Outcome.ambiguousResends`).
@@ -74,8 +85,13 @@ struct HTTP2ConnectionStateMachine<Job> {
         var writes: [Write] = []
         /// Requests finished for good: report their outcomes.
         var settled: [Settled] = []
-        /// Requests to hand to another connection of the app (5xx retries, refused credentials).
+        /// Requests to hand to another connection of the app (5xx retries, refused credentials, an
+        /// open circuit breaker).
         var reroute: [Request] = []
+        /// Streams to reset (RST_STREAM CANCEL): unanswered past `requestTimeout`, resent.
+        var cancel: [UInt32] = []
+        /// The circuit breaker opened: mostly 5xx answers (log it).
+        var breakerOpened = false
         /// Renew the provider token before writing `writes` (403 ExpiredProviderToken).
         var renewToken = false
         var ping = false
@@ -112,8 +128,16 @@ struct HTTP2ConnectionStateMachine<Job> {
     private(set) var phase = Phase.idle
     private(set) var queue = FIFO<Request>()
     private(set) var inFlight: [UInt32: InFlight] = [:]
-    /// Retries waiting for their time (429 back-off, 5xx jitter); `elsewhere` ones are rerouted when due.
-    private(set) var delayed: [(due: Double, request: Request, elsewhere: Bool)] = []
+    /// Retries waiting for their time (back-off); `elsewhere` ones are rerouted when due.
+    private(set) var delayed = DueQueue<(request: Request, elsewhere: Bool)>()
+    /// When the open streams are next checked against the per-stream deadline.
+    private var nextStreamCheck = 0.0
+    private(set) var window = AIMDWindow()
+    private(set) var breaker: CircuitBreaker
+    /// Wall-clock seconds since 1970 minus this machine's clock (for a job's `apns-expiration`).
+    var wallClockOffset = 0.0
+    /// A job's `apns-expiration` (epoch seconds, 0 = none), read at its first failure.
+    private let expiryOf: (Job) -> UInt32
     private(set) var events = SenderEvents()
     private(set) var draining = false
     /// The credentials were refused: no writes until the connection is reopened after `authFailureDelay`.
@@ -132,19 +156,28 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// Stream ids are 31 bits and never reused on a connection: past this, the connection is retired.
     static var lastUsableStreamID: UInt32 { UInt32(Int32.max) - 2 }
 
-    init(configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator()) {
+    init(
+        configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
+        expiry: @escaping (Job) -> UInt32 = { _ in 0 }
+    ) {
         self.configuration = configuration
         self.random = random
+        self.expiryOf = expiry
+        self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
-    /// Streams this connection may have open now.
+    /// Streams the server and the configuration allow.
+    private var streamLimit: Int { max(1, min(serverMaxStreams ?? configuration.streamCap, configuration.streamCap)) }
+
+    /// Streams this connection may have open now: 1 until authenticated and while probing, else the
+    /// AIMD window under the limit.
     var permits: Int {
-        guard authenticated else { return 1 }
-        return max(1, min(serverMaxStreams ?? configuration.streamCap, configuration.streamCap))
+        guard authenticated, breaker.state == .closed else { return 1 }
+        return window.limit(cap: streamLimit)
     }
 
     /// Whether the pool should give this connection new work.
-    var acceptsWork: Bool { !suspended && phase != .closed }
+    var acceptsWork: Bool { !suspended && phase != .closed && !breaker.isOpen }
 
     /// Whether the caller's queue is within its bound (back-pressure).
     var hasRoom: Bool { queue.count <= configuration.queueCapacity }
@@ -253,12 +286,17 @@ struct HTTP2ConnectionStateMachine<Job> {
         if status == 200 {
             // Nearly every answer: settled without working out a verdict or a code it does not use.
             noteAuthenticated()
+            if !window.isFull { window.success(cap: streamLimit) }
+            noteBreaker(serverError: false, now: now, into: &action)
             action.settled.append(Settled(request: answered.request, delivery: .accepted, code: nil, uniqueID: answer.uniqueID))
             return
         }
         var request = answered.request
         let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
         let code = HTTP2Verdict.code(status: status, reason: reason)
+        // 503 and 429 say "slow down": fewer streams on this connection for a while.
+        if status == 503 || status == 429 { window.congestion(cap: streamLimit) } else if status < 500 { window.success(cap: streamLimit) }
+        noteBreaker(serverError: status >= 500, now: now, into: &action)
         switch verdict {
         case .accepted:
             noteAuthenticated()
@@ -269,6 +307,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         case .renewProviderToken where !request.renewedToken:
             request.renewedToken = true
             events.retried += 1
+            events.retriedBy[.expiredProviderToken] += 1
             queue.prepend(request)
             action.renewToken = true
         case .renewProviderToken, .stopConnection:
@@ -276,25 +315,60 @@ struct HTTP2ConnectionStateMachine<Job> {
             suspend(reason: code, into: &action)
         case .retryLater:
             noteAuthenticated()
-            request.rateLimited += 1
-            if request.rateLimited >= configuration.maxRateLimitedAttempts {
-                action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: code)), code: code))
-            } else {
-                events.retried += 1
-                let delay = configuration.retry.delay(attempt: request.rateLimited - 1, random: &random)
-                delayed.append((now + delay, request, false))
-            }
+            retryLater(request, reason: .tooManyRequests, elsewhere: false, now: now, into: &action)
         case .retryElsewhere:
             noteAuthenticated()
-            request.failures += 1
-            if request.failures >= configuration.maxAttempts {
-                action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: code)), code: code))
-            } else {
-                events.retried += 1
-                let delay = configuration.retry.delay(attempt: request.failures - 1, random: &random)
-                delayed.append((now + delay, request, true))
-            }
+            retryLater(request, reason: .serverError, elsewhere: true, now: now, into: &action)
         }
+    }
+
+    /// A failure that counts against the job's retry budget: it waits for its back-off in `delayed`
+    /// (no stream, no place in the queue), or is dead-lettered when the budget or its expiration ran
+    /// out. `elsewhere`: when due, it goes to another connection (a 5xx may be this host's).
+    private mutating func retryLater(_ request: Request, reason: RetryReason, elsewhere: Bool, now: Double, into action: inout Action) {
+        var request = request
+        if request.failures < .max { request.failures += 1 }
+        if request.failures == 1 {
+            let d = configuration.budget.deadline(firstFailureAt: now, expiry: expiryOf(request.job), wallNow: now + wallClockOffset)
+            request.deadlineAt = d.at
+            request.deadlineByExpiry = d.byExpiry
+        }
+        let deadline = RetryBudget.Deadline(at: request.deadlineAt, byExpiry: request.deadlineByExpiry)
+        switch configuration.budget.next(failures: Int(request.failures), now: now, deadline: deadline, random: &random) {
+        case .retry(let at):
+            if reason == .serverError || reason == .tooManyRequests { events.retried += 1 }
+            events.retriedBy[reason] += 1
+            delayed.insert((request, elsewhere), due: at)
+        case .giveUp:
+            events.gaveUp += 1
+            let r = RetryBudget.gaveUpReason
+            action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: r)), code: r))
+        case .expired:
+            events.gaveUp += 1
+            let r = RetryBudget.expiredReason
+            action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: r)), code: r))
+        }
+    }
+
+    /// A resend proved "not processed" (REFUSED_STREAM, above a GOAWAY): nothing to give up on, but
+    /// when it repeats for the same request it waits for a back-off rather than spin.
+    private mutating func replay(_ request: Request, reason: RetryReason, now: Double) {
+        var request = request
+        if request.replays < .max { request.replays += 1 }
+        events.retriedBy[reason] += 1
+        if request.replays < 2 {
+            queue.prepend(request)
+        } else {
+            let delay = configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random)
+            delayed.insert((request, false), due: now + delay)
+        }
+    }
+
+    /// Feeds the circuit breaker; when it opens, this connection's waiting work goes to the others.
+    private mutating func noteBreaker(serverError: Bool, now: Double, into action: inout Action) {
+        guard breaker.record(serverError: serverError, now: now) else { return }
+        action.breakerOpened = true
+        if !draining { action.reroute += queue.removeAll() }
     }
 
     /// RST_STREAM from the server. REFUSED_STREAM means "not processed" (RFC 9113 §8.7); any other code
@@ -305,11 +379,14 @@ struct HTTP2ConnectionStateMachine<Job> {
         guard var request = inFlight.removeValue(forKey: streamID)?.request else { return action }
         if refused {
             events.replayed += 1
+            replay(request, reason: .refusedStream, now: now)
         } else {
+            // It may have been processed, and a server that resets every stream must not be answered
+            // with an immediate resend (a hot loop: issue 28): it backs off, bounded by time.
             events.ambiguous += 1
             request.noteAmbiguous()
+            retryLater(request, reason: .reset, elsewhere: false, now: now, into: &action)
         }
-        queue.prepend(request)
         finishIfGoingAway(into: &action)
         pump(now: now, into: &action)
         return action
@@ -322,7 +399,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         var action = Action()
         let unprocessed = inFlight.keys.filter { $0 > lastStreamID }.sorted()
         for id in unprocessed.reversed() {
-            if let r = inFlight.removeValue(forKey: id)?.request { queue.prepend(r) }
+            if let r = inFlight.removeValue(forKey: id)?.request { replay(r, reason: .goAway, now: now) }
         }
         events.replayed += unprocessed.count
         if phase == .active { phase = .goingAway }
@@ -336,32 +413,29 @@ struct HTTP2ConnectionStateMachine<Job> {
         case .active, .goingAway, .closing, .connecting: break
         default: return Action()
         }
-        // Unanswered streams may have been processed: resent, and counted as possible duplicates.
+        // Unanswered streams may have been processed: resent after a back-off, and counted as
+        // possible duplicates.
+        var lost = Action()
         let unanswered = inFlight.keys.sorted()
-        for id in unanswered.reversed() {
+        for id in unanswered {
             if var r = inFlight.removeValue(forKey: id)?.request {
                 r.noteAmbiguous()
-                queue.prepend(r)
+                retryLater(r, reason: .connectionLost, elsewhere: false, now: now, into: &lost)
             }
         }
         events.ambiguous += unanswered.count
-        return afterConnection(now: now)
+        var action = afterConnection(now: now)
+        action.settled += lost.settled
+        return action
     }
 
     /// Called every so often by the driver: retries that are due, reconnects, deadlines, PINGs.
     mutating func tick(now: Double) -> Action {
         var action = Action()
-        if !delayed.isEmpty {
-            var due: [Request] = []
-            var elsewhere: [Request] = []
-            delayed.removeAll { entry in
-                guard entry.due <= now else { return false }
-                if entry.elsewhere && !draining { elsewhere.append(entry.request) } else { due.append(entry.request) }
-                return true
-            }
-            for r in due { queue.append(r) }
-            action.reroute += elsewhere
+        while let entry = delayed.popDue(now: now) {
+            if entry.elsewhere && !draining { action.reroute.append(entry.request) } else { queue.append(entry.request) }
         }
+        _ = breaker.tick(now: now)
         if case .waitingToReconnect(let at) = phase, at <= now {
             phase = .idle
             suspended = false
@@ -379,6 +453,7 @@ struct HTTP2ConnectionStateMachine<Job> {
                 action.stuck = true
                 return action
             }
+            expireStreams(now: now, into: &action)
             if pingSentAt == nil, now - lastRead >= configuration.pingInterval {
                 pingSentAt = now
                 action.ping = true
@@ -398,6 +473,28 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     // MARK: internals
+
+    /// Streams unanswered for `requestTimeout` on a connection that answers others: each is reset
+    /// and resent (it may have been processed: ambiguous). The open streams (at most the permits)
+    /// are looked at four times per `requestTimeout`, not on every request: nothing is added to the
+    /// per-request path, and a stream is found at most a quarter of the timeout late.
+    private mutating func expireStreams(now: Double, into action: inout Action) {
+        guard now >= nextStreamCheck, !inFlight.isEmpty else { return }
+        nextStreamCheck = now + configuration.requestTimeout / 4
+        // Only streams sent before the connection last read something: otherwise it may be the
+        // connection that is stuck, which the rule above (close, PING) judges.
+        var expired: [UInt32] = []
+        for (id, open) in inFlight where now - open.sentAt >= configuration.requestTimeout && lastRead > open.sentAt {
+            expired.append(id)
+        }
+        for id in expired.sorted() {
+            guard var r = inFlight.removeValue(forKey: id)?.request else { continue }
+            action.cancel.append(id)
+            events.ambiguous += 1
+            r.noteAmbiguous()
+            retryLater(r, reason: .streamTimeout, elsewhere: false, now: now, into: &action)
+        }
+    }
 
     private mutating func noteAuthenticated() {
         authenticated = true
@@ -452,7 +549,8 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     private mutating func pump(now: Double, into action: inout Action) {
-        guard phase == .active, !suspended else { return }
+        guard phase == .active, !suspended, !breaker.isOpen else { return }
+        let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
         while inFlight.count < permits, var request = queue.popFirst() {
             if nextStreamID > Self.lastUsableStreamID {
                 queue.prepend(request)
@@ -496,6 +594,7 @@ struct FIFO<Element> {
 
     var count: Int { storage.count - head }
     var isEmpty: Bool { count == 0 }
+    var first: Element? { head < storage.count ? storage[head] : nil }
 
     mutating func append(_ element: Element) { storage.append(element) }
 

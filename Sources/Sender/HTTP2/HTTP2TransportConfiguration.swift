@@ -59,18 +59,22 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var requestTimeout = 10.0
     /// A connection with nothing read for this long is pinged (an unanswered PING counts as stuck).
     public var pingInterval = 30.0
-    /// 500 / 503: answers allowed before the notification is dead-lettered as transient.
-    public var maxAttempts = 3
-    /// 429 TooManyRequests: answers allowed before the notification is dead-lettered as transient.
-    public var maxRateLimitedAttempts = 10
-    /// Back-off before resending after 429, and the jitter before a 5xx retry elsewhere.
-    public var retry = ReconnectPolicy()
+    /// 500 / 503 / 429, resets, lost connections and timed-out streams are resent after `retry`'s
+    /// back-off until this many seconds after the job's first failure (never past its
+    /// `apns-expiration`), then dead-lettered `gateway-gave-up` (docs/design.md §5.6).
+    public var giveUpAfter = RetryBudget.defaultGiveUpAfter
+    /// The back-off between a job's attempts (exponential, with jitter, capped).
+    public var retry = RetryBudget.defaultBackoff
+    /// When a connection's answers are mostly 5xx it pauses (its work goes to the others), then probes.
+    public var breaker = CircuitBreaker.Settings()
     public var reconnect = ReconnectPolicy()
     /// How long a connection whose credentials were refused waits before trying again.
     public var authFailureDelay = 60.0
     public var connectTimeout = 10.0
     /// Name checked against the server's certificate (and sent as `:authority`); nil uses each host's.
     public var serverHostname: String?
+    /// Resolves each host at every connect; the connections to a host spread over its addresses.
+    public var resolver: any HostResolver = SystemHostResolver()
 
     public init(app: String, authentication: HTTP2Authentication, hosts: [GatewayAddress]) {
         precondition(!hosts.isEmpty)
@@ -88,9 +92,9 @@ public struct HTTP2TransportConfiguration: Sendable {
         c.queueCapacity = queueCapacity
         c.requestTimeout = requestTimeout
         c.pingInterval = pingInterval
-        c.maxAttempts = maxAttempts
-        c.maxRateLimitedAttempts = maxRateLimitedAttempts
-        c.retry = retry
+        c.budget.giveUpAfter = giveUpAfter
+        c.budget.backoff = retry
+        c.breaker = breaker
         c.reconnect = reconnect
         c.authFailureDelay = authFailureDelay
         return c

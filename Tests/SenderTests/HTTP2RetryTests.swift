@@ -1,0 +1,167 @@
+#if canImport(HTTP2Simulator)
+import APNsProtocol
+import APNsTransport
+import Foundation
+import GatewaySimulator
+import HTTP2Simulator
+import NIOCore
+import NIOPosix
+import Testing
+import TestSupport
+
+@testable import Sender
+
+/// Retries bounded by time, against the HTTP/2 simulator over real TLS (issue 28): a 503 storm is
+/// ridden out, a server that resets every stream gets a bounded number of requests spaced further and
+/// further apart, a stream never answered is noticed on its own, and the connections of a host spread
+/// over its addresses.
+@Suite(.serialized) struct HTTP2RetryTests {
+    static func transport(
+        _ port: Int, host: String = "127.0.0.1", connections: Int = 4, log: OutcomeLog,
+        configure: (inout HTTP2TransportConfiguration) -> Void = { _ in }
+    ) throws -> HTTP2Transport {
+        var c = HTTP2TransportConfiguration(
+            app: shop, authentication: .certificate(.test(app: shop, in: TestCertificates.directory)),
+            hosts: [GatewayAddress(host: host, port: port)])
+        c.connections = connections
+        c.serverHostname = "localhost"
+        c.linger = 0.001
+        c.reconnect.initialDelay = 0.005
+        c.reconnect.maximumDelay = 0.2
+        c.reconnect.attemptsPerSecondPerGateway = 2000
+        c.retry.initialDelay = 0.05
+        c.retry.maximumDelay = 0.5
+        configure(&c)
+        return try HTTP2Transport(configuration: c, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
+    }
+
+    static func send(_ jobs: [PushNotification], through transport: HTTP2Transport) async throws {
+        try await transport.send(jobs)
+        _ = await transport.drainAndClose()
+    }
+
+    /// Every request answered 503 for 2 s from the first: nothing is dead-lettered, every job is delivered
+    /// once, after the storm.
+    @Test func aServiceUnavailableStormIsRiddenOut() async throws {
+        var faults = HTTP2FaultScript()
+        faults.serviceUnavailableRate = 1
+        faults.ratesFromSecond = 0
+        faults.ratesForSeconds = 2
+        let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
+        let log = OutcomeLog()
+        let transport = try Self.transport(sim.port, log: log)
+        try await Self.send((0..<400).map { job($0, token: $0) }, through: transport)
+        let outcomes = log.outcomes
+        #expect(outcomes.count == 400)
+        #expect(outcomes.allSatisfy { $0.kind == .accepted })
+        #expect(sim.records.count == 400)
+        #expect(Set(sim.records.compactMap(\.jobID)).count == 400)
+        #expect(sim.totals.byStatus[503, default: 0] > 0, "the storm was met")
+        let events = log.events
+        #expect(events.retriedBy[.serverError] > 0)
+        #expect(events.gaveUp == 0)
+        try await sim.stop()
+    }
+
+    /// A server that resets every stream (RST_STREAM INTERNAL_ERROR): each job is sent a bounded
+    /// number of times, further and further apart, then dead-lettered `gateway-gave-up` once
+    /// `give_up_after_s` (here 2 s) has passed since its first failure.
+    @Test func aServerResettingEveryStreamGetsBoundedSpacedAttemptsThenTheJobsGiveUp() async throws {
+        var faults = HTTP2FaultScript()
+        faults.resetStreamRate = 1
+        let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
+        let log = OutcomeLog()
+        let transport = try Self.transport(sim.port, connections: 2, log: log) { $0.giveUpAfter = 2 }
+        try await Self.send((0..<20).map { job($0, token: $0) }, through: transport)
+        let outcomes = log.outcomes
+        #expect(outcomes.count == 20)
+        #expect(outcomes.allSatisfy { $0.rejection == .transient(reason: "gateway-gave-up") })
+        // 2 s of back-off from 50 ms (doubling, capped at 0.5 s): about 8 attempts, not thousands.
+        #expect(outcomes.allSatisfy { $0.attempts >= 3 && $0.attempts <= 14 })
+        #expect(sim.totals.resetStreams == outcomes.reduce(0) { $0 + $1.attempts })
+        #expect(sim.records.isEmpty)
+        let events = log.events
+        #expect(events.gaveUp == 20)
+        #expect(events.retriedBy[.reset] == sim.totals.resetStreams - 20)
+        // The spacing grows: each wait is within [½, 1] × 50 ms × 2^n, so the fourth is at least twice
+        // the first however late the timers fire.
+        for (_, times) in sim.resetTimes {
+            let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+            #expect(gaps.count >= 4)
+            if gaps.count >= 4 { #expect(gaps[3] > gaps[0]) }
+        }
+        try await sim.stop()
+    }
+
+    /// One stream never answered while the connection answers the others: the per-stream deadline
+    /// notices it (reset and resent), not the connection's silence; the others are all delivered.
+    @Test func aNeverAnsweredStreamIsDetectedWhileOthersAreAnswered() async throws {
+        var faults = HTTP2FaultScript()
+        faults.neverAnswerTokens = [testToken(0).hex]
+        faults.responseDelayMillis = 5  // the other answers keep coming for a second or more
+        let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
+        let log = OutcomeLog()
+        let transport = try Self.transport(sim.port, connections: 1, log: log) {
+            $0.streamCap = 2
+            $0.requestTimeout = 0.2
+            $0.giveUpAfter = 1
+        }
+        // Job 0 goes out 20th: the connection has proved its credentials and answers the others.
+        var jobs = (1..<200).map { job($0, token: $0) }
+        jobs.insert(job(0, token: 0), at: 20)
+        try await Self.send(jobs, through: transport)
+        let outcomes = log.outcomes
+        #expect(outcomes.count == 200)
+        #expect(outcomes.filter { $0.kind == .accepted }.count == 199)
+        let stuck = outcomes.first { $0.jobID == job(0, token: 0).jobID }
+        #expect(stuck?.rejection == .transient(reason: "gateway-gave-up"))
+        #expect(log.events.retriedBy[.streamTimeout] >= 1, "found by its own deadline")
+        #expect(Set(sim.records.compactMap(\.jobID)).count == 199)
+        try await sim.stop()
+    }
+
+    /// A host name resolving to two addresses (127.0.0.1 and 127.0.0.2, a simulator on each, same
+    /// port): the app's connections spread over both.
+    @Test func connectionsSpreadOverEveryAddressOfTheHost() async throws {
+        let first = try await HTTP2Simulator.startedForTests(tokens: false)
+        let port = first.port
+        let second = try await HTTP2Simulator.startedForTests(tokens: false) {
+            $0.host = "127.0.0.2"
+            $0.port = port
+        }
+        let log = OutcomeLog()
+        let transport = try Self.transport(port, host: "apns.test", connections: 4, log: log) {
+            $0.resolver = FixedResolver(addresses: ["127.0.0.1", "127.0.0.2"])
+        }
+        try await Self.send((0..<400).map { job($0, token: $0) }, through: transport)
+        #expect(log.outcomes.count == 400)
+        #expect(log.outcomes.allSatisfy { $0.kind == .accepted })
+        #expect(first.totals.connections == 2)
+        #expect(second.totals.connections == 2)
+        #expect(first.records.count + second.records.count == 400)
+        #expect(!first.records.isEmpty && !second.records.isEmpty)
+        try await first.stop()
+        try await second.stop()
+    }
+
+    @Test func addressChoiceSpreadsSlotsAndMovesOnAfterFailures() throws {
+        let addresses = try ["10.0.0.3", "10.0.0.1", "10.0.0.4", "10.0.0.2"].map { try SocketAddress(ipAddress: $0, port: 443) }
+        let picked = (0..<8).map { HTTP2Connection.address(among: addresses, slot: $0, failures: 0)?.ipAddress }
+        #expect(picked == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"])
+        // The resolver's order does not matter; a failure moves the connection to the next address.
+        #expect(HTTP2Connection.address(among: addresses.reversed(), slot: 1, failures: 0)?.ipAddress == "10.0.0.2")
+        #expect(HTTP2Connection.address(among: addresses, slot: 1, failures: 1)?.ipAddress == "10.0.0.3")
+        #expect(HTTP2Connection.address(among: [], slot: 0, failures: 0) == nil)
+        // The system resolver, on a literal address.
+        #expect(try SystemHostResolver.lookUp(host: "127.0.0.1", port: 443).map(\.ipAddress) == ["127.0.0.1"])
+    }
+}
+
+/// A resolver with fixed answers (what a name with several A records gives).
+struct FixedResolver: HostResolver {
+    var addresses: [String]
+    func resolve(host: String, port: Int, on eventLoop: any EventLoop) -> EventLoopFuture<[SocketAddress]> {
+        eventLoop.makeCompletedFuture { try addresses.map { try SocketAddress(ipAddress: $0, port: port) } }
+    }
+}
+#endif
