@@ -86,7 +86,8 @@ final class SettlerInbox: Sendable {
     }
 
     /// The oldest pending item: what was put since the last take, up to about `outcomesPerTake` outcomes
-    /// (waiting for something if empty); nil once closed and empty.
+    /// (waiting for something if empty); nil once closed and empty, or when the caller is cancelled with
+    /// nothing pending (a stop never hangs on an inbox nobody puts into again: design §1.3).
     func take() async -> Item? {
         while true {
             let result = state.withLock { s -> (Item?, Bool) in
@@ -94,14 +95,24 @@ final class SettlerInbox: Sendable {
                 return (nil, s.closed)
             }
             if let item = result.0 { return item }
-            if result.1 { return nil }
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { s -> Bool in
-                    if !s.pending.isEmpty || s.closed { return true }
-                    s.waiter = c
-                    return false
+            if result.1 || Task.isCancelled { return nil }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                    let resumeNow = state.withLock { s -> Bool in
+                        // Cancelled before the wait began: the handler below found no waiter to resume.
+                        if !s.pending.isEmpty || s.closed || Task.isCancelled { return true }
+                        s.waiter = c
+                        return false
+                    }
+                    if resumeNow { c.resume() }
                 }
-                if resumeNow { c.resume() }
+            } onCancel: {
+                let waiting = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                    let w = s.waiter
+                    s.waiter = nil
+                    return w
+                }
+                waiting?.resume()
             }
         }
     }

@@ -69,6 +69,28 @@ import TestSupport
         #expect(await handoff.next() == 7)
     }
 
+    @Test func anEmptySettlerInboxTakeEndsWhenCancelled() async {
+        let inbox = SettlerInbox()
+        let settler = Task { await inbox.take() }  // nothing is put: waits for a put that never comes
+        try? await Task.sleep(for: .milliseconds(50))
+        settler.cancel()
+        #expect(await settler.value == nil)
+        // The inbox still works afterwards, and a cancelled taker still gets what is pending.
+        var item = SettlerInbox.Item()
+        item.events.received = 3
+        inbox.put(item)
+        let late = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await inbox.take()
+        }
+        #expect(await late.value?.events.received == 3)
+        let again = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await inbox.take()
+        }
+        #expect(await again.value == nil, "cancelled with nothing pending: no wait")
+    }
+
     @Test func theRaceHelperReportsATaskThatOutlivesItsDeadline() async {
         let forever = Task<Void, any Error> { try await Task.sleep(for: .seconds(3600)) }
         #expect(await PipelineRunner.finished(forever, before: .now + .milliseconds(100)) == false)
