@@ -262,12 +262,11 @@ public final class PipelineRunner: Service, Sendable {
                 return n
             }
             if unanswered > 0 {
-                // Written and unanswered: each may have reached a device, and is redelivered by Kafka.
-                var item = SettlerInbox.Item()
-                item.events.ambiguous = unanswered
-                inbox.put(item)
+                // Written and unanswered: each may have reached a device. Not counted here: the stop
+                // removes the heartbeat, so the process that gets them from Kafka takes their leases over
+                // and counts them `ambiguous` then (their batches are marked written), once.
                 logger.warning(
-                    "stop: requests still unanswered at the drain timeout are left unsettled (counted ambiguous)",
+                    "stop: requests still unanswered at the drain timeout are left unsettled (redelivered; counted ambiguous when taken over)",
                     metadata: ["unanswered": "\(unanswered)"])
             }
             logger.info("shards drained", metadata: ["results": "\(drained.mapValues { $0.map { "\($0)" } })"])

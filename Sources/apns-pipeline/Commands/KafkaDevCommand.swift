@@ -4,6 +4,7 @@ import Foundation
 import Kafka
 import Logging
 import Pipeline
+import Synchronization
 
 /// `apns-pipeline kafka-dev`: librdkafka's mock Kafka cluster on loopback TCP, for development, tests
 /// and the demo (`ops/test`, `ops/demo`). Real Kafka protocol, no broker to install.
@@ -17,7 +18,8 @@ struct KafkaDevCommand: AsyncParsableCommand {
             holds move to the next broker up, as a cluster with replicas fails over), SIGUSR2 brings it up \
             again (leading nothing until another broker fails over to it, as a restarted broker rejoins \
             as a follower). The mock keeps every partition's data outside its brokers, so \
-            nothing is lost.
+            nothing is lost. SIGHUP makes every --fault-topic refuse all requests \
+            (TOPIC_AUTHORIZATION_FAILED) and the next SIGHUP heals them: a failing dead-letter topic.
             """
     )
 
@@ -39,6 +41,11 @@ struct KafkaDevCommand: AsyncParsableCommand {
         name: .customLong("group"),
         help: "A consumer group whose coordinator fails over with its broker (repeatable); the first is on broker 1, the next on 2, …")
     var groups: [String] = []
+
+    /// Topics that SIGHUP turns into ones refusing every request, and the next SIGHUP back (ops/soak's
+    /// scenario k: dead letters waiting on a failing dead-letter topic, issue 28).
+    @Option(name: .customLong("fault-topic"), help: "A topic that SIGHUP makes refuse every request and the next SIGHUP heals (repeatable).")
+    var faultTopics: [String] = []
 
     /// The pipeline's default topics (`PipelineConfiguration.Kafka`), so `kafka-dev` with no `--topic`
     /// serves what `run` with no `kafka.*_topic` keys reads.
@@ -94,6 +101,18 @@ struct KafkaDevCommand: AsyncParsableCommand {
                 }
             }
         }
+        let faulty = FaultSwitch()
+        let faultTopics = faultTopics
+        if !faultTopics.isEmpty {
+            stop.on(SIGHUP) {
+                let failing = faulty.toggle()
+                // 29: TOPIC_AUTHORIZATION_FAILED, an error no retry of the client's own gets past; 0 heals.
+                for topic in faultTopics { cluster.setTopicError(topic, code: failing ? 29 : 0) }
+                faultLogger.notice(
+                    failing ? "kafka-dev topics refusing requests" : "kafka-dev topics healed",
+                    metadata: ["kafka.topics": "\(faultTopics.joined(separator: ","))"])
+            }
+        }
         logger.info(
             "kafka-dev ready",
             metadata: ["topics": "\(topics.map { "\($0.name):\($0.partitions)" }.joined(separator: ","))"])
@@ -107,5 +126,18 @@ struct KafkaDevCommand: AsyncParsableCommand {
         let signal = await stop.wait()
         logger.info("kafka-dev stopping", metadata: ["signal": "\(signal)"])
         cluster.stop()
+    }
+}
+
+/// Whether kafka-dev's --fault-topic topics are refusing requests (SIGHUP flips it).
+private final class FaultSwitch: Sendable {
+    private let on = Mutex(false)
+
+    /// Flips the switch; returns the new state.
+    func toggle() -> Bool {
+        on.withLock { on in
+            on.toggle()
+            return on
+        }
     }
 }
