@@ -179,9 +179,21 @@ final class ProducerCore: @unchecked Sendable {
         thread.start()
     }
 
-    /// Enqueues, waiting while the queue is full. Returns a failure if librdkafka refuses the message.
+    /// Enqueues, waiting while the queue is full. Returns a failure if librdkafka refuses the message, or
+    /// if the task is cancelled while waiting for room (a message larger than the whole local queue,
+    /// `queue.buffering.max.kbytes`, never finds room: without this a stop would wait for it forever).
     func enqueue(_ message: KafkaProducerMessage, group: DeliveryGroup) async throws -> KafkaDeliveryFailure? {
+        var waitedForRoom = false
         while true {
+            // Only a wait for room ends on cancellation: a message that fits is enqueued as before.
+            if waitedForRoom && Task.isCancelled {
+                let failure = KafkaDeliveryFailure(
+                    topic: message.topic, partition: message.partition ?? -1, key: message.key,
+                    value: message.value, error: KafkaError(RD_KAFKA_RESP_ERR__QUEUE_FULL, "produce (cancelled waiting for room)"))
+                group.willEnqueue()
+                group.enqueueFailed(failure)
+                return failure
+            }
             let admitted = state.withLock { s -> Bool in
                 if s.stopping { return false }
                 s.activeEnqueuers += 1
@@ -199,6 +211,7 @@ final class ProducerCore: @unchecked Sendable {
                 group.enqueueFailed(nil)
                 // Back-pressure: wait until the poll thread has served delivery reports, then retry.
                 await waitForSpace()
+                waitedForRoom = true
                 continue
             }
             let failure = KafkaDeliveryFailure(
@@ -210,13 +223,19 @@ final class ProducerCore: @unchecked Sendable {
     }
 
     private func waitForSpace() async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { s -> Bool in
-                if s.stopping { return true }
-                s.spaceWaiters.append(c)
-                return false
+        // Cancellation wakes every waiter (they retry, and those not cancelled wait again); the flag is
+        // read under the lock the handler takes, so a cancellation racing the append cannot be missed.
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { s -> Bool in
+                    if s.stopping || Task.isCancelled { return true }
+                    s.spaceWaiters.append(c)
+                    return false
+                }
+                if now { c.resume() }
             }
-            if now { c.resume() }
+        } onCancel: {
+            resumeSpaceWaiters()
         }
     }
 
