@@ -86,7 +86,7 @@ public struct FeedbackPoller: Sendable {
         do {
             channel = try await ClientBootstrap(group: group)
                 .connectTimeout(TimeAmount(configuration.connectTimeout))
-                .channelOption(.socketOption(.tcp_nodelay), value: 1)
+                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
                 .connect(host: app.endpoint.host, port: app.endpoint.port) { channel in
                     channel.eventLoop.makeCompletedFuture {
                         let sync = channel.pipeline.syncOperations

@@ -50,7 +50,7 @@ public final class HTTP2Simulator: Sendable {
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 512)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     if core.refusesConnectionsNow() {

@@ -308,7 +308,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         let hostname = serverHostname ?? gateway.host
         ClientBootstrap(group: eventLoop)
             .connectTimeout(.nanoseconds(Int64(config.connectTimeout * 1e9)))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             // A shallow local pipe (NIO's outbound buffer, the socket's send buffer): memory per
             // connection stays small, and less sits behind a bad frame when the gateway errors on it.
             // (Most of what is in flight then is in the gateway's receive buffer, which we do not control.)

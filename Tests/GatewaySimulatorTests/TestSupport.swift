@@ -35,7 +35,7 @@ final class RawTLSClient: Sendable {
         // handler up afterwards would race with that.
         let built = Built()
         let channel = try await ClientBootstrap(group: group)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let collector = Collector(promise: channel.eventLoop.makePromise())

@@ -235,8 +235,10 @@ final class PipelineProcess: @unchecked Sendable {
     }
 
     /// Runs `apns-pipeline ARGUMENTS` to its end: exit status, stdout, stderr.
-    static func command(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, stdout: String, stderr: String) {
-        guard let binary else { throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)") }
+    static func command(
+        _ arguments: [String], environment: [String: String] = [:], executable: String? = nil
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        guard let binary = executable ?? binary else { throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)") }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments

@@ -93,3 +93,44 @@ import TestSupport
         #expect(records["la"]?.pushType == "liveactivity" && records["la"]?.priority == 5)
     }
 }
+
+/// A sender that is not root connects (issue 32): `.socketOption(.tcp_nodelay)` set `SOL_SOCKET` option 1
+/// — `SO_DEBUG`, which only a privileged process may set — so every connection of a non-root process
+/// (the OCI image's user, systemd's `DynamicUser=`, a Kubernetes `runAsNonRoot` pod) failed with EACCES.
+/// `send` runs here as `nobody` (setpriv) against the HTTP/2 simulator over TLS.
+@Suite struct UnprivilegedSenderTests {
+    static let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    @Test(.enabled(if: PipelineProcess.binary != nil && getuid() == 0 && setpriv != nil, "needs root, setpriv and the built binary"))
+    func sendAsNobodyConnectsAndDelivers() async throws {
+        let sim = try await HTTP2Simulator.startedForTests()
+        // Everything `nobody` needs, readable by it: the binary, the key, the CA, the jobs.
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("nobody-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let files = FileManager.default
+        for (from, name) in [
+            (PipelineProcess.binary!, "apns-pipeline"), (TestCertificates.tokenKeyPath, "key.p8"), ("\(TestCertificates.directory)/ca.pem", "ca.pem"),
+        ] {
+            try files.copyItem(atPath: from, toPath: dir.appendingPathComponent(name).path)
+        }
+        let jobs = dir.appendingPathComponent("jobs.ndjson")
+        try (0..<20).map { #"{"id":"nb:\#($0)","app":"\#(shop)","token":"\#(token($0).hex)","payload":{"aps":{"alert":"hi"}}}"# }
+            .joined(separator: "\n").write(to: jobs, atomically: true, encoding: .utf8)
+        for name in ["", "apns-pipeline", "key.p8", "ca.pem", "jobs.ndjson"] {
+            try files.setAttributes([.posixPermissions: name == "" || name == "apns-pipeline" ? 0o755 : 0o644], ofItemAtPath: dir.appendingPathComponent(name).path)
+        }
+        let d = dir.path
+        let (status, out, err) = try await PipelineProcess.command(
+            [
+                // A sender that cannot connect retries until its give-up time: bounded here so a regression fails.
+                "120", Self.setpriv!, "--reuid=65534", "--regid=65534", "--clear-groups", "\(d)/apns-pipeline", "send", "--protocol", "http2", "--app", shop,
+                "--token-key", "\(d)/key.p8", "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+                "--ca", "\(d)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost", jobs.path,
+            ], executable: "/usr/bin/timeout")
+        try await sim.stop()
+        #expect(status == 0, "\(err)")
+        #expect(out.split(separator: "\n").contains("  accepted: 20"), "\(out)\n\(err)")
+        #expect(!err.contains("Permission denied"), "\(err)")
+    }
+}

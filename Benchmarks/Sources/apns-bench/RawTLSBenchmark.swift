@@ -86,7 +86,7 @@ enum GatewayBenchmark {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let answered = group.next().makePromise(of: [UInt8].self)
         let channel = try await ClientBootstrap(group: group)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { ch in
                 ch.eventLoop.makeCompletedFuture {
                     try ch.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: context, serverHostname: "localhost"))

@@ -361,7 +361,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         let sslContext = self.sslContext
         return ClientBootstrap(group: eventLoop)
             .connectTimeout(.nanoseconds(Int64(configuration.connectTimeout * 1e9)))
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { [self] channel in
                 do {
                     let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
