@@ -193,13 +193,21 @@ public struct PipelineStore: Sendable {
             let holder = Self.leaseHolder(of: value)
             if written[holder] == nil { written[holder] = try await command(RedisCommand("EXISTS", keys.written(holder))).integer == 1 }
         }
+        var inheritsWritten = false
         for index in indices {
             if case .takenOver(let language, _) = retried[index], let value = void[index] {
-                decisions[index] = .takenOver(language: language, written: written[Self.leaseHolder(of: value)] ?? true)
+                let wasWritten = written[Self.leaseHolder(of: value)] ?? true
+                decisions[index] = .takenOver(language: language, written: wasWritten)
+                inheritsWritten = inheritsWritten || wasWritten
             } else {
                 decisions[index] = retried[index]
             }
         }
+        // A job the dead owner may have written may reach a device once more through this call. If this
+        // process dies too before its own mark, its successor must still count the job `ambiguous`: the
+        // mark is inherited now, for the whole call (over-counting its fresh jobs in that double crash).
+        // Without it a second kill -9 during a take-over hid ~1 000 real duplicates (CI, 2026-11-27).
+        if inheritsWritten { try await markWritten(call: call) }
         return decisions
     }
 

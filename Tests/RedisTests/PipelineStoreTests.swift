@@ -144,6 +144,37 @@ struct GateTests {
         await client.close()
     }
 
+    /// A take-over of a written job marks the taking call at once: if that process dies too before its
+    /// own mark, the next one still counts the job `ambiguous` (the first copy may have reached the device).
+    @Test(arguments: RedisTestTarget.allCases)
+    func aSecondCrashDuringATakeOverStillCountsTheJob(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let client = try server.connection()
+        func store(_ owner: String) -> PipelineStore {
+            PipelineStore(
+                client: client, configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
+        }
+        let (storeA, storeB, storeC) = (store("owner-a"), store("owner-b"), store("owner-c"))
+        for s in [storeA, storeB, storeC] { try await s.beat() }
+        let written = [GateRequest(jobID: "w1", app: app, tokenHex: token(1))]
+        let fresh = [GateRequest(jobID: "f1", app: app, tokenHex: token(2))]
+        let unwritten = [GateRequest(jobID: "u1", app: app, tokenHex: token(3))]
+        _ = try await storeA.gate(written, call: "a-1")
+        try await storeA.markWritten(call: "a-1")
+        _ = try await storeA.gate(unwritten, call: "a-2")
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
+        // B takes over in two calls and dies before marking either: the call holding a written job is
+        // marked by the take-over itself, the other is not.
+        #expect(try await storeB.gate(written + fresh, call: "b-1") == [.takenOver(language: nil, written: true), .admitted(language: nil)])
+        #expect(try await storeB.gate(unwritten, call: "b-2") == [.takenOver(language: nil, written: false)])
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-b")))
+        #expect(
+            try await storeC.gate(written + fresh + unwritten)
+                == [.takenOver(language: nil, written: true), .takenOver(language: nil, written: true), .takenOver(language: nil, written: false)])
+        await client.close()
+    }
+
     @Test(arguments: RedisTestTarget.allCases)
     func lapsedLeasesAreFreeAndCollected(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
