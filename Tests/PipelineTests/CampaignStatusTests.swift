@@ -4,8 +4,8 @@ import Redis
 import Testing
 import TestSupport
 
-/// Issue 28 (7): `campaign status` of a campaign whose keys expired (or that was never published) says
-/// so, on stderr, with exit status 3; a live one still exits 0.
+/// Issue 28 (7): `campaign status` and `campaign wait` of a campaign whose keys expired (or that was never
+/// published) say so, on stderr, with exit status 3; a live one still exits 0.
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct CampaignStatusTests {
     @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
@@ -42,6 +42,12 @@ struct CampaignStatusTests {
         try await Task.sleep(for: .milliseconds(20))
         let expired = try await PipelineProcess.command(["campaign", "status", "live", "--pipeline", file])
         #expect(expired.status == 3, "\(expired.stdout) \(expired.stderr)")
+        // `campaign wait` of it ends too (exit 3) once it stayed unknown for --unknown-grace, instead of
+        // waiting out --timeout; a shorter --timeout still speaks first (exit 2, PipelineTests).
+        let waited = try await PipelineProcess.command(
+            ["campaign", "wait", "live", "--pipeline", file, "--unknown-grace", "0.5", "--timeout", "120", "--quiet"])
+        #expect(waited.status == 3, "\(waited.stdout) \(waited.stderr)")
+        #expect(waited.stderr.contains("campaign live: unknown to Redis after 0.5 s: never published, or expired"), "\(waited.stderr)")
     }
 
     /// `redis.campaign_ttl_hours`: default dedup_ttl_hours + dedup_bucket_hours; less is refused at start,

@@ -130,13 +130,17 @@ struct CampaignCommand: AsyncParsableCommand {
             abstract: "Wait until every published job of a campaign is settled (for scripts), showing progress.",
             discussion: """
                 Done when the campaign's settled jobs reach its published jobs (`jobs_settled` = `jobs`) and \
-                no `campaign publish` of it is under way: exact with any number of `run` processes. Exit \
-                status: 0 done, 1 error (Redis unreachable, bad pipeline file), 2 timed out, 64 bad usage.
+                no `campaign publish` of it is under way: exact with any number of `run` processes. A campaign \
+                Redis still does not know after --unknown-grace seconds (never published, or expired: its keys \
+                live redis.campaign_ttl_hours after its last activity) ends the wait. Exit status: 0 done, 1 \
+                error (Redis unreachable, bad pipeline file), 2 timed out, 3 unknown or expired campaign, 64 bad usage.
                 """)
 
         @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
         @Argument(help: "Campaign id.") var campaign: String
         @Option(help: "Give up after this many seconds (exit 2).") var timeout: Double = 600
+        @Option(help: "Seconds a campaign may stay unknown to Redis (a publish about to start) before the wait ends (exit 3).")
+        var unknownGrace: Double = 10
         @Option(help: "Settled count to wait for (default: the campaign's published jobs).") var expect: Int?
         @Flag(help: "Count messages instead of jobs: wait until as many messages are settled as were published (e.g. a campaign published again, whose jobs are all done already, until its new messages are deduped).")
         var messages = false
@@ -145,6 +149,7 @@ struct CampaignCommand: AsyncParsableCommand {
 
         func validate() throws {
             guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard unknownGrace >= 0 else { throw ValidationError("--unknown-grace must be 0 or more") }
             if let expect, expect <= 0 { throw ValidationError("--expect must be positive") }
         }
 
@@ -155,8 +160,19 @@ struct CampaignCommand: AsyncParsableCommand {
                 let deadline = Date().addingTimeInterval(timeout)
                 var progress: Progress?
                 var status: Campaign.Status
+                let unknownUntil = Date().addingTimeInterval(unknownGrace)  // past --timeout: the timeout speaks (exit 2)
                 while true {
-                    status = Campaign.Status(try await store.readCampaign(campaign), expected: expect.map(Int64.init), countsMessages: messages)
+                    let read = try await store.readCampaign(campaign)
+                    if read.counters.fields.isEmpty && Date() >= unknownUntil {
+                        // No hash: never published, or expired with its keys. Waiting out --timeout would
+                        // only hide that from the script (as `campaign status`: exit 3).
+                        progress?.finish()
+                        FileHandle.standardError.write(Data(
+                            "campaign \(campaign): unknown to Redis after \(unknownGrace) s: never published, or expired (a campaign's keys live redis.campaign_ttl_hours = \(config.redis.effectiveCampaignTTLHours) h after its last activity)\n".utf8))
+                        await redis.close()
+                        throw ExitCode(3)
+                    }
+                    status = Campaign.Status(read, expected: expect.map(Int64.init), countsMessages: messages)
                     if progress == nil || Int64(progress!.total) != status.target {
                         // The target grows while a publish runs.
                         progress = Progress(total: Int(status.target), label: "settling \(campaign)", enabled: !quiet)
