@@ -12,7 +12,7 @@ import NIOTLS
 /// and hands this handler the frames of every stream. It assembles each request from its HEADERS and
 /// DATA, answers it on the connection channel, and flushes once per read burst. (A multiplexer gives
 /// each stream a Channel and a pipeline of its own, which cost more than everything else the simulator
-/// does per request: README, "Benchmarks".) It also owns the connection's authentication, its stream
+/// does per request: docs/benchmarks.md §4.) It also owns the connection's authentication, its stream
 /// limit and GOAWAY. Lives on the connection's event loop.
 final class HTTP2Connection: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame

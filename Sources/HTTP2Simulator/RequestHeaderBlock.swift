@@ -3,7 +3,7 @@ import NIOHPACK
 /// A request's header block, checked as RFC 9113 § 8.2–8.3 asks and split for the contract check in
 /// one pass. NIO's own header-block validation is off on the simulator's connections: it made
 /// a String-generic pass of its own over every header and cost about a sixth of the simulator's CPU
-/// per request (README, "Benchmarks"). A block that breaks these rules is malformed: the stream is
+/// per request (docs/benchmarks.md §4). A block that breaks these rules is malformed: the stream is
 /// reset with PROTOCOL_ERROR, as NIO did and as any HTTP/2 server does.
 package struct RequestHeaderBlock {
     package var method: String?

@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import Redis
 
-/// What the dashboard shows, read from the Redis contract (README "Redis keys"): totals, the per-minute
+/// What the dashboard shows, read from the Redis contract (docs/design.md §4.1): totals, the per-minute
 /// hashes of the last hour, campaigns (`<p>:campaign:<id>`) and connections (`<p>:shard:<app>:<n>`).
 /// Everything here is cluster-wide: every `run` process writes the same keys.
 public struct DashboardSnapshot: Codable, Sendable {

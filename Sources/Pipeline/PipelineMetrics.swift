@@ -5,7 +5,7 @@ import Redis
 import Sender
 import Synchronization
 
-/// The pipeline's metrics, through swift-metrics: the counters of the `apns:stats` contract (README
+/// The pipeline's metrics, through swift-metrics: the counters of the `apns:stats` contract (docs/design.md §4.1
 /// "Redis keys") with labels, gauges sampled from the transports and the consumer, and histograms.
 ///
 /// The factory is passed in, not taken from `MetricsSystem`: the global can be bootstrapped once per

@@ -1,5 +1,5 @@
 extension PipelineMetrics {
-    /// The `# HELP` text of every metric, by name (README "The operations surface" says more). A metric
+    /// The `# HELP` text of every metric, by name (docs/operations.md §8 "The metrics" says more). A metric
     /// missing here is exported without HELP, which `promtool check metrics` reports and
     /// `OperationsTests` fail on: a new metric adds its line here.
     public static let help: [String: String] = [

@@ -186,7 +186,8 @@ public final class PipelineRunner: Service, Sendable {
         // of their own, so they never wait behind a gate or settle call.
         let markRedis = try c.redis.makeConnection(logger: logger)
         try await markRedis.connect()
-        let marks = PipelineStore(client: markRedis, configuration: storeConfig, logger: logger)
+        let marks = WrittenMarks(store: PipelineStore(client: markRedis, configuration: storeConfig, logger: logger), logger: logger)
+        let marking = Task { await marks.run() }
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
@@ -281,6 +282,9 @@ public final class PipelineRunner: Service, Sendable {
         _ = try? await sidecars.value
         heartbeat.cancel()
         await heartbeat.value
+        marks.finish()
+        marking.cancel()
+        await marking.value
         // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
         do {
             try await settlerStore.endHeartbeat()
@@ -349,7 +353,7 @@ public final class PipelineRunner: Service, Sendable {
     /// Two stages joined by a hand-off of two batches: Kafka + decoding, then gate + send. Decoding the
     /// next batch (CPU here) overlaps the gate's round trip for this one (CPU in Redis).
     private func ingest(
-        consumer: KafkaConsumer, gateStores: [PipelineStore], router: Router, deadLetters: DeadLetterWriter, marks: PipelineStore
+        consumer: KafkaConsumer, gateStores: [PipelineStore], router: Router, deadLetters: DeadLetterWriter, marks: WrittenMarks
     ) async throws {
         let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
         // Apple's limits differ by transport and push type: the decoder lets the largest through, and
@@ -484,7 +488,7 @@ public final class PipelineRunner: Service, Sendable {
     }
 
     private func send(
-        _ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>, marks: PipelineStore
+        _ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>, marks: WrittenMarks
     ) async throws {
         let c = configuration
         let d = g.decoded
@@ -493,6 +497,8 @@ public final class PipelineRunner: Service, Sendable {
         let batch = d.messages
         let jobs = d.jobs
         var refused = d.deadLetters
+        // Leave to write this batch: its gate call's "written" mark (below).
+        let clearance = marks.clearance(call: g.call)
         var item = SettlerInbox.Item()
         item.events.received = d.isRetry ? 0 : batch.count
         var notifications: [PushNotification] = []
@@ -572,7 +578,7 @@ public final class PipelineRunner: Service, Sendable {
                             jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
                             payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
                             collapseID: job.collapseID, pushType: pushType?.rawValue,
-                            position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset)))
+                            position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset), clearance: clearance))
                     if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
                 } catch {
                     // e.g. the localized alert makes the payload too large.
@@ -602,9 +608,14 @@ public final class PipelineRunner: Service, Sendable {
             }
         }
         if !notifications.isEmpty {
-            // Before any of it can be written: if this process dies now, whoever takes its leases over
-            // counts these jobs `ambiguous` (they may reach a device twice), and only these (issue 28).
-            try await marks.markWritten(call: g.call)
+            // Before any of it is written, its gate call is marked "written": if this process dies, whoever
+            // takes its leases over counts these jobs `ambiguous` (they may reach a device twice), and only
+            // these (issue 28). HTTP/2 connections ask for the mark when the batch nears the front of their
+            // queue (up to `connections × queue_capacity` wait there); a binary shard writes what it is
+            // given at once, so a batch with binary apps is marked before the hand-off.
+            if notifications.contains(where: { apps[$0.app]?.transport == .binary }) {
+                try await marks.markNow(call: g.call, clearance: clearance)
+            }
             let orphans = try await router.send(notifications)
             if !orphans.isEmpty {
                 // Validated jobs for an app with no certificate here: dead letters, with the reason.

@@ -41,10 +41,11 @@ public struct PushNotification: Sendable {
         var collapseID: String?
         var pushType: String?
         var position: SourcePosition?
+        var clearance: WriteClearance?
 
         init(
             jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
-            campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?
+            campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?, clearance: WriteClearance? = nil
         ) {
             self.jobID = jobID
             self.app = app
@@ -57,12 +58,13 @@ public struct PushNotification: Sendable {
             self.collapseID = collapseID
             self.pushType = pushType
             self.position = position
+            self.clearance = clearance
         }
 
         func copy() -> Storage {
             Storage(
                 jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
-                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
+                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
         }
     }
 
@@ -187,17 +189,23 @@ public struct PushNotification: Sendable {
         get { storage.position }
         set { unique().position = newValue }
     }
+    /// Leave to write it (its gate call's "written" mark); nil: may be written at once.
+    public var clearance: WriteClearance? {
+        get { storage.clearance }
+        set { unique().clearance = newValue }
+    }
 
     /// `tokenHex`, when given, is `token`'s lower-case hex (``DeviceToken/hex``), kept rather than made again.
     public init(
         jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
-        campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil
+        campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil,
+        clearance: WriteClearance? = nil
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
         let idIsMadeFromParts = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
         storage = Storage(
             jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
-            campaign: campaign, collapseID: collapseID, pushType: pushType, position: position)
+            campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
     }
 }
 

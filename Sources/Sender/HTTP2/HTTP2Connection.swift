@@ -82,7 +82,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.logger[metadataKey: "app"] = "\(configuration.app)"
         self.logger[metadataKey: "connection"] = "\(index)"
         self.logger[metadataKey: "host"] = "\(host)"
-        self.machine = Machine(configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry })
+        self.machine = Machine(
+            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.notification.clearance })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
@@ -245,6 +246,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         if action.connect { connect() }
         if action.renewToken { renewToken() }
         if !action.writes.isEmpty { write(action.writes) }
+        for clearance in action.clearances {
+            clearance.request { [self] in eventLoop.execute { self.apply(self.machine.cleared(now: self.now)) } }
+        }
         for s in action.settled {
             pendingOutcomes.append(
                 Outcome(notification: s.request.job.notification, delivery: s.delivery, code: s.code,
@@ -410,7 +414,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         let authorization = bearer()
         var bytes = 0
         // HEADERS and DATA straight into the flush's buffer (the codec's HPACK encoder holds the
-        // indexing policy: README, "Header encoding").
+        // indexing policy: docs/design.md §5.7.2).
         for w in writes {
             bytes += handler.write(streamID: w.streamID, job: w.request.job, authority: authority, authorization: authorization)
         }

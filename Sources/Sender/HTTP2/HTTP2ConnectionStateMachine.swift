@@ -103,6 +103,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var stuck = false
         /// The drain asked for is complete: nothing queued, nothing unanswered, connection closed.
         var drained = false
+        /// Ask for leave to write these gate calls (their "written" marks); `cleared` once granted.
+        var clearances: [WriteClearance] = []
     }
 
     enum Phase: Equatable {
@@ -138,6 +140,10 @@ struct HTTP2ConnectionStateMachine<Job> {
     var wallClockOffset = 0.0
     /// A job's `apns-expiration` (epoch seconds, 0 = none), read at its first failure.
     private let expiryOf: (Job) -> UInt32
+    /// A job's leave to be written (its gate call's "written" mark, issue 28); nil: no wait.
+    private let clearanceOf: (Job) -> WriteClearance?
+    /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
+    private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
     private(set) var draining = false
     /// The credentials were refused: no writes until the connection is reopened after `authFailureDelay`.
@@ -158,11 +164,12 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     init(
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
-        expiry: @escaping (Job) -> UInt32 = { _ in 0 }
+        expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil }
     ) {
         self.configuration = configuration
         self.random = random
         self.expiryOf = expiry
+        self.clearanceOf = clearance
         self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
@@ -551,7 +558,14 @@ struct HTTP2ConnectionStateMachine<Job> {
     private mutating func pump(now: Double, into action: inout Action) {
         guard phase == .active, !suspended, !breaker.isOpen else { return }
         let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
-        while inFlight.count < permits, var request = queue.popFirst() {
+        while inFlight.count < permits, let next = queue.first {
+            // Nothing of a gate call is written before its "written" mark is set (issue 28): the head
+            // of the queue waits for its leave, and so does everything behind it (order kept).
+            if let clearance = clearanceOf(next.job), !clearance.isGranted {
+                ask(clearance, into: &action)
+                return
+            }
+            guard var request = queue.popFirst() else { break }
             if nextStreamID > Self.lastUsableStreamID {
                 queue.prepend(request)
                 phase = .goingAway
@@ -565,6 +579,26 @@ struct HTTP2ConnectionStateMachine<Job> {
             inFlight[id] = InFlight(request: request, sentAt: now)
             action.writes.append(Write(streamID: id, request: request))
         }
+        // Asked ahead, one window of streams before it is due, so the next call's mark is usually set by
+        // the time its first request may be written.
+        if let ahead = queue.element(at: min(queue.count - 1, permits)), let clearance = clearanceOf(ahead.job), !clearance.isGranted {
+            ask(clearance, into: &action)
+        }
+    }
+
+    private mutating func ask(_ clearance: WriteClearance, into action: inout Action) {
+        if asked.contains(where: { $0 === clearance }) { return }
+        if asked.count == 4 { asked.removeFirst() }
+        asked.append(clearance)
+        action.clearances.append(clearance)
+    }
+
+    /// A leave asked for was granted: write what waited for it.
+    mutating func cleared(now: Double) -> Action {
+        var action = Action()
+        pump(now: now, into: &action)
+        checkDrained(into: &action)
+        return action
     }
 
     private mutating func checkDrained(into action: inout Action) {
@@ -595,6 +629,8 @@ struct FIFO<Element> {
     var count: Int { storage.count - head }
     var isEmpty: Bool { count == 0 }
     var first: Element? { head < storage.count ? storage[head] : nil }
+    /// The element `k` places from the front (0: `first`); nil past the end or for a negative `k`.
+    func element(at k: Int) -> Element? { k >= 0 && head + k < storage.count ? storage[head + k] : nil }
 
     mutating func append(_ element: Element) { storage.append(element) }
 

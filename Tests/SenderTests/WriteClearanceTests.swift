@@ -1,0 +1,97 @@
+import GatewaySimulator
+import Synchronization
+import Testing
+
+@testable import Sender
+
+/// Issue 28 (8): nothing of a gate call is written before its "written" mark is set. The machine asks
+/// for the leave of the call at the front of its queue (and one window of streams ahead), writes none of
+/// it until granted, and keeps the order.
+@Suite struct WriteClearanceTests {
+    typealias Machine = HTTP2ConnectionStateMachine<Int>
+
+    /// Jobs 1…3 belong to call A, 4…6 to call B.
+    final class Started: Sendable {
+        let names = Mutex<[String]>([])
+    }
+
+    final class Calls: Sendable {
+        let started = Started()
+        let a: WriteClearance
+        let b: WriteClearance
+        init() {
+            let started = self.started
+            a = WriteClearance { _ in started.names.withLock { $0.append("A") } }
+            b = WriteClearance { _ in started.names.withLock { $0.append("B") } }
+        }
+        func of(_ job: Int) -> WriteClearance? { job == 0 ? nil : job <= 3 ? a : b }
+    }
+
+    func machine(_ calls: Calls, cap: Int) -> Machine {
+        var c = Machine.Configuration()
+        c.streamCap = cap
+        c.queueCapacity = 1000
+        c.requestTimeout = 10
+        c.pingInterval = 30
+        c.budget.giveUpAfter = 60
+        var m = Machine(configuration: c, random: SplitMix64(seed: 42), clearance: { calls.of($0) })
+        // Connected and authenticated by a job of no call (0).
+        _ = m.enqueue([0], now: 0)
+        let w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 1000, now: 0)
+        _ = m.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
+        return m
+    }
+
+    @Test func aCallIsWrittenOnlyOnceItsMarkIsSet() {
+        let calls = Calls()
+        var m = machine(calls, cap: 10)
+        let first = m.enqueue(Array(1...6), now: 1)
+        #expect(first.writes.isEmpty)
+        #expect(first.clearances.count == 1 && first.clearances[0] === calls.a)
+        // Asked once, however often the machine pumps while the mark is pending.
+        #expect(m.tick(now: 1.1).clearances.isEmpty)
+        calls.a.grant()
+        let after = m.cleared(now: 1.2)
+        // A's jobs go out; B's wait at the front of the queue for B's mark.
+        #expect(after.writes.map(\.request.job) == [1, 2, 3])
+        #expect(after.clearances.count == 1 && after.clearances[0] === calls.b)
+        calls.b.grant()
+        #expect(m.cleared(now: 1.3).writes.map(\.request.job) == [4, 5, 6])
+    }
+
+    /// The next call's leave is asked for a window of streams before it is due: with 2 streams, B's is
+    /// asked while A's third job still waits, so B is usually cleared by the time it reaches the front.
+    @Test func theNextCallIsAskedForAhead() {
+        let calls = Calls()
+        calls.a.grant()
+        var m = machine(calls, cap: 2)
+        let first = m.enqueue(Array(1...6), now: 1)
+        #expect(first.writes.map(\.request.job) == [1, 2])
+        #expect(first.clearances.count == 1 && first.clearances[0] === calls.b)
+        calls.b.grant()
+        let r = m.responses(
+            [.init(streamID: 3, status: 200, reason: nil, timestamp: nil), .init(streamID: 5, status: 200, reason: nil, timestamp: nil)], now: 2)
+        #expect(r.writes.map(\.request.job) == [3, 4])
+    }
+
+    /// The first request starts the mark once; every requester is called back when it is granted, and a
+    /// request after that is answered at once.
+    @Test func leaveIsStartedOnceAndEveryRequesterWakes() {
+        let starts = Started()
+        let woken = Started()
+        let clearance = WriteClearance { _ in starts.names.withLock { $0.append("start") } }
+        #expect(!clearance.isGranted)
+        clearance.request { woken.names.withLock { $0.append("1") } }
+        clearance.request { woken.names.withLock { $0.append("2") } }
+        #expect(starts.names.withLock { $0 } == ["start"])
+        #expect(woken.names.withLock { $0 }.isEmpty)
+        clearance.grant()
+        #expect(clearance.isGranted)
+        #expect(woken.names.withLock { $0 } == ["1", "2"])
+        clearance.request { woken.names.withLock { $0.append("3") } }
+        #expect(woken.names.withLock { $0 } == ["1", "2", "3"])
+        #expect(starts.names.withLock { $0 } == ["start"])
+        #expect(WriteClearance.granted().isGranted)
+    }
+}
