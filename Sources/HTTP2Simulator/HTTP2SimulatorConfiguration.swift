@@ -1,3 +1,4 @@
+import APNsProtocol
 import APNsTransport
 import GatewaySimulator
 
@@ -104,6 +105,10 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     public var ratesFromSecond: Double?
     public var ratesForSeconds: Double = 0
     public var seed: UInt64 = 1
+    /// Channels one app may have (channel management); one more is answered 400
+    /// CannotCreateChannelConfig. Apple: "up to 10,000 channels for your app in the development and
+    /// production environment, respectively" (the simulator is one environment).
+    public var channelLimit: Int = APNsChannelManagement.channelLimitPerEnvironment
 
     public init() {}
 
@@ -136,6 +141,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         case ratesFromSecond = "rates_from_s"
         case ratesForSeconds = "rates_for_s"
         case seed
+        case channelLimit = "channel_limit"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -172,6 +178,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         ratesFromSecond = try c.decodeIfPresent(Double.self, forKey: .ratesFromSecond)
         ratesForSeconds = try c.decodeIfPresent(Double.self, forKey: .ratesForSeconds) ?? 0
         seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
+        channelLimit = try c.decodeIfPresent(Int.self, forKey: .channelLimit) ?? d.channelLimit
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -203,5 +210,6 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         try c.encodeIfPresent(ratesFromSecond, forKey: .ratesFromSecond)
         try c.encode(ratesForSeconds, forKey: .ratesForSeconds)
         try c.encode(seed, forKey: .seed)
+        try c.encode(channelLimit, forKey: .channelLimit)
     }
 }
