@@ -18,7 +18,14 @@
 ///   path with the same header deletes it (204); `GET /1/apps/<bundle id>/all-channels` lists the
 ///   app's channel ids (200, `{"channels": [...]}`). An optional `apns-request-id` (a canonical UUID)
 ///   names the request and is echoed in the answer.
-/// - ActivityKit: "The channel ID is a base64-encoded string."
+/// - ActivityKit (`PushType.channel(_:)`): "The channel ID is a base64-encoded string."
+///
+/// The quotes above are Apple's text. Apple's page could be read here only in part (its opening, the
+/// limit and the hosts); the request and answer shapes in the third point are those the published
+/// clients that speak this API send and expect (APNSwift's broadcast client after its maintainers
+/// moved the channel id to the `apns-channel-id` header, node clients and their tests), so the client
+/// here is liberal in what it reads (200 or 201 for a create, the id from a JSON body when the header
+/// is absent; 200 or 204 for a delete).
 public enum APNsChannelManagement {
     /// Apple's channel-management hosts (see above).
     public static let sandboxHost = "api-manage-broadcast.sandbox.push.apple.com"
