@@ -527,6 +527,11 @@ final class HTTP2Connection: ChannelInboundHandler {
         case .malformed, .unknownKey, .badSignature: return .failure(.invalidProviderToken)
         case .expired: return .failure(.expiredProviderToken)
         case .valid(let keyID, let teamID, let issuedAt):
+            // A key restricted to the other environment (`key_environments`): Apple's
+            // BadEnvironmentKeyIdInToken, "The key ID in the provider token doesn't match the environment".
+            if let only = core.faults.keyEnvironments[keyID], only != (core.configuration.sandbox ? "sandbox" : "production") {
+                return .failure(.badEnvironmentKeyIdInToken)
+            }
             let clock = ContinuousClock.now
             if let current = token {
                 // "The key ID in the provider token isn't related to the key ID of the token used in the

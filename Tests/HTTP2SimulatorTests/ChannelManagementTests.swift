@@ -99,6 +99,24 @@ import Testing
         try await f.shutdown()
     }
 
+    /// A key restricted to the sandbox is refused by a production simulator, taken by a sandbox one.
+    @Test func aKeyOfTheOtherEnvironmentIsRefused() async throws {
+        for sandbox in [false, true] {
+            let f = try await H2Fixture {
+                $0.faults.keyEnvironments = [TestCertificates.tokenKeyID: "sandbox"]
+                $0.sandbox = sandbox
+            }
+            let c = try await f.tokenClient()
+            let r = try await c.request(method: "GET", path: Self.all, headers: [("authorization", try f.bearer())])
+            if sandbox {
+                #expect(r.status == 200, "\(r.bodyText)")
+            } else {
+                #expect(r.status == 403 && reason(r) == "BadEnvironmentKeyIdInToken", "\(r.bodyText)")
+            }
+            try await f.shutdown()
+        }
+    }
+
     @Test func aCertificateManagesOnlyItsOwnApp() async throws {
         let f = try await H2Fixture()
         let c = try await f.certClient()

@@ -98,6 +98,23 @@ import Testing
         try await sim.stop()
     }
 
+    /// The app's key is restricted to the sandbox and the app says production: APNs's
+    /// BadEnvironmentKeyIdInToken, and a message that names the key and the way out.
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func aKeyOfTheOtherEnvironmentSaysSo() async throws {
+        let sim = try await HTTP2Simulator.startedForTests { $0.faults.keyEnvironments = [TestCertificates.tokenKeyID: "sandbox"] }
+        let file = try Self.pipelineFile(port: sim.port)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let r = try await PipelineProcess.command(
+            ["channel", "list", "--pipeline", file.path, "--app", shop, "--environment", "production", "--json"])
+        #expect(r.status == 1)
+        let refused = try Self.json(r.stdout)
+        #expect(refused["reason"]?.stringValue == "BadEnvironmentKeyIdInToken" && refused["environment"]?.stringValue == "production")
+        #expect(r.stderr.contains("\(TestCertificates.tokenKeyID) is not enabled for the production environment")
+            && r.stderr.contains("--environment sandbox"), "\(r.stderr)")
+        try await sim.stop()
+    }
+
     /// Refused before anything is sent: usage errors (exit 64) naming what is wrong.
     @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
     func badArgumentsAreRefusedBeforeSending() async throws {
