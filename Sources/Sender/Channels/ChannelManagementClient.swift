@@ -297,7 +297,8 @@ public enum ChannelManagementClient {
         } catch let error as ChannelManagementError {
             throw error
         } catch {
-            logger.warning("channel management request failed", metadata: ["error": "\(error)"])
+            // Debug only: the thrown error carries the same words, and the command prints it.
+            logger.debug("channel management request failed", metadata: ["error": "\(error)"])
             throw failure(.unreachable("\(error)"), nil)
         }
         logger.debug("channel management answer", metadata: ["status": "\(answer.status)"])
