@@ -78,7 +78,7 @@ final class HTTP2Connection: ChannelInboundHandler {
         var adoptedAt: ContinuousClock.Instant
     }
     private var token: CurrentToken?
-    private var random: SplitMix64
+    var random: SplitMix64
 
     /// NIO enforces this many; we advertise and enforce `allowedStreams`. The margin lets a client that
     /// overshoots by a few streams get REFUSED_STREAM (Apple's answer) instead of NIO's PROTOCOL_ERROR.
@@ -250,6 +250,19 @@ final class HTTP2Connection: ChannelInboundHandler {
             break
         case .malformed:
             write(HTTP2Frame(streamID: id, payload: .rstStream(.protocolError)), context)
+        case .channel(let status, let headers, let body):
+            var head = HPACKHeaders([(":status", String(status))])
+            for (name, value) in headers { head.add(name: name, value: value) }
+            if !body.isEmpty {
+                head.add(name: "content-type", value: "application/json")
+                head.add(name: "content-length", value: String(body.count))
+            }
+            write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: body.isEmpty))), context)
+            if !body.isEmpty {
+                var buffer = context.channel.allocator.buffer(capacity: body.count)
+                buffer.writeBytes(body)
+                write(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: true))), context)
+            }
         case .accept(let apnsID, let after):
             if after == .drop {
                 drop()
@@ -318,7 +331,7 @@ final class HTTP2Connection: ChannelInboundHandler {
 
     /// After the first request with valid auth: SETTINGS_MAX_CONCURRENT_STREAMS goes from the initial
     /// limit (Apple's 1) to the configured one.
-    private func raiseStreamLimit() {
+    func raiseStreamLimit() {
         guard !streamLimitRaised, let context else { return }
         streamLimitRaised = true
         guard core.configuration.maxConcurrentStreams != allowedStreams else { return }
@@ -376,6 +389,8 @@ final class HTTP2Connection: ChannelInboundHandler {
         case reset
         /// `never_answer_tokens`: no answer at all, nothing recorded.
         case noAnswer
+        /// A channel management answer (`ChannelManagement.swift`): status, headers, body (may be empty).
+        case channel(status: Int, headers: [(String, String)], body: [UInt8])
     }
 
     enum AfterAccept { case none, goAway, drop }
@@ -387,6 +402,11 @@ final class HTTP2Connection: ChannelInboundHandler {
         let certTopic = certificateTopic()
         if case .unreadable = certificate { return reject(.badCertificate, nil) }
         let regular = block.fields
+        // Channel management (`/1/apps/…`, Apple's api-manage-broadcast hosts) is served on this same
+        // endpoint: the simulator stands for both kinds of host.
+        if let path = block.path, let resource = APNsChannelManagement.resource(path: path[...]) {
+            return channelRequest(resource, method: block.method ?? "", fields: regular, body: payload, certificateTopic: certTopic)
+        }
         let request: APNsRequest
         switch validator.validate(method: block.method, path: block.path, headers: regular, payload: payload, requireTopic: certTopic == nil) {
         case .failure(let rejection):
@@ -473,7 +493,7 @@ final class HTTP2Connection: ChannelInboundHandler {
     }
 
     /// The app topic of the client certificate, read once per connection (nil: no certificate, token auth).
-    private func certificateTopic() -> (topic: String, auth: String)? {
+    func certificateTopic() -> (topic: String, auth: String)? {
         switch certificate {
         case .topic(let t, let auth): return (t, auth)
         case .none, .unreadable: return nil
@@ -495,7 +515,7 @@ final class HTTP2Connection: ChannelInboundHandler {
     /// `authorization: bearer <JWT>`. The verified token is kept per connection, so the signature is
     /// checked once per token, not per request; its age is checked every time.
     /// Answers the record's `auth` (`token:<team>/<key id>`) or the reason for refusing.
-    private func checkToken(_ header: String, now: Int64) -> Result<String, APNsReason> {
+    func checkToken(_ header: String, now: Int64) -> Result<String, APNsReason> {
         let scheme = header.prefix(7)
         guard scheme == "bearer " || scheme == "Bearer " else { return .failure(.invalidProviderToken) }
         let jwt = header.dropFirst(7)
@@ -507,6 +527,11 @@ final class HTTP2Connection: ChannelInboundHandler {
         case .malformed, .unknownKey, .badSignature: return .failure(.invalidProviderToken)
         case .expired: return .failure(.expiredProviderToken)
         case .valid(let keyID, let teamID, let issuedAt):
+            // A key restricted to the other environment (`key_environments`): Apple's
+            // BadEnvironmentKeyIdInToken, "The key ID in the provider token doesn't match the environment".
+            if let only = core.faults.keyEnvironments[keyID], only != (core.configuration.sandbox ? "sandbox" : "production") {
+                return .failure(.badEnvironmentKeyIdInToken)
+            }
             let clock = ContinuousClock.now
             if let current = token {
                 // "The key ID in the provider token isn't related to the key ID of the token used in the
@@ -530,7 +555,7 @@ final class HTTP2Connection: ChannelInboundHandler {
     }
 
     /// A random (version 4) UUID from the connection's seeded generator, uppercase as Apple's.
-    private func makeUUID() -> String {
+    func makeUUID() -> String {
         let a = random.next()
         let b = random.next()
         var bytes = [UInt8](repeating: 0, count: 16)

@@ -157,6 +157,9 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
     public var resetStreams = 0
     /// Requests left unanswered (`never_answer_tokens`).
     public var unansweredStreams = 0
+    /// Channel management answers by operation and outcome ("create 201", "get ChannelNotRegistered", …);
+    /// kept apart from `byStatus`, which counts notifications.
+    public var channelAnswers: [String: Int] = [:]
 
     public var accepted: Int { byStatus[200, default: 0] }
 
@@ -165,6 +168,7 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
         case refusedConnections = "refused_connections", handshakeFailures = "handshake_failures"
         case refusedStreams = "refused_streams", goAways = "goaways", abruptCloses = "abrupt_closes"
         case resetStreams = "reset_streams", unansweredStreams = "unanswered_streams"
+        case channelAnswers = "channel_answers"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -180,5 +184,6 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
         try c.encode(resetStreams, forKey: .resetStreams)
         try c.encode(unansweredStreams, forKey: .unansweredStreams)
         try c.encode(abruptCloses, forKey: .abruptCloses)
+        try c.encode(channelAnswers, forKey: .channelAnswers)
     }
 }

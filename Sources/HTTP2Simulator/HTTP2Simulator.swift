@@ -97,6 +97,9 @@ public final class HTTP2Simulator: Sendable {
 
     public var totals: HTTP2SimulatorTotals { core.currentTotals() }
 
+    /// An app's channels (channel management), oldest first, with their `message-storage-policy`.
+    public func channels(app: String) -> [(id: String, storagePolicy: Int)] { core.channels.list(app: app) }
+
     /// Stops listening, closes every connection, flushes records.
     public func stop() async throws {
         if let l = listener.withLock({ $0 }) { try? await l.close() }
@@ -120,6 +123,8 @@ final class HTTP2Core: Sendable {
     let unregistered: [DeviceToken: Int64]
     let tokenTopics: [DeviceToken: String]
     let neverAnswerTokens: Set<DeviceToken>
+    /// The apps' broadcast channels (channel management).
+    let channels = ChannelRegistry()
     /// Times (ms since 1970) of the requests answered RST_STREAM, per token, when records are kept
     /// in memory: tests read the spacing of a client's resends from them.
     let resetTimes = Mutex<[DeviceToken: [Int64]]>([:])

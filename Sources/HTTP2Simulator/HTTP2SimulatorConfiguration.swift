@@ -1,3 +1,4 @@
+import APNsProtocol
 import APNsTransport
 import GatewaySimulator
 
@@ -104,6 +105,14 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     public var ratesFromSecond: Double?
     public var ratesForSeconds: Double = 0
     public var seed: UInt64 = 1
+    /// Channels one app may have (channel management); one more is answered 400
+    /// CannotCreateChannelConfig. Apple: "up to 10,000 channels for your app in the development and
+    /// production environment, respectively" (the simulator is one environment).
+    public var channelLimit: Int = APNsChannelManagement.channelLimitPerEnvironment
+    /// Token keys restricted to one environment: key id → `sandbox` or `production`. A token signed with
+    /// one of them is answered 403 BadEnvironmentKeyIdInToken by a simulator of the other environment
+    /// (`sandbox` in the configuration decides which the simulator is).
+    public var keyEnvironments: [String: String] = [:]
 
     public init() {}
 
@@ -136,6 +145,8 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         case ratesFromSecond = "rates_from_s"
         case ratesForSeconds = "rates_for_s"
         case seed
+        case channelLimit = "channel_limit"
+        case keyEnvironments = "key_environments"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -172,6 +183,12 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         ratesFromSecond = try c.decodeIfPresent(Double.self, forKey: .ratesFromSecond)
         ratesForSeconds = try c.decodeIfPresent(Double.self, forKey: .ratesForSeconds) ?? 0
         seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
+        channelLimit = try c.decodeIfPresent(Int.self, forKey: .channelLimit) ?? d.channelLimit
+        keyEnvironments = try c.decodeIfPresent([String: String].self, forKey: .keyEnvironments) ?? [:]
+        for (key, environment) in keyEnvironments where environment != "sandbox" && environment != "production" {
+            throw DecodingError.dataCorruptedError(
+                forKey: .keyEnvironments, in: c, debugDescription: "key \(key): expected sandbox or production, found \(environment)")
+        }
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -203,5 +220,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         try c.encodeIfPresent(ratesFromSecond, forKey: .ratesFromSecond)
         try c.encode(ratesForSeconds, forKey: .ratesForSeconds)
         try c.encode(seed, forKey: .seed)
+        try c.encode(channelLimit, forKey: .channelLimit)
+        try c.encode(keyEnvironments, forKey: .keyEnvironments)
     }
 }

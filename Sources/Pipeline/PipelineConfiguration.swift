@@ -547,3 +547,41 @@ public struct PipelineConfiguration: Sendable {
         return t
     }
 }
+
+extension PipelineConfiguration {
+    /// Where `apns-pipeline channel` sends an app's channel management requests, and as whom.
+    /// `environment` nil: the app's. The host is Apple's channel-management host of that environment,
+    /// unless the pipeline file points the app at a server outside Apple's (the app's `hosts` or
+    /// `http2.hosts` naming a host that does not end in `push.apple.com`: a simulator, a test double),
+    /// which then serves channel management too (the HTTP/2 simulator does). The TLS trust
+    /// (`http2.ca`), server name and request timeout are the app's HTTP/2 settings; the provider token
+    /// is the app's `.p8` key, signed by the same cache as the sender's. Token authentication only:
+    /// throws, naming the app, for a binary or certificate-auth app.
+    public func channelManagementConfiguration(
+        for app: App, environment: ChannelManagementConfiguration.Environment? = nil, file: String = "pipeline file"
+    ) throws -> ChannelManagementConfiguration {
+        guard app.transport == .http2, case .token(let keyFile, let keyID, let teamID) = app.authentication else {
+            throw ConfigurationError(
+                file: file, key: "apps[\(app.bundleID)]",
+                problem: "channel management needs token authentication: give the app a token section (key, key_id, team_id) "
+                    + "and transport: http2")
+        }
+        let environment = environment ?? (app.environment == .sandbox ? .sandbox : .production)
+        var host = ChannelManagementConfiguration.appleHost(environment)
+        if let configured = (app.gateways ?? http2.hosts)?.first, !Self.isApple(configured.host) {
+            host = configured
+        }
+        let tokens = try ProviderTokenCache.shared(keyFile: keyFile, keyID: keyID, teamID: teamID)
+        var c = ChannelManagementConfiguration(app: app.bundleID, environment: environment, host: host, tokens: tokens)
+        c.trustRootsPath = http2.ca
+        // The configured name belongs to the configured hosts; Apple's hosts are checked by their own name.
+        if !Self.isApple(host.host) { c.serverHostname = http2.serverHostname }
+        c.requestTimeout = http2.requestTimeout * 2
+        return c
+    }
+
+    private static func isApple(_ host: String) -> Bool {
+        let h = host.lowercased()
+        return h == "push.apple.com" || h.hasSuffix(".push.apple.com")
+    }
+}

@@ -11,6 +11,7 @@ struct APNsPipeline: AsyncParsableCommand {
         subcommands: [
             // Keep this list sorted; add a subcommand by adding its file under Commands/ and its type here.
             CampaignCommand.self,
+            ChannelCommand.self,
             DashboardCommand.self,
             FeedbackCommand.self,
             GatewaySimCommand.self,

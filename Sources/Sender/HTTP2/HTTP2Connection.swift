@@ -30,7 +30,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     let index: Int
     let eventLoop: any EventLoop
     private let configuration: HTTP2TransportConfiguration
-    private let sslContext: NIOSSLContext
+    /// Opens each (re)connect: the path every TLS connection to APNs takes (`APNsConnector`).
+    private let connector: APNsConnector
     private let host: GatewayAddress
     private let limiter: ConnectionLimiter
     private let onOutcomes: OutcomeHandler
@@ -72,7 +73,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.index = index
         self.eventLoop = eventLoop
         self.configuration = configuration
-        self.sslContext = sslContext
+        self.connector = APNsConnector(
+            sslContext: sslContext, connectTimeout: configuration.connectTimeout, resolver: configuration.resolver)
         self.host = configuration.hosts[index % configuration.hosts.count]  // spread evenly over the hosts
         self.slot = index / configuration.hosts.count
         self.limiter = limiter
@@ -334,15 +336,24 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     }
 
     private func open(epoch: Int) {
-        // Resolved at every connect: the connections to a host spread over all its addresses, and
-        // a front end that left DNS is left too.
-        configuration.resolver.resolve(host: host.host, port: host.port, on: eventLoop).flatMap { [self] addresses -> EventLoopFuture<any Channel> in
-            guard let address = Self.address(among: addresses, slot: slot, failures: connectFailures) else {
-                return eventLoop.makeFailedFuture(SystemHostResolver.Failure(host: host.host, message: "no address"))
+        // Resolved at every connect (in the connector): the connections to a host spread over all its
+        // addresses, and a front end that left DNS is left too.
+        let slot = self.slot, failures = connectFailures
+        connector.connect(
+            to: host, serverHostname: configuration.serverHostname ?? host.host, on: eventLoop,
+            choose: { [self] addresses in
+                let address = Self.address(among: addresses, slot: slot, failures: failures)
+                eventLoop.assertInEventLoop()
+                logger[metadataKey: "address"] = "\(address?.ipAddress ?? "?")"
+                return address
+            },
+            handlers: { [self] channel in
+                // Our own frame-level codec (HTTP2ClientFrameCodec): the preface, SETTINGS, the
+                // requests' frames and the answers, with no stream channels and no per-frame writes.
+                try channel.pipeline.syncOperations.addHandler(
+                    HTTP2ClientHandler(connection: self, epoch: epoch, allocator: channel.allocator))
             }
-            logger[metadataKey: "address"] = "\(address.ipAddress ?? "?")"
-            return bootstrap(epoch: epoch).connect(to: address)
-        }.whenComplete { [self] result in
+        ).whenComplete { [self] result in
             guard epoch == self.epoch else {
                 if case .success(let c) = result { c.close(promise: nil) }
                 return
@@ -358,27 +369,6 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                 apply(machine.connectFailed(now: now))
             }
         }
-    }
-
-    private func bootstrap(epoch: Int) -> ClientBootstrap {
-        let hostname = configuration.serverHostname ?? host.host
-        let sslContext = self.sslContext
-        return ClientBootstrap(group: eventLoop)
-            .connectTimeout(.nanoseconds(Int64(configuration.connectTimeout * 1e9)))
-            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .channelInitializer { [self] channel in
-                do {
-                    let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(tls)
-                    // Our own frame-level codec (HTTP2ClientFrameCodec): the preface, SETTINGS, the
-                    // requests' frames and the answers, with no stream channels and no per-frame writes.
-                    try sync.addHandler(HTTP2ClientHandler(connection: self, epoch: epoch, allocator: channel.allocator))
-                    return channel.eventLoop.makeSucceededVoidFuture()
-                } catch {
-                    return channel.eventLoop.makeFailedFuture(error)
-                }
-            }
     }
 
     private func renewToken() {

@@ -24,7 +24,11 @@ struct GatewaySimCommand: AsyncParsableCommand {
             internal_server_error_rate, service_unavailable_rate, shutdown_interval_s, response_delay_ms, \
             response_delay_max_ms, reset_stream_rate (RST_STREAM INTERNAL_ERROR instead of an answer), \
             never_answer_tokens (hex: streams left unanswered), rates_from_s and rates_for_s (the 429/500/503/reset \
-            rates apply only in this window, seconds after the first request: a storm). See docs/testing.md §2, "The HTTP/2 simulator".
+            rates apply only in this window, seconds after the first request: a storm), channel_limit (channels per \
+            app, default 10000), key_environments ({key id: sandbox|production}: a token of such a key is answered \
+            403 BadEnvironmentKeyIdInToken by a simulator of the other environment; --sandbox makes it the \
+            sandbox). It also serves channel management (/1/apps/<bundle id>/channels and all-channels, as \
+            Apple's api-manage-broadcast hosts) on the same port. See docs/testing.md §2, "The HTTP/2 simulator".
             Signals: SIGUSR1 prints the totals per status as JSON; SIGUSR2 makes every open gateway \
             connection answer status 10 (shutdown) naming its last processed notification, then close; \
             SIGTERM/SIGINT stop the simulator, flush records and print the totals.
@@ -83,6 +87,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
     @Option(help: "HTTP/2: every response waits this long, ms.") var responseDelayMs: Int?
     @Option(help: "HTTP/2: plus a random 0…this many ms.") var responseDelayMaxMs: Int?
     @Flag(help: "HTTP/2: answer as the sandbox (development) environment: an apns-unique-id on every answer.") var sandbox = false
+    @Option(help: "HTTP/2: channels per app (channel management) before 400 CannotCreateChannelConfig (Apple: 10000).")
+    var channelLimit: Int?
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
@@ -137,6 +143,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         if let shutdownIntervalSeconds { script.shutdownIntervalSeconds = shutdownIntervalSeconds }
         if let responseDelayMs { script.responseDelayMillis = responseDelayMs }
         if let responseDelayMaxMs { script.responseDelayMaxMillis = responseDelayMaxMs }
+        if let channelLimit { script.channelLimit = channelLimit }
 
         var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: certs))
         config.host = host
