@@ -209,7 +209,8 @@ final class SimulatorCore: Sendable {
         invalidTokens = try tokens(configuration.faults.invalidTokens, "invalid_tokens")
         uninstalledTokens = try tokens(configuration.faults.uninstalledTokens, "uninstalled_tokens")
         random = Mutex(SplitMix64(seed: configuration.faults.seed))
-        recorder = try RecordWriter(path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory)
+        recorder = try RecordWriter(
+            path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory, synchronous: configuration.recordsSynchronous)
     }
 
     func count(_ update: (inout SimulatorTotals) -> Void) { totals.withLock { update(&$0) } }

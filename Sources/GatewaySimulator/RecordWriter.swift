@@ -43,7 +43,12 @@ package final class RecordWriter<Record: Sendable>: Sendable {
     // Dispatch sources are thread-safe (their API may be called from any thread).
     nonisolated(unsafe) private let timer: any DispatchSourceTimer
 
-    package init(path: String?, keepInMemory: Bool) throws {
+    /// Lines written as they are appended rather than every 50 ms: a `kill -9` of the simulator then
+    /// loses no record of a notification it answered (the soak's fault scenarios count on that).
+    private let synchronous: Bool
+
+    package init(path: String?, keepInMemory: Bool, synchronous: Bool = false) throws {
+        self.synchronous = synchronous
         if let path {
             let fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
             guard fd >= 0 else {
@@ -66,8 +71,27 @@ package final class RecordWriter<Record: Sendable>: Sendable {
     /// Adds a batch of records (and their NDJSON lines) from one read of one connection.
     package func append(lines: [UInt8], records: [Record]) {
         pending.withLock {
-            if fd != nil { $0.bytes.append(contentsOf: lines) }
+            if let fd, synchronous {
+                // Under the lock, so lines keep their order; into the page cache before the caller answers.
+                Self.writeAll(fd, lines)
+            } else if fd != nil {
+                $0.bytes.append(contentsOf: lines)
+            }
             if keepsInMemory { $0.records.append(contentsOf: records) }
+        }
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    break
+                }
+                offset += n
+            }
         }
     }
 
@@ -81,19 +105,7 @@ package final class RecordWriter<Record: Sendable>: Sendable {
             return out
         }
         if keepsInMemory, !batch.records.isEmpty { memory.withLock { $0.append(contentsOf: batch.records) } }
-        if let fd, !batch.bytes.isEmpty {
-            batch.bytes.withUnsafeBytes { raw in
-                var offset = 0
-                while offset < raw.count {
-                    let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                    if n < 0 {
-                        if errno == EINTR { continue }
-                        break
-                    }
-                    offset += n
-                }
-            }
-        }
+        if let fd, !batch.bytes.isEmpty { Self.writeAll(fd, batch.bytes) }
     }
 
     package var records: [Record] {

@@ -15,6 +15,8 @@ public struct SimulatorConfiguration: Sendable {
     public var recordsPath: String?
     /// Also keep accepted notifications in memory (tests read them through `GatewaySimulator.records`).
     public var keepRecordsInMemory = false
+    /// Write each record as it is made, not every 50 ms (`--records-sync`: nothing answered is unrecorded after a `kill -9`).
+    public var recordsSynchronous = false
 
     /// Event-loop threads serving connections.
     public var threads: Int = 1

@@ -172,7 +172,8 @@ final class HTTP2Core: Sendable {
         tokenTopics = topics
         neverAnswerTokens = Set(try tokens(faults.neverAnswerTokens, "never_answer_tokens"))
         random = Mutex(SplitMix64(seed: faults.seed))
-        recorder = try RecordWriter(path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory)
+        recorder = try RecordWriter(
+            path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory, synchronous: configuration.recordsSynchronous)
     }
 
     func count(_ update: (inout HTTP2SimulatorTotals) -> Void) { totals.withLock { update(&$0) } }

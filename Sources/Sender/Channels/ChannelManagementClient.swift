@@ -276,7 +276,7 @@ public enum ChannelManagementClient {
     public static func perform(
         _ operation: ChannelOperation, configuration: ChannelManagementConfiguration, group: any EventLoopGroup,
         logger: Logger = Logger(label: "apns.channels")
-    ) async throws(ChannelManagementError) -> (result: ChannelResult, requestID: String) {
+    ) async throws -> (result: ChannelResult, requestID: String) {  // throws ChannelManagementError (untyped: see ChannelCommand)
         // Apple: apns-request-id is "a canonical UUID"; lower case as UUIDs are usually written.
         let requestID = UUID().uuidString.lowercased()
         func failure(_ kind: ChannelManagementError.Kind, _ echoed: String?) -> ChannelManagementError {

@@ -109,7 +109,9 @@ private func perform(_ operation: ChannelOperation, _ common: ChannelCommand.Com
         ("operation", .string(operation.name)), ("app", .string(configuration.app)),
         ("environment", .string(configuration.environment.rawValue)), ("host", .string("\(configuration.host)")),
     ]
-    do throws(ChannelManagementError) {
+    // Untyped: `do throws(ChannelManagementError)` here crashed the release build's optimizer (Swift 6.3.1,
+    // "Found ownership error" in CopyPropagation, 2026-11-27).
+    do {
         let (result, requestID) = try await ChannelManagementClient.perform(
             operation, configuration: configuration, group: group, logger: quietLogger())
         base.insert(("ok", true), at: 0)
@@ -140,18 +142,24 @@ private func perform(_ operation: ChannelOperation, _ common: ChannelCommand.Com
         } else {
             print(text)
         }
-    } catch {
-        if common.json {
-            var fields = base
-            fields.insert(("ok", false), at: 0)
-            fields += [
-                ("status", error.status.map { .integer($0) } ?? .null), ("reason", error.reason.map { .string($0) } ?? .null),
-                ("channel_id", operation.channelID.map { .string($0) } ?? .null),
-                ("request_id", error.requestID.map { .string($0) } ?? .null), ("message", .string(error.description)),
-            ]
-            print(JSONValue.object(fields.map { (key: $0.0, value: $0.1) }).serializedString)
-        }
-        FileHandle.standardError.write(Data("error: \(error.description)\n".utf8))
-        throw ExitCode(error.exitStatus)
+    } catch let error as ChannelManagementError {
+        try fail(error, operation: operation, base: base, json: common.json)
     }
+}
+
+/// A refused or failed request: one JSON object (`--json`) and the message on stderr, then its exit status.
+@inline(never)
+private func fail(_ error: ChannelManagementError, operation: ChannelOperation, base: [(String, JSONValue)], json: Bool) throws -> Never {
+    if json {
+        var fields = base
+        fields.insert(("ok", false), at: 0)
+        fields += [
+            ("status", error.status.map { .integer($0) } ?? .null), ("reason", error.reason.map { .string($0) } ?? .null),
+            ("channel_id", operation.channelID.map { .string($0) } ?? .null),
+            ("request_id", error.requestID.map { .string($0) } ?? .null), ("message", .string(error.description)),
+        ]
+        print(JSONValue.object(fields.map { (key: $0.0, value: $0.1) }).serializedString)
+    }
+    FileHandle.standardError.write(Data("error: \(error.description)\n".utf8))
+    throw ExitCode(error.exitStatus)
 }

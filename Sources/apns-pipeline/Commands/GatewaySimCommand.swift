@@ -52,6 +52,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
     @Option(help: "Feedback port (0: any free port).") var feedbackPort: Int = 2196
     @Option(help: "Write the bound ports here as JSON once listening.") var portsFile: String?
     @Option(help: "Append accepted notifications to this NDJSON file.") var records: String?
+    @Flag(help: "Write each record as it is made rather than every 50 ms, so a kill -9 of the simulator loses none it answered (slower).")
+    var recordsSync = false
     @Option(help: "Payload limit of command 2, bytes.") var payloadLimit: Int = 2048
     @Option(help: "Payload limit of commands 0 and 1, bytes.") var legacyPayloadLimit: Int = 2048
     @Option(help: "Event-loop threads.") var threads: Int = 1
@@ -102,6 +104,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         config.gatewayPort = gatewayPort
         config.feedbackPort = feedbackPort
         config.recordsPath = records
+        config.recordsSynchronous = recordsSync
         config.limits = PayloadLimits(command2: payloadLimit, legacy: legacyPayloadLimit)
         config.faults = script
         config.threads = threads
@@ -149,6 +152,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         config.host = host
         config.port = port
         config.recordsPath = records
+        config.recordsSynchronous = recordsSync
         config.faults = script
         config.threads = threads
         config.maxConcurrentStreams = maxConcurrentStreams
