@@ -499,12 +499,11 @@ public final class PipelineRunner: Service, Sendable {
         var refused = d.deadLetters
         // Leave to write this batch: its gate call's "written" mark (below).
         let clearance = marks.clearance(call: g.call)
-        var item = SettlerInbox.Item()
-        item.events.received = d.isRetry ? 0 : batch.count
+        // The gate's decisions, mapped without I/O: what settles now, what is sent, what is gated again.
+        let verdicts = GateVerdicts(decisions: decisions, jobs: jobs, isRetry: d.isRetry, received: batch.count) { batch[d.jobMessages[$0]].ref }
+        for wait in verdicts.waits { waitLog.note(jobID: wait.jobID, holder: wait.holder, logger: logger) }
         var notifications: [PushNotification] = []
-        notifications.reserveCapacity(jobs.count)
-        // Jobs whose id is in flight: indices into `jobs`, gated again later.
-        var inFlight: [Int] = []
+        notifications.reserveCapacity(verdicts.admitted.count)
         // The encoder is made once per run of jobs of one app and push type.
         var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
         // Priority-10 Live Activity pushes per app, counted for the metrics (they draw on a budget).
@@ -521,72 +520,39 @@ public final class PipelineRunner: Service, Sendable {
             keepsHexFor = (app, keeps)
             return keeps
         }
-        for i in jobs.indices {
-            let job = jobs[i]
-            let message = d.jobMessages[i]
-            let outcome = { (kind: Redis.OutcomeKind) in
-                Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: kind)
-            }
-            switch decisions[i] {
-            case .deduped:
-                item.outcomes.append(outcome(.deduped))
-                item.refs.append(batch[message].ref)
-            case .inFlightElsewhere(let holder):
-                // As below, but the copy belongs to another live process: say so (a long wait here is a
-                // stuck process, or a job published twice across processes).
-                inFlight.append(i)
-                if !d.isRetry {
-                    item.events.inFlightWaits += 1
-                    waitLog.note(jobID: job.id, holder: holder, logger: logger)
+        for admitted in verdicts.admitted {
+            let job = jobs[admitted.index]
+            let message = batch[d.jobMessages[admitted.index]]
+            do {
+                let app = job.app
+                let pushType = job.pushType
+                if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] { try config.checkCanSend(pushType) }
+                let encoder: PayloadEncoder
+                if let e = encoderFor, e.app == app, e.pushType == pushType {
+                    encoder = e.encoder
+                } else {
+                    encoder = PayloadEncoder(
+                        limit: c.payloadLimit(app: apps[app], pushType: pushType), truncatesAlertBody: c.gateway.truncateAlert)
+                    encoderFor = (app, pushType, encoder)
                 }
-            case .inFlight:
-                // Another copy is being sent right now (by this process or another one, e.g. across a
-                // rebalance). Settling this message now would lose the job if that sender crashed before
-                // settling its own; so it waits and is gated again: deduped once the other copy is
-                // accepted, admitted if its lease lapsed.
-                inFlight.append(i)
-            case .suppressed:
-                item.outcomes.append(outcome(.suppressed))
-                item.refs.append(batch[message].ref)
-            case .admitted(let language), .takenOver(let language, _):
-                if case .takenOver(_, let written) = decisions[i] {
-                    // Taken over from a process that died. If it had handed the job's batch to its
-                    // transports it may have written it: the crash duplicate window, counted `ambiguous`.
-                    let maybeSent = written ? 1 : 0
-                    item.events.resentAfterCrash += 1
-                    item.events.ambiguous += maybeSent
-                    if let campaign = job.campaign {
-                        item.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
-                        item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += maybeSent
-                    }
-                }
-                do {
-                    let app = job.app
-                    let pushType = job.pushType
-                    if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] { try config.checkCanSend(pushType) }
-                    let encoder: PayloadEncoder
-                    if let e = encoderFor, e.app == app, e.pushType == pushType {
-                        encoder = e.encoder
-                    } else {
-                        encoder = PayloadEncoder(
-                            limit: c.payloadLimit(app: apps[app], pushType: pushType), truncatesAlertBody: c.gateway.truncateAlert)
-                        encoderFor = (app, pushType, encoder)
-                    }
-                    let payload = try job.encodedPayload(language: language, encoder: encoder, jobIDKey: jobIDKey)
-                    notifications.append(
-                        PushNotification(
-                            jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
-                            payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                            collapseID: job.collapseID, pushType: pushType?.rawValue,
-                            position: SourcePosition(partition: batch[message].partition, offset: batch[message].offset), clearance: clearance))
-                    if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
-                } catch {
-                    // e.g. the localized alert makes the payload too large.
-                    refused.append((batch[message], error.reason.rawValue, outcome(.deadLettered)))
-                }
+                let payload = try job.encodedPayload(language: admitted.language, encoder: encoder, jobIDKey: jobIDKey)
+                notifications.append(
+                    PushNotification(
+                        jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
+                        payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
+                        collapseID: job.collapseID, pushType: pushType?.rawValue,
+                        position: SourcePosition(partition: message.partition, offset: message.offset), clearance: clearance))
+                if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
+            } catch {
+                // e.g. the localized alert makes the payload too large.
+                refused.append(
+                    (
+                        message, error.reason.rawValue,
+                        Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: .deadLettered)
+                    ))
             }
         }
-        inbox.put(item)
+        inbox.put(verdicts.settled)
         for (app, count) in liveActivity10 { metrics?.liveActivityPriority10(app: app, count: count) }
         // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle; a
         // write that fails is retried in the background while the valid jobs go on.
@@ -598,7 +564,8 @@ public final class PipelineRunner: Service, Sendable {
             }
             deadLetters.write(refused.map { ($0.message, $0.reason) }, settle: settled)
         }
-        if !inFlight.isEmpty {
+        if !verdicts.regate.isEmpty {
+            let inFlight = verdicts.regate
             let retry = DecodedBatch(
                 messages: inFlight.map { batch[d.jobMessages[$0]] }, jobs: inFlight.map { jobs[$0] }, jobMessages: Array(inFlight.indices),
                 deadLetters: [], isRetry: true)

@@ -44,7 +44,7 @@ import Testing
         do {
             _ = try await ChannelManagementClient.perform(.get(channelID: id), configuration: c, group: group)
             Issue.record("a deleted channel was found")
-        } catch {
+        } catch let error as ChannelManagementError {
             #expect(error.reason == "ChannelNotRegistered" && error.exitStatus == 1)
             #expect(error.description.contains("no channel \(id)") && error.description.contains("--environment production"), "\(error)")
             #expect(error.requestID.map(APNsRequestValidator.isCanonicalUUID) == true)
@@ -61,7 +61,7 @@ import Testing
         do {
             _ = try await ChannelManagementClient.perform(.create(.noStorage), configuration: c, group: group)
             Issue.record("a channel past the limit was created")
-        } catch {
+        } catch let error as ChannelManagementError {
             #expect(error.status == 400 && error.reason == "CannotCreateChannelConfig" && error.exitStatus == 1)
             #expect(error.description.contains("channel limit") && error.description.contains("channel delete --channel"), "\(error)")
         }
@@ -78,7 +78,7 @@ import Testing
         do {
             _ = try await ChannelManagementClient.perform(.list, configuration: c, group: group)
             Issue.record("listed channels of nothing")
-        } catch {
+        } catch let error as ChannelManagementError {
             #expect(error.exitStatus == 2 && error.reason == nil)
             #expect(error.description.contains("no answer from 127.0.0.1:\(port)") && error.description.contains("2195"), "\(error)")
         }
@@ -94,7 +94,7 @@ import Testing
         do {
             _ = try await ChannelManagementClient.perform(.list, configuration: c, group: group)
             Issue.record("trusted a server outside the CA")
-        } catch {
+        } catch let error as ChannelManagementError {
             #expect(error.exitStatus == 2)
             #expect(error.description.lowercased().contains("certificate"), "\(error)")
         }

@@ -1,0 +1,85 @@
+import Jobs
+import Kafka
+import Redis
+
+/// The fields of a job the gate's verdicts speak of (``Job`` has them; tests make their own).
+protocol GatedJob {
+    var id: String { get }
+    var app: String { get }
+    var tokenHex: String { get }
+    var campaign: String? { get }
+}
+
+extension Job: GatedJob {}
+
+/// What the gate's decisions make of one decoded batch, before any I/O: which jobs settle now and how,
+/// which are sent (in the language the gate chose), which are gated again later, and the crash counters.
+/// Pure, so every decision is tested without a server (GateVerdictsTests); `send` does the I/O it asks for.
+struct GateVerdicts {
+    /// A job to send: its index in the batch's jobs and the alert language the gate chose.
+    struct Admitted: Equatable {
+        var index: Int
+        var language: String?
+    }
+
+    /// A job held by another live process, noted once (on its first gate) for the lease-wait log.
+    struct Wait: Equatable {
+        var jobID: String
+        var holder: String
+    }
+
+    /// Settles now (deduped, suppressed) with the batch's events: received, take-overs, waits.
+    var settled = SettlerInbox.Item()
+    var admitted: [Admitted] = []
+    /// Indices of jobs whose id is in flight: gated again after ``PipelineRunner/inFlightRetryDelay``.
+    var regate: [Int] = []
+    var waits: [Wait] = []
+
+    /// - Parameters:
+    ///   - received: messages of the batch counted as received (0 when it is gated again).
+    ///   - ref: the Kafka message of job `i`, settled with it.
+    init<J: GatedJob>(decisions: [GateDecision], jobs: [J], isRetry: Bool, received: Int, ref: (Int) -> MessageRef) {
+        settled.events.received = isRetry ? 0 : received
+        admitted.reserveCapacity(jobs.count)
+        for i in jobs.indices {
+            let job = jobs[i]
+            func settle(_ kind: Redis.OutcomeKind) {
+                settled.outcomes.append(Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: kind))
+                settled.refs.append(ref(i))
+            }
+            switch decisions[i] {
+            case .deduped:
+                settle(.deduped)
+            case .suppressed:
+                settle(.suppressed)
+            case .inFlightElsewhere(let holder):
+                // As below, but the copy belongs to another live process: said once per job (a long wait
+                // here is a stuck process, or a job published twice across processes).
+                regate.append(i)
+                if !isRetry {
+                    settled.events.inFlightWaits += 1
+                    waits.append(Wait(jobID: job.id, holder: holder))
+                }
+            case .inFlight:
+                // Another copy is being sent right now (by this process or another one, e.g. across a
+                // rebalance). Settling this message now would lose the job if that sender crashed before
+                // settling its own; so it waits and is gated again: deduped once the other copy is
+                // accepted, admitted if its lease lapsed.
+                regate.append(i)
+            case .admitted(let language):
+                admitted.append(Admitted(index: i, language: language))
+            case .takenOver(let language, let written):
+                // Taken over from a process that died. If it had handed the job's batch to its transports
+                // it may have written it: the crash duplicate window, counted `ambiguous`.
+                let maybeSent = written ? 1 : 0
+                settled.events.resentAfterCrash += 1
+                settled.events.ambiguous += maybeSent
+                if let campaign = job.campaign {
+                    settled.campaignEvents[campaign, default: PipelineEvents()].resentAfterCrash += 1
+                    settled.campaignEvents[campaign, default: PipelineEvents()].ambiguous += maybeSent
+                }
+                admitted.append(Admitted(index: i, language: language))
+            }
+        }
+    }
+}
