@@ -59,6 +59,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     private let slot: Int
     /// Connects that failed in a row: each moves the connection to the host's next address.
     private var connectFailures = 0
+    /// The HTTPS proxy this connection's host is reached through (nil: directly, or listed in NO_PROXY).
+    private let proxy: HTTPSProxy?
     private(set) var statistics = ShardStatistics()
 
     /// Whether the transport should route new work here (read from other threads).
@@ -82,6 +84,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.logger[metadataKey: "app"] = "\(configuration.app)"
         self.logger[metadataKey: "connection"] = "\(index)"
         self.logger[metadataKey: "host"] = "\(host)"
+        self.proxy = configuration.proxy?.proxy(for: host.host)
+        if let proxy { self.logger[metadataKey: "proxy"] = "\(proxy.address)" }  // host:port only, never credentials
         self.machine = Machine(configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry })
         statistics.app = configuration.app
         statistics.index = index
@@ -330,15 +334,20 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     }
 
     private func open(epoch: Int) {
-        // Resolved at every connect: the connections to a host spread over all its addresses, and
-        // a front end that left DNS is left too.
-        configuration.resolver.resolve(host: host.host, port: host.port, on: eventLoop).flatMap { [self] addresses -> EventLoopFuture<any Channel> in
-            guard let address = Self.address(among: addresses, slot: slot, failures: connectFailures) else {
-                return eventLoop.makeFailedFuture(SystemHostResolver.Failure(host: host.host, message: "no address"))
+        let opened: EventLoopFuture<any Channel>
+        if let proxy {
+            // Through a proxy, the proxy resolves Apple's name: there is no spread over Apple's addresses
+            // (nor a move to the next one after a failure) on this side. A refusal (403, 407), a dead
+            // proxy or one that never answers fails the connect like a refused TCP connection: back-off.
+            opened = proxy.connectTunnel(
+                to: host.host, port: host.port, on: eventLoop, timeout: .nanoseconds(Int64(configuration.connectTimeout * 1e9))
+            ) { [self] channel in
+                try initialize(channel, epoch: epoch)
             }
-            logger[metadataKey: "address"] = "\(address.ipAddress ?? "?")"
-            return bootstrap(epoch: epoch).connect(to: address)
-        }.whenComplete { [self] result in
+        } else {
+            opened = openDirectly(epoch: epoch)
+        }
+        opened.whenComplete { [self] result in
             guard epoch == self.epoch else {
                 if case .success(let c) = result { c.close(promise: nil) }
                 return
@@ -356,25 +365,35 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         }
     }
 
+    private func openDirectly(epoch: Int) -> EventLoopFuture<any Channel> {
+        // Resolved at every connect: the connections to a host spread over all its addresses, and
+        // a front end that left DNS is left too.
+        return configuration.resolver.resolve(host: host.host, port: host.port, on: eventLoop).flatMap { [self] addresses -> EventLoopFuture<any Channel> in
+            guard let address = Self.address(among: addresses, slot: slot, failures: connectFailures) else {
+                return eventLoop.makeFailedFuture(SystemHostResolver.Failure(host: host.host, message: "no address"))
+            }
+            logger[metadataKey: "address"] = "\(address.ipAddress ?? "?")"
+            return bootstrap(epoch: epoch).connect(to: address)
+        }
+    }
+
     private func bootstrap(epoch: Int) -> ClientBootstrap {
-        let hostname = configuration.serverHostname ?? host.host
-        let sslContext = self.sslContext
-        return ClientBootstrap(group: eventLoop)
+        ClientBootstrap(group: eventLoop)
             .connectTimeout(.nanoseconds(Int64(configuration.connectTimeout * 1e9)))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { [self] channel in
-                do {
-                    let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: hostname)
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(tls)
-                    // Our own frame-level codec (HTTP2ClientFrameCodec): the preface, SETTINGS, the
-                    // requests' frames and the answers, with no stream channels and no per-frame writes.
-                    try sync.addHandler(HTTP2ClientHandler(connection: self, epoch: epoch, allocator: channel.allocator))
-                    return channel.eventLoop.makeSucceededVoidFuture()
-                } catch {
-                    return channel.eventLoop.makeFailedFuture(error)
-                }
+                channel.eventLoop.makeCompletedFuture { try initialize(channel, epoch: epoch) }
             }
+    }
+
+    /// TLS to Apple and the HTTP/2 codec, on a new channel (directly to Apple, or a proxy's tunnel).
+    private func initialize(_ channel: any Channel, epoch: Int) throws {
+        let tls = try NIOSSLClientHandler(context: sslContext, serverHostname: configuration.serverHostname ?? host.host)
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(tls)
+        // Our own frame-level codec (HTTP2ClientFrameCodec): the preface, SETTINGS, the
+        // requests' frames and the answers, with no stream channels and no per-frame writes.
+        try sync.addHandler(HTTP2ClientHandler(connection: self, epoch: epoch, allocator: channel.allocator))
     }
 
     private func renewToken() {
