@@ -77,6 +77,7 @@ import TestSupport
         #expect(HTTPSProxySettings.proxyVariable(in: ["https_proxy": " "]) == nil, "empty is unset")
         #expect(HTTPSProxySettings.proxyVariable(in: ["http_proxy": "http://a:1"]) == nil, "Apple is reached over https only")
         #expect(HTTPSProxySettings.noProxyVariable(in: ["NO_PROXY": "x", "no_proxy": "y"])! == ("no_proxy", "y"))
+        #expect(HTTPSProxySettings.noProxyVariable(in: ["NO_PROXY": "x", "no_proxy": ""])! == ("NO_PROXY", "x"), "empty is unset")
     }
 
     // MARK: the CONNECT exchange, without sockets

@@ -184,10 +184,10 @@ public struct HTTPSProxySettings: Sendable, Hashable {
         return nil
     }
 
-    /// `no_proxy`, else `NO_PROXY`.
+    /// `no_proxy`, else `NO_PROXY` (empty counts as unset).
     public static func noProxyVariable(in environment: [String: String]) -> (name: String, value: String)? {
         for name in ["no_proxy", "NO_PROXY"] {
-            if let value = environment[name] { return (name, value) }
+            if let value = environment[name], !value.trimmingCharacters(in: .whitespaces).isEmpty { return (name, value) }
         }
         return nil
     }
