@@ -153,6 +153,18 @@ import TestSupport
         }
     }
 
+    @Test func aSilentProxyTimesOut() throws {
+        let (channel, _, future) = try connecting(try HTTPSProxy(url: "http://proxy:3128"))
+        channel.embeddedEventLoop.advanceTime(to: .now() + .seconds(31))
+        guard case .failure(let error as HTTPSProxyError) = result(future) else {
+            Issue.record("expected an HTTPSProxyError, got \(String(describing: result(future)))")
+            return
+        }
+        guard case .timedOut = error.problem else { Issue.record("\(error)"); return }
+        #expect(error.description.contains("did not answer CONNECT api.push.apple.com:443 within"), "\(error)")
+        #expect(!channel.isActive)
+    }
+
     @Test func aProxyClosingBeforeAnsweringIsAFailure() throws {
         let (channel, _, future) = try connecting(try HTTPSProxy(url: "http://proxy:3128"))
         channel.pipeline.fireChannelInactive()
