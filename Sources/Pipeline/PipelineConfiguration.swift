@@ -180,6 +180,10 @@ public struct PipelineConfiguration: Sendable {
         public var giveUpAfter = http2Defaults.giveUpAfter
         public var retry = http2Defaults.retry
         public var reconnect = http2Defaults.reconnect
+        /// `http2.proxy` (else `https_proxy` / `HTTPS_PROXY`) with `http2.no_proxy` (else `no_proxy` /
+        /// `NO_PROXY`): the HTTPS proxy every HTTP/2 connection goes through but to the hosts listed.
+        /// nil: direct (no proxy configured, or `proxy: none`).
+        public var proxy: HTTPSProxySettings?
 
         /// Apple's hosts for an environment ("api.push.apple.com:443"; port 2197 is the alternative
         /// where 443 is blocked).
@@ -379,6 +383,7 @@ public struct PipelineConfiguration: Sendable {
         c.http2.reconnect.attemptsPerSecondPerGateway = try hr.double(
             "attempts_per_second_per_host", default: c.http2.reconnect.attemptsPerSecondPerGateway, range: 0.01...100_000)
         try hr.finish()
+        c.http2.proxy = try proxySettings(h, file: file, environment: environment)
         try h.finish()
 
         let appSections = try root.sections("apps")
@@ -423,6 +428,14 @@ public struct PipelineConfiguration: Sendable {
         // Redis passwords are secrets however they were written (in the URL or the key, literally or
         // substituted): never logged in clear.
         if let password = try? c.redis.target().password, !c.secrets.contains(password) { c.secrets.append(password) }
+        // So is the proxy's password, wherever it came from (the file, HTTPS_PROXY), as written
+        // (percent-encoded) and as sent.
+        if let proxy = c.http2.proxy?.proxy, let password = proxy.password {
+            for form in [password, password.addingPercentEncoding(withAllowedCharacters: .urlPasswordAllowed) ?? password]
+            where !c.secrets.contains(form) {
+                c.secrets.append(form)
+            }
+        }
 
         // Files must be there now, not at the first notification.
         for (i, app) in c.apps.enumerated() {
@@ -493,6 +506,41 @@ public struct PipelineConfiguration: Sendable {
         return app
     }
 
+    /// `http2.proxy` (a URL, or `none` for no proxy whatever the environment says) and `http2.no_proxy`
+    /// (a list); each absent key is taken from the environment as curl reads it.
+    private static func proxySettings(_ h: ConfigSection, file: String, environment: [String: String]) throws -> HTTPSProxySettings? {
+        let expected = "expected http://[user:password@]host:port or none"
+        let proxy: HTTPSProxy
+        if let text = try h.string("proxy") {
+            if text.lowercased() == "none" { _ = try h.strings("no_proxy"); return nil }
+            do throws(HTTPSProxy.URLError) {
+                proxy = try HTTPSProxy(url: text, source: "http2.proxy")
+            } catch {
+                // The URL is not quoted: it may hold a password.
+                throw ConfigurationError(file: file, key: "http2.proxy", problem: "\(error.problem) (\(expected); the value is not shown)")
+            }
+        } else if let (name, value) = HTTPSProxySettings.proxyVariable(in: environment) {
+            do throws(HTTPSProxy.URLError) {
+                proxy = try HTTPSProxy(url: value, source: name)
+            } catch {
+                throw ConfigurationError(
+                    file: file, key: "http2.proxy",
+                    problem: "absent, so the environment's \(name) is used, and it is not usable: \(error.problem) "
+                        + "(fix \(name), or set http2.proxy to a URL or to none; the value is not shown)")
+            }
+        } else {
+            _ = try h.strings("no_proxy")
+            return nil
+        }
+        if let list = try h.strings("no_proxy") {
+            return HTTPSProxySettings(proxy: proxy, noProxy: list, noProxySource: "http2.no_proxy")
+        }
+        if let (name, value) = HTTPSProxySettings.noProxyVariable(in: environment) {
+            return HTTPSProxySettings(proxy: proxy, noProxy: HTTPSProxySettings.noProxyList(value), noProxySource: name)
+        }
+        return HTTPSProxySettings(proxy: proxy)
+    }
+
     private static func address(_ text: String, file: String, key: String) throws -> GatewayAddress {
         guard let a = GatewayAddress(text) else {
             throw ConfigurationError(file: file, key: key, problem: "expected host:port, found \"\(text)\"")
@@ -544,6 +592,7 @@ public struct PipelineConfiguration: Sendable {
         t.retry = http2.retry
         t.reconnect = http2.reconnect
         t.serverHostname = http2.serverHostname
+        t.proxy = http2.proxy
         return t
     }
 }
@@ -577,6 +626,9 @@ extension PipelineConfiguration {
         // The configured name belongs to the configured hosts; Apple's hosts are checked by their own name.
         if !Self.isApple(host.host) { c.serverHostname = http2.serverHostname }
         c.requestTimeout = http2.requestTimeout * 2
+        // Through the HTTPS proxy the provider API's connections take (corporate egress), unless NO_PROXY
+        // lists the host.
+        c.proxy = http2.proxy?.proxy(for: host.host)
         return c
     }
 

@@ -175,6 +175,8 @@ public final class PipelineRunner: Service, Sendable {
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
                 "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")",
+                // The proxy's URL with its password as ***; the NO_PROXY list as read.
+                "http2_proxy": "\(c.http2.proxy.map { "\($0.proxy) (\($0.proxy.source))" + ($0.noProxy.isEmpty ? "" : ", not for \($0.noProxy.joined(separator: ","))") } ?? "none")",
             ])
         KeyFilePermissions.warn(c, logger: logger)
 

@@ -94,6 +94,48 @@ import TestSupport
     }
 }
 
+/// Issue 31 (6): `send` through an HTTPS proxy named by the environment (`HTTPS_PROXY`, as curl), a real
+/// tinyproxy with Basic auth; the password never reaches the output.
+@Suite(.enabled(if: TinyProxy.available, TinyProxy.skipReason)) struct SendThroughProxyTests {
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func sendGoesThroughTheEnvironmentsProxy() async throws {
+        let sim = try await HTTP2Simulator.startedForTests()
+        let proxy = try await TinyProxy(connectPorts: [sim.port], basicAuth: ("apns", "Send-Pr0xy-Pw"))
+        let lines = (0..<50).map { #"{"id":"px:\#($0)","app":"\#(shop)","token":"\#(token($0).hex)","payload":{"aps":{"alert":"hi"}}}"# }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("send-\(UUID().uuidString).ndjson")
+        try lines.joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let arguments = [
+            "send", "--app", shop, "--token-key", TestCertificates.tokenKeyPath,
+            "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+            "--ca", "\(TestCertificates.directory)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost",
+            "--shards", "2", "--embed-job-id", file.path,
+        ]
+        let (status, out, err) = try await PipelineProcess.command(
+            arguments, environment: ["HTTPS_PROXY": "http://apns:Send-Pr0xy-Pw@127.0.0.1:\(proxy.port)", "https_proxy": "", "NO_PROXY": "", "no_proxy": ""])
+        #expect(status == 0, "\(err)")
+        #expect(out.split(separator: "\n").contains { $0 == "  accepted: 50" }, "\(out)")
+        #expect(Set(sim.records.compactMap(\.jobID)) == Set((0..<50).map { "px:\($0)" }))
+        #expect(proxy.connectRequests.count == 2, "both connections were tunnels: \(proxy.connectRequests)")
+        #expect(!(out + err).contains("Send-Pr0xy-Pw"))
+
+        // NO_PROXY lists the simulator's address: straight there, the proxy sees nothing more.
+        let before = proxy.connectRequests.count
+        let (direct, directOut, directErr) = try await PipelineProcess.command(
+            arguments, environment: ["HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)", "https_proxy": "", "NO_PROXY": "localhost,127.0.0.1", "no_proxy": ""])
+        #expect(direct == 0, "\(directErr)")
+        #expect(directOut.split(separator: "\n").contains { $0 == "  accepted: 50" }, "\(directOut)")
+        #expect(proxy.connectRequests.count == before)
+
+        // An https:// proxy is refused, naming the variable and never quoting the URL.
+        let (bad, _, badErr) = try await PipelineProcess.command(
+            arguments, environment: ["HTTPS_PROXY": "https://apns:Send-Pr0xy-Pw@127.0.0.1:\(proxy.port)", "https_proxy": ""])
+        #expect(bad != 0)
+        #expect(badErr.contains("HTTPS_PROXY: an https:// proxy") && !badErr.contains("Send-Pr0xy-Pw"), "\(badErr)")
+        try await sim.stop()
+    }
+}
+
 /// A sender that is not root connects (issue 32): `.socketOption(.tcp_nodelay)` set `SOL_SOCKET` option 1
 /// — `SO_DEBUG`, which only a privileged process may set — so every connection of a non-root process
 /// (the OCI image's user, systemd's `DynamicUser=`, a Kubernetes `runAsNonRoot` pod) failed with EACCES.

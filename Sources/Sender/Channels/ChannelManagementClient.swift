@@ -30,6 +30,8 @@ public struct ChannelManagementConfiguration: Sendable {
     /// From the start of the connect to the answer.
     public var requestTimeout = 20.0
     public var resolver: any HostResolver = SystemHostResolver()
+    /// The HTTPS proxy (HTTP CONNECT) the host is reached through; nil: directly.
+    public var proxy: HTTPSProxy?
 
     public init(app: String, environment: Environment, host: GatewayAddress, tokens: ProviderTokenCache) {
         self.app = app
@@ -326,7 +328,7 @@ public enum ChannelManagementClient {
         let authentication = HTTP2Authentication.token(c.tokens, trustRootsPath: c.trustRootsPath)
         let sslContext = try authentication.makeClientContext()
         let bearer = "bearer " + (try c.tokens.current().value)
-        let connector = APNsConnector(sslContext: sslContext, connectTimeout: c.connectTimeout, resolver: c.resolver)
+        let connector = APNsConnector(sslContext: sslContext, connectTimeout: c.connectTimeout, resolver: c.resolver, proxy: c.proxy)
         let eventLoop = group.next()
         let authority = c.serverHostname ?? c.host.host
         let observer = ConnectionObserver()

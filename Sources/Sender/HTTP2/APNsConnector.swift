@@ -7,12 +7,14 @@ import NIOSSL
 /// (`ChannelManagementClient`, NIO's stream multiplexer). One place, so what applies to one applies to
 /// the other: the host resolved at each connect, the connect timeout, TCP_NODELAY, TLS with the
 /// server name and the app's trust roots (a pipeline file may point an app at a simulator with its own
-/// CA), and whatever is added here later (an HTTPS proxy goes here, not into each caller).
+/// CA), and the HTTPS proxy (`http2.proxy`, HTTP CONNECT) when one applies to the host.
 struct APNsConnector: Sendable {
     /// TLS 1.2+, ALPN `h2` (`HTTP2Authentication.makeClientContext`).
     var sslContext: NIOSSLContext
     var connectTimeout: Double
     var resolver: any HostResolver
+    /// The HTTPS proxy the host is reached through (nil: directly, or the host is in NO_PROXY).
+    var proxy: HTTPSProxy? = nil
 
     /// Resolves `host`, lets `choose` pick one of its addresses, connects, adds TLS for `serverHostname`
     /// and then the caller's handlers (`handlers` runs on the channel's event loop, in the initializer).
@@ -24,6 +26,15 @@ struct APNsConnector: Sendable {
     ) -> EventLoopFuture<any Channel> {
         let sslContext = self.sslContext
         let timeout = TimeAmount.nanoseconds(Int64(connectTimeout * 1e9))
+        if let proxy {
+            // Through a proxy, the proxy resolves Apple's name: there is no spread over Apple's addresses
+            // (nor a move to the next one after a failure) on this side. A refusal (403, 407), a dead
+            // proxy or one that never answers fails the connect like a refused TCP connection: back-off.
+            return proxy.connectTunnel(to: host.host, port: host.port, on: eventLoop, timeout: timeout) { channel in
+                try channel.pipeline.syncOperations.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                try handlers(channel)
+            }
+        }
         return resolver.resolve(host: host.host, port: host.port, on: eventLoop).flatMap { addresses -> EventLoopFuture<any Channel> in
             guard let address = choose(addresses) else {
                 return eventLoop.makeFailedFuture(SystemHostResolver.Failure(host: host.host, message: "no address"))

@@ -60,6 +60,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     private let slot: Int
     /// Connects that failed in a row: each moves the connection to the host's next address.
     private var connectFailures = 0
+    /// The HTTPS proxy this connection's host is reached through (nil: directly, or listed in NO_PROXY).
+    private let proxy: HTTPSProxy?
     private(set) var statistics = ShardStatistics()
 
     /// Whether the transport should route new work here (read from other threads).
@@ -73,9 +75,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.index = index
         self.eventLoop = eventLoop
         self.configuration = configuration
+        let host = configuration.hosts[index % configuration.hosts.count]  // spread evenly over the hosts
+        self.host = host
         self.connector = APNsConnector(
-            sslContext: sslContext, connectTimeout: configuration.connectTimeout, resolver: configuration.resolver)
-        self.host = configuration.hosts[index % configuration.hosts.count]  // spread evenly over the hosts
+            sslContext: sslContext, connectTimeout: configuration.connectTimeout, resolver: configuration.resolver,
+            proxy: configuration.proxy?.proxy(for: host.host))
         self.slot = index / configuration.hosts.count
         self.limiter = limiter
         self.onOutcomes = onOutcomes
@@ -84,6 +88,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.logger[metadataKey: "app"] = "\(configuration.app)"
         self.logger[metadataKey: "connection"] = "\(index)"
         self.logger[metadataKey: "host"] = "\(host)"
+        self.proxy = configuration.proxy?.proxy(for: host.host)
+        if let proxy { self.logger[metadataKey: "proxy"] = "\(proxy.address)" }  // host:port only, never credentials
         self.machine = Machine(
             configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.notification.clearance })
         statistics.app = configuration.app

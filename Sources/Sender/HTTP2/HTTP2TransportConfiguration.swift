@@ -74,7 +74,10 @@ public struct HTTP2TransportConfiguration: Sendable {
     /// Name checked against the server's certificate (and sent as `:authority`); nil uses each host's.
     public var serverHostname: String?
     /// Resolves each host at every connect; the connections to a host spread over its addresses.
+    /// Not used for a host reached through `proxy`: the proxy resolves it.
     public var resolver: any HostResolver = SystemHostResolver()
+    /// An HTTPS proxy (HTTP CONNECT) to reach the hosts through, but those its `noProxy` lists.
+    public var proxy: HTTPSProxySettings?
 
     public init(app: String, authentication: HTTP2Authentication, hosts: [GatewayAddress]) {
         precondition(!hosts.isEmpty)

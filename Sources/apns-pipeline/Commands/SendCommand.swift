@@ -34,6 +34,28 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration().settleAfter
     @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
     @Flag(help: "Add the job id to each payload as `jid` (for the simulator's records).") var embedJobID = false
+    @Option(help: "HTTP/2: an HTTPS proxy, http://[user:password@]host:port, or none (default: https_proxy / HTTPS_PROXY, with NO_PROXY). A password is better given in HTTPS_PROXY than on a command line.")
+    var proxy: String?
+
+    /// `--proxy`, else the environment's proxy as `run` reads it when `http2.proxy` is absent.
+    func proxySettings(environment: [String: String]) throws -> HTTPSProxySettings? {
+        let noProxy = HTTPSProxySettings.noProxyVariable(in: environment).map { HTTPSProxySettings.noProxyList($0.value) } ?? []
+        let url: String, source: String
+        if let proxy {
+            if proxy.lowercased() == "none" { return nil }
+            (url, source) = (proxy, "--proxy")
+        } else if let (name, value) = HTTPSProxySettings.proxyVariable(in: environment) {
+            (url, source) = (value, name)
+        } else {
+            return nil
+        }
+        do throws(HTTPSProxy.URLError) {
+            return HTTPSProxySettings(proxy: try HTTPSProxy(url: url, source: source), noProxy: noProxy)
+        } catch {
+            // Not the URL: it may hold a password.
+            throw ValidationError("\(source): \(error.problem)" + (source == "--proxy" ? "" : " (or --proxy none)"))
+        }
+    }
 
     func run() async throws {
         var logger = Logger(label: "apns.send", factory: { StreamLogHandler.standardError(label: $0) })
@@ -62,6 +84,7 @@ struct SendCommand: AsyncParsableCommand {
                 configuration.connections = shards
                 configuration.streamCap = streams
                 configuration.serverHostname = serverHostname
+                configuration.proxy = try proxySettings(environment: ProcessInfo.processInfo.environment)
                 pool = try HTTP2Transport(
                     configuration: configuration, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
                     onOutcomes: { summary.add($0) })
