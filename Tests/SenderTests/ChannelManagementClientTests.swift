@@ -144,3 +144,24 @@ private func freePort() throws -> Int {
     try channel.close().wait()
     return port
 }
+
+/// Channel management goes through the HTTPS proxy as the provider API's connections do (one connector).
+@Suite(.enabled(if: TinyProxy.available, TinyProxy.skipReason))
+struct ChannelManagementThroughProxyTests {
+    @Test func aChannelIsCreatedThroughTheProxy() async throws {
+        let sim = try await HTTP2Simulator.startedForTests()
+        let proxy = try await TinyProxy(connectPorts: [sim.port])
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        var c = try ChannelManagementClientTests().configuration(port: sim.port)
+        c.proxy = try HTTPSProxy(url: "http://127.0.0.1:\(proxy.port)")
+        let (created, _) = try await ChannelManagementClient.perform(.create(.noStorage), configuration: c, group: group)
+        guard case .created(let id, _) = created else {
+            Issue.record("not created: \(created)")
+            return
+        }
+        #expect(sim.channels(app: ChannelManagementClientTests.shop).count == 1, "\(id)")
+        #expect(proxy.connectRequests.contains { $0.contains("CONNECT 127.0.0.1:\(sim.port) HTTP/1.1") }, "\(proxy.connectRequests)")
+        try await group.shutdownGracefully()
+        try await sim.stop()
+    }
+}
