@@ -516,10 +516,13 @@ public final class PipelineRunner: Service, Sendable {
         // (~25 000 at 100k jobs/s): there the hex would be ~100 bytes more per notification, more memory
         // than making it again at the settle costs in CPU. Looked up once per run of jobs of one app.
         var keepsHexFor: (app: String, keeps: Bool)?
+        // Whether a notification goes to a binary app: its batch is then marked written before the hand-off.
+        var hasBinaryApp = false
         func keepsTokenHex(_ app: String) -> Bool {
             if let known = keepsHexFor, known.app == app { return known.keeps }
             let keeps = apps[app]?.transport != .binary
             keepsHexFor = (app, keeps)
+            if !keeps { hasBinaryApp = true }
             return keeps
         }
         for admitted in verdicts.admitted {
@@ -582,7 +585,7 @@ public final class PipelineRunner: Service, Sendable {
             // these (issue 28). HTTP/2 connections ask for the mark when the batch nears the front of their
             // queue (up to `connections × queue_capacity` wait there); a binary shard writes what it is
             // given at once, so a batch with binary apps is marked before the hand-off.
-            if notifications.contains(where: { apps[$0.app]?.transport == .binary }) {
+            if hasBinaryApp {
                 try await marks.markNow(call: g.call, clearance: clearance)
             }
             let orphans = try await router.send(notifications)
