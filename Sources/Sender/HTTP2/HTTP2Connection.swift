@@ -13,10 +13,14 @@ import Synchronization
 final class HTTP2Job: Sendable {
     let notification: PushNotification
     let head: HTTP2Request
+    /// The notification's leave to be written, read before every write (kept here: one load, rather
+    /// than through the notification's storage).
+    let clearance: WriteClearance?
 
     init(notification: PushNotification, head: HTTP2Request) {
         self.notification = notification
         self.head = head
+        self.clearance = notification.clearance
     }
 }
 
@@ -91,7 +95,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.proxy = configuration.proxy?.proxy(for: host.host)
         if let proxy { self.logger[metadataKey: "proxy"] = "\(proxy.address)" }  // host:port only, never credentials
         self.machine = Machine(
-            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.notification.clearance })
+            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description

@@ -558,14 +558,16 @@ struct HTTP2ConnectionStateMachine<Job> {
     private mutating func pump(now: Double, into action: inout Action) {
         guard phase == .active, !suspended, !breaker.isOpen else { return }
         let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
-        while inFlight.count < permits, let next = queue.first {
+        while inFlight.count < permits, var request = queue.popFirst() {
             // Nothing of a gate call is written before its "written" mark is set (issue 28): the head
-            // of the queue waits for its leave, and so does everything behind it (order kept).
-            if let clearance = clearanceOf(next.job), !clearance.isGranted {
+            // of the queue waits for its leave, and so does everything behind it (order kept). Popped
+            // first and put back when it must wait: a look at the head before every pop cost a copy of
+            // every request.
+            if let clearance = clearanceOf(request.job), !clearance.isGranted {
+                queue.prepend(request)
                 ask(clearance, into: &action)
                 return
             }
-            guard var request = queue.popFirst() else { break }
             if nextStreamID > Self.lastUsableStreamID {
                 queue.prepend(request)
                 phase = .goingAway
