@@ -7,7 +7,9 @@ import Testing
 @Suite struct HTTP2ConnectionStateMachineTests {
     typealias Machine = HTTP2ConnectionStateMachine<Int>
 
-    static func machine(cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in }) -> Machine {
+    static func machine(
+        cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in }, clearance: @escaping (Int) -> WriteClearance? = { _ in nil }
+    ) -> Machine {
         var c = Machine.Configuration()
         c.streamCap = cap
         c.queueCapacity = 1000
@@ -16,7 +18,7 @@ import Testing
         c.budget.giveUpAfter = 60
         c.authFailureDelay = 60
         configure(&c)
-        return Machine(configuration: c, random: SplitMix64(seed: 42))
+        return Machine(configuration: c, random: SplitMix64(seed: 42), clearance: clearance)
     }
 
     /// A connected machine that already had one authenticated answer, with `max` server streams.

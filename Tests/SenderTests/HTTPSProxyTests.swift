@@ -252,8 +252,8 @@ struct HTTPSProxyTransportTests {
             ("http://apns:Wr0ng-Pr0xy-Pass@127.0.0.1:\(proxy.port)", "401", "the user or password in http2.proxy is wrong"),
             ("http://127.0.0.1:\(proxy.port)", "407", "it wants credentials"),
         ] {
-            let captured = LinesLog()
-            let logger = Logger(label: "apns.sender.http2.test") { _ in LineCapturingLogHandler(captured) }
+            let captured = CapturedLog()
+            let logger = Logger(label: "apns.sender.http2.test") { _ in CapturingLogHandler(captured) }
             let wrongLog = OutcomeLog()
             let records = sim.records.count
             // Reconnects at most every 5 s: the transport stays behind with its queued jobs after the test.
@@ -349,28 +349,3 @@ struct HTTPSProxyTransportTests {
     }
 }
 
-/// Log lines as `message key=value…`, for checking what reached a log.
-final class LinesLog: Sendable {
-    private let stored = Mutex<[String]>([])
-    var lines: [String] { stored.withLock { $0 } }
-    func append(_ line: String) { stored.withLock { $0.append(line) } }
-}
-
-struct LineCapturingLogHandler: LogHandler {
-    let log: LinesLog
-    var metadata: Logger.Metadata = [:]
-    var metadataProvider: Logger.MetadataProvider?
-    var logLevel: Logger.Level = .trace
-
-    init(_ log: LinesLog) { self.log = log }
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let all = metadata.merging(event.metadata ?? [:]) { $1 }
-        log.append("\(event.message) " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
-    }
-}

@@ -28,13 +28,7 @@ import Testing
     }
 
     func machine(_ calls: Calls, cap: Int) -> Machine {
-        var c = Machine.Configuration()
-        c.streamCap = cap
-        c.queueCapacity = 1000
-        c.requestTimeout = 10
-        c.pingInterval = 30
-        c.budget.giveUpAfter = 60
-        var m = Machine(configuration: c, random: SplitMix64(seed: 42), clearance: { calls.of($0) })
+        var m = HTTP2ConnectionStateMachineTests.machine(cap: cap, clearance: { calls.of($0) })
         // Connected and authenticated by a job of no call (0).
         _ = m.enqueue([0], now: 0)
         let w = m.connected(now: 0).writes
