@@ -64,16 +64,38 @@ public struct JobDecoder: Sendable {
         self.apps = apps
     }
 
-    /// The byte limit of a top-level string key read from its bytes, nil for other keys.
-    static func stringLimit(_ key: String) -> Int? {
-        switch key {
-        case "id": maxIDBytes
-        case "app": maxAppBytes
-        case "token": maxTokenBytes
-        case "campaign": maxCampaignBytes
-        case "collapse_id": maxCollapseIDBytes
-        case "push_type": maxPushTypeBytes
-        default: nil
+    /// A job's known top-level keys. A message's key is matched against the names once (one switch of
+    /// string comparisons); what follows for it dispatches on this.
+    enum Key: UInt8 {
+        case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType
+
+        init?(_ name: String) {
+            switch name {
+            case "id": self = .id
+            case "app": self = .app
+            case "token": self = .token
+            case "payload": self = .payload
+            case "alerts": self = .alerts
+            case "expiry": self = .expiry
+            case "priority": self = .priority
+            case "campaign": self = .campaign
+            case "collapse_id": self = .collapseID
+            case "push_type": self = .pushType
+            default: return nil
+            }
+        }
+
+        /// The byte limit of a string key read from its bytes, nil for the others.
+        var stringLimit: Int? {
+            switch self {
+            case .id: maxIDBytes
+            case .app: maxAppBytes
+            case .token: maxTokenBytes
+            case .campaign: maxCampaignBytes
+            case .collapseID: maxCollapseIDBytes
+            case .pushType: maxPushTypeBytes
+            case .payload, .alerts, .expiry, .priority: nil
+            }
         }
     }
 
@@ -104,7 +126,9 @@ public struct JobDecoder: Sendable {
         var f = Fields()
         var rawPayload: Range<Int>?
         var rawAlerts: Range<Int>?
-        for (key, member) in parsed {
+        for (name, member) in parsed {
+            // An unknown key: checked as JSON by the parser, ignored, never built.
+            guard let key = Key(name) else { continue }
             let value: JSONValue
             switch member {
             case .value(let v): value = v
@@ -112,18 +136,17 @@ public struct JobDecoder: Sendable {
                 // Known keys given twice are refused before anything is read.
                 let seen =
                     switch key {
-                    case "payload": rawPayload != nil
-                    case "alerts": rawAlerts != nil
+                    case .payload: rawPayload != nil
+                    case .alerts: rawAlerts != nil
                     default: f.has(key)
                     }
-                if seen { throw JobError(.invalidJSON, "the key \"\(key)\" appears more than once") }
+                if seen { throw JobError(.invalidJSON, "the key \"\(name)\" appears more than once") }
                 switch key {
-                case "payload": rawPayload = r; continue
-                case "alerts": rawAlerts = r; continue
+                case .payload: rawPayload = r; continue
+                case .alerts: rawAlerts = r; continue
                 default: break
                 }
-                // An unknown key: checked as JSON by the parser, ignored, never built.
-                guard let limit = Self.stringLimit(key) else { continue }
+                guard let limit = key.stringLimit else { continue }
                 let raw = slice(r)
                 if raw.count >= 2, raw[0] == UInt8(ascii: "\"") {
                     let inner = UnsafeRawBufferPointer(rebasing: raw[1..<(raw.count - 1)])
@@ -131,16 +154,16 @@ public struct JobDecoder: Sendable {
                     // Unescaped, the bytes are the string; with escapes its size is counted from them.
                     // Past the limit: refused without building it.
                     if inner.count > limit, case let n = plain ? inner.count : Self.unescapedCount(inner), n > limit {
-                        try f.take(key, .string(""))  // present; the validation reports its size
+                        try f.take(key, .string(""), name)  // present; the validation reports its size
                         f.oversized.append((key, n))
                         continue
                     }
                     if plain {
                         switch key {
-                        case "token":
+                        case .token:
                             f.token = .string("")  // marks it present; the token itself is read from the bytes
                             f.tokenBytes = inner
-                        case "app":
+                        case .app:
                             if let apps {
                                 if let known = apps.find(inner) {
                                     f.app = .string(known)
@@ -152,14 +175,14 @@ public struct JobDecoder: Sendable {
                                 f.app = .string(inner.isEmpty ? "" : templates.app(inner))
                             }
                         default:
-                            try f.take(key, .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self)))
+                            try f.take(key, .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self)), name)
                         }
                         continue
                     }
                 }
                 value = Self.materialize(raw)
             }
-            try f.take(key, value)
+            try f.take(key, value, name)
         }
         // The payload and alerts: through a template when the payload is an object (null, or another
         // kind, is refused or reported by the general rules below).
@@ -278,43 +301,45 @@ public struct JobDecoder: Sendable {
         var template: JobTemplate?
         /// String keys whose value was too long to build, with its size in the message (the key itself
         /// holds an empty string, marking it present).
-        var oversized: [(key: String, bytes: Int)] = []
+        var oversized: [(key: Key, bytes: Int)] = []
         /// `app` was found among the decoder's `apps` while reading it.
         var appIsKnown = false
 
         /// The size in the message of `key`'s value, when it was too long to build.
-        func oversize(_ key: String) -> Int? {
-            oversized.first { $0.key == key }?.bytes
+        func oversize(_ key: Key) -> Int? {
+            if oversized.isEmpty { return nil }
+            return oversized.first { $0.key == key }?.bytes
         }
 
         /// Whether a known key other than `payload`/`alerts` was given.
-        func has(_ key: String) -> Bool {
+        func has(_ key: Key) -> Bool {
             switch key {
-            case "id": id != nil
-            case "app": app != nil
-            case "token": token != nil
-            case "expiry": expiry != nil
-            case "priority": priority != nil
-            case "campaign": campaign != nil
-            case "collapse_id": collapseID != nil
-            case "push_type": pushType != nil
-            default: false
+            case .id: id != nil
+            case .app: app != nil
+            case .token: token != nil
+            case .expiry: expiry != nil
+            case .priority: priority != nil
+            case .campaign: campaign != nil
+            case .collapseID: collapseID != nil
+            case .pushType: pushType != nil
+            case .payload: payload != nil
+            case .alerts: alerts != nil
             }
         }
 
-        mutating func take(_ key: String, _ value: JSONValue) throws(JobError) {
+        /// `name`: the key as the message spells it, for the error.
+        mutating func take(_ key: Key, _ value: JSONValue, _ name: String) throws(JobError) {
             switch key {
-            case "id": try JobDecoder.take(&id, value, key)
-            case "app": try JobDecoder.take(&app, value, key)
-            case "token": try JobDecoder.take(&token, value, key)
-            case "payload": try JobDecoder.take(&payload, value, key)
-            case "alerts": try JobDecoder.take(&alerts, value, key)
-            case "expiry": try JobDecoder.take(&expiry, value, key)
-            case "priority": try JobDecoder.take(&priority, value, key)
-            case "campaign": try JobDecoder.take(&campaign, value, key)
-            case "collapse_id": try JobDecoder.take(&collapseID, value, key)
-            case "push_type": try JobDecoder.take(&pushType, value, key)
-            default: return  // unknown keys: ignored (forward compatible)
+            case .id: try JobDecoder.take(&id, value, name)
+            case .app: try JobDecoder.take(&app, value, name)
+            case .token: try JobDecoder.take(&token, value, name)
+            case .payload: try JobDecoder.take(&payload, value, name)
+            case .alerts: try JobDecoder.take(&alerts, value, name)
+            case .expiry: try JobDecoder.take(&expiry, value, name)
+            case .priority: try JobDecoder.take(&priority, value, name)
+            case .campaign: try JobDecoder.take(&campaign, value, name)
+            case .collapseID: try JobDecoder.take(&collapseID, value, name)
+            case .pushType: try JobDecoder.take(&pushType, value, name)
             }
         }
     }
@@ -325,7 +350,10 @@ public struct JobDecoder: Sendable {
             throw JobError(.notAnObject, "a job is a JSON object, got \(Self.kind(json))")
         }
         var f = Fields()
-        for (key, value) in members { try f.take(key, value) }
+        for (name, value) in members {
+            // Unknown keys: ignored (forward compatible).
+            if let key = Key(name) { try f.take(key, value, name) }
+        }
         return try validate(f, now: now)
     }
 
@@ -334,7 +362,7 @@ public struct JobDecoder: Sendable {
             (f.id, f.app, f.token, f.payload, f.alerts, f.expiry, f.priority, f.campaign, f.collapseID, f.pushType)
 
         // id
-        if let n = f.oversize("id") {
+        if let n = f.oversize(.id) {
             throw JobError(.invalidID, "id must be 1…\(Self.maxIDBytes) UTF-8 bytes, got \(n)")
         }
         guard let idValue = id.flatMap(Self.nonNull) else { throw JobError(.missingID, "the job has no id") }
@@ -347,7 +375,7 @@ public struct JobDecoder: Sendable {
         }
 
         // app
-        if let n = f.oversize("app") {
+        if let n = f.oversize(.app) {
             throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(n)")
         }
         guard let appValue = app.flatMap(Self.nonNull) else { throw JobError(.missingApp, "the job has no app") }
@@ -360,7 +388,7 @@ public struct JobDecoder: Sendable {
         }
 
         // token
-        if let n = f.oversize("token") {
+        if let n = f.oversize(.token) {
             throw JobError(.invalidToken, "token: device token must be 64 hex characters, got \(n)")
         }
         guard let tokenValue = token.flatMap(Self.nonNull) else { throw JobError(.invalidToken, "the job has no token") }
@@ -393,7 +421,7 @@ public struct JobDecoder: Sendable {
 
         // push type (before priority: a background push defaults to priority 5)
         var jobPushType: APNsPushType?
-        if f.oversize("push_type") != nil {
+        if f.oversize(.pushType) != nil {
             // As `text` renders a string this long: by its kind.
             throw JobError(
                 .invalidPushType,
@@ -438,7 +466,7 @@ public struct JobDecoder: Sendable {
 
         // campaign
         var campaignName: String?
-        if let n = f.oversize("campaign") {
+        if let n = f.oversize(.campaign) {
             throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
         }
         if let campaignValue = campaign.flatMap(Self.nonNull) {
@@ -454,7 +482,7 @@ public struct JobDecoder: Sendable {
 
         // collapse id
         var jobCollapseID: String?
-        if let n = f.oversize("collapse_id") {
+        if let n = f.oversize(.collapseID) {
             throw JobError(
                 .invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
         }

@@ -527,7 +527,8 @@ public final class PipelineRunner: Service, Sendable {
         }
         for admitted in verdicts.admitted {
             let job = jobs[admitted.index]
-            let message = batch[d.jobMessages[admitted.index]]
+            // An index, not a copy of the message (a copy per job was a retain and release of its bytes).
+            let m = d.jobMessages[admitted.index]
             do {
                 let app = job.app
                 let pushType = job.pushType
@@ -546,13 +547,13 @@ public final class PipelineRunner: Service, Sendable {
                         jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
                         payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
                         collapseID: job.collapseID, pushType: pushType?.rawValue,
-                        position: SourcePosition(partition: message.partition, offset: message.offset), clearance: clearance))
+                        position: SourcePosition(partition: batch[m].partition, offset: batch[m].offset), clearance: clearance))
                 if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
             } catch {
                 // e.g. the localized alert makes the payload too large.
                 refused.append(
                     (
-                        message, error.reason.rawValue,
+                        batch[m], error.reason.rawValue,
                         Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: .deadLettered)
                     ))
             }
