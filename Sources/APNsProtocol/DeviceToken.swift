@@ -109,8 +109,10 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
         let n = (x & (ones &* 0x0F)) &+ ((letter >> 7) &* 9)
         // Lanes (first character lowest) → pairs → four bytes, first pair on top.
         let pairs = ((n << 4) | (n >> 8)) & 0x00FF_00FF_00FF_00FF
-        let b0 = UInt32(truncatingIfNeeded: pairs), b1 = UInt32(truncatingIfNeeded: pairs >> 16)
-        let b2 = UInt32(truncatingIfNeeded: pairs >> 32), b3 = UInt32(truncatingIfNeeded: pairs >> 48)
+        let b0 = UInt32(truncatingIfNeeded: pairs)
+        let b1 = UInt32(truncatingIfNeeded: pairs >> 16)
+        let b2 = UInt32(truncatingIfNeeded: pairs >> 32)
+        let b3 = UInt32(truncatingIfNeeded: pairs >> 48)
         return (b0 & 0xFF) << 24 | (b1 & 0xFF) << 16 | (b2 & 0xFF) << 8 | (b3 & 0xFF)
     }
 

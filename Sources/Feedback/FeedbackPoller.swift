@@ -116,10 +116,12 @@ public struct FeedbackPoller: Sendable {
             do {
                 try await store.suppress(pending)
             } catch {
-                logger.error("feedback tuples read but not written to Redis", metadata: [
-                    "feedback.unwritten": .array(pending.map { "\($0.tokenHex)@\($0.at)" }),
-                    "error": "\(error)",
-                ])
+                logger.error(
+                    "feedback tuples read but not written to Redis",
+                    metadata: [
+                        "feedback.unwritten": .array(pending.map { "\($0.tokenHex)@\($0.at)" }),
+                        "error": "\(error)",
+                    ])
                 throw failure(.redisWrite, error)
             }
             summary.suppressed += pending.count
@@ -133,10 +135,12 @@ public struct FeedbackPoller: Sendable {
             guard let token = tuple.deviceToken else {
                 summary.malformed += 1
                 if summary.malformed <= 10 {
-                    logger.warning("malformed feedback tuple skipped: token is not 32 bytes", metadata: [
-                        "feedback.token_length": "\(tuple.token.count)", "feedback.time": "\(tuple.timestamp)",
-                        "feedback.tuple_index": "\(summary.tuplesRead)",
-                    ])
+                    logger.warning(
+                        "malformed feedback tuple skipped: token is not 32 bytes",
+                        metadata: [
+                            "feedback.token_length": "\(tuple.token.count)", "feedback.time": "\(tuple.timestamp)",
+                            "feedback.tuple_index": "\(summary.tuplesRead)",
+                        ])
                 }
                 return
             }

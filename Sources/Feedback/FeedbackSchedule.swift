@@ -38,13 +38,17 @@ public struct FeedbackSchedule: Sendable {
         let clock = ContinuousClock()
         let day: Duration = .seconds(86_400)
         if interval > day {
-            logger.warning("feedback interval is longer than a day; the spec asks providers to poll at least daily", metadata: [
-                "feedback.interval_s": "\(interval.components.seconds)"
-            ])
+            logger.warning(
+                "feedback interval is longer than a day; the spec asks providers to poll at least daily",
+                metadata: [
+                    "feedback.interval_s": "\(interval.components.seconds)"
+                ])
         }
-        logger.info("feedback schedule started", metadata: [
-            "feedback.apps": .array(apps.map { "\($0.app)" }), "feedback.interval_s": "\(interval.components.seconds)",
-        ])
+        logger.info(
+            "feedback schedule started",
+            metadata: [
+                "feedback.apps": .array(apps.map { "\($0.app)" }), "feedback.interval_s": "\(interval.components.seconds)",
+            ])
         var next = clock.now + (pollAtStart ? .zero : interval)
         while !Task.isCancelled {
             do {

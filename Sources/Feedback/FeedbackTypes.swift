@@ -36,7 +36,8 @@ public struct FeedbackApp: Sendable, Hashable {
     /// must chain to (nil: the system's roots).
     public init(app: String, certificatePath: String, privateKeyPath: String, trustRootsPath: String?, endpoint: FeedbackEndpoint) {
         self.init(
-            credentials: ProviderCredentials(app: app, certificatePath: certificatePath, privateKeyPath: privateKeyPath, trustRootsPath: trustRootsPath),
+            credentials: ProviderCredentials(
+                app: app, certificatePath: certificatePath, privateKeyPath: privateKeyPath, trustRootsPath: trustRootsPath),
             endpoint: endpoint)
     }
 
@@ -149,9 +150,11 @@ public struct FeedbackPollError: Error, CustomStringConvertible {
             if summary.tuplesRead == 0 {
                 return "check the certificate (production vs sandbox, expiry, CA) and the network; nothing was read"
             }
-            return "the connection broke mid-read: what was read is in Redis; tuples the service sent after that may be lost (it clears its list once sent)"
+            return
+                "the connection broke mid-read: what was read is in Redis; tuples the service sent after that may be lost (it clears its list once sent)"
         case .redisWrite:
-            return "check Redis; the tuples of the failed batch were logged (feedback.unwritten) and must be re-applied by hand; the rest of the stream was not read"
+            return
+                "check Redis; the tuples of the failed batch were logged (feedback.unwritten) and must be re-applied by hand; the rest of the stream was not read"
         case .cancelled:
             return "stopped on request; everything read was written to Redis"
         }

@@ -21,8 +21,13 @@ public struct AcceptedNotification: Sendable, Hashable, Codable {
     public var jobID: String?
 
     enum CodingKeys: String, CodingKey {
-        case time = "t", connection = "conn", app, token, identifier = "id", command = "cmd"
-        case payloadHash = "payload_hash", jobID = "job"
+        case time = "t"
+        case connection = "conn"
+        case app, token
+        case identifier = "id"
+        case command = "cmd"
+        case payloadHash = "payload_hash"
+        case jobID = "job"
     }
 }
 

@@ -87,7 +87,8 @@ extension HTTP2Connection {
         }
         raiseStreamLimit()
 
-        let policyKey = "message-storage-policy", pushTypeKey = "push-type"
+        let policyKey = "message-storage-policy"
+        let pushTypeKey = "push-type"
         switch operation {
         case "create":
             guard let json = try? JSONParser.parse(body), json.objectValue != nil else { return refuseChannel(.badMessageStoragePolicy) }
@@ -122,7 +123,8 @@ extension HTTP2Connection {
     /// A new channel id: base64 of 16 random bytes (24 characters), as ActivityKit expects ("The channel
     /// ID is a base64-encoded string"), from the connection's seeded generator.
     private func newChannelID() -> String {
-        let a = random.next(), b = random.next()
+        let a = random.next()
+        let b = random.next()
         var bytes = [UInt8](repeating: 0, count: 16)
         for i in 0..<8 {
             bytes[i] = UInt8(truncatingIfNeeded: a >> (8 * UInt64(i)))

@@ -65,7 +65,11 @@ final class HTTP2Connection: ChannelInboundHandler {
     /// bytes kept, and the rest is read and dropped, so a huge body costs no memory.
     static let bodyLimit = APNsPushType.voip.maxPayloadBytes + 1
 
-    private enum CertificateState { case unknown, none, topic(String, auth: String), unreadable }
+    private enum CertificateState {
+        case unknown, none
+        case topic(String, auth: String)
+        case unreadable
+    }
     private var certificate = CertificateState.unknown
 
     private struct CurrentToken {
@@ -157,7 +161,9 @@ final class HTTP2Connection: ChannelInboundHandler {
             // NIO passes frames up only after the client's preface: the connection is established.
             windowOpened = true
             // With tight flow control (a fault), the connection window stays at HTTP/2's default.
-            if core.faults.flowControlWindow == nil { write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.initialConnectionWindow)), context) }
+            if core.faults.flowControlWindow == nil {
+                write(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.initialConnectionWindow)), context)
+            }
         }
         switch frame.payload {
         case .headers(let h): receivedHeaders(h, stream: frame.streamID, context: context)
@@ -339,9 +345,10 @@ final class HTTP2Connection: ChannelInboundHandler {
         advertiser.advertised = UInt32(allowedStreams)
         let frame = HTTP2Frame(
             streamID: .rootStream,
-            payload: .settings(.settings([
-                HTTP2Setting(parameter: .maxConcurrentStreams, value: allowedStreams + Self.streamMargin)
-            ])))
+            payload: .settings(
+                .settings([
+                    HTTP2Setting(parameter: .maxConcurrentStreams, value: allowedStreams + Self.streamMargin)
+                ])))
         write(frame, context)
     }
 
@@ -408,7 +415,9 @@ final class HTTP2Connection: ChannelInboundHandler {
             return channelRequest(resource, method: block.method ?? "", fields: regular, body: payload, certificateTopic: certTopic)
         }
         let request: APNsRequest
-        switch validator.validate(method: block.method, path: block.path, headers: regular, payload: payload, requireTopic: certTopic == nil) {
+        switch validator.validate(
+            method: block.method, path: block.path, headers: regular, payload: payload, requireTopic: certTopic == nil)
+        {
         case .failure(let rejection):
             let sentID = regular.first { $0.0 == APNsHeader.id }.flatMap { APNsRequestValidator.isCanonicalUUID($0.1) ? $0.1 : nil }
             return reject(rejection.reason, sentID)

@@ -27,8 +27,15 @@ public struct HTTP2Record: Sendable, Hashable, Codable {
     public var auth: String
 
     enum CodingKeys: String, CodingKey {
-        case time = "t", connection = "conn", app, token, payloadHash = "payload_hash", jobID = "job"
-        case apnsID = "apns_id", collapseID = "collapse_id", pushType = "push_type", priority, expiration, auth, stream
+        case time = "t"
+        case connection = "conn"
+        case app, token
+        case payloadHash = "payload_hash"
+        case jobID = "job"
+        case apnsID = "apns_id"
+        case collapseID = "collapse_id"
+        case pushType = "push_type"
+        case priority, expiration, auth, stream
     }
 }
 
@@ -164,10 +171,17 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
     public var accepted: Int { byStatus[200, default: 0] }
 
     enum CodingKeys: String, CodingKey {
-        case accepted, byStatus = "by_status", byReason = "by_reason", connections
-        case refusedConnections = "refused_connections", handshakeFailures = "handshake_failures"
-        case refusedStreams = "refused_streams", goAways = "goaways", abruptCloses = "abrupt_closes"
-        case resetStreams = "reset_streams", unansweredStreams = "unanswered_streams"
+        case accepted
+        case byStatus = "by_status"
+        case byReason = "by_reason"
+        case connections
+        case refusedConnections = "refused_connections"
+        case handshakeFailures = "handshake_failures"
+        case refusedStreams = "refused_streams"
+        case goAways = "goaways"
+        case abruptCloses = "abrupt_closes"
+        case resetStreams = "reset_streams"
+        case unansweredStreams = "unanswered_streams"
         case channelAnswers = "channel_answers"
     }
 

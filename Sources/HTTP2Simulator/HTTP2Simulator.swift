@@ -224,7 +224,9 @@ final class HTTP2Core: Sendable {
         let now = sinceStart.seconds * 1_000_000_000 + sinceStart.attoseconds / 1_000_000_000
         var first = firstRequestNanos.load(ordering: .relaxed)
         if first < 0 {
-            first = firstRequestNanos.compareExchange(expected: -1, desired: now, ordering: .relaxed).exchanged ? now : firstRequestNanos.load(ordering: .relaxed)
+            first =
+                firstRequestNanos.compareExchange(expected: -1, desired: now, ordering: .relaxed).exchanged
+                ? now : firstRequestNanos.load(ordering: .relaxed)
         }
         let elapsed = Double(now - first) / 1e9
         return elapsed >= from && elapsed < from + faults.ratesForSeconds

@@ -165,9 +165,11 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         let topics = try c.decodeIfPresent([String: String].self, forKey: .tokenTopics) ?? [:]
         tokenTopics = Dictionary(topics.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })
         tooManyRequestsPerToken = try c.decodeIfPresent(Int.self, forKey: .tooManyRequestsPerToken)
-        tooManyRequestsWindowSeconds = try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsWindowSeconds) ?? d.tooManyRequestsWindowSeconds
+        tooManyRequestsWindowSeconds =
+            try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsWindowSeconds) ?? d.tooManyRequestsWindowSeconds
         tooManyRequestsRate = try c.decodeIfPresent(Double.self, forKey: .tooManyRequestsRate) ?? 0
-        internalServerErrorRate = try c.decodeIfPresent(Double.self, forKey: .internalServerErrorRate)
+        internalServerErrorRate =
+            try c.decodeIfPresent(Double.self, forKey: .internalServerErrorRate)
             ?? c.decodeIfPresent(Double.self, forKey: .processingErrorRate) ?? 0
         serviceUnavailableRate = try c.decodeIfPresent(Double.self, forKey: .serviceUnavailableRate) ?? 0
         shutdownEvery = try c.decodeIfPresent(Int.self, forKey: .shutdownEvery)

@@ -142,8 +142,12 @@ public struct JobDecoder: Sendable {
                     }
                 if seen { throw JobError(.invalidJSON, "the key \"\(name)\" appears more than once") }
                 switch key {
-                case .payload: rawPayload = r; continue
-                case .alerts: rawAlerts = r; continue
+                case .payload:
+                    rawPayload = r
+                    continue
+                case .alerts:
+                    rawAlerts = r
+                    continue
                 default: break
                 }
                 guard let limit = key.stringLimit else { continue }
@@ -431,7 +435,8 @@ public struct JobDecoder: Sendable {
             guard case .string(let name) = pushTypeValue, let known = APNsPushType(rawValue: name) else {
                 throw JobError(
                     .invalidPushType,
-                    "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.text(pushTypeValue))")
+                    "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.text(pushTypeValue))"
+                )
             }
             jobPushType = known
         }
@@ -515,7 +520,8 @@ public struct JobDecoder: Sendable {
         if jobPriority == .immediate && typedPayload.isContentAvailableOnly {
             throw JobError(
                 .contentAvailableOnlyWithPriority10,
-                "priority 10\(priority.flatMap(Self.nonNull) == nil ? " (the default)" : "") is invalid for a payload whose aps holds only content-available: send it with \"priority\": 5")
+                "priority 10\(priority.flatMap(Self.nonNull) == nil ? " (the default)" : "") is invalid for a payload whose aps holds only content-available: send it with \"priority\": 5"
+            )
         }
 
         // size

@@ -42,7 +42,8 @@ extension JobDecoder {
         if priority == .powerFirst && payload.isContentAvailableOnly {
             throw JobError(
                 .invalidPriority,
-                "priority 1 is invalid for a payload whose aps holds only content-available (a background push): send it with \"priority\": 5")
+                "priority 1 is invalid for a payload whose aps holds only content-available (a background push): send it with \"priority\": 5"
+            )
         }
     }
 }

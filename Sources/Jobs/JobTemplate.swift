@@ -98,7 +98,9 @@ public final class JobTemplates {
     func app(_ bytes: UnsafeRawBufferPointer) -> String {
         for a in apps {
             var name = a
-            let same = name.withUTF8 { u in u.count == bytes.count && (u.count == 0 || memcmp(u.baseAddress!, bytes.baseAddress!, u.count) == 0) }
+            let same = name.withUTF8 { u in
+                u.count == bytes.count && (u.count == 0 || memcmp(u.baseAddress!, bytes.baseAddress!, u.count) == 0)
+            }
             if same { return a }
         }
         let name = String(decoding: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self)

@@ -59,7 +59,8 @@ public enum RegistrationDecoder {
             throw JobError(.missingApp, "app must be a non-empty string (the bundle id), got \(JobDecoder.kind(appValue))")
         }
         guard appName.utf8.count <= JobDecoder.maxAppBytes else {
-            throw JobError(.invalidApp, "app must be at most \(JobDecoder.maxAppBytes) UTF-8 bytes (a bundle id), got \(appName.utf8.count)")
+            throw JobError(
+                .invalidApp, "app must be at most \(JobDecoder.maxAppBytes) UTF-8 bytes (a bundle id), got \(appName.utf8.count)")
         }
         guard let tokenValue = token.flatMap(JobDecoder.nonNull) else {
             throw JobError(.invalidToken, "the registration has no token")
@@ -84,19 +85,21 @@ public enum RegistrationDecoder {
         let (latest, overflow) = now.addingReportingOverflow(maxAhead)
         if !overflow, at > latest {
             throw JobError(
-                .invalidRegisteredAt, "registered_at \(at) is \(at - now) s ahead of the clock (now \(now)); at most \(maxAhead) s is allowed")
+                .invalidRegisteredAt,
+                "registered_at \(at) is \(at - now) s ahead of the clock (now \(now)); at most \(maxAhead) s is allowed")
         }
         var lang: String?
         if let languageValue = language.flatMap(JobDecoder.nonNull) {
             guard case .string(let s) = languageValue, s.utf8.count <= maxLanguageBytes else {
                 throw JobError(
-                    .invalidLanguage, "language must be a string of at most \(maxLanguageBytes) bytes, got \(JobDecoder.text(languageValue))")
+                    .invalidLanguage,
+                    "language must be a string of at most \(maxLanguageBytes) bytes, got \(JobDecoder.text(languageValue))")
             }
             lang = s.isEmpty ? nil : s
         }
         if let apps, !apps.contains(appName) {
             throw JobError(.noCertificateForApp, "no app entry in the pipeline file has the bundle id \"\(appName)\"")
         }
-                return RegistrationEvent(app: appName, token: deviceToken, registeredAt: at, language: lang)
+        return RegistrationEvent(app: appName, token: deviceToken, registeredAt: at, language: lang)
     }
 }

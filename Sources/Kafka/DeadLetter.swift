@@ -52,7 +52,8 @@ public struct DeadLetter: Sendable {
     /// our headers, the original size and a hash of the value.
     public func bodylessLetter(for message: KafkaConsumerMessage, reason: String) -> KafkaProducerMessage {
         var headers = Self.sourceHeaders(message, reason: reason)
-        headers.append(KafkaHeader(key: Header.bodyOmitted, string: "larger than the dead-letter topic's message.max.bytes (\(maxMessageBytes))"))
+        headers.append(
+            KafkaHeader(key: Header.bodyOmitted, string: "larger than the dead-letter topic's message.max.bytes (\(maxMessageBytes))"))
         headers.append(KafkaHeader(key: Header.originalSize, string: String(message.value.count)))
         headers.append(KafkaHeader(key: Header.bodyHash, string: Self.fnv1a64Hex(message.value)))
         let key = (message.key?.count ?? 0) <= Self.maxKeptKeyBytes ? message.key : nil
@@ -94,7 +95,9 @@ public struct DeadLetter: Sendable {
             return []
         } catch let error as KafkaDeliveryError {
             var failures = error.failures
-            var out: [(letter: KafkaProducerMessage, source: (message: KafkaConsumerMessage, reason: String), failure: KafkaDeliveryFailure)] = []
+            var out:
+                [(letter: KafkaProducerMessage, source: (message: KafkaConsumerMessage, reason: String), failure: KafkaDeliveryFailure)] =
+                    []
             for (letter, source) in zip(letters, sources) {
                 if let i = failures.firstIndex(where: { $0.key == letter.key && $0.value == letter.value }) {
                     out.append((letter, source, failures.remove(at: i)))

@@ -1,7 +1,7 @@
-import Synchronization
 import CRdKafka
 import Foundation
 import Logging
+import Synchronization
 import TimeUnits
 
 /// Consumer configuration. librdkafka properties pass through unchanged (`properties` wins over what
@@ -66,11 +66,11 @@ public struct KafkaConsumerConfiguration: Sendable {
             // Frequent heartbeats: a member learns of a rebalance sooner, so fewer settlements pile up
             // behind commits the group refuses while it rebalances.
             "heartbeat.interval.ms": "\(max(100, min(3000, sessionMs / 3)))",
-            // partition.assignment.strategy stays librdkafka's default (range,roundrobin: eager). Both
-            // protocols are handled; against librdkafka 2.0.2's mock cluster, cooperative-sticky ends in
-            // cascades of ILLEGAL_GENERATION commit errors and "lost" assignments (every partition's
-            // uncommitted settlements redelivered), eager does not. With a real cluster, cooperative-sticky
-            // can be chosen through `properties`.
+                // partition.assignment.strategy stays librdkafka's default (range,roundrobin: eager). Both
+                // protocols are handled; against librdkafka 2.0.2's mock cluster, cooperative-sticky ends in
+                // cascades of ILLEGAL_GENERATION commit errors and "lost" assignments (every partition's
+                // uncommitted settlements redelivered), eager does not. With a real cluster, cooperative-sticky
+                // can be chosen through `properties`.
         ]
         if RDKafkaClient.hasFetchQueueBackoff {
             // After the prefetch queue was full, decide again this soon whether to fetch (librdkafka's
@@ -531,9 +531,10 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private func consumerError(_ m: UnsafeMutablePointer<rd_kafka_message_t>, _ err: rd_kafka_resp_err_t) {
-        let text = m.pointee.payload.map {
-            String(decoding: UnsafeRawBufferPointer(start: $0, count: m.pointee.len), as: UTF8.self)
-        } ?? ""
+        let text =
+            m.pointee.payload.map {
+                String(decoding: UnsafeRawBufferPointer(start: $0, count: m.pointee.len), as: UTF8.self)
+            } ?? ""
         let topic = m.pointee.rkt.map { _ in RDKafkaClient.topicName(of: m) } ?? ""
         if err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET {
             // auto.offset.reset=error (or no valid offset): data at the committed position is gone.

@@ -1,7 +1,7 @@
-import Synchronization
 import CRdKafka
 import Foundation
 import Logging
+import Synchronization
 
 /// Producer configuration. librdkafka properties pass through unchanged (`properties` wins over the
 /// defaults below), so production `security.protocol`, `sasl.*`, `ssl.*`, `acks`, `linger.ms`,

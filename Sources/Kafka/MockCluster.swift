@@ -1,5 +1,5 @@
-import Synchronization
 import Logging
+import Synchronization
 
 /// librdkafka's mock Kafka cluster, served on loopback TCP: real Kafka protocol (produce, fetch,
 /// consumer groups, committed offsets) for development, tests and the demo.

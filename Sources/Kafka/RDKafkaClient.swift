@@ -1,7 +1,7 @@
-import Synchronization
 import CRdKafka
 import Foundation
 import Logging
+import Synchronization
 
 /// The one type that calls librdkafka (besides the mock-cluster calls in `MockCluster`'s section at the
 /// end of this file). Public types (`KafkaProducer`, `KafkaConsumer`, `MockCluster`) are thin policy
@@ -37,8 +37,7 @@ final class RDKafkaClient: @unchecked Sendable {
         /// Per partition of the consumed topics, from librdkafka's statistics (emitted every
         /// `statistics.interval.ms` when that property is set; served on the poll thread).
         let partitionOffsets = Mutex<[TopicPartition: PartitionOffsets]>([:])
-        var rebalanceHandler:
-            ((rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)?
+        var rebalanceHandler: ((rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) -> Void)?
 
         init(logger: Logger) {
             self.logger = logger
@@ -69,7 +68,9 @@ final class RDKafkaClient: @unchecked Sendable {
                 var detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
                 // librdkafka may quote the value: never a secret's (sasl.password, ssl.key.password…).
                 let n = name.lowercased()
-                if !value.isEmpty, ["password", "secret", "key", "token", "credential", "sasl.oauthbearer.config"].contains(where: { n.contains($0) }) {
+                if !value.isEmpty,
+                    ["password", "secret", "key", "token", "credential", "sasl.oauthbearer.config"].contains(where: { n.contains($0) })
+                {
                     detail = detail.replacingOccurrences(of: value, with: "***")
                 }
                 throw KafkaError(kind: .configuration, message: "librdkafka property \(name): \(detail)")
@@ -387,49 +388,47 @@ private func context(of rk: OpaquePointer?) -> RDKafkaClient.CallbackContext? {
     return Unmanaged<RDKafkaClient.CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
 }
 
-private let rdLogCallback:
-    @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
-        rk, level, fac, buf in
-        guard let ctx = context(of: rk) else { return }
-        let facility = fac.map { String(cString: $0) } ?? ""
-        let text = buf.map { String(cString: $0) } ?? ""
-        // An offset reset *because of an error* (e.g. "offset out of range": the broker dropped the data we
-        // were to read next — the mock cluster does this past ~5 MiB per partition) means messages were
-        // skipped. librdkafka only logs it; we count it and log it as an error so it is never passed by.
-        if facility == "OFFSET" && text.contains("offset reset") && level <= 4 {
-            let total = ctx.offsetResets.withLock { n -> Int in
-                n += 1
-                return n
-            }
-            ctx.logger.error(
-                "Kafka offset reset: messages may have been skipped",
-                metadata: ["librdkafka": "\(text)", "kafka.offset_resets": "\(total)"])
-            return
+private let rdLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
+    rk, level, fac, buf in
+    guard let ctx = context(of: rk) else { return }
+    let facility = fac.map { String(cString: $0) } ?? ""
+    let text = buf.map { String(cString: $0) } ?? ""
+    // An offset reset *because of an error* (e.g. "offset out of range": the broker dropped the data we
+    // were to read next — the mock cluster does this past ~5 MiB per partition) means messages were
+    // skipped. librdkafka only logs it; we count it and log it as an error so it is never passed by.
+    if facility == "OFFSET" && text.contains("offset reset") && level <= 4 {
+        let total = ctx.offsetResets.withLock { n -> Int in
+            n += 1
+            return n
         }
-        let swiftLevel: Logger.Level
-        switch level {
-        case ...3: swiftLevel = .error
-        case 4: swiftLevel = .warning
-        case 5, 6: swiftLevel = .info
-        default: swiftLevel = .debug
-        }
-        ctx.logger.log(level: swiftLevel, "\(text)", metadata: ["librdkafka.facility": "\(facility)"])
+        ctx.logger.error(
+            "Kafka offset reset: messages may have been skipped",
+            metadata: ["librdkafka": "\(text)", "kafka.offset_resets": "\(total)"])
+        return
     }
+    let swiftLevel: Logger.Level
+    switch level {
+    case ...3: swiftLevel = .error
+    case 4: swiftLevel = .warning
+    case 5, 6: swiftLevel = .info
+    default: swiftLevel = .debug
+    }
+    ctx.logger.log(level: swiftLevel, "\(text)", metadata: ["librdkafka.facility": "\(facility)"])
+}
 
-private let rdErrorCallback:
-    @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
-        rk, err, reason, _ in
-        guard let ctx = context(of: rk) else { return }
-        let code = rd_kafka_resp_err_t(rawValue: err)
-        // Most errors here are transient (broker connection lost, retried by librdkafka); _FATAL is not.
-        let level: Logger.Level = code == RD_KAFKA_RESP_ERR__FATAL ? .critical : .warning
-        ctx.logger.log(
-            level: level, "Kafka client error",
-            metadata: [
-                "error": "\(String(cString: rd_kafka_err2name(code)))",
-                "reason": "\(reason.map { String(cString: $0) } ?? "")",
-            ])
-    }
+private let rdErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
+    rk, err, reason, _ in
+    guard let ctx = context(of: rk) else { return }
+    let code = rd_kafka_resp_err_t(rawValue: err)
+    // Most errors here are transient (broker connection lost, retried by librdkafka); _FATAL is not.
+    let level: Logger.Level = code == RD_KAFKA_RESP_ERR__FATAL ? .critical : .warning
+    ctx.logger.log(
+        level: level, "Kafka client error",
+        metadata: [
+            "error": "\(String(cString: rd_kafka_err2name(code)))",
+            "reason": "\(reason.map { String(cString: $0) } ?? "")",
+        ])
+}
 
 private let rdRebalanceCallback:
     @convention(c) (
@@ -449,29 +448,28 @@ private let rdRebalanceCallback:
 /// librdkafka's statistics JSON: per partition of the consumed topics, the offsets the lag is computed
 /// from (`topics.<t>.partitions.<p>`: `hi_offset`, `ls_offset`, `lo_offset`, `consumer_lag`; -1 = unknown;
 /// partition -1 is librdkafka's internal "unassigned" entry).
-private let rdStatisticsCallback:
-    @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?) -> Int32 = {
-        rk, json, length, _ in
-        guard let ctx = context(of: rk), let json else { return 0 }
-        let data = Data(bytes: json, count: length)
-        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let topics = root["topics"] as? [String: Any]
-        else { return 0 }
-        var offsets: [TopicPartition: RDKafkaClient.PartitionOffsets] = [:]
-        for (topic, value) in topics {
-            guard let partitions = (value as? [String: Any])?["partitions"] as? [String: Any] else { continue }
-            for (key, p) in partitions {
-                guard let partition = Int32(key), partition >= 0, let fields = p as? [String: Any] else { continue }
-                func number(_ name: String) -> Int64 { (fields[name] as? NSNumber)?.int64Value ?? -1 }
-                // The last stable offset is the high watermark a read_committed consumer sees.
-                let ls = number("ls_offset")
-                offsets[TopicPartition(topic: topic, partition: partition)] = RDKafkaClient.PartitionOffsets(
-                    high: ls >= 0 ? ls : number("hi_offset"), low: number("lo_offset"), librdkafkaLag: number("consumer_lag"))
-            }
+private let rdStatisticsCallback: @convention(c) (OpaquePointer?, UnsafeMutablePointer<CChar>?, Int, UnsafeMutableRawPointer?) -> Int32 = {
+    rk, json, length, _ in
+    guard let ctx = context(of: rk), let json else { return 0 }
+    let data = Data(bytes: json, count: length)
+    guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+        let topics = root["topics"] as? [String: Any]
+    else { return 0 }
+    var offsets: [TopicPartition: RDKafkaClient.PartitionOffsets] = [:]
+    for (topic, value) in topics {
+        guard let partitions = (value as? [String: Any])?["partitions"] as? [String: Any] else { continue }
+        for (key, p) in partitions {
+            guard let partition = Int32(key), partition >= 0, let fields = p as? [String: Any] else { continue }
+            func number(_ name: String) -> Int64 { (fields[name] as? NSNumber)?.int64Value ?? -1 }
+            // The last stable offset is the high watermark a read_committed consumer sees.
+            let ls = number("ls_offset")
+            offsets[TopicPartition(topic: topic, partition: partition)] = RDKafkaClient.PartitionOffsets(
+                high: ls >= 0 ? ls : number("hi_offset"), low: number("lo_offset"), librdkafkaLag: number("consumer_lag"))
         }
-        ctx.partitionOffsets.withLock { $0 = offsets }
-        return 0  // librdkafka frees the JSON
     }
+    ctx.partitionOffsets.withLock { $0 = offsets }
+    return 0  // librdkafka frees the JSON
+}
 
 /// Delivery reports: `_private` is a retained `DeliveryGroup` (one retain per enqueued message).
 private let rdDeliveryReportCallback:

@@ -63,7 +63,9 @@ public final class DashboardData: Sendable {
     public static let maxCampaigns = 200
     public static let maxConnections = 1024
 
-    public convenience init(redisURL: String, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration) throws {
+    public convenience init(
+        redisURL: String, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration
+    ) throws {
         try self.init(redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, logger: logger, cacheFor: cacheFor)
     }
 

@@ -200,7 +200,8 @@ public final class OperationsServer: Sendable {
         guard method == .GET || method == .HEAD else { return .text(.methodNotAllowed, "only GET\n") }
         if let token, !isOpen(path), !authorized(authorization, token: token) {
             // RFC 6750 §3: the challenge, and `invalid_token` when a token was sent and is not this one.
-            let challenge = authorization == nil ? #"Bearer realm="apns-pipeline""# : #"Bearer realm="apns-pipeline", error="invalid_token""#
+            let challenge =
+                authorization == nil ? #"Bearer realm="apns-pipeline""# : #"Bearer realm="apns-pipeline", error="invalid_token""#
             var response = Response.text(.unauthorized, "unauthorized: send Authorization: Bearer <metrics.auth_token>\n")
             response.headers = [("www-authenticate", challenge)]
             return response
@@ -348,7 +349,8 @@ private final class RequestHandler: ChannelInboundHandler {
             bodyBytes += buffer.readableBytes
             if bodyBytes > configuration.limits.maxBodyBytes {
                 configuration.counters.refused(.tooLarge)
-                write(.text(.payloadTooLarge, "no route takes a body\n"), method: .GET, version: head?.version ?? .http1_1, context: context)
+                write(
+                    .text(.payloadTooLarge, "no route takes a body\n"), method: .GET, version: head?.version ?? .http1_1, context: context)
             }
         case .end:
             guard let head else { return }

@@ -54,9 +54,12 @@ public enum OperationsSurface {
             redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger, cacheFor: cacheFor)
         let refusals = Dictionary(
             uniqueKeysWithValues: OperationsServer.Refusal.allCases.map { reason in
-                (reason, metrics.registry.makeCounter(
-                    descriptor: MetricNameDescriptor(metricName: refusalsMetric, unitName: "", helpText: refusalsHelp),
-                    labels: [("reason", reason.rawValue)]))
+                (
+                    reason,
+                    metrics.registry.makeCounter(
+                        descriptor: MetricNameDescriptor(metricName: refusalsMetric, unitName: "", helpText: refusalsHelp),
+                        labels: [("reason", reason.rawValue)])
+                )
             })
         let routes = OperationsServer.Routes(
             metrics: { metrics.text() },
@@ -101,7 +104,8 @@ public enum OperationsSurface {
             dashboard: { await data.snapshotJSON() })
         let server: OperationsServer
         do {
-            server = try await OperationsServer(host: host, port: port, routes: routes, authToken: authToken, limits: limits, logger: logger)
+            server = try await OperationsServer(
+                host: host, port: port, routes: routes, authToken: authToken, limits: limits, logger: logger)
         } catch {
             await data.close()
             throw error

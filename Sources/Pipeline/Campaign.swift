@@ -74,7 +74,9 @@ public enum Campaign {
         } catch {
             throw CampaignError("\(path): \(error)")
         }
-        guard let members = value.objectValue else { throw CampaignError("\(path): a template is a JSON object (a job without id and token)") }
+        guard let members = value.objectValue else {
+            throw CampaignError("\(path): a template is a JSON object (a job without id and token)")
+        }
         for forbidden in ["id", "token", "campaign"] where members.contains(where: { $0.key == forbidden }) {
             throw CampaignError("\(path): a template must not set `\(forbidden)`: the publisher sets it per recipient")
         }
@@ -97,7 +99,11 @@ public enum Campaign {
             let p = members.firstIndex(where: { $0.key == "payload" }), case .object(var payload) = members[p].value,
             let a = payload.firstIndex(where: { $0.key == "aps" }), case .object(var aps) = payload[a].value
         {
-            if let i = aps.firstIndex(where: { $0.key == "alert" }) { aps[i].value = alert } else { aps.insert((key: "alert", value: alert), at: 0) }
+            if let i = aps.firstIndex(where: { $0.key == "alert" }) {
+                aps[i].value = alert
+            } else {
+                aps.insert((key: "alert", value: alert), at: 0)
+            }
             payload[a].value = .object(aps)
             members[p].value = .object(payload)
         }
@@ -194,7 +200,9 @@ extension Campaign {
                 }
                 try c.encode(messages, forKey: .messages)
                 var codes: [String: Int64] = [:]
-                for (key, value) in p.counters.fields where key.hasPrefix("rejected:") { codes[String(key.dropFirst("rejected:".count))] = value }
+                for (key, value) in p.counters.fields where key.hasPrefix("rejected:") {
+                    codes[String(key.dropFirst("rejected:".count))] = value
+                }
                 try c.encode(codes, forKey: .rejectedByCode)
             }
         }

@@ -66,7 +66,9 @@ final class Substitution {
         let isLetter = { (c: Unicode.Scalar) in ("A"..."Z").contains(c) || ("a"..."z").contains(c) || c == "_" }
         let name = reference.unicodeScalars
         guard let first = name.first, isLetter(first), name.allSatisfy({ isLetter($0) || ("0"..."9").contains($0) }) else {
-            throw fail("`${\(reference)}` is neither an environment variable name (letters, digits, _) nor `file:/path` (write `$${` for a literal `${`)")
+            throw fail(
+                "`${\(reference)}` is neither an environment variable name (letters, digits, _) nor `file:/path` (write `$${` for a literal `${`)"
+            )
         }
         guard let value = environment[reference] else { throw fail("environment variable \(reference) is not set") }
         return value
@@ -133,7 +135,9 @@ final class ConfigSection {
     private func fail(_ key: String, _ expected: String, _ node: Node?) -> ConfigurationError {
         let found = node.map { n -> String in
             // The text as written: a substituted value may be a secret, its reference is not.
-            if case .scalar(let s) = n { return "\"\(s.string)\"" + (s.string.contains("${") ? " (as written: the value put in is not shown)" : "") }
+            if case .scalar(let s) = n {
+                return "\"\(s.string)\"" + (s.string.contains("${") ? " (as written: the value put in is not shown)" : "")
+            }
             if case .sequence = n { return "a list" }
             return "a mapping"
         }
@@ -167,7 +171,8 @@ final class ConfigSection {
     func double(_ key: String, default value: Double, range: ClosedRange<Double> = 0...Double.greatestFiniteMagnitude) throws -> Double {
         guard let n = node(key) else { return value }
         guard let s = try scalar(n, key: key), let d = Double(s), range.contains(d) else {
-            let expected = range.upperBound == .greatestFiniteMagnitude
+            let expected =
+                range.upperBound == .greatestFiniteMagnitude
                 ? "a number ≥ \(Self.text(range.lowerBound))"
                 : "a number in \(Self.text(range.lowerBound))…\(Self.text(range.upperBound))"
             throw fail(key, expected, n)

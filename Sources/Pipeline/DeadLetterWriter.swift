@@ -106,7 +106,8 @@ final class DeadLetterWriter: Sendable {
                 "dead-letter write failed; retrying with back-off, source messages stay unsettled",
                 metadata: [
                     "dlq.topic": "\(deadLetter.topic)", "dlq.attempt": "\(number)", "dlq.failed": "\(failed)",
-                    "dlq.sources": "\(letters.prefix(5).map { "\($0.message.ref)" }.joined(separator: ","))\(letters.count > 5 ? ",…" : "")",
+                    "dlq.sources":
+                        "\(letters.prefix(5).map { "\($0.message.ref)" }.joined(separator: ","))\(letters.count > 5 ? ",…" : "")",
                     "error": "\(error)",
                 ])
             metrics?.deadLetterFailed(failed)

@@ -44,7 +44,8 @@ struct GateVerdicts {
         for i in jobs.indices {
             let job = jobs[i]
             func settle(_ kind: Redis.OutcomeKind) {
-                settled.outcomes.append(Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: kind))
+                settled.outcomes.append(
+                    Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: kind))
                 settled.refs.append(ref(i))
             }
             switch decisions[i] {

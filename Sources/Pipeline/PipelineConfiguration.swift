@@ -4,9 +4,9 @@ import Feedback
 import Foundation
 import Kafka
 import Logging
-import TimeUnits
 import Redis
 import Sender
+import TimeUnits
 
 /// The Redis defaults' home (see `PipelineConfiguration.Redis`).
 private let storeDefaults = PipelineStoreConfiguration()
@@ -138,7 +138,9 @@ public struct PipelineConfiguration: Sendable {
 
         /// A binary app with a provider certificate.
         public init(bundleID: String, certificate: String, key: String, shards: Int? = nil, gateways: [GatewayAddress]? = nil) {
-            self.init(bundleID: bundleID, transport: .binary, authentication: .certificate(certificate: certificate, key: key), shards: shards, gateways: gateways)
+            self.init(
+                bundleID: bundleID, transport: .binary, authentication: .certificate(certificate: certificate, key: key), shards: shards,
+                gateways: gateways)
         }
 
         public init(
@@ -244,7 +246,9 @@ public struct PipelineConfiguration: Sendable {
 
     /// Reads and checks a pipeline file. Errors name the file, the key and what was expected.
     /// `environment` is what `${NAME}` reads (the process's environment; tests pass their own).
-    public static func load(file: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> PipelineConfiguration {
+    public static func load(
+        file: String, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> PipelineConfiguration {
         let root = try ConfigSection.load(file: file, environment: environment)
         var c = PipelineConfiguration()
 
@@ -271,18 +275,21 @@ public struct PipelineConfiguration: Sendable {
         c.redis.cluster = try r.strings("cluster")
         if let password = try r.string("password") {
             guard !password.isEmpty else {
-                throw ConfigurationError(file: file, key: "redis.password", problem: "expected a password (is the file or variable it names empty?)")
+                throw ConfigurationError(
+                    file: file, key: "redis.password", problem: "expected a password (is the file or variable it names empty?)")
             }
             c.redis.password = password
         }
         if r.has("url") && c.redis.cluster != nil {
-            throw ConfigurationError(file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
+            throw ConfigurationError(
+                file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
         }
         do {
             _ = try c.redis.target()
         } catch let RedisError.invalidURL(problem) {
             let key = c.redis.cluster != nil ? "redis.cluster" : "redis.url"
-            let expected = c.redis.cluster != nil
+            let expected =
+                c.redis.cluster != nil
                 ? "a list of host:port (or redis://[user:password@]host:port)" : "redis://[user:password@]host:port[/db]"
             throw ConfigurationError(file: file, key: key, problem: "expected \(expected): \(problem)")
         }
@@ -299,7 +306,9 @@ public struct PipelineConfiguration: Sendable {
             guard c.redis.campaignTTLHours! >= least else {
                 throw ConfigurationError(
                     file: file, key: "redis.campaign_ttl_hours",
-                    problem: "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(c.redis.campaignTTLHours!)")
+                    problem:
+                        "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(c.redis.campaignTTLHours!)"
+                )
             }
         }
         try r.finish()
@@ -344,7 +353,9 @@ public struct PipelineConfiguration: Sendable {
         if maxMs < initialMs {
             throw ConfigurationError(
                 file: file, key: "gateway.reconnect.max_ms",
-                problem: "expected a number ≥ gateway.reconnect.initial_ms (\(ConfigSection.text(initialMs))), found \"\(ConfigSection.text(maxMs))\"")
+                problem:
+                    "expected a number ≥ gateway.reconnect.initial_ms (\(ConfigSection.text(initialMs))), found \"\(ConfigSection.text(maxMs))\""
+            )
         }
         s.reconnect.initialDelay = initialMs / 1000
         s.reconnect.maximumDelay = maxMs / 1000
@@ -378,8 +389,10 @@ public struct PipelineConfiguration: Sendable {
         c.http2.retry.maximumDelay = try hretry.double("max_ms", default: c.http2.retry.maximumDelay * 1000, range: 1...3_600_000) / 1000
         try hretry.finish()
         let hr = try h.section("reconnect")
-        c.http2.reconnect.initialDelay = try hr.double("initial_ms", default: c.http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
-        c.http2.reconnect.maximumDelay = try hr.double("max_ms", default: c.http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        c.http2.reconnect.initialDelay =
+            try hr.double("initial_ms", default: c.http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
+        c.http2.reconnect.maximumDelay =
+            try hr.double("max_ms", default: c.http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
         c.http2.reconnect.attemptsPerSecondPerGateway = try hr.double(
             "attempts_per_second_per_host", default: c.http2.reconnect.attemptsPerSecondPerGateway, range: 0.01...100_000)
         try hr.finish()
@@ -412,7 +425,8 @@ public struct PipelineConfiguration: Sendable {
         let l = try root.section("logging")
         c.logLevel = try l.string("level", default: c.logLevel)
         if !["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(c.logLevel) {
-            throw ConfigurationError(file: file, key: "logging.level", problem: "expected one of trace, debug, info, notice, warning, error, critical")
+            throw ConfigurationError(
+                file: file, key: "logging.level", problem: "expected one of trace, debug, info, notice, warning, error, critical")
         }
         try l.finish()
         let m = try root.section("metrics")
@@ -457,7 +471,8 @@ public struct PipelineConfiguration: Sendable {
         let bundleID = try a.requiredString("bundle_id", "the app's bundle id (its topic)")
         let transportName = try a.string("transport", default: Transport.http2.rawValue)
         guard let transport = Transport(rawValue: transportName) else {
-            throw ConfigurationError(file: file, key: "\(a.path).transport", problem: "expected http2 or binary, found \"\(transportName)\"")
+            throw ConfigurationError(
+                file: file, key: "\(a.path).transport", problem: "expected http2 or binary, found \"\(transportName)\"")
         }
         let environmentName = try a.string("environment", default: Environment.production.rawValue)
         guard let environment = Environment(rawValue: environmentName) else {
@@ -468,7 +483,8 @@ public struct PipelineConfiguration: Sendable {
         if a.has("token") {
             guard transport == .http2 else {
                 throw ConfigurationError(
-                    file: file, key: "\(a.path).token", problem: "token authentication is for transport: http2; a binary app needs a certificate and key")
+                    file: file, key: "\(a.path).token",
+                    problem: "token authentication is for transport: http2; a binary app needs a certificate and key")
             }
             if a.has("certificate") || a.has("key") {
                 throw ConfigurationError(
@@ -483,7 +499,9 @@ public struct PipelineConfiguration: Sendable {
         } else {
             authentication = .certificate(
                 certificate: try a.requiredString(
-                    "certificate", transport == .http2 ? "path of the provider certificate (PEM), or a token section" : "path of the provider certificate (PEM)"),
+                    "certificate",
+                    transport == .http2
+                        ? "path of the provider certificate (PEM), or a token section" : "path of the provider certificate (PEM)"),
                 key: try a.requiredString("key", "path of the certificate's private key (PEM)"))
         }
         let connectionsKey = transport == .binary ? "shards" : "connections"
@@ -512,7 +530,10 @@ public struct PipelineConfiguration: Sendable {
         let expected = "expected http://[user:password@]host:port or none"
         let proxy: HTTPSProxy
         if let text = try h.string("proxy") {
-            if text.lowercased() == "none" { _ = try h.strings("no_proxy"); return nil }
+            if text.lowercased() == "none" {
+                _ = try h.strings("no_proxy")
+                return nil
+            }
             do throws(HTTPSProxy.URLError) {
                 proxy = try HTTPSProxy(url: text, source: "http2.proxy")
             } catch {

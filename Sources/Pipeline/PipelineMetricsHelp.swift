@@ -33,13 +33,18 @@ extension PipelineMetrics {
         Name.streamsInUse: "HTTP/2: requests written on the connection and not answered.",
         Name.consumerLag: "Messages of the partition not settled yet: the high watermark minus the first unsettled offset.",
         Name.assignedPartitions: "Partitions of the jobs topic assigned to this process.",
-        Name.settlementLatency: "Kafka message timestamp to the message settled and committable (first message of each batch per partition).",
+        Name.settlementLatency:
+            "Kafka message timestamp to the message settled and committable (first message of each batch per partition).",
         Name.kafkaBatch: "Messages per Kafka batch.",
         Name.settleBatch: "Outcomes per settle call.",
         Name.answerLatency: "HTTP/2: a request's frames written to its answer, every answer.",
-        Name.retries: "Resends by reason (5xx, 429, reset, connection-lost, stream-timeout, refused-stream, goaway, …): apns:stats retried:<reason>.",
-        Name.gaveUp: "Jobs whose retries ran out of time (gateway-gave-up) or past their expiry (expired), dead-lettered (apns:stats gave_up).",
-        Name.liveActivityPriority10: "push_type liveactivity jobs handed to the transport at priority 10, each drawing on the device's Live Activity budget.",
-        Name.providerTokenAge: "HTTP/2 token authentication: age of the oldest provider token the app's connections send (APNs refuses it past 60 min).",
+        Name.retries:
+            "Resends by reason (5xx, 429, reset, connection-lost, stream-timeout, refused-stream, goaway, …): apns:stats retried:<reason>.",
+        Name.gaveUp:
+            "Jobs whose retries ran out of time (gateway-gave-up) or past their expiry (expired), dead-lettered (apns:stats gave_up).",
+        Name.liveActivityPriority10:
+            "push_type liveactivity jobs handed to the transport at priority 10, each drawing on the device's Live Activity budget.",
+        Name.providerTokenAge:
+            "HTTP/2 token authentication: age of the oldest provider token the app's connections send (APNs refuses it past 60 min).",
     ]
 }

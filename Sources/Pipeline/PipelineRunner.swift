@@ -176,7 +176,8 @@ public final class PipelineRunner: Service, Sendable {
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
                 "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")",
                 // The proxy's URL with its password as ***; the NO_PROXY list as read.
-                "http2_proxy": "\(c.http2.proxy.map { "\($0.proxy) (\($0.proxy.source))" + ($0.noProxy.isEmpty ? "" : ", not for \($0.noProxy.joined(separator: ","))") } ?? "none")",
+                "http2_proxy":
+                    "\(c.http2.proxy.map { "\($0.proxy) (\($0.proxy.source))" + ($0.noProxy.isEmpty ? "" : ", not for \($0.noProxy.joined(separator: ","))") } ?? "none")",
             ])
         KeyFilePermissions.warn(c, logger: logger)
 
@@ -395,10 +396,12 @@ public final class PipelineRunner: Service, Sendable {
                         d.deadLetters.append(
                             (
                                 m, error.reason.rawValue,
-                                Redis.Outcome(jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
+                                Redis.Outcome(
+                                    jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
                             ))
                         logger.debug(
-                            "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
+                            "job refused",
+                            metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
                     }
                 }
                 await handoff.put(d)
@@ -502,7 +505,9 @@ public final class PipelineRunner: Service, Sendable {
         // Leave to write this batch: its gate call's "written" mark (below).
         let clearance = marks.clearance(call: g.call)
         // The gate's decisions, mapped without I/O: what settles now, what is sent, what is gated again.
-        let verdicts = GateVerdicts(decisions: decisions, jobs: jobs, isRetry: d.isRetry, received: batch.count) { batch[d.jobMessages[$0]].ref }
+        let verdicts = GateVerdicts(decisions: decisions, jobs: jobs, isRetry: d.isRetry, received: batch.count) {
+            batch[d.jobMessages[$0]].ref
+        }
         for wait in verdicts.waits { waitLog.note(jobID: wait.jobID, holder: wait.holder, logger: logger) }
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(verdicts.admitted.count)
@@ -650,15 +655,30 @@ public final class PipelineRunner: Service, Sendable {
             JSONWriter.writeString(name, into: &out)
             out.append(UInt8(ascii: ":"))
         }
-        key("id"); JSONWriter.writeString(n.jobID, into: &out)
-        key("app"); JSONWriter.writeString(n.app, into: &out)
-        key("token"); JSONWriter.writeString(n.tokenHex, into: &out)
-        key("payload"); out.append(contentsOf: n.payload)
-        key("expiry"); out.append(contentsOf: Array(String(n.expiry).utf8))
-        key("priority"); out.append(contentsOf: Array(String(n.priority.rawValue).utf8))
-        if let campaign = n.campaign { key("campaign"); JSONWriter.writeString(campaign, into: &out) }
-        if let collapseID = n.collapseID { key("collapse_id"); JSONWriter.writeString(collapseID, into: &out) }
-        if let pushType = n.pushType { key("push_type"); JSONWriter.writeString(pushType, into: &out) }
+        key("id")
+        JSONWriter.writeString(n.jobID, into: &out)
+        key("app")
+        JSONWriter.writeString(n.app, into: &out)
+        key("token")
+        JSONWriter.writeString(n.tokenHex, into: &out)
+        key("payload")
+        out.append(contentsOf: n.payload)
+        key("expiry")
+        out.append(contentsOf: Array(String(n.expiry).utf8))
+        key("priority")
+        out.append(contentsOf: Array(String(n.priority.rawValue).utf8))
+        if let campaign = n.campaign {
+            key("campaign")
+            JSONWriter.writeString(campaign, into: &out)
+        }
+        if let collapseID = n.collapseID {
+            key("collapse_id")
+            JSONWriter.writeString(collapseID, into: &out)
+        }
+        if let pushType = n.pushType {
+            key("push_type")
+            JSONWriter.writeString(pushType, into: &out)
+        }
         out.append(UInt8(ascii: "}"))
         return out
     }
@@ -806,7 +826,8 @@ public final class PipelineRunner: Service, Sendable {
         var problems: [String] = []
         if parts.consumer.statistics.assignedPartitions.isEmpty {
             problems.append(
-                "kafka: no partition of \(configuration.kafka.jobsTopic) assigned to this process (group joining, Kafka unreachable, or more processes than partitions)")
+                "kafka: no partition of \(configuration.kafka.jobsTopic) assigned to this process (group joining, Kafka unreachable, or more processes than partitions)"
+            )
         }
         for t in parts.transports {
             let stats = await t.statistics()

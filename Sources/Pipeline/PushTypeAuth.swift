@@ -27,6 +27,8 @@ extension PipelineConfiguration.App {
         let has = transport == .binary ? "the binary interface" : "HTTP/2 with certificate authentication"
         throw JobError(
             reason: .pushTypeNeedsTokenAuth,
-            detail: "app \(bundleID) uses \(has); \(pushType.rawValue) pushes need HTTP/2 with token authentication (a token section in its app entry)")
+            detail:
+                "app \(bundleID) uses \(has); \(pushType.rawValue) pushes need HTTP/2 with token authentication (a token section in its app entry)"
+        )
     }
 }

@@ -87,6 +87,7 @@ extension PipelineConfiguration.Kafka {
 
     /// `properties` fit for a log line: sensitive values replaced by `***`.
     public var redactedProperties: [String: String] {
-        Dictionary(uniqueKeysWithValues: properties.map { ($0.key, Self.isSensitive(property: $0.key) ? RedactingLogHandler.mask : $0.value) })
+        Dictionary(
+            uniqueKeysWithValues: properties.map { ($0.key, Self.isSensitive(property: $0.key) ? RedactingLogHandler.mask : $0.value) })
     }
 }

@@ -45,7 +45,10 @@ final class WrittenMarks: Sendable {
                 } catch {
                     logger.warning(
                         "could not mark a batch written in Redis; its notifications wait (retrying)",
-                        metadata: ["error": "\(error)", "retry_in_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)"])
+                        metadata: [
+                            "error": "\(error)",
+                            "retry_in_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)",
+                        ])
                     try? await Task.sleep(for: delay)
                     delay = min(delay * 2, .seconds(5))
                 }

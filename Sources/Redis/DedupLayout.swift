@@ -86,7 +86,10 @@ extension PipelineStore {
             + "redis-cli SET '\(key)' '\(mine.stored)' (a job re-published within redis.dedup_ttl_hours of the change may then be sent twice)."
         if let stored = try await command(RedisCommand("GET", key)).string {
             guard let theirs = DedupLayout(stored: stored) else {
-                throw DedupLayoutMismatch(description: "Redis (\(client.redactedDescription)): \(key) holds '\(stored)', not a dedup layout (expected '\(mine.stored)'). \(overrideHint)")
+                throw DedupLayoutMismatch(
+                    description:
+                        "Redis (\(client.redactedDescription)): \(key) holds '\(stored)', not a dedup layout (expected '\(mine.stored)'). \(overrideHint)"
+                )
             }
             if mine.findsRecords(of: theirs) { return .matched }
             throw DedupLayoutMismatch(

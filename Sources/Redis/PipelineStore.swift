@@ -125,7 +125,10 @@ public struct PipelineStore: Sendable {
     private let markExpiries = MarkExpiries()
     private let dedupSetNames: DedupSetNames
 
-    public init(client: any RedisConnection, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(), logger: Logger = Logger(label: "apns.redis.store")) {
+    public init(
+        client: any RedisConnection, configuration: PipelineStoreConfiguration = PipelineStoreConfiguration(),
+        logger: Logger = Logger(label: "apns.redis.store")
+    ) {
         self.client = client
         var configuration = configuration
         // A cluster refuses a call spanning slots: whoever made the store, it sends one slot per call there.
@@ -223,7 +226,8 @@ public struct PipelineStore: Sendable {
     public func markWritten(call: String) async throws {
         _ = try await command(
             RedisCommand(
-                "SET", keys.written(configuration.leaseOwner + "/" + call), "1", "PX", String(max(1, configuration.inFlightLease.milliseconds))))
+                "SET", keys.written(configuration.leaseOwner + "/" + call), "1", "PX",
+                String(max(1, configuration.inFlightLease.milliseconds))))
     }
 
     static func leaseOwner(of value: String) -> String {
@@ -267,7 +271,9 @@ public struct PipelineStore: Sendable {
                 groups.append(
                     Group(
                         tag: tag,
-                        keys: RedisArguments([keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag)]),
+                        keys: RedisArguments([
+                            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
+                        ]),
                         dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
                 groupIDs.append(TagID(app: app, bucket: bucket))
                 g = groups.count - 1
@@ -335,7 +341,8 @@ public struct PipelineStore: Sendable {
     /// The lease on a job id as stored (`nil`: none; a lease past ``InFlightLease/expiresAtMs`` is free for
     /// the gate): for operators and tests.
     public func lease(jobID: String, app: String, tokenHex: String) async throws -> InFlightLease? {
-        let reply = try await command(RedisCommand("HGET", keys.inFlight(app: app, tokenHex: tokenHex), String(JobFingerprint(jobID: jobID).member)))
+        let reply = try await command(
+            RedisCommand("HGET", keys.inFlight(app: app, tokenHex: tokenHex), String(JobFingerprint(jobID: jobID).member)))
         return reply.string.map(InFlightLease.init(value:))
     }
 
@@ -420,7 +427,9 @@ public struct PipelineStore: Sendable {
             if let known = partIDs.firstIndex(where: { $0.bucket == bucket && $0.app == app }) { return known }
             let tag = keys.tokenTag(app: app, bucket: bucket)
             parts.append(
-                TagWrites(keys: keys, tag: tag, marker: batch.id, expireAt: dedupExpiry, dedupSets: dedupSetNames.table(tag: tag, bucket: dedupBucket)))
+                TagWrites(
+                    keys: keys, tag: tag, marker: batch.id, expireAt: dedupExpiry,
+                    dedupSets: dedupSetNames.table(tag: tag, bucket: dedupBucket)))
             partIDs.append(TagID(app: app, bucket: bucket))
             return parts.count - 1
         }
@@ -454,7 +463,9 @@ public struct PipelineStore: Sendable {
             // A deduped or suppressed job without a suppression to write writes nothing in its tag (it holds
             // no lease).
             guard (outcome.kind != .deduped && outcome.kind != .suppressed) || outcome.suppressToken != nil else {
-                if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
+                if let progress {
+                    counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member)
+                }
                 return
             }
             let p = part(app: outcome.app, tokenHash: outcome.tokenHash)
@@ -463,9 +474,13 @@ public struct PipelineStore: Sendable {
                 let add = parts[p].add(subBucket: fingerprint.subBucket(of: subs), member: fingerprint.member) {
                     !dedupExpiries.isGiven($0, now: batch.settledAt)
                 }
-                if let progress { counters.accepted(campaign: progress.campaign, keys: keys, member: fingerprint.member, part: p, add: add) }
+                if let progress {
+                    counters.accepted(campaign: progress.campaign, keys: keys, member: fingerprint.member, part: p, add: add)
+                }
             } else {
-                if let progress { counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member) }
+                if let progress {
+                    counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member)
+                }
                 // A deduped or suppressed job never took a lease (the gate takes none for them); its id's
                 // lease, if any, belongs to another copy.
                 if outcome.kind != .deduped && outcome.kind != .suppressed { parts[p].release(member: fingerprint.member) }
@@ -571,9 +586,11 @@ public struct PipelineStore: Sendable {
             }
             if case .bulk(let bytes) = pair[0] { flags.append(bytes) } else { flags.append([]) }
             if sample > configuration.dedupSetCapacity, overflowWarning.setOnce() {
-                logger.warning("dedup sets exceed the intset size: raise dedupSubBuckets", metadata: [
-                    "redis.dedup_set_size": "\(sample)", "redis.dedup_sub_buckets": "\(configuration.dedupSubBuckets)",
-                ])
+                logger.warning(
+                    "dedup sets exceed the intset size: raise dedupSubBuckets",
+                    metadata: [
+                        "redis.dedup_set_size": "\(sample)", "redis.dedup_sub_buckets": "\(configuration.dedupSubBuckets)",
+                    ])
             }
         }
         return flags
@@ -627,7 +644,9 @@ public struct PipelineStore: Sendable {
     /// Starts a publish of `campaign`: notes the time (`publish_started_ms`, so `campaign wait` is not done
     /// while it runs) and fixes, at its first publish, how many sets hold its job marks: about 400 marks
     /// per set (compact intsets) for `expectedJobs`. Returns that number, for ``recordPublished(campaign:jobIDs:messages:markSets:)``.
-    public func beginPublish(campaign: String, expectedJobs: Int, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws -> Int {
+    public func beginPublish(
+        campaign: String, expectedJobs: Int, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+    ) async throws -> Int {
         let key = keys.campaign(campaign)
         let sets = max(1, (expectedJobs + 399) / 400)
         let replies = try await commands([
@@ -1073,7 +1092,9 @@ final class DedupExpiries: @unchecked Sendable {
         for key in keys where key.table != DedupSetNames.unkeptSerial {
             if key.table >= given.count { given.append(contentsOf: repeatElement([], count: key.table + 1 - given.count)) }
             let word = key.subBucket / 64
-            if word >= given[key.table].count { given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - given[key.table].count)) }
+            if word >= given[key.table].count {
+                given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - given[key.table].count))
+            }
             given[key.table][word] |= 1 << UInt64(key.subBucket % 64)
         }
     }
@@ -1320,12 +1341,23 @@ struct CounterWrites {
         a.append(markerTTL)
         a.append(increments.values.reduce(0) { $0 + $1.count })
         for k in incrementOrder {
-            for (field, delta) in increments[k]! { a.append(k); a.append(field); a.append(delta) }
+            for (field, delta) in increments[k]! {
+                a.append(k)
+                a.append(field)
+                a.append(delta)
+            }
         }
         a.append(expires.count)
-        for (k, seconds) in expires { a.append(k); a.append(seconds) }
+        for (k, seconds) in expires {
+            a.append(k)
+            a.append(seconds)
+        }
         a.append(sets.count)
-        for (k, field, value) in sets { a.append(k); a.append(field); a.append(value) }
+        for (k, field, value) in sets {
+            a.append(k)
+            a.append(field)
+            a.append(value)
+        }
         a.append(countedTTL)
         a.append(progress.count)
         for campaign in progress {
@@ -1354,9 +1386,16 @@ struct CounterWrites {
                 a.append(ranges.count)
                 a.append(0)
                 a.append(campaign.others.count)
-                for range in ranges { a.append(range.group); a.append(range.from); a.append(range.to) }
+                for range in ranges {
+                    a.append(range.group)
+                    a.append(range.from)
+                    a.append(range.to)
+                }
             }
-            for (field, member) in campaign.others { a.append(field); a.append(member) }
+            for (field, member) in campaign.others {
+                a.append(field)
+                a.append(member)
+            }
         }
         return (allKeys, a)
     }

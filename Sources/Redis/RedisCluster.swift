@@ -16,7 +16,8 @@ public enum RedisClusterError: Error, Sendable, Hashable, CustomStringConvertibl
     public var description: String {
         switch self {
         case .crossSlot(let command, let slots):
-            return "\(command): keys in different hash slots \(slots) — one call must touch one slot on Redis Cluster (give its keys a common {hash tag})"
+            return
+                "\(command): keys in different hash slots \(slots) — one call must touch one slot on Redis Cluster (give its keys a common {hash tag})"
         case .notACluster(let node, let message):
             return "\(node) is not a Redis Cluster node (\(message)): configure it as redis.url, not redis.cluster"
         case .tooManyRedirections(let command, let last):
@@ -177,7 +178,8 @@ public actor RedisCluster: RedisConnection {
 
     public func eval(_ script: RedisScript, keys: RedisArguments, arguments: RedisArguments) async throws -> RedisReply {
         let view = RedisArgumentsView(keys)
-        let slot = try Self.commonSlot(of: (0..<view.count).map { i in view.withElement(i) { RedisSlot(keyBytes: $0).value } }, command: "EVALSHA")
+        let slot = try Self.commonSlot(
+            of: (0..<view.count).map { i in view.withElement(i) { RedisSlot(keyBytes: $0).value } }, command: "EVALSHA")
         return try await routed("evalsha", slot: slot) { client, asking in
             guard asking else { return try await client.eval(script, keys: keys, arguments: arguments) }
             // The target may never have seen the script: load it in the same round trip (SCRIPT LOAD
@@ -266,9 +268,11 @@ public actor RedisCluster: RedisConnection {
                 do {
                     let result = try await body(client(for: node), asking)
                     if attempt > 0 {
-                        logger.info("redis cluster call succeeded after waiting", metadata: [
-                            "redis.operation": "\(operation)", "redis.attempts": "\(attempt + 1)",
-                        ])
+                        logger.info(
+                            "redis cluster call succeeded after waiting",
+                            metadata: [
+                                "redis.operation": "\(operation)", "redis.attempts": "\(attempt + 1)",
+                            ])
                     }
                     return result
                 } catch RedisError.server(let message) {
@@ -310,16 +314,20 @@ public actor RedisCluster: RedisConnection {
             statistics.retries += 1
             let waited = clock.now - start
             if let maximumWait = configuration.node.reconnect.maximumWait, waited >= maximumWait {
-                logger.error("redis cluster unavailable, giving up", metadata: [
-                    "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)", "error": "\(failure)",
-                ])
+                logger.error(
+                    "redis cluster unavailable, giving up",
+                    metadata: [
+                        "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)", "error": "\(failure)",
+                    ])
                 throw RedisError.unavailable(waited: waited, lastError: failure)
             }
             let delay = configuration.node.reconnect.delay(attempt: attempt, using: &random)
-            logger.log(level: attempt == 1 ? .warning : .debug, "redis cluster call failed, retrying", metadata: [
-                "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
-                "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(failure)",
-            ])
+            logger.log(
+                level: attempt == 1 ? .warning : .debug, "redis cluster call failed, retrying",
+                metadata: [
+                    "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
+                    "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(failure)",
+                ])
             try await Task.sleep(for: delay)
             if mapSuspect { try? await refreshSlotMap() }
         }
@@ -383,9 +391,11 @@ public actor RedisCluster: RedisConnection {
                     throw RedisError.unavailable(waited: waited, lastError: "\(error)")
                 }
                 let delay = configuration.node.reconnect.delay(attempt: attempt, using: &random)
-                logger.log(level: attempt == 1 ? .warning : .debug, "redis cluster slot map unavailable, retrying", metadata: [
-                    "redis.operation": "\(operation)", "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(error)",
-                ])
+                logger.log(
+                    level: attempt == 1 ? .warning : .debug, "redis cluster slot map unavailable, retrying",
+                    metadata: [
+                        "redis.operation": "\(operation)", "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(error)",
+                    ])
                 try await Task.sleep(for: delay)
             }
         }
@@ -449,7 +459,8 @@ public actor RedisCluster: RedisConnection {
             for slot in Int(first)...Int(last) { newOwners[slot] = index }
         }
         if newPrimaries != primaries {
-            logger.info("redis cluster slot map", metadata: ["redis.primaries": "\(newPrimaries.map(\.description).joined(separator: ","))"])
+            logger.info(
+                "redis cluster slot map", metadata: ["redis.primaries": "\(newPrimaries.map(\.description).joined(separator: ","))"])
         }
         owners = newOwners
         primaries = newPrimaries
@@ -583,10 +594,14 @@ struct RedisCommandKeyTable: Sendable {
         var range: StrideThrough<Int>
         if Self.scriptCalls.contains(arguments.lowercased(0)) {
             // `EVALSHA sha numkeys key… arg…`
-            guard arguments.count >= 3, let count = Int(arguments.lowercased(2)), count > 0, arguments.count >= 3 + count else { return nil }
+            guard arguments.count >= 3, let count = Int(arguments.lowercased(2)), count > 0, arguments.count >= 3 + count else {
+                return nil
+            }
             range = stride(from: 3, through: 2 + count, by: 1)
         } else {
-            guard let positions = positions(arguments), !positions.movable, positions.first > 0, positions.first < arguments.count else { return nil }
+            guard let positions = positions(arguments), !positions.movable, positions.first > 0, positions.first < arguments.count else {
+                return nil
+            }
             let last = positions.last < 0 ? arguments.count + positions.last : min(positions.last, arguments.count - 1)
             guard last >= positions.first else { return nil }
             range = stride(from: positions.first, through: last, by: max(1, positions.step))
@@ -624,7 +639,8 @@ struct RedisArgumentsView {
     var count: Int { offsets.count }
 
     func withElement<R>(_ index: Int, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        let start = offsets[index], length = arguments.lengths[index]
+        let start = offsets[index]
+        let length = arguments.lengths[index]
         return arguments.bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[start..<start + length])) }
     }
 

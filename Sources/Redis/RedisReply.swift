@@ -1,4 +1,5 @@
 import Crypto
+
 /// One reply from Redis, as the RESP2 protocol types it.
 ///
 /// Error replies are values here, not thrown errors: inside a pipeline one failing command must not hide

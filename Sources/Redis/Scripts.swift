@@ -61,120 +61,121 @@ enum Scripts {
     /// with its longest lease (a write extends its expiry, never shortens it), and each write samples two fields and deletes them if expired (a
     /// crashed process's lease whose job never comes back), so it holds little more than the leases in
     /// flight.
-    static let gate = RedisScript(helpers + #"""
-        local owner, call, leaseMs, nb = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-        local mine = owner .. '/' .. call .. '/'
-        local time = redis.call('TIME')
-        local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-        local lease = mine .. (nowMs + leaseMs)
-        local function expired(value)
-          local at = tonumber(string.match(value, '/(%d+)$'))
-          return not at or at <= nowMs
-        end
-        local out = {}
-        local k, i = 0, 6
-        for g = 1, tonumber(ARGV[5]) do
-          local nj, nv = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-          i = i + 2
-          local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-          k = k + 4
-          local voids = {}
-          for _ = 1, nv do voids[tonumber(ARGV[i])] = ARGV[i + 1]; i = i + 2 end
-          -- Dedup: the job's probes, newest bucket first; the jobs not found go on.
-          local codes, open, members, no = {}, {}, {}, 0
-          for j = 1, nj do
-            local member, code = ARGV[i + 1], 1
-            for b = k + 1, k + nb do
-              if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = 2; break end
+    static let gate = RedisScript(
+        helpers + #"""
+            local owner, call, leaseMs, nb = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+            local mine = owner .. '/' .. call .. '/'
+            local time = redis.call('TIME')
+            local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+            local lease = mine .. (nowMs + leaseMs)
+            local function expired(value)
+              local at = tonumber(string.match(value, '/(%d+)$'))
+              return not at or at <= nowMs
             end
-            k = k + nb
-            codes[j] = code
-            if code == 1 then no = no + 1; open[no] = j; members[no] = member end
-            i = i + 2
-          end
-          local values, result = {}, {}
-          if #open > 0 then
-            -- Leases: one HMGET for the group.
-            local held = mget('HMGET', leaseKey, members)
-            local firstOf, dupOf, cands, candMembers, tokens = {}, {}, {}, {}, {}
-            local base = i - 2 * nj
-            for x = 1, #open do
-              local j, member, h = open[x], members[x], held[x]
-              local free = not h
-              if firstOf[member] then
-                free = false; codes[j] = 3; dupOf[j] = firstOf[member]
-              elseif h then
-                if expired(h) or string.sub(h, 1, #mine) == mine then
-                  -- Lapsed, or this very call's own (a retry after a lost reply).
-                  free = true
-                elseif voids[j] == h then
-                  -- Swift found this holder dead; the lease is unchanged since: take it over.
-                  free = true; codes[j] = 5
-                else
-                  local holder = string.match(h, '^([^/]+)/')
-                  if not holder or holder == owner then codes[j] = 3 else codes[j] = 6; values[j] = h end
+            local out = {}
+            local k, i = 0, 6
+            for g = 1, tonumber(ARGV[5]) do
+              local nj, nv = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+              i = i + 2
+              local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+              k = k + 4
+              local voids = {}
+              for _ = 1, nv do voids[tonumber(ARGV[i])] = ARGV[i + 1]; i = i + 2 end
+              -- Dedup: the job's probes, newest bucket first; the jobs not found go on.
+              local codes, open, members, no = {}, {}, {}, 0
+              for j = 1, nj do
+                local member, code = ARGV[i + 1], 1
+                for b = k + 1, k + nb do
+                  if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = 2; break end
+                end
+                k = k + nb
+                codes[j] = code
+                if code == 1 then no = no + 1; open[no] = j; members[no] = member end
+                i = i + 2
+              end
+              local values, result = {}, {}
+              if #open > 0 then
+                -- Leases: one HMGET for the group.
+                local held = mget('HMGET', leaseKey, members)
+                local firstOf, dupOf, cands, candMembers, tokens = {}, {}, {}, {}, {}
+                local base = i - 2 * nj
+                for x = 1, #open do
+                  local j, member, h = open[x], members[x], held[x]
+                  local free = not h
+                  if firstOf[member] then
+                    free = false; codes[j] = 3; dupOf[j] = firstOf[member]
+                  elseif h then
+                    if expired(h) or string.sub(h, 1, #mine) == mine then
+                      -- Lapsed, or this very call's own (a retry after a lost reply).
+                      free = true
+                    elseif voids[j] == h then
+                      -- Swift found this holder dead; the lease is unchanged since: take it over.
+                      free = true; codes[j] = 5
+                    else
+                      local holder = string.match(h, '^([^/]+)/')
+                      if not holder or holder == owner then codes[j] = 3 else codes[j] = 6; values[j] = h end
+                    end
+                  end
+                  if free then
+                    firstOf[member] = j
+                    cands[#cands + 1] = j; candMembers[#cands] = member; tokens[#cands] = ARGV[base + 2 * j - 2]
+                  end
+                end
+                local leased, leasedTokens, writes = {}, {}, {}
+                if #cands > 0 then
+                  -- Suppressed unless registered strictly after the suppression time: one HMGET for the group.
+                  local sup = mget('HMGET', supKey, tokens)
+                  local supX, supTimes, regFields = {}, {}, {}
+                  for x = 1, #cands do
+                    if sup[x] then
+                      supX[#supX + 1] = x
+                      supTimes[#supX] = tonumber(string.match(sup[x], '^(%d+)'))
+                      regFields[#supX] = tokens[x]
+                    end
+                  end
+                  local suppressed = {}
+                  if #supX > 0 then
+                    local reg = mget('HMGET', regKey, regFields)
+                    for y = 1, #supX do
+                      local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
+                      if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = 4 end
+                    end
+                  end
+                  for x = 1, #cands do
+                    if not suppressed[x] then
+                      leased[#leased + 1] = cands[x]; leasedTokens[#leased] = tokens[x]
+                      writes[#writes + 1] = candMembers[x]; writes[#writes + 1] = lease
+                    end
+                  end
+                end
+                if #writes > 0 then
+                  for from = 1, #writes, 1000 do
+                    redis.call('HSET', leaseKey, unpack(writes, from, math.min(#writes, from + 999)))
+                  end
+                  -- The hash outlives its longest lease (processes may run with different lease lengths):
+                  -- extend its expiry, or give it one if it has none (just created; -1). PTTL rather than
+                  -- PEXPIRE's GT/NX options, which need Redis 7.0 (a single Redis may be 6.2).
+                  if redis.call('PTTL', leaseKey) < leaseMs then redis.call('PEXPIRE', leaseKey, leaseMs) end
+                  local sample = redis.call('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
+                  for x = 1, #sample, 2 do
+                    if expired(sample[x + 1]) then redis.call('HDEL', leaseKey, sample[x]) end
+                  end
+                  local langs = mget('HMGET', langKey, leasedTokens)
+                  for x = 1, #leased do values[leased[x]] = langs[x] end
+                end
+                -- A second copy in the call shares the fate of the first when that one was suppressed.
+                for j, first in pairs(dupOf) do
+                  if codes[first] == 4 then codes[j] = 4 end
                 end
               end
-              if free then
-                firstOf[member] = j
-                cands[#cands + 1] = j; candMembers[#cands] = member; tokens[#cands] = ARGV[base + 2 * j - 2]
+              result[1] = table.concat(codes)
+              for j = 1, nj do
+                if values[j] then result[#result + 1] = j; result[#result + 1] = values[j] end
               end
+              out[g] = result
             end
-            local leased, leasedTokens, writes = {}, {}, {}
-            if #cands > 0 then
-              -- Suppressed unless registered strictly after the suppression time: one HMGET for the group.
-              local sup = mget('HMGET', supKey, tokens)
-              local supX, supTimes, regFields = {}, {}, {}
-              for x = 1, #cands do
-                if sup[x] then
-                  supX[#supX + 1] = x
-                  supTimes[#supX] = tonumber(string.match(sup[x], '^(%d+)'))
-                  regFields[#supX] = tokens[x]
-                end
-              end
-              local suppressed = {}
-              if #supX > 0 then
-                local reg = mget('HMGET', regKey, regFields)
-                for y = 1, #supX do
-                  local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
-                  if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = 4 end
-                end
-              end
-              for x = 1, #cands do
-                if not suppressed[x] then
-                  leased[#leased + 1] = cands[x]; leasedTokens[#leased] = tokens[x]
-                  writes[#writes + 1] = candMembers[x]; writes[#writes + 1] = lease
-                end
-              end
-            end
-            if #writes > 0 then
-              for from = 1, #writes, 1000 do
-                redis.call('HSET', leaseKey, unpack(writes, from, math.min(#writes, from + 999)))
-              end
-              -- The hash outlives its longest lease (processes may run with different lease lengths):
-              -- extend its expiry, or give it one if it has none (just created; -1). PTTL rather than
-              -- PEXPIRE's GT/NX options, which need Redis 7.0 (a single Redis may be 6.2).
-              if redis.call('PTTL', leaseKey) < leaseMs then redis.call('PEXPIRE', leaseKey, leaseMs) end
-              local sample = redis.call('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
-              for x = 1, #sample, 2 do
-                if expired(sample[x + 1]) then redis.call('HDEL', leaseKey, sample[x]) end
-              end
-              local langs = mget('HMGET', langKey, leasedTokens)
-              for x = 1, #leased do values[leased[x]] = langs[x] end
-            end
-            -- A second copy in the call shares the fate of the first when that one was suppressed.
-            for j, first in pairs(dupOf) do
-              if codes[first] == 4 then codes[j] = 4 end
-            end
-          end
-          result[1] = table.concat(codes)
-          for j = 1, nj do
-            if values[j] then result[#result + 1] = j; result[#result + 1] = values[j] end
-          end
-          out[g] = result
-        end
-        return out
-        """#)
+            return out
+            """#)
 
     /// The writes of one tag: a settle batch's part (dedup records, lease releases, suppressions) or
     /// registrations and suppressions. ARGV from `i`: marker-ttl-s, #groups, then per group: has-marker
@@ -349,24 +350,27 @@ enum Scripts {
         """#
 
     /// ``tagWritesFunction`` as a script: ARGV and KEYS as described there, from the first.
-    static let tagWrites = RedisScript(helpers + tagWritesFunction + #"""
-        local out = tagWrites(0, 1)
-        return out
-        """#)
+    static let tagWrites = RedisScript(
+        helpers + tagWritesFunction + #"""
+            local out = tagWrites(0, 1)
+            return out
+            """#)
 
     /// ``countersFunction`` as a script; the accepted jobs' groups are 0 (resolved by Swift).
-    static let counters = RedisScript(helpers + countersFunction + #"""
-        return counters(0, 1, {}, {})
-        """#)
+    static let counters = RedisScript(
+        helpers + countersFunction + #"""
+            return counters(0, 1, {}, {})
+            """#)
 
     /// A whole settle batch in one call, for a single Redis (which lets one script touch many slots):
     /// the tag parts then the counters, KEYS and ARGV of ``tagWritesFunction`` followed by those of
     /// ``countersFunction``: exactly the key lists the cluster path sends in separate calls.
     /// Returns { tag part's result, counters' result }.
-    static let settle = RedisScript(helpers + tagWritesFunction + countersFunction + #"""
-        local tagOut, k, i, starts = tagWrites(0, 1)
-        return { tagOut, counters(k, i, tagOut, starts) }
-        """#)
+    static let settle = RedisScript(
+        helpers + tagWritesFunction + countersFunction + #"""
+            local tagOut, k, i, starts = tagWrites(0, 1)
+            return { tagOut, counters(k, i, tagOut, starts) }
+            """#)
 
     /// Records published jobs of a campaign; every key in the tag `{<p>}`. KEYS: marker, campaign hash,
     /// then the mark sets. ARGV: marker-ttl-s, messages, marks-ttl-s, #expire, the mark-set-indexes to
@@ -375,7 +379,8 @@ enum Scripts {
     /// before (their fingerprint added to a mark set) to `jobs`; the sets named live marks-ttl-s from
     /// now. Returns the number added to `jobs`, or -1 when the marker existed (a replay of this call:
     /// nothing done).
-    static let publish = RedisScript(#"""
+    static let publish = RedisScript(
+        #"""
         if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return -1 end
         local hash, messages, ttl, nExp = KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4])
         local new = 0

@@ -65,4 +65,3 @@ public final class SenderPool: NotificationTransport {
         return out
     }
 }
-

@@ -204,7 +204,8 @@ public struct PushNotification: Sendable {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
         let idIsMadeFromParts = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
         storage = Storage(
-            jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
+            jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry,
+            priority: priority,
             campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
     }
 }
@@ -311,7 +312,9 @@ public struct GatewayAnswerLatency: Sendable, Equatable {
         .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
     ]
     public static let bucketCount = 14
-    private static let boundsNanoseconds: [Int64] = upperBounds.map { $0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000 }
+    private static let boundsNanoseconds: [Int64] = upperBounds.map {
+        $0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000
+    }
 
     /// Answers per bucket (bucket i: up to `upperBounds[i]`; the last: above every bound).
     public private(set) var counts = InlineArray<14, Int>(repeating: 0)

@@ -263,8 +263,9 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         // processed. Resending risks a duplicate; not resending risks a loss. We resend.
         let ambiguous = machine.connectionLost()
         if ambiguous > 0 {
-            logger.warning("connection dropped with no error response; resending unsettled notifications",
-                           metadata: ["ambiguous": "\(ambiguous)"])
+            logger.warning(
+                "connection dropped with no error response; resending unsettled notifications",
+                metadata: ["ambiguous": "\(ambiguous)"])
         }
         channel = nil
         let closed = lifecycle.connectionClosed(hasQueued: !machine.queue.isEmpty, random: &random)
@@ -341,8 +342,11 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                     if ignored { return }
                     statistics.lastError = "connect \(gateway): \(error)"
                     logger.warning(
-                        "cannot connect to gateway", metadata: ["gateway": "\(gateway)", "error": "\(error)",
-                                                                 "attempt": "\(lifecycle.reconnectAttempt)"])
+                        "cannot connect to gateway",
+                        metadata: [
+                            "gateway": "\(gateway)", "error": "\(error)",
+                            "attempt": "\(lifecycle.reconnectAttempt)",
+                        ])
                     if let next { scheduleConnect(next) }
                 }
             }

@@ -6,7 +6,8 @@ import ArgumentParser
 struct APNsPipeline: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-pipeline",
-        abstract: "Send Apple push notifications in bulk: Kafka in, APNs out (HTTP/2 provider API or the legacy binary gateways), Redis beside.",
+        abstract:
+            "Send Apple push notifications in bulk: Kafka in, APNs out (HTTP/2 provider API or the legacy binary gateways), Redis beside.",
         version: versionLine,
         subcommands: [
             // Keep this list sorted; add a subcommand by adding its file under Commands/ and its type here.

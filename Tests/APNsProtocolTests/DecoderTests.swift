@@ -110,10 +110,13 @@ import Testing
     }
 
     static let mixedExpected: [ReceivedNotification] = [
-        ReceivedNotification(command: 2, token: countingToken, payload: payload, identifier: 1, expiry: 1_767_225_600, priority: .immediate),
+        ReceivedNotification(
+            command: 2, token: countingToken, payload: payload, identifier: 1, expiry: 1_767_225_600, priority: .immediate),
         ReceivedNotification(command: 1, token: tokenB, payload: payload, identifier: 2, expiry: 0, priority: nil),
-        ReceivedNotification(command: 0, token: countingToken, payload: Array(#"{"aps":{}}"#.utf8), identifier: nil, expiry: nil, priority: nil),
-        ReceivedNotification(command: 2, token: tokenB, payload: Array("{}".utf8), identifier: 0xFFFF_FFFF, expiry: 0, priority: .conservePower),
+        ReceivedNotification(
+            command: 0, token: countingToken, payload: Array(#"{"aps":{}}"#.utf8), identifier: nil, expiry: nil, priority: nil),
+        ReceivedNotification(
+            command: 2, token: tokenB, payload: Array("{}".utf8), identifier: 0xFFFF_FFFF, expiry: 0, priority: .conservePower),
         ReceivedNotification(command: 2, token: countingToken, payload: payload, identifier: 0, expiry: 5, priority: .immediate),
     ]
 
@@ -223,13 +226,16 @@ import Testing
         // Unknown command.
         Self.checkRejection([0x07, 1, 2, 3], status: .processingError, identifier: nil, command: 7)
         // Unknown item.
-        Self.checkRejection(Self.frame([Self.tokenItem, Self.payloadItem, Self.idItem(15), (9, [1])]), status: .processingError, identifier: 15)
+        Self.checkRejection(
+            Self.frame([Self.tokenItem, Self.payloadItem, Self.idItem(15), (9, [1])]), status: .processingError, identifier: 15)
         // Repeated item.
-        Self.checkRejection(Self.frame([Self.tokenItem, Self.payloadItem, Self.idItem(16), Self.tokenItem]), status: .processingError, identifier: 16)
+        Self.checkRejection(
+            Self.frame([Self.tokenItem, Self.payloadItem, Self.idItem(16), Self.tokenItem]), status: .processingError, identifier: 16)
         // Identifier of the wrong size.
         Self.checkRejection(Self.frame([Self.tokenItem, Self.payloadItem, (3, [1, 2])]), status: .processingError, identifier: nil)
         // Priority other than 5 or 10.
-        Self.checkRejection(Self.frame([Self.idItem(17), Self.tokenItem, Self.payloadItem, (5, [7])]), status: .processingError, identifier: 17)
+        Self.checkRejection(
+            Self.frame([Self.idItem(17), Self.tokenItem, Self.payloadItem, (5, [7])]), status: .processingError, identifier: 17)
         // An item running past the end of its frame.
         var short = Self.frame([Self.idItem(18), Self.tokenItem, Self.payloadItem])
         short[4] -= 1  // frame length one byte short

@@ -1,6 +1,7 @@
 import Foundation
-@testable import APNsProtocol
 import Testing
+
+@testable import APNsProtocol
 
 @Suite struct DeviceTokenTests {
     @Test func hexIsCaseInsensitiveAndNormalisedToLowerCase() throws {

@@ -25,7 +25,10 @@ import Testing
         // "action-loc-key": null shows an alert with a single OK button: null must survive a round trip.
         let json = #"{"aps":{"alert":{"body":"Bob","title-loc-key":null,"title-loc-args":null,"action-loc-key":null}}}"#
         let p = try Payload(json: JSONParser.parse(json))
-        guard case .dictionary(let d) = p.aps.alert else { Issue.record("alert not a dictionary"); return }
+        guard case .dictionary(let d) = p.aps.alert else {
+            Issue.record("alert not a dictionary")
+            return
+        }
         #expect(d.actionLocKey == .null)
         #expect(d.titleLocKey == .null)
         #expect(String(decoding: try PayloadEncoder().encode(p), as: UTF8.self) == json)

@@ -36,8 +36,10 @@ import Testing
             let events = gatewayEvents(stream, splitAt: splitSeed % (stream.count + 1))
             #expect(
                 events == [
-                    .notification(ReceivedNotification(command: 1, token: token, payload: payload, identifier: id, expiry: expiry, priority: nil)),
-                    .notification(ReceivedNotification(command: 0, token: token, payload: payload, identifier: nil, expiry: nil, priority: nil)),
+                    .notification(
+                        ReceivedNotification(command: 1, token: token, payload: payload, identifier: id, expiry: expiry, priority: nil)),
+                    .notification(
+                        ReceivedNotification(command: 0, token: token, payload: payload, identifier: nil, expiry: nil, priority: nil)),
                 ])
         }
     }

@@ -119,7 +119,9 @@ import Testing
         let body = pem.split(separator: "\n").dropFirst().first.map(String.init) ?? "-"
         #expect(!"\(s)".contains(body) && !String(reflecting: s).contains(body))
         #expect("\(s)" == "ProviderTokenSigner(keyID: TESTKEY123, teamID: TESTTEAM01)")
-        let error = #expect(throws: ProviderTokenError.self) { try ProviderTokenSigner(pem: pem + "garbage\n" + pem, keyID: "k", teamID: "t") }
+        let error = #expect(throws: ProviderTokenError.self) {
+            try ProviderTokenSigner(pem: pem + "garbage\n" + pem, keyID: "k", teamID: "t")
+        }
         #expect(!"\(String(describing: error))".contains(body))
     }
 }

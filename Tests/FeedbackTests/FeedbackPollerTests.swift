@@ -4,8 +4,8 @@ import Feedback
 import Foundation
 import GatewaySimulator
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct FeedbackPollerTests {
@@ -59,7 +59,10 @@ struct FeedbackPollerTests {
         try await withSimulator { simulator in
             try await withStore { store, _ in
                 let feedbackTime: Int64 = 1_700_000_000
-                let reregistered = token(1), stale = token(2), neverRegistered = token(3), untouched = token(4)
+                let reregistered = token(1)
+                let stale = token(2)
+                let neverRegistered = token(3)
+                let untouched = token(4)
                 for t in [reregistered, stale, neverRegistered] {
                     simulator.queueFeedback(app: shop, token: t, time: UInt32(feedbackTime))
                 }
@@ -80,7 +83,8 @@ struct FeedbackPollerTests {
                     // Feedback is per app: the same token in another app is not suppressed.
                     GateRequest(jobID: "j5", app: news, tokenHex: stale.hex),
                 ])
-                #expect(decisions == [.admitted(language: "fr"), .suppressed, .suppressed, .admitted(language: nil), .admitted(language: nil)])
+                #expect(
+                    decisions == [.admitted(language: "fr"), .suppressed, .suppressed, .admitted(language: nil), .admitted(language: nil)])
             }
         }
     }
@@ -169,9 +173,10 @@ struct FeedbackPollerTests {
             #expect(summary.malformed == 3)
             #expect(summary.suppressed == 2)
             #expect(summary.endedMidTuple)
-            #expect(try await store.client.suppressions(shop) == [
-                token(1).hex: "1700000001:feedback", token(5).hex: "1700000005:feedback",
-            ])
+            #expect(
+                try await store.client.suppressions(shop) == [
+                    token(1).hex: "1700000001:feedback", token(5).hex: "1700000005:feedback",
+                ])
         }
         try await service.stop()
     }
@@ -239,7 +244,9 @@ struct FeedbackPollerTests {
                 let port = simulator.ports.feedback
                 let schedule = FeedbackSchedule(
                     apps: [
-                        FeedbackApp(credentials: TestCertificates.credentials(shop), endpoint: FeedbackEndpoint(host: "127.0.0.1", port: 1, serverHostname: "localhost")),
+                        FeedbackApp(
+                            credentials: TestCertificates.credentials(shop),
+                            endpoint: FeedbackEndpoint(host: "127.0.0.1", port: 1, serverHostname: "localhost")),
                         feedbackApp(shop, port: port),
                         feedbackApp(news, port: port),
                     ],

@@ -9,9 +9,8 @@ import NIOPosix
 import NIOSSL
 import NIOTLS
 import Redis
-import Testing
 import TestSupport
-
+import Testing
 
 extension TestCertificates {
     static func credentials(_ app: String) -> ProviderCredentials { .test(app: app, in: directory) }
@@ -45,7 +44,8 @@ func withStore(prefix: String = "apns", _ body: (PipelineStore, RedisServer) asy
 }
 
 func feedbackApp(_ app: String, port: Int, host: String = "127.0.0.1", serverHostname: String? = "localhost") -> FeedbackApp {
-    FeedbackApp(credentials: TestCertificates.credentials(app), endpoint: FeedbackEndpoint(host: host, port: port, serverHostname: serverHostname))
+    FeedbackApp(
+        credentials: TestCertificates.credentials(app), endpoint: FeedbackEndpoint(host: host, port: port, serverHostname: serverHostname))
 }
 
 func quietLogger(_ label: String = "apns.feedback.test") -> Logger {

@@ -3,8 +3,8 @@ import APNsTransport
 import Foundation
 import GatewaySimulator
 import NIOSSL
-import Testing
 import TestSupport
+import Testing
 
 @Suite(.serialized) struct GatewaySimulatorTests {
     @Test func acceptsAndRecordsFramesOfEveryCommand() async throws {
@@ -35,13 +35,19 @@ import TestSupport
     @Test(arguments: [
         // Frame lengths: identifier item 3+4 = 7, token 3+32 = 35, payload `{}` 3+2 = 5.
         // token of 31 bytes → 5: 7 + 3+31 + 5 = 46 = 0x2e
-        (bytes(fromHex: "02 0000002e 030004 00000007 01001f") + [UInt8](repeating: 1, count: 31) + bytes(fromHex: "020002 7b7d"), UInt8(5), UInt32(7)),
+        (
+            bytes(fromHex: "02 0000002e 030004 00000007 01001f") + [UInt8](repeating: 1, count: 31) + bytes(fromHex: "020002 7b7d"),
+            UInt8(5), UInt32(7)
+        ),
         // no token → 2: 7 + 5 = 12 = 0x0c
         (bytes(fromHex: "02 0000000c 030004 00000008 020002 7b7d"), 2, 8),
         // empty payload → 4: 7 + 35 + 3 = 45 = 0x2d
         (bytes(fromHex: "02 0000002d 030004 00000009 0100200001020304050607080910111213141516171819202122232425262728293031 020000"), 4, 9),
         // payload over 2048 → 7: 7 + 3+2049 + 35 = 2094 = 0x82e
-        (bytes(fromHex: "02 0000082e 030004 0000000a 020801") + [UInt8](repeating: 0x20, count: 2049) + bytes(fromHex: "0100200001020304050607080910111213141516171819202122232425262728293031"), 7, 10),
+        (
+            bytes(fromHex: "02 0000082e 030004 0000000a 020801") + [UInt8](repeating: 0x20, count: 2049)
+                + bytes(fromHex: "0100200001020304050607080910111213141516171819202122232425262728293031"), 7, 10
+        ),
         // unknown item → 1: 7 + 3+1 = 11 = 0x0b
         (bytes(fromHex: "02 0000000b 030004 0000000b 090001 00"), 1, 11),
         // unknown command → 1, no identifier readable → 0

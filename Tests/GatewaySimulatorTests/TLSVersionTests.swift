@@ -1,7 +1,7 @@
 import GatewaySimulator
 import NIOSSL
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 28 (6): the simulators, like Apple's servers, refuse TLS before 1.2 (swift-nio-ssl allows 1.0
 /// unless told otherwise); a TLS 1.2 client with the same certificate completes its handshake, so the

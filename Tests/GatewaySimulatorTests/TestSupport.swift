@@ -5,9 +5,8 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import Synchronization
-import Testing
 import TestSupport
-
+import Testing
 
 let shop = "com.example.shop"
 let news = "com.example.news"

@@ -38,7 +38,8 @@ import Testing
         #expect(list.status == 200)
         #expect(try JSONParser.parse(list.body)["channels"]?.arrayValue?.compactMap(\.stringValue) == [id, other])
         // Another app's list does not show them.
-        let theirs = try await c.request(method: "GET", path: APNsChannelManagement.allChannelsPath(bundleID: "com.example.other"), headers: auth)
+        let theirs = try await c.request(
+            method: "GET", path: APNsChannelManagement.allChannelsPath(bundleID: "com.example.other"), headers: auth)
         #expect(try JSONParser.parse(theirs.body)["channels"]?.arrayValue?.isEmpty == true)
 
         let delete = try await c.request(method: "DELETE", path: Self.channels, headers: auth + [("apns-channel-id", id)])
@@ -78,7 +79,10 @@ import Testing
         let auth = [("authorization", try f.bearer())]
         let cases: [(String, String, [(String, String)], String, Int, String)] = [
             ("POST", Self.channels, [], #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#, 403, "MissingProviderToken"),
-            ("POST", Self.channels, [("authorization", "bearer nope")], #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#, 403, "InvalidProviderToken"),
+            (
+                "POST", Self.channels, [("authorization", "bearer nope")], #"{"message-storage-policy":0,"push-type":"LiveActivity"}"#, 403,
+                "InvalidProviderToken"
+            ),
             ("POST", Self.channels, auth, #"{"message-storage-policy":0,"push-type":"alert"}"#, 400, "InvalidPushType"),
             ("POST", Self.channels, auth, #"{"message-storage-policy":0}"#, 400, "MissingPushType"),
             ("POST", Self.channels, auth, #"{"message-storage-policy":2,"push-type":"LiveActivity"}"#, 400, "BadMessageStoragePolicy"),

@@ -57,18 +57,33 @@ import Testing
             ("POST", "/3/device/1234", base, H2Fixture.payload, 400, "BadDeviceToken"),
             ("POST", "/3/device/\(t)", [("authorization", auth)], H2Fixture.payload, 400, "MissingTopic"),
             ("POST", "/3/device/\(t)", base + [("apns-topic", "x")], H2Fixture.payload, 400, "DuplicateHeaders"),
-            ("POST", "/3/device/\(t)", [("apns-topic", "com.example.shop"), ("apns-push-type", "voip"), ("authorization", auth)], H2Fixture.payload, 400, "BadTopic"),
+            (
+                "POST", "/3/device/\(t)", [("apns-topic", "com.example.shop"), ("apns-push-type", "voip"), ("authorization", auth)],
+                H2Fixture.payload, 400, "BadTopic"
+            ),
             ("POST", "/3/device/\(t)", base + [("apns-id", "nope")], H2Fixture.payload, 400, "BadMessageId"),
             ("POST", "/3/device/\(t)", base + [("apns-priority", "3")], H2Fixture.payload, 400, "BadPriority"),
             ("POST", "/3/device/\(t)", base + [("apns-expiration", "tomorrow")], H2Fixture.payload, 400, "BadExpirationDate"),
-            ("POST", "/3/device/\(t)", base + [("apns-collapse-id", String(repeating: "x", count: 65))], H2Fixture.payload, 400, "BadCollapseId"),
+            (
+                "POST", "/3/device/\(t)", base + [("apns-collapse-id", String(repeating: "x", count: 65))], H2Fixture.payload, 400,
+                "BadCollapseId"
+            ),
             ("POST", "/3/device/\(t)", base + [("apns-push-type", "fax")], H2Fixture.payload, 400, "InvalidPushType"),
-            ("POST", "/3/device/\(t)", base + [("apns-push-type", "background"), ("apns-priority", "5")], H2Fixture.payload, 400, "InvalidPushType"),
-            ("POST", "/3/device/\(t)", base + [("apns-push-type", "background")], Array(#"{"aps":{"content-available":1}}"#.utf8), 400, "BadPriority"),
+            (
+                "POST", "/3/device/\(t)", base + [("apns-push-type", "background"), ("apns-priority", "5")], H2Fixture.payload, 400,
+                "InvalidPushType"
+            ),
+            (
+                "POST", "/3/device/\(t)", base + [("apns-push-type", "background")], Array(#"{"aps":{"content-available":1}}"#.utf8), 400,
+                "BadPriority"
+            ),
             ("POST", "/3/device/\(t)", base, [], 400, "PayloadEmpty"),
             ("POST", "/3/device/\(t)", base, Array(repeating: 0x20, count: 4097), 413, "PayloadTooLarge"),
             ("POST", "/3/device/\(t)", base, Array(repeating: 0x20, count: 100_000), 413, "PayloadTooLarge"),
-            ("POST", "/3/device/\(t)", [("apns-topic", "com.example.shop.voip"), ("apns-push-type", "voip"), ("authorization", auth)], Array(repeating: 0x20, count: 5120), 200, ""),
+            (
+                "POST", "/3/device/\(t)", [("apns-topic", "com.example.shop.voip"), ("apns-push-type", "voip"), ("authorization", auth)],
+                Array(repeating: 0x20, count: 5120), 200, ""
+            ),
         ]
         for (method, path, headers, body, status, why) in cases {
             let r = try await c.request(method: method, path: path, headers: headers, body: body)
@@ -146,7 +161,8 @@ import Testing
         #expect(f.simulator.records.map(\.app) == ["com.example.shop", "com.example.shop"])
         // No certificate and no token: refused.
         let anonymous = try await f.tokenClient()
-        let a = try await anonymous.request(path: "/3/device/\(H2Fixture.token)", headers: [("apns-topic", H2Fixture.shop)], body: H2Fixture.payload)
+        let a = try await anonymous.request(
+            path: "/3/device/\(H2Fixture.token)", headers: [("apns-topic", H2Fixture.shop)], body: H2Fixture.payload)
         #expect(a.status == 403 && reason(a) == "MissingProviderToken")
         // A certificate from another CA: the handshake fails.
         await #expect(throws: (any Error).self) {
@@ -293,7 +309,10 @@ import Testing
         #expect(f.simulator.records.map(\.token) == [hot, hot])
         let totals = f.simulator.totals
         #expect(totals.byStatus == [400: 2, 410: 3, 200: 2, 429: 1])
-        #expect(totals.byReason == ["BadDeviceToken": 1, "Unregistered": 2, "ExpiredToken": 1, "DeviceTokenNotForTopic": 1, "TooManyRequests": 1])
+        #expect(
+            totals.byReason == [
+                "BadDeviceToken": 1, "Unregistered": 2, "ExpiredToken": 1, "DeviceTokenNotForTopic": 1, "TooManyRequests": 1,
+            ])
         try await f.shutdown()
     }
 
@@ -333,10 +352,11 @@ import Testing
         let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
         try #require(lines.count == 1)
         let json = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as! [String: Any]
-        #expect(Set(json.keys) == [
-            "t", "conn", "app", "token", "id", "cmd", "payload_hash", "job", "apns_id", "collapse_id", "push_type", "priority",
-            "expiration", "auth", "stream",
-        ])
+        #expect(
+            Set(json.keys) == [
+                "t", "conn", "app", "token", "id", "cmd", "payload_hash", "job", "apns_id", "collapse_id", "push_type", "priority",
+                "expiration", "auth", "stream",
+            ])
         let record = try JSONDecoder().decode(HTTP2Record.self, from: Data(lines[0].utf8))
         #expect(record.collapseID == "c\"1" && record.priority == 5 && record.expiration == nil && record.auth == "cert:com.example.shop")
         #expect(record.apnsID == r.header("apns-id") && record.stream == 1 && record.jobID == "job-1")

@@ -62,7 +62,8 @@ import Testing
             defer { try? FileManager.default.removeItem(at: file) }
             let p = Process()
             p.executableURL = URL(fileURLWithPath: nghttp)
-            p.arguments = ["-n", "-v", "-d", file.path, "-H", "authorization: \(try f.bearer())"]
+            p.arguments =
+                ["-n", "-v", "-d", file.path, "-H", "authorization: \(try f.bearer())"]
                 + headers.flatMap { ["-H", $0] } + ["https://127.0.0.1:\(f.simulator.port)/3/device/\(H2Fixture.token)"]
             let out = Pipe()
             p.standardOutput = out
@@ -72,7 +73,8 @@ import Testing
             p.waitUntilExit()
             return (p.terminationStatus, text)
         }
-        let la = try send(update, ["apns-topic: \(H2Fixture.shop).push-type.liveactivity", "apns-push-type: liveactivity", "apns-priority: 5"])
+        let la = try send(
+            update, ["apns-topic: \(H2Fixture.shop).push-type.liveactivity", "apns-push-type: liveactivity", "apns-priority: 5"])
         #expect(la.status == 0, "nghttp: \(la.output)")
         #expect(la.output.contains("apns-unique-id:"), "\(la.output)")
         let low = try send(H2Fixture.payload, ["apns-topic: \(H2Fixture.shop)", "apns-priority: 1"])

@@ -1,7 +1,7 @@
 import HTTP2Simulator
 import NIOSSL
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 28 (6): the HTTP/2 simulator, like Apple's servers, refuses TLS before 1.2.
 @Suite struct HTTP2TLSVersionTests {

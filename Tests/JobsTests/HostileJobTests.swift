@@ -104,10 +104,12 @@ import Testing
         #expect(error(Fixtures.job(["extra": Fixtures.quoted(big), "more": #"{"a":[1,2,{"b":null}]}"#]), apps: apps) == nil)
         let twice = Array(#"{"id":"a","id":"\#(big)","app":"com.example.shop","token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#.utf8)
         #expect(error(twice)?.reason == .invalidJSON)
-        let twiceLong = Array(#"{"app":"\#(big)","app":"com.example.shop","id":"a","token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#.utf8)
+        let twiceLong = Array(
+            #"{"app":"\#(big)","app":"com.example.shop","id":"a","token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#.utf8)
         #expect(error(twiceLong)?.reason == .invalidJSON)
         let twiceCampaign = Array(
-            #"{"id":"a","app":"com.example.shop","campaign":"c","campaign":null,"token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#.utf8)
+            #"{"id":"a","app":"com.example.shop","campaign":"c","campaign":null,"token":"\#(Fixtures.tokenHex)","payload":{"aps":{}}}"#.utf8
+        )
         #expect(error(twiceCampaign)?.reason == .invalidJSON)
     }
 }

@@ -8,7 +8,8 @@ import Testing
     let now = Fixtures.now
 
     /// The reason a message is refused with (fails the test when it is accepted).
-    func reason(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder(), sourceLocation: SourceLocation = #_sourceLocation) -> JobErrorReason? {
+    func reason(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder(), sourceLocation: SourceLocation = #_sourceLocation) -> JobErrorReason?
+    {
         JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
         do {
             let job = try decoder.decode(bytes, now: now)
@@ -158,7 +159,9 @@ import Testing
         let max = try decoder.decode(Fixtures.job(["id": Fixtures.quoted(String(repeating: "x", count: 128))]), now: now)
         #expect(max.id.utf8.count == 128)
         // Bytes, not characters: 64 × "é" is 128 bytes, 65 is 130.
-        #expect(throws: Never.self) { try decoder.decode(Fixtures.job(["id": Fixtures.quoted(String(repeating: "é", count: 64))]), now: now) }
+        #expect(throws: Never.self) {
+            try decoder.decode(Fixtures.job(["id": Fixtures.quoted(String(repeating: "é", count: 64))]), now: now)
+        }
         let e = error(Fixtures.job(["id": Fixtures.quoted(String(repeating: "é", count: 65))]))
         #expect(e?.reason == .invalidID)
         #expect(e?.detail.contains("130") == true)
@@ -315,7 +318,10 @@ import Testing
         #expect(try job.encodedPayload(language: "de", encoder: PayloadEncoder(limit: 100)).count == 100)
         let over = #"{"fr":"x","de":""# + String(repeating: "d", count: 62) + #""}"#
         let e = error(Fixtures.job(["payload": payload, "alerts": over]), decoder: small)
-        #expect(e == JobError(reason: .payloadTooLarge, detail: #"payload with the alerts["de"] alert is 101 bytes compact, over the limit of 100"#))
+        #expect(
+            e
+                == JobError(
+                    reason: .payloadTooLarge, detail: #"payload with the alerts["de"] alert is 101 bytes compact, over the limit of 100"#))
     }
 
     /// The decoder counts variant sizes without encoding them; check it against real encodings for

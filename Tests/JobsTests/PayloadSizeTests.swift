@@ -19,7 +19,9 @@ import Testing
         mutating func chance() -> Bool { below(2) == 0 }
     }
 
-    static let pieces = ["a", "Z", "0", " ", "\"", "\\", "/", "\n", "\t", "\r", "\u{08}", "\u{0C}", "\u{01}", "\u{1F}", "\u{7F}", "é", "€", "😀", "👩‍👩‍👧"]
+    static let pieces = [
+        "a", "Z", "0", " ", "\"", "\\", "/", "\n", "\t", "\r", "\u{08}", "\u{0C}", "\u{01}", "\u{1F}", "\u{7F}", "é", "€", "😀", "👩‍👩‍👧",
+    ]
 
     func string(_ r: inout Random) -> String {
         var s = ""

@@ -23,16 +23,20 @@ import Testing
 
     @Test func decodes() throws {
         let event = try RegistrationDecoder.decode(
-            Fixtures.json(#"{"app":"com.example.shop","token":"\#(hex.uppercased())","registered_at":1767000000,"language":"fr-CA","v":2}"#),
+            Fixtures.json(
+                #"{"app":"com.example.shop","token":"\#(hex.uppercased())","registered_at":1767000000,"language":"fr-CA","v":2}"#),
             now: Self.now, apps: KnownApps(["com.example.shop"]))
         #expect(event == RegistrationEvent(app: "com.example.shop", token: Fixtures.token, registeredAt: 1_767_000_000, language: "fr-CA"))
         let noLanguage = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":0}"#), now: Self.now)
         #expect(noLanguage == RegistrationEvent(app: "a", token: Fixtures.token, registeredAt: 0, language: nil))
         for empty in ["null", #""""#] {
-            let event = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"language":\#(empty)}"#), now: Self.now)
+            let event = try RegistrationDecoder.decode(
+                Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"language":\#(empty)}"#), now: Self.now)
             #expect(event.language == nil)
         }
-        let viaRaw = try Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5}"#).withUnsafeBytes { try RegistrationDecoder.decode($0, now: Self.now) }
+        let viaRaw = try Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5}"#).withUnsafeBytes {
+            try RegistrationDecoder.decode($0, now: Self.now)
+        }
         #expect(viaRaw.registeredAt == 5)
     }
 

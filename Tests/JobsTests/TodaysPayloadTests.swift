@@ -69,7 +69,8 @@ import Testing
         let job = try decode(["payload": try Self.apple("critical-alert")])
         let bytes = try job.encodedPayload(language: nil, encoder: PayloadEncoder(limit: 4096))
         let sent = try JSONParser.parse(bytes)
-        #expect(sent["aps"]?["sound"] == .object([("critical", .number("1")), ("name", .string("my_sound.wav")), ("volume", .number("1.0"))]))
+        #expect(
+            sent["aps"]?["sound"] == .object([("critical", .number("1")), ("name", .string("my_sound.wav")), ("volume", .number("1.0"))]))
     }
 
     // MARK: Live Activities
@@ -80,7 +81,10 @@ import Testing
             ("event", Fixtures.quoted(event)), ("timestamp", "1767000000"), ("content-state", #"{"home":1,"away":0}"#),
         ]
         if event == "start" {
-            members += [("attributes-type", #""ScoreAttributes""#), ("attributes", #"{"match":"A-B"}"#), ("alert", #"{"title":"Kick-off","body":"A-B"}"#)]
+            members += [
+                ("attributes-type", #""ScoreAttributes""#), ("attributes", #"{"match":"A-B"}"#),
+                ("alert", #"{"title":"Kick-off","body":"A-B"}"#),
+            ]
         }
         for (key, value) in changes.sorted(by: { $0.key < $1.key }) {
             members.removeAll { $0.0 == key }
@@ -106,28 +110,29 @@ import Testing
         _ = try decode(["payload": Self.la(["input-push-channel": #""dHJ1ZQ==""#], event: "start"), "push_type": Self.liveActivity])
     }
 
-    @Test(arguments: [
-        // (aps changes, event, the path the detail names)
-        ([ "event": nil ], "update", "aps.event"),
-        ([ "event": #""pause""# ], "update", "aps.event"),
-        ([ "event": "1" ], "update", "aps.event"),
-        ([ "timestamp": nil ], "update", "aps.timestamp"),
-        ([ "timestamp": #""1767000000""# ], "update", "aps.timestamp"),
-        ([ "timestamp": "1767000000.5" ], "end", "aps.timestamp"),
-        ([ "timestamp": "-1" ], "end", "aps.timestamp"),
-        ([ "content-state": nil ], "update", "aps.content-state"),
-        ([ "content-state": nil ], "end", "aps.content-state"),
-        ([ "content-state": "[1]" ], "update", "aps.content-state"),
-        ([ "attributes-type": nil ], "start", "aps.attributes-type"),
-        ([ "attributes-type": #""""# ], "start", "aps.attributes-type"),
-        ([ "attributes": nil ], "start", "aps.attributes"),
-        ([ "attributes": #""A-B""# ], "start", "aps.attributes"),
-        ([ "alert": nil ], "start", "aps.alert"),
-        ([ "stale-date": #""tomorrow""# ], "update", "aps.stale-date"),
-        ([ "dismissal-date": "1.5" ], "end", "aps.dismissal-date"),
-        ([ "input-push-token": "true" ], "start", "aps.input-push-token"),
-        ([ "input-push-channel": "7" ], "start", "aps.input-push-channel"),
-    ] as [([String: String?], String, String)])
+    @Test(
+        arguments: [
+            // (aps changes, event, the path the detail names)
+            (["event": nil], "update", "aps.event"),
+            (["event": #""pause""#], "update", "aps.event"),
+            (["event": "1"], "update", "aps.event"),
+            (["timestamp": nil], "update", "aps.timestamp"),
+            (["timestamp": #""1767000000""#], "update", "aps.timestamp"),
+            (["timestamp": "1767000000.5"], "end", "aps.timestamp"),
+            (["timestamp": "-1"], "end", "aps.timestamp"),
+            (["content-state": nil], "update", "aps.content-state"),
+            (["content-state": nil], "end", "aps.content-state"),
+            (["content-state": "[1]"], "update", "aps.content-state"),
+            (["attributes-type": nil], "start", "aps.attributes-type"),
+            (["attributes-type": #""""#], "start", "aps.attributes-type"),
+            (["attributes": nil], "start", "aps.attributes"),
+            (["attributes": #""A-B""#], "start", "aps.attributes"),
+            (["alert": nil], "start", "aps.alert"),
+            (["stale-date": #""tomorrow""#], "update", "aps.stale-date"),
+            (["dismissal-date": "1.5"], "end", "aps.dismissal-date"),
+            (["input-push-token": "true"], "start", "aps.input-push-token"),
+            (["input-push-channel": "7"], "start", "aps.input-push-channel"),
+        ] as [([String: String?], String, String)])
     func liveActivityRefusals(_ changes: [String: String?], _ event: String, _ path: String) {
         let e = laError(Self.la(changes, event: event))
         #expect(e?.reason == .invalidLiveActivity, "\(changes) on \(event)")
@@ -169,7 +174,8 @@ import Testing
         // A location query is answered by waking the device: 10 or 5.
         let location = error(["payload": #"{"aps":{}}"#, "priority": "1", "push_type": Fixtures.quoted("location")])
         #expect(location == JobError(reason: .invalidPriority, detail: "a location push must have priority 10 or 5, got 1"))
-        #expect(try decode(["payload": #"{"aps":{}}"#, "priority": "5", "push_type": Fixtures.quoted("location")]).priority == .conservePower)
+        #expect(
+            try decode(["payload": #"{"aps":{}}"#, "priority": "5", "push_type": Fixtures.quoted("location")]).priority == .conservePower)
     }
 
     // MARK: Today's aps keys
@@ -186,7 +192,10 @@ import Testing
             """#
         let job = try decode(["payload": all])
         #expect(job.payload.aps.badge == 3)
-        #expect(job.payload.aps.other.map(\.key) == ["thread-id", "target-content-id", "filter-criteria", "relevance-score", "mutable-content", "sound"])
+        #expect(
+            job.payload.aps.other.map(\.key) == [
+                "thread-id", "target-content-id", "filter-criteria", "relevance-score", "mutable-content", "sound",
+            ])
     }
 
     @Test(arguments: [
@@ -195,8 +204,10 @@ import Testing
         (#"{"aps":{"sound":{"name":1}}}"#, "payload.aps.sound.name: expected a string"),
         (#"{"aps":{"sound":{"volume":1.5}}}"#, "payload.aps.sound.volume: expected a number from 0 to 1"),
         (#"{"aps":{"sound":{"volume":"loud"}}}"#, "payload.aps.sound.volume: expected a number from 0 to 1"),
-        (#"{"aps":{"alert":"a","interruption-level":"urgent"}}"#,
-         #"payload.aps.interruption-level: expected one of "passive", "active", "time-sensitive", "critical""#),
+        (
+            #"{"aps":{"alert":"a","interruption-level":"urgent"}}"#,
+            #"payload.aps.interruption-level: expected one of "passive", "active", "time-sensitive", "critical""#
+        ),
         (#"{"aps":{"alert":"a","relevance-score":1.5}}"#, "payload.aps.relevance-score: expected a number from 0 to 1"),
         (#"{"aps":{"alert":"a","relevance-score":"1"}}"#, "payload.aps.relevance-score: expected a number"),
         (#"{"aps":{"alert":"a","filter-criteria":1}}"#, "payload.aps.filter-criteria: expected a string"),
@@ -209,7 +220,10 @@ import Testing
         (#"{"aps":{"alert":{"subtitle-loc-args":"a"}}}"#, "payload.aps.alert.subtitle-loc-args: expected an array of strings"),
         (#"{"aps":{"alert":{"summary-arg":1}}}"#, "payload.aps.alert.summary-arg: expected a string"),
         (#"{"aps":{"alert":{"summary-arg-count":-1}}}"#, "payload.aps.alert.summary-arg-count: expected a whole number ≥ 0"),
-        (#"{"aps":{"alert":{"title":{"loc-args":["a"]}}}}"#, "payload.aps.alert.title: expected a string, or a dictionary with a loc-key string"),
+        (
+            #"{"aps":{"alert":{"title":{"loc-args":["a"]}}}}"#,
+            "payload.aps.alert.title: expected a string, or a dictionary with a loc-key string"
+        ),
         (#"{"aps":{"alert":{"body":{"loc-key":"K","loc-args":[1]}}}}"#, "payload.aps.alert.body.loc-args: expected an array of strings"),
     ])
     func wrongValuesNameTheKey(_ payload: String, _ detail: String) {

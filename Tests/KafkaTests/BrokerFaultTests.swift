@@ -25,7 +25,8 @@ import Testing
                 // stopped at 787 of 900 after the broker came back, not reproduced in 40 loaded runs).
                 let messages = try #require(
                     await Support.nextBatch(consumer),
-                    "only \(seen.count) of \(count) consumed; messages per partition \(perPartition.sorted { $0.key < $1.key }), consumer \(consumer.statistics)")
+                    "only \(seen.count) of \(count) consumed; messages per partition \(perPartition.sorted { $0.key < $1.key }), consumer \(consumer.statistics)"
+                )
                 seen += messages.map { Int(Support.string($0.value))! }
                 for m in messages { perPartition[m.partition, default: 0] += 1 }
                 _ = consumer.settle(messages.map(\.ref))

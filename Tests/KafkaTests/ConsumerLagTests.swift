@@ -26,7 +26,8 @@ import Testing
         await producer.close()
 
         // No statistics asked for: nothing reported (not a misleading 0).
-        let quiet = try KafkaConsumer(configuration: Support.consumerConfig(cluster, group: "quiet", topics: ["jobs"]), logger: Support.logger)
+        let quiet = try KafkaConsumer(
+            configuration: Support.consumerConfig(cluster, group: "quiet", topics: ["jobs"]), logger: Support.logger)
         _ = try #require(await Support.nextBatch(quiet))
         #expect(quiet.consumerLag.isEmpty)
         await quiet.close()

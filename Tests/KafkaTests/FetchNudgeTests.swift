@@ -1,6 +1,7 @@
 import Foundation
-@testable import Kafka
 import Testing
+
+@testable import Kafka
 
 @Suite struct FetchNudgeTests {
     /// Only a full batch (a backlog) is a reason to nudge, and at most once per interval.
@@ -34,7 +35,9 @@ import Testing
         let total = 20_000
         let padding = String(repeating: "x", count: 200)
         try await producer.sendBatch(
-            (0..<total).map { KafkaProducerMessage(topic: "jobs", key: Support.bytes("k\($0 % 97)"), value: Support.bytes("\($0) \(padding)")) })
+            (0..<total).map {
+                KafkaProducerMessage(topic: "jobs", key: Support.bytes("k\($0 % 97)"), value: Support.bytes("\($0) \(padding)"))
+            })
         try await producer.flush()
         await producer.close()
 

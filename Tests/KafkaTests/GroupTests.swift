@@ -38,9 +38,10 @@ import Testing
         let stream = Task {
             for chunk in stride(from: 0, to: total, by: 100) {
                 while chunk >= 4000 && !cAssigned.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
-                try await producer.sendBatch((chunk..<chunk + 100).map {
-                    KafkaProducerMessage(topic: "jobs", key: Support.bytes("device-\($0 % 97)"), value: Support.bytes("\($0)"))
-                })
+                try await producer.sendBatch(
+                    (chunk..<chunk + 100).map {
+                        KafkaProducerMessage(topic: "jobs", key: Support.bytes("device-\($0 % 97)"), value: Support.bytes("\($0)"))
+                    })
                 try await Task.sleep(for: .milliseconds(40))
             }
         }
@@ -65,7 +66,9 @@ import Testing
                 settled.withLock { $0.count } == total && extraSettlements() == uncommitted()
             }
         } catch {
-            Issue.record("\(error): settled \(settled.withLock { $0.count })/\(total), extra \(extraSettlements()), uncommitted at revoke \(uncommitted())")
+            Issue.record(
+                "\(error): settled \(settled.withLock { $0.count })/\(total), extra \(extraSettlements()), uncommitted at revoke \(uncommitted())"
+            )
             throw error
         }
         // The three share the partitions once the group is stable (an eager rebalance passes through
@@ -83,7 +86,9 @@ import Testing
         }
         let stats = [a, b, c].map(\.statistics)
         #expect(stats.allSatisfy { $0.offsetGaps == 0 && $0.offsetResets == 0 })
-        print("rebalance test: \(total) messages, \(extraSettlements()) settled twice (all from commits refused at revoke: \(stats.map(\.revokeCommitFailures)))")
+        print(
+            "rebalance test: \(total) messages, \(extraSettlements()) settled twice (all from commits refused at revoke: \(stats.map(\.revokeCommitFailures)))"
+        )
         let byConsumer = settled.withLock { Dictionary(grouping: $0.values.flatMap { $0 }, by: { $0 }).mapValues(\.count) }
         #expect(byConsumer["c", default: 0] > 0, "c took over partitions and consumed: \(byConsumer)")
 
@@ -99,9 +104,10 @@ import Testing
         defer { cluster.stop() }
         let producer = try Support.producer(cluster)
         for p: Int32 in [0, 1] {
-            try await producer.sendBatch((0..<100).map {
-                KafkaProducerMessage(topic: "jobs", partition: p, key: nil, value: Support.bytes("p\(p)-\($0)"))
-            })
+            try await producer.sendBatch(
+                (0..<100).map {
+                    KafkaProducerMessage(topic: "jobs", partition: p, key: nil, value: Support.bytes("p\(p)-\($0)"))
+                })
         }
         let config = Support.consumerConfig(cluster, group: "restart", topics: ["jobs"])
         let first = try KafkaConsumer(configuration: config, logger: Support.logger)
@@ -115,9 +121,10 @@ import Testing
         #expect(first.settle(p1.reversed()) == 100)
         let p0 = received.filter { $0.partition == 0 && $0.offset != 70 && $0.offset < 90 }.map(\.ref)
         #expect(first.settle(p0.shuffled()) == 89)
-        #expect(first.commitPositions == [
-            TopicPartition(topic: "jobs", partition: 0): 70, TopicPartition(topic: "jobs", partition: 1): 100,
-        ])
+        #expect(
+            first.commitPositions == [
+                TopicPartition(topic: "jobs", partition: 0): 70, TopicPartition(topic: "jobs", partition: 1): 100,
+            ])
         await first.close()
         #expect(!first.settle(topic: "jobs", partition: 0, offset: 70), "closed: nothing to settle")
 
@@ -182,14 +189,16 @@ import Testing
                 topic: "jobs", key: Support.bytes("abcd"), value: value,
                 headers: [KafkaHeader(key: "trace", string: "t-1"), KafkaHeader(key: "empty", value: nil)])
         ])
-        let jobs = try KafkaConsumer(configuration: Support.consumerConfig(cluster, group: "ingest", topics: ["jobs"]), logger: Support.logger)
+        let jobs = try KafkaConsumer(
+            configuration: Support.consumerConfig(cluster, group: "ingest", topics: ["jobs"]), logger: Support.logger)
         let message = try #require(await Support.nextBatch(jobs)?.first)
         #expect(message.headers.first(named: "empty") == KafkaHeader(key: "empty", value: nil))
         let dlq = DeadLetter(producer: producer, topic: "jobs.dlq")
         try await dlq.send(message, reason: "bad-json")
         #expect(jobs.settle([message.ref]) == 1)
 
-        let reader = try KafkaConsumer(configuration: Support.consumerConfig(cluster, group: "ops", topics: ["jobs.dlq"]), logger: Support.logger)
+        let reader = try KafkaConsumer(
+            configuration: Support.consumerConfig(cluster, group: "ops", topics: ["jobs.dlq"]), logger: Support.logger)
         let letter = try #require(await Support.nextBatch(reader)?.first)
         #expect(letter.key == Support.bytes("abcd"))
         #expect(letter.value == value)

@@ -5,12 +5,18 @@ import Testing
     @Test func inOrderSettlementAdvancesThePosition() {
         var t = PartitionOffsetTracker(committed: 10)
         #expect(t.commitPosition == 10)
-        for o in Int64(10)..<15 { let r1 = t.received(o); #expect(r1 == .inOrder) }
+        for o in Int64(10)..<15 {
+            let r1 = t.received(o)
+            #expect(r1 == .inOrder)
+        }
         #expect(t.commitPosition == 10)
         let r2 = t.settle(10)
         #expect(r2)
         #expect(t.commitPosition == 11)
-        for o in Int64(11)..<15 { let r3 = t.settle(o); #expect(r3) }
+        for o in Int64(11)..<15 {
+            let r3 = t.settle(o)
+            #expect(r3)
+        }
         #expect(t.commitPosition == 15)
         #expect(t.unsettledCount == 0)
     }
@@ -20,7 +26,10 @@ import Testing
         for o in Int64(100)..<200 { t.received(o) }
         #expect(t.commitPosition == 100)
         // Settle everything but 150, backwards.
-        for o in (Int64(100)..<200).reversed() where o != 150 { let r4 = t.settle(o); #expect(r4) }
+        for o in (Int64(100)..<200).reversed() where o != 150 {
+            let r4 = t.settle(o)
+            #expect(r4)
+        }
         #expect(t.commitPosition == 150)
         #expect(t.unsettledCount == 1)
         let r5 = t.settle(150)
@@ -99,7 +108,10 @@ import Testing
                 // settle in a scrambled order: the one `window` behind, reversed in blocks of 10
                 let base = (o - window) / 10 * 10
                 if (o - window) % 10 == 9 {
-                    for s in (base..<base + 10).reversed() { let r17 = t.settle(s); #expect(r17) }
+                    for s in (base..<base + 10).reversed() {
+                        let r17 = t.settle(s)
+                        #expect(r17)
+                    }
                 }
             }
             maxBytes = max(maxBytes, t.bitmapBytes)

@@ -1,15 +1,15 @@
 import APNsProtocol
 import APNsTransport
 import Foundation
-import Sender
 import HTTP2Simulator
 import Kafka
 import Operations
 import Pipeline
 import Redis
+import Sender
 import ServiceLifecycle
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 31 through `run`'s runner: Kafka (mock cluster) → Redis → the HTTP/2 simulator over TLS.
 /// Live Activity updates reach the gateway on the app's Live Activity topic with token auth and the
@@ -29,10 +29,13 @@ struct LiveActivityPipelineTests {
 
         var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
         c.apps = [
-            .init(bundleID: shop, transport: .http2,
-                  authentication: .token(keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)),
-            .init(bundleID: news, transport: .http2,
-                  authentication: .certificate(certificate: TestCertificates.pem(news), key: "\(TestCertificates.directory)/\(news).key")),
+            .init(
+                bundleID: shop, transport: .http2,
+                authentication: .token(
+                    keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)),
+            .init(
+                bundleID: news, transport: .http2,
+                authentication: .certificate(certificate: TestCertificates.pem(news), key: "\(TestCertificates.directory)/\(news).key")),
         ]
         c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
         c.http2.serverHostname = "localhost"
@@ -60,8 +63,10 @@ struct LiveActivityPipelineTests {
         messages.append(job("p1", token: 5, #""payload":{"aps":{"alert":"whenever"}},"priority":1"#))
         messages.append(job("cert-la", app: news, token: 6, #""payload":\#(update),"push_type":"liveactivity""#))
         messages.append(job("cert-location", app: news, token: 8, #""payload":{"aps":{}},"push_type":"location""#))
-        messages.append(job("broken-la", token: 7, #""payload":{"aps":{"event":"update","timestamp":1767000000}},"push_type":"liveactivity""#))
-        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
+        messages.append(
+            job("broken-la", token: 7, #""payload":{"aps":{"event":"update","timestamp":1767000000}},"push_type":"liveactivity""#))
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         try await producer.sendBatch(messages)
 
         let client = try redis.client()
@@ -100,7 +105,8 @@ struct LiveActivityPipelineTests {
         await dlq.close()
         #expect(
             reasons == [
-                "cert-la": "push-type-needs-token-auth", "cert-location": "push-type-needs-token-auth", "broken-la": "invalid-live-activity",
+                "cert-la": "push-type-needs-token-auth", "cert-location": "push-type-needs-token-auth",
+                "broken-la": "invalid-live-activity",
             ])
 
         await group.triggerGracefulShutdown()

@@ -2,13 +2,14 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
-@testable import Operations
 import Pipeline
 import ProcessSupport
 import Redis
 import Synchronization
-import Testing
 import TestSupport
+import Testing
+
+@testable import Operations
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -16,7 +17,9 @@ import FoundationNetworking
 
 /// GET over a real socket with headers: status, body and the response's headers (lower-cased names).
 /// `timeout` only keeps a broken server from hanging the test (a loaded machine may be slow).
-func get(_ url: String, headers: [String: String], timeout: TimeInterval = 60) async throws -> (status: Int, body: String, headers: [String: String]) {
+func get(
+    _ url: String, headers: [String: String], timeout: TimeInterval = 60
+) async throws -> (status: Int, body: String, headers: [String: String]) {
     var request = URLRequest(url: URL(string: url)!)
     request.timeoutInterval = timeout
     for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
@@ -115,7 +118,9 @@ func plainServer(token: String? = opsToken, limits: OperationsServer.Limits = .i
             refused += 7
         }
         #expect(try await get(base + "/metrics", headers: good).body == "apns_up 1\n")
-        #expect(try await get(base + "/metrics", headers: ["authorization": "bearer \(opsToken)"]).status == 200, "the scheme is case-insensitive")
+        #expect(
+            try await get(base + "/metrics", headers: ["authorization": "bearer \(opsToken)"]).status == 200,
+            "the scheme is case-insensitive")
         #expect(try await get(base + "/readyz", headers: good).body == "ready\n")
         #expect(try await get(base + "/api/dashboard", headers: good).body == #"{"now":1}"#)
         #expect(try await get(base + "/no-such-path", headers: good).status == 404)

@@ -11,8 +11,8 @@ import ProcessSupport
 import Redis
 import Sender
 import ServiceLifecycle
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -35,7 +35,8 @@ func get(_ url: String) async throws -> (status: Int, body: String) {
 }
 
 func eventually(
-    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool
+    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
 ) async throws {
     let deadline = ContinuousClock.now + timeout
     while try await !condition() {
@@ -98,7 +99,10 @@ struct OperationsTests {
         c.gateway.shard.settleAfter = 0.3
         c.gateway.shard.reconnect.initialDelay = 0.005
         c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
-        c.apps = [.init(bundleID: shop, certificate: "\(TestCertificates.directory)/\(shop).pem", key: "\(TestCertificates.directory)/\(shop).key")]
+        c.apps = [
+            .init(
+                bundleID: shop, certificate: "\(TestCertificates.directory)/\(shop).pem", key: "\(TestCertificates.directory)/\(shop).key")
+        ]
         c.feedbackIntervalMinutes = 0
 
         let prometheus = PrometheusMetrics()
@@ -114,12 +118,15 @@ struct OperationsTests {
         let before = try await get(base + "/metrics").body
         #expect(sample(before, #"apns_accepted_total{app="com.example.shop",transport="binary"}"#) == 0)
 
-        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         let template = try JSONParser.parse(#"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello"}}}"#)
-        try await producer.sendBatch(audience.map { t in
-            KafkaProducerMessage(topic: "apns.jobs", key: Array(t.hex.utf8),
-                value: Campaign.job(template: template, campaign: "m1", recipient: .init(token: t, language: nil)))
-        })
+        try await producer.sendBatch(
+            audience.map { t in
+                KafkaProducerMessage(
+                    topic: "apns.jobs", key: Array(t.hex.utf8),
+                    value: Campaign.job(template: template, campaign: "m1", recipient: .init(token: t, language: nil)))
+            })
         let client = try redis.client()
         let store = PipelineStore(client: client, logger: testLogger)
         try await store.incrementPublished(campaign: "m1", by: audience.count)
@@ -189,7 +196,8 @@ struct OperationsTests {
     /// runner to the HTTP/2 simulator with token authentication: one answer-latency sample per
     /// request (none refused or retried here, so as many as accepted), and the provider token's age.
     @Test func http2MetricsShowAnswerLatencyAndTokenAge() async throws {
-        let cluster = try MockCluster(brokers: 1, topics: [.init(name: "apns.jobs", partitions: 2), .init(name: "apns.jobs.dlq", partitions: 1)], logger: testLogger)
+        let cluster = try MockCluster(
+            brokers: 1, topics: [.init(name: "apns.jobs", partitions: 2), .init(name: "apns.jobs.dlq", partitions: 1)], logger: testLogger)
         defer { cluster.stop() }
         let redis = try await RedisServer()
         defer { redis.stop() }
@@ -197,8 +205,10 @@ struct OperationsTests {
 
         var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
         c.apps = [
-            .init(bundleID: shop, transport: .http2,
-                  authentication: .token(keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
+            .init(
+                bundleID: shop, transport: .http2,
+                authentication: .token(
+                    keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
         ]
         c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
         c.http2.serverHostname = "localhost"
@@ -219,13 +229,16 @@ struct OperationsTests {
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
         let running = Task { try await group.run() }
 
-        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         let template = try JSONParser.parse(#"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello"}}}"#)
         let audience = (0..<200).map(token)
-        try await producer.sendBatch(audience.map { t in
-            KafkaProducerMessage(topic: "apns.jobs", key: Array(t.hex.utf8),
-                value: Campaign.job(template: template, campaign: "h1", recipient: .init(token: t, language: nil)))
-        })
+        try await producer.sendBatch(
+            audience.map { t in
+                KafkaProducerMessage(
+                    topic: "apns.jobs", key: Array(t.hex.utf8),
+                    value: Campaign.job(template: template, campaign: "h1", recipient: .init(token: t, language: nil)))
+            })
 
         let accepted = #"apns_accepted_total{app="com.example.shop",transport="http2"}"#
         let answers = #"apns_gateway_answer_latency_seconds_count{app="com.example.shop",transport="http2"}"#
@@ -281,21 +294,33 @@ struct OperationsTests {
         let store = PipelineStore(client: client, logger: testLogger)
         try await store.incrementPublished(campaign: "spring-sale", by: 1000)
         var outcomes: [Redis.Outcome] = []
-        for i in 0..<640 { outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .accepted, shard: i % 2)) }
-        for i in 640..<652 {
-            outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .rejected,
-                code: "BadDeviceToken", suppressToken: TokenSuppression(reason: "invalid-token"), shard: 0))
+        for i in 0..<640 {
+            outcomes.append(
+                .init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .accepted, shard: i % 2))
         }
-        for i in 652..<700 { outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .suppressed)) }
+        for i in 640..<652 {
+            outcomes.append(
+                .init(
+                    jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .rejected,
+                    code: "BadDeviceToken", suppressToken: TokenSuppression(reason: "invalid-token"), shard: 0))
+        }
+        for i in 652..<700 {
+            outcomes.append(.init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .suppressed))
+        }
         _ = try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 700)))
-        try await store.updateShard(ShardStatus(app: shop, shard: 0, state: "connected", gateway: "127.0.0.1:2197", connectedSince: PipelineStore.epochNow() - 75))
-        try await store.updateShard(ShardStatus(app: shop, shard: 1, state: "backing-off", gateway: "127.0.0.1:2197", lastError: "connect 127.0.0.1:2197: connection refused"))
+        try await store.updateShard(
+            ShardStatus(app: shop, shard: 0, state: "connected", gateway: "127.0.0.1:2197", connectedSince: PipelineStore.epochNow() - 75))
+        try await store.updateShard(
+            ShardStatus(
+                app: shop, shard: 1, state: "backing-off", gateway: "127.0.0.1:2197",
+                lastError: "connect 127.0.0.1:2197: connection refused"))
 
         // No cache: the page must see Redis go away on its next read.
         let (server, data) = try await OperationsSurface.serveDashboard(
             redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, logger: testLogger, cacheFor: .zero)
         let url = "http://127.0.0.1:\(server.port)/#token=\(opsToken)"
-        let shot = ProcessInfo.processInfo.environment["DASHBOARD_SCREENSHOT"]
+        let shot =
+            ProcessInfo.processInfo.environment["DASHBOARD_SCREENSHOT"]
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("apns-dashboard.png").path
         var console = ""
         let dom = try await runChromium(chromium, ["--dump-dom", "--enable-logging=stderr", "--v=0", url], stderr: &console)
@@ -338,8 +363,11 @@ struct OperationsTests {
     func runChromium(_ chromium: String, _ arguments: [String], stderr: inout String) async throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chromium)
-        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=5000",
-            "--user-data-dir=\(FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)").path)"] + arguments
+        process.arguments =
+            [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=5000",
+                "--user-data-dir=\(FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)").path)",
+            ] + arguments
         let out = Pipe()
         process.standardOutput = out
         // stderr into a file, read once Chromium is done: a second blocking reader would take another
@@ -366,15 +394,18 @@ struct OperationsTests {
         PipelineMetrics.Name.deduped, PipelineMetrics.Name.deadLettered, PipelineMetrics.Name.refusals, PipelineMetrics.Name.replayed,
         PipelineMetrics.Name.ambiguous, PipelineMetrics.Name.retried, PipelineMetrics.Name.reconnects, PipelineMetrics.Name.sequenceUnknown,
         PipelineMetrics.Name.deadLetterFailures, PipelineMetrics.Name.resentAfterCrash, PipelineMetrics.Name.inFlightWaits,
-        PipelineMetrics.Name.writes, PipelineMetrics.Name.framesWritten, PipelineMetrics.Name.bytesWritten, PipelineMetrics.Name.inFlightJobs,
-        PipelineMetrics.Name.connectionUp, PipelineMetrics.Name.connections, PipelineMetrics.Name.queueDepth, PipelineMetrics.Name.replayBuffer,
+        PipelineMetrics.Name.writes, PipelineMetrics.Name.framesWritten, PipelineMetrics.Name.bytesWritten,
+        PipelineMetrics.Name.inFlightJobs,
+        PipelineMetrics.Name.connectionUp, PipelineMetrics.Name.connections, PipelineMetrics.Name.queueDepth,
+        PipelineMetrics.Name.replayBuffer,
         PipelineMetrics.Name.replayBufferBytes, PipelineMetrics.Name.streamsInUse, PipelineMetrics.Name.consumerLag,
         PipelineMetrics.Name.assignedPartitions, PipelineMetrics.Name.settlementLatency, PipelineMetrics.Name.kafkaBatch,
         PipelineMetrics.Name.settleBatch, PipelineMetrics.Name.answerLatency, PipelineMetrics.Name.providerTokenAge,
     ]
-    let used = Set(json.matches(of: /apns_[a-z0-9_]+/).map { String($0.output) }.map { name in
-        name.hasSuffix("_bucket") ? String(name.dropLast("_bucket".count)) : name
-    })
+    let used = Set(
+        json.matches(of: /apns_[a-z0-9_]+/).map { String($0.output) }.map { name in
+            name.hasSuffix("_bucket") ? String(name.dropLast("_bucket".count)) : name
+        })
     #expect(used.count > 20)
     #expect(used.subtracting(exported).isEmpty, "not exported: \(used.subtracting(exported).sorted())")
 }
@@ -425,7 +456,8 @@ struct OperationsTests {
     try (opsToken + "\n").write(toFile: file, atomically: true, encoding: .utf8)
     #expect(try load(app + "metrics:\n  auth_token: ${file:\(file)}\n").metricsAuthToken == opsToken)
     // A redacting handler masks it.
-    #expect(RedactingLogHandler(StreamLogHandler.standardError(label: "t"), secrets: clear.secrets).redact("token \(opsToken)") == "token ***")
+    #expect(
+        RedactingLogHandler(StreamLogHandler.standardError(label: "t"), secrets: clear.secrets).redact("token \(opsToken)") == "token ***")
     for bad in ["short-token", "has space in the token 0123", "\"\""] {
         #expect {
             try load(app + "metrics:\n  auth_token: \(bad)\n")

@@ -1,10 +1,9 @@
 import Foundation
 import Kafka
-import Redis
-import Testing
-import TestSupport
-
 import Pipeline
+import Redis
+import TestSupport
+import Testing
 
 /// Issue 28 (2): `run`'s memory is bounded in bytes. A real `apns-pipeline run` process takes ~0.9 MB
 /// jobs — valid ones (an unknown top-level key carries the bulk: design §3.1 ignores it) and refused ones
@@ -19,7 +18,9 @@ import Pipeline
 /// ~5 MiB per partition limits, the consumer's and librdkafka's own bounds keep the peak low too, so
 /// this test proves the bound holds and nothing is lost, not that the byte budget alone is what holds it;
 /// `BudgetBytesTests` shows the budget's accounting blocks.)
-@Suite(.serialized, .enabled(if: RedisServer.available && PipelineProcess.binary != nil, "needs redis-server and the built apns-pipeline (ops/test)"))
+@Suite(
+    .serialized,
+    .enabled(if: RedisServer.available && PipelineProcess.binary != nil, "needs redis-server and the built apns-pipeline (ops/test)"))
 struct ByteBudgetProcessTests {
     static let budget = 64 << 20
     /// The process itself (a debug build, ~40–100 MiB at rest), the consumer's buffer, librdkafka's
@@ -51,7 +52,9 @@ struct ByteBudgetProcessTests {
         for i in 0..<Self.jobs {
             let value: [UInt8]
             if i % 2 == 0 {
-                value = Array(#"{"id":"bad-\#(i)","app":"com.example.shop","token":"abc","notes":"\#(filler)","payload":{"aps":{"alert":"hi"}}}"#.utf8)
+                value = Array(
+                    #"{"id":"bad-\#(i)","app":"com.example.shop","token":"abc","notes":"\#(filler)","payload":{"aps":{"alert":"hi"}}}"#.utf8
+                )
             } else {
                 let job = Campaign.job(template: template, campaign: "big", recipient: .init(token: token(i), language: nil))
                 // An unknown top-level key carries the bulk: valid, ignored by the decoder.
@@ -91,7 +94,9 @@ struct ByteBudgetProcessTests {
         let recorded = stack.recorded(campaign: "big")
         #expect(recorded.count == Self.jobs / 2, "every valid job delivered")
         #expect(recorded.values.allSatisfy { $0 == 1 })
-        print("byte budget \(Self.budget >> 20) MiB: run's VmHWM \(whileFailing >> 20) MiB while the DLQ failed, \(peak >> 20) MiB at the end (\(Self.jobs) jobs, ~\(Self.jobs * 9 / 10) MB)")
+        print(
+            "byte budget \(Self.budget >> 20) MiB: run's VmHWM \(whileFailing >> 20) MiB while the DLQ failed, \(peak >> 20) MiB at the end (\(Self.jobs) jobs, ~\(Self.jobs * 9 / 10) MB)"
+        )
         #expect(peak < Self.budget + Self.allowance, "run's peak RSS \(peak >> 20) MiB")
         await stack.stop()
     }

@@ -1,8 +1,8 @@
 import Foundation
 import Pipeline
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 28 (7): `campaign status` and `campaign wait` of a campaign whose keys expired (or that was never
 /// published) say so, on stderr, with exit status 3; a live one still exits 0.

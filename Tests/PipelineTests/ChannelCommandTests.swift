@@ -14,20 +14,20 @@ import Testing
         let d = TestCertificates.directory
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("channel-\(UUID().uuidString).yaml")
         try """
-            http2:
-              hosts: ["127.0.0.1:\(port)"]
-              server_hostname: localhost
-              ca: \(d)/ca.pem
-            apps:
-              - bundle_id: \(shop)
-                environment: sandbox
-                token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
-              - bundle_id: com.example.news
-                transport: binary
-                certificate: \(d)/com.example.news.pem
-                key: \(d)/com.example.news.key
+        http2:
+          hosts: ["127.0.0.1:\(port)"]
+          server_hostname: localhost
+          ca: \(d)/ca.pem
+        apps:
+          - bundle_id: \(shop)
+            environment: sandbox
+            token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
+          - bundle_id: com.example.news
+            transport: binary
+            certificate: \(d)/com.example.news.pem
+            key: \(d)/com.example.news.key
 
-            """.write(to: file, atomically: true, encoding: .utf8)
+        """.write(to: file, atomically: true, encoding: .utf8)
         return file
     }
 
@@ -110,8 +110,9 @@ import Testing
         #expect(r.status == 1)
         let refused = try Self.json(r.stdout)
         #expect(refused["reason"]?.stringValue == "BadEnvironmentKeyIdInToken" && refused["environment"]?.stringValue == "production")
-        #expect(r.stderr.contains("\(TestCertificates.tokenKeyID) is not enabled for the production environment")
-            && r.stderr.contains("--environment sandbox"), "\(r.stderr)")
+        #expect(
+            r.stderr.contains("\(TestCertificates.tokenKeyID) is not enabled for the production environment")
+                && r.stderr.contains("--environment sandbox"), "\(r.stderr)")
         try await sim.stop()
     }
 
@@ -147,13 +148,13 @@ import Testing
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("channel-\(UUID().uuidString).yaml")
             defer { try? FileManager.default.removeItem(at: file) }
             try """
-                \(http2)
-                apps:
-                  - bundle_id: \(shop)
-                    environment: \(environment)
-                    token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
+            \(http2)
+            apps:
+              - bundle_id: \(shop)
+                environment: \(environment)
+                token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
 
-                """.write(to: file, atomically: true, encoding: .utf8)
+            """.write(to: file, atomically: true, encoding: .utf8)
             return try PipelineConfiguration.load(file: file.path)
         }
         let apple = try load("http2: {}")
@@ -163,9 +164,13 @@ import Testing
         #expect(sandbox.host.description == "api-manage-broadcast.sandbox.push.apple.com:2195")
         // Apple's provider API hosts named explicitly still mean Apple: channel management has its own hosts.
         let explicit = try load("http2:\n  hosts: [\"api.sandbox.push.apple.com:443\"]", environment: "sandbox")
-        #expect(try explicit.channelManagementConfiguration(for: explicit.apps[0]).host.description == "api-manage-broadcast.sandbox.push.apple.com:2195")
+        #expect(
+            try explicit.channelManagementConfiguration(for: explicit.apps[0]).host.description
+                == "api-manage-broadcast.sandbox.push.apple.com:2195")
         let sim = try load("http2:\n  hosts: [\"127.0.0.1:4443\"]\n  server_hostname: localhost\n  ca: \(d)/ca.pem", environment: "sandbox")
         let s = try sim.channelManagementConfiguration(for: sim.apps[0])
-        #expect(s.environment == .sandbox && s.host.description == "127.0.0.1:4443" && s.serverHostname == "localhost" && s.trustRootsPath == "\(d)/ca.pem")
+        #expect(
+            s.environment == .sandbox && s.host.description == "127.0.0.1:4443" && s.serverHostname == "localhost"
+                && s.trustRootsPath == "\(d)/ca.pem")
     }
 }

@@ -2,21 +2,21 @@ import Foundation
 import Pipeline
 import ProcessSupport
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 @Suite struct ClusterPipelineConfigurationTests {
     private func load(_ redisSection: String) throws -> PipelineConfiguration {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("cluster-\(UUID().uuidString).yaml").path
         defer { try? FileManager.default.removeItem(atPath: file) }
         try """
-            redis:
-            \(redisSection)
-            apps:
-              - bundle_id: \(shop)
-                certificate: \(TestCertificates.directory)/\(shop).pem
-                key: \(TestCertificates.directory)/\(shop).key
-            """.write(toFile: file, atomically: true, encoding: .utf8)
+        redis:
+        \(redisSection)
+        apps:
+          - bundle_id: \(shop)
+            certificate: \(TestCertificates.directory)/\(shop).pem
+            key: \(TestCertificates.directory)/\(shop).key
+        """.write(toFile: file, atomically: true, encoding: .utf8)
         return try PipelineConfiguration.load(file: file)
     }
 
@@ -27,7 +27,8 @@ import TestSupport
             return
         }
         #expect(cluster.seeds.map(\.description) == ["10.0.0.1:7000", "10.0.0.2:7000"])
-        #expect(try load("  url: redis://10.0.0.1:6380/2").redis.target() == .single(try RedisConfiguration(url: "redis://10.0.0.1:6380/2")))
+        #expect(
+            try load("  url: redis://10.0.0.1:6380/2").redis.target() == .single(try RedisConfiguration(url: "redis://10.0.0.1:6380/2")))
     }
 
     @Test func badRedisSettingsNameTheKey() throws {
@@ -72,7 +73,8 @@ struct ClusterPipelineTests {
         try await stack.publish(campaign: "r", template: template, tokens: Array(audience.prefix(jobs / 2)))
         try await stack.waitAccepted("r", count: 200)
 
-        let from = try await cluster.nodeID(0), to = try await cluster.nodeID(1)
+        let from = try await cluster.nodeID(0)
+        let to = try await cluster.nodeID(1)
         let reshard = Process()
         reshard.executableURL = URL(fileURLWithPath: redisCLI)
         reshard.arguments = [

@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 /// `apns-pipeline run` refuses to start when its pipeline file's dedup settings would not find the
 /// records Redis holds (issue 14 made the default bucket 24 h wide): the error names the file, the keys
@@ -14,7 +14,8 @@ struct DedupLayoutStartTests {
         let client = try redis.client()
         let keys = RedisKeys()
         // Records written with 12-hour buckets, as the defaults before issue 14 did.
-        try await client.send(RedisCommand("SET", keys.dedupLayout, DedupLayout(bucketSeconds: 43_200, subBuckets: 4096, tokenBuckets: 16).stored))
+        try await client.send(
+            RedisCommand("SET", keys.dedupLayout, DedupLayout(bucketSeconds: 43_200, subBuckets: 4096, tokenBuckets: 16).stored))
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("layout-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -23,17 +24,17 @@ struct DedupLayoutStartTests {
         let d = TestCertificates.directory
         func writeFile(redisExtra: String = "") throws {
             try """
-                kafka:
-                  bootstrap_servers: "127.0.0.1:1"
-                redis:
-                  url: \(redis.url)
-                \(redisExtra)
-                apps:
-                  - bundle_id: \(shop)
-                    transport: binary
-                    certificate: \(d)/\(shop).pem
-                    key: \(d)/\(shop).key
-                """.write(toFile: file, atomically: true, encoding: .utf8)
+            kafka:
+              bootstrap_servers: "127.0.0.1:1"
+            redis:
+              url: \(redis.url)
+            \(redisExtra)
+            apps:
+              - bundle_id: \(shop)
+                transport: binary
+                certificate: \(d)/\(shop).pem
+                key: \(d)/\(shop).key
+            """.write(toFile: file, atomically: true, encoding: .utf8)
         }
         try writeFile()
         let (status, _, stderr) = try await PipelineProcess.command(["run", "--pipeline", file])

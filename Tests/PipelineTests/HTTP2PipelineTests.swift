@@ -7,8 +7,8 @@ import Kafka
 import Pipeline
 import Redis
 import Sender
-import Testing
 import TestSupport
+import Testing
 
 /// The pipeline over Apple's HTTP/2 provider API: Kafka (mock cluster) → Redis → the HTTP/2 simulator
 /// over TLS with token auth, every count exact. The binary-interface story of `PipelineTests`, told
@@ -94,7 +94,9 @@ struct HTTP2PipelineTests {
         // Both kinds of dead token are suppressed at once; a 410 from Apple's timestamp.
         #expect(try await stack.tokenHashLength("suppressed", shop) == 30)
         let stamp = try await stack.store.client.send(
-            RedisCommand("HGET", stack.store.keys.suppressed(app: shop, tokenHex: uninstalled.first!.hex), uninstalled.first!.hex.lowercased())).string
+            RedisCommand(
+                "HGET", stack.store.keys.suppressed(app: shop, tokenHex: uninstalled.first!.hex), uninstalled.first!.hex.lowercased())
+        ).string
         #expect(stamp?.hasPrefix("\(unregisteredAt):") == true, "410 suppression time \(stamp ?? "-")")
 
         // Five uninstalled tokens register again after their 410 time (but before now): lifted. An

@@ -3,8 +3,8 @@ import Foundation
 import Kafka
 import Pipeline
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 28 (1): against real servers (librdkafka's mock cluster, redis-server, the TLS simulator), a
 /// batch mixing jobs with a 400 kB `app`, thousands of unknown apps and valid jobs: every bad job is
@@ -25,7 +25,8 @@ import TestSupport
         let bigJobs = 8
         try await stack.producer.sendBatch(
             (0..<bigJobs).map {
-                KafkaProducerMessage(topic: "apns.jobs", partition: Int32($0 % 8), key: nil, value: Array(job("big-\($0)", app: bigApp).utf8))
+                KafkaProducerMessage(
+                    topic: "apns.jobs", partition: Int32($0 % 8), key: nil, value: Array(job("big-\($0)", app: bigApp).utf8))
             })
         try await stack.publish(campaign: "v", template: template, tokens: valid)
         try await stack.publishRaw((0..<2000).map { job("unknown-\($0)", app: "com.hostile.app\($0)") })

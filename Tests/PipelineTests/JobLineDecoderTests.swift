@@ -14,7 +14,9 @@ import Testing
     static let tokenHex = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
     static let payload = #"{"aps":{"alert":{"title":"Spring sale","body":"Everything is 20% off."},"sound":"default"},"acme":1}"#
 
-    static func line(id: String = "sale:1", app: String = #""com.example.shop""#, token: String? = nil, payload: String? = nil, extra: String = "") -> [UInt8] {
+    static func line(
+        id: String = "sale:1", app: String = #""com.example.shop""#, token: String? = nil, payload: String? = nil, extra: String = ""
+    ) -> [UInt8] {
         let t = token ?? "\"\(tokenHex)\""
         return Array(#"{"id":"\#(id)","app":\#(app),"token":\#(t),"payload":\#(payload ?? Self.payload)\#(extra)}"#.utf8)
     }
@@ -90,7 +92,10 @@ import Testing
             }
         }
         // The lines above do reach the refusals they are there for.
-        for reason in ["app-mismatch", "invalid-app", "invalid-token", "missing-payload", "invalid-payload", "expired", "invalid-json", "not-an-object", "missing-id"] {
+        for reason in [
+            "app-mismatch", "invalid-app", "invalid-token", "missing-payload", "invalid-payload", "expired", "invalid-json",
+            "not-an-object", "missing-id",
+        ] {
             #expect(refused.contains(reason), "\(reason) never came up")
         }
         #expect(refused.contains("payload-too-large") == (payloadLimit == 2048))

@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 import Pipeline
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 28 (6): a private key file readable by group or others is warned about at start, with the
 /// file and the fix; a certificate (public) is not.
@@ -11,7 +11,8 @@ import TestSupport
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let key = "\(dir)/shop.key", certificate = "\(dir)/shop.pem"
+        let key = "\(dir)/shop.key"
+        let certificate = "\(dir)/shop.pem"
         try FileManager.default.copyItem(atPath: TestCertificates.key(shop), toPath: key)
         try FileManager.default.copyItem(atPath: TestCertificates.pem(shop), toPath: certificate)
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: certificate)

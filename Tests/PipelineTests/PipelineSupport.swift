@@ -8,9 +8,8 @@ import Pipeline
 import Redis
 import Sender
 import ServiceLifecycle
-import Testing
 import TestSupport
-
+import Testing
 
 let shop = "com.example.shop"
 
@@ -86,7 +85,8 @@ final class Stack: @unchecked Sendable {
                 value: Campaign.job(template: template, campaign: campaign, recipient: .init(token: t, language: nil)))
         }
         try await producer.sendBatch(messages)
-        try await store.recordPublished(campaign: campaign, jobIDs: tokens.map { Campaign.jobID(campaign: campaign, token: $0) }, markSets: sets)
+        try await store.recordPublished(
+            campaign: campaign, jobIDs: tokens.map { Campaign.jobID(campaign: campaign, token: $0) }, markSets: sets)
         try await store.finishPublish(campaign: campaign)
     }
 
@@ -164,7 +164,10 @@ final class RunningPipeline: Sendable {
     }
 }
 
-func eventually(_ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool) async throws {
+func eventually(
+    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async throws {
     let deadline = ContinuousClock.now + timeout
     while try await !condition() {
         if ContinuousClock.now > deadline {
@@ -238,7 +241,9 @@ final class PipelineProcess: @unchecked Sendable {
     static func command(
         _ arguments: [String], environment: [String: String] = [:], executable: String? = nil
     ) async throws -> (status: Int32, stdout: String, stderr: String) {
-        guard let binary = executable ?? binary else { throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)") }
+        guard let binary = executable ?? binary else {
+            throw TestFailure("the apns-pipeline binary is not built (swift build --build-tests)")
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = arguments
@@ -246,7 +251,8 @@ final class PipelineProcess: @unchecked Sendable {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cmd-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let out = directory.appendingPathComponent("out"), err = directory.appendingPathComponent("err")
+        let out = directory.appendingPathComponent("out")
+        let err = directory.appendingPathComponent("err")
         _ = FileManager.default.createFile(atPath: out.path, contents: nil)
         _ = FileManager.default.createFile(atPath: err.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: out)

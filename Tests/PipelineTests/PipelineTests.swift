@@ -8,8 +8,8 @@ import Pipeline
 import Redis
 import Sender
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 /// The demo's scenario, smaller, with every count asserted exactly, against real servers.
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
@@ -74,7 +74,6 @@ struct PipelineTests {
                 "m1": "invalid-json", "m2": "invalid-token", "m3": "payload-too-large",
                 "m4": "priority-10-content-available-only", "m5": "invalid-payload",  // m5: no aps dictionary
             ])
-
 
         // Feedback: the simulator queued the uninstalled tokens; the poller suppresses them.
         let poller = FeedbackPoller(store: stack.store, logger: testLogger)
@@ -277,7 +276,9 @@ struct PipelineTests {
         // `ambiguous` counts only what the dead process had handed to its transports (issue 28): still
         // every duplicate.
         #expect(Int64(duplicates) <= totals[.ambiguous], "every duplicate is counted ambiguous")
-        print("kill -9: \(leased) leases left, recovered in \(recovery), resent_after_crash \(totals[.resentAfterCrash]), duplicates \(duplicates), in_flight_waits \(totals[.inFlightWaits])")
+        print(
+            "kill -9: \(leased) leases left, recovered in \(recovery), resent_after_crash \(totals[.resentAfterCrash]), duplicates \(duplicates), in_flight_waits \(totals[.inFlightWaits])"
+        )
         await stack.stop()
     }
 
@@ -326,7 +327,10 @@ struct PipelineTests {
         #expect(published.stderr.contains("1 duplicate token(s)"), "\(published.stderr)")
         let afterPublish = try await stack.store.readCampaign("p")
         #expect(afterPublish.jobs == jobs && afterPublish.published == jobs && !afterPublish.isPublishing)
-        let waiter = Task { try await PipelineProcess.command(["campaign", "wait", "p", "--pipeline", file, "--timeout", "240", "--quiet"], environment: environment) }
+        let waiter = Task {
+            try await PipelineProcess.command(
+                ["campaign", "wait", "p", "--pipeline", file, "--timeout", "240", "--quiet"], environment: environment)
+        }
         let first = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)
 
         // Sample progress all along: it must never pass the number of jobs.
@@ -337,9 +341,13 @@ struct PipelineTests {
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
-        try await eventually("the first process settled some", timeout: .seconds(90)) { try await stack.store.readCampaign("p").jobsSettled >= 1500 }
+        try await eventually("the first process settled some", timeout: .seconds(90)) {
+            try await stack.store.readCampaign("p").jobsSettled >= 1500
+        }
         let second = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)  // rebalance
-        try await eventually("the second process took part", timeout: .seconds(90)) { try await stack.store.readCampaign("p").jobsSettled >= 3000 }
+        try await eventually("the second process took part", timeout: .seconds(90)) {
+            try await stack.store.readCampaign("p").jobsSettled >= 3000
+        }
         #expect(await first.stop() == 0)  // rebalance again: its partitions move to the second
         let (status, waitOut, waitErr) = try await waiter.value
         // `campaign wait` said done: every job must be done now.
@@ -358,11 +366,14 @@ struct PipelineTests {
         #expect(p[.jobsAccepted] == jobs - Int64(invalid.count) && p[.jobsRejected] == Int64(invalid.count))
         #expect(p[.jobsSuppressed] == 0 && p[.jobsDeadLettered] == 0)
         // The message figures count every redelivered message again (how many depends on the rebalances).
-        print("two processes: \(jobs) jobs, \(p.messagesSettled) messages settled (deduped \(p.counters[.deduped]), suppressed \(p.counters[.suppressed])), highest progress seen \(highest.withLock { $0 })")
+        print(
+            "two processes: \(jobs) jobs, \(p.messagesSettled) messages settled (deduped \(p.counters[.deduped]), suppressed \(p.counters[.suppressed])), highest progress seen \(highest.withLock { $0 })"
+        )
         #expect(p.messagesSettled >= jobs)
 
         // Scriptable output: stable keys, numbers as numbers.
-        let statusJSON = try await PipelineProcess.command(["campaign", "status", "p", "--pipeline", file, "--json"], environment: environment)
+        let statusJSON = try await PipelineProcess.command(
+            ["campaign", "status", "p", "--pipeline", file, "--json"], environment: environment)
         #expect(statusJSON.status == 0, "\(statusJSON.stderr)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(statusJSON.stdout.utf8)) as? [String: Any])
         #expect(object["campaign"] as? String == "p" && object["basis"] as? String == "jobs" && object["done"] as? Bool == true)
@@ -380,7 +391,8 @@ struct PipelineTests {
         #expect(((statsObject["campaign"] as? [String: Any])?["jobs"] as? [String: Any])?["settled"] is NSNumber)
         #expect((statsObject["per_second"] as? [String: Any])?["current_minute"] is [String: Any])
         // Exit statuses: 2 when the wait times out, 1 when Redis cannot be read.
-        let timedOut = try await PipelineProcess.command(["campaign", "wait", "never-published", "--pipeline", file, "--timeout", "0.5", "--quiet"], environment: environment)
+        let timedOut = try await PipelineProcess.command(
+            ["campaign", "wait", "never-published", "--pipeline", file, "--timeout", "0.5", "--quiet"], environment: environment)
         #expect(timedOut.status == 2, "\(timedOut.stderr)")
         let unreachable = try await PipelineProcess.command(["stats", "--redis", "redis://127.0.0.1:1", "--json"])
         #expect(unreachable.status == 1)
@@ -430,8 +442,10 @@ struct PipelineTests {
         let c = try loadShipped("default.yaml")
         #expect(c.apps.map(\.bundleID) == ["com.example.shop", "com.example.news"])
         #expect(c.apps.map(\.transport) == [.http2, .http2])
-        #expect(c.apps[0].authentication == .token(
-            keyFile: "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8", keyID: "TESTKEY123", teamID: "TESTTEAM01"))
+        #expect(
+            c.apps[0].authentication
+                == .token(
+                    keyFile: "\(TestCertificates.directory)/AuthKey_TESTKEY123.p8", keyID: "TESTKEY123", teamID: "TESTTEAM01"))
         guard case .certificate = c.apps[1].authentication else {
             Issue.record("com.example.news uses certificate auth")
             return
@@ -471,7 +485,8 @@ struct PipelineTests {
 
     /// A file that sets nothing gets the defaults of the components themselves: each default has one home.
     @Test func defaultsComeFromTheirHome() throws {
-        let apps = "apps:\n  - bundle_id: x\n    certificate: \(TestCertificates.directory)/\(shop).pem\n    key: \(TestCertificates.directory)/\(shop).key\n"
+        let apps =
+            "apps:\n  - bundle_id: x\n    certificate: \(TestCertificates.directory)/\(shop).pem\n    key: \(TestCertificates.directory)/\(shop).key\n"
         let c = try PipelineConfiguration.load(file: try write(apps))
         let store = PipelineStoreConfiguration()
         #expect(c.redis.prefix == RedisKeys.defaultPrefix && store.keyPrefix == RedisKeys.defaultPrefix)
@@ -508,29 +523,49 @@ struct PipelineTests {
             ("gateway:\n  settle_after_ms: 0\n" + apps, "gateway.settle_after_ms", "expected a number in 1…3600000, found \"0\""),
             // The unsettled window fits in the replay buffer; the grace window is a duration.
             ("gateway:\n  max_unsettled_kb: 8\n" + apps, "gateway.max_unsettled_kb", "expected a whole number in 16…16384, found \"8\""),
-            ("gateway:\n  replay_max_mb: 1\n  max_unsettled_kb: 2048\n" + apps, "gateway.max_unsettled_kb",
-             "expected a whole number in 16…1024, found \"2048\""),
+            (
+                "gateway:\n  replay_max_mb: 1\n  max_unsettled_kb: 2048\n" + apps, "gateway.max_unsettled_kb",
+                "expected a whole number in 16…1024, found \"2048\""
+            ),
             ("gateway:\n  settle_grace_ms: -5\n" + apps, "gateway.settle_grace_ms", "expected a number in 0…3600000, found \"-5\""),
             ("gateway:\n  drain_timeout_s: soon\n" + apps, "gateway.drain_timeout_s", "expected a number in 0…3600, found \"soon\""),
             ("gateway:\n  connect_timeout_s: 0\n" + apps, "gateway.connect_timeout_s", "expected a number in 0.1…600, found \"0\""),
-            ("gateway:\n  reconnect:\n    initial_ms: 0\n" + apps, "gateway.reconnect.initial_ms", "expected a number in 1…60000, found \"0\""),
-            ("gateway:\n  reconnect:\n    max_ms: 10\n" + apps, "gateway.reconnect.max_ms",
-             "expected a number ≥ gateway.reconnect.initial_ms (50), found \"10\""),
-            ("gateway:\n  reconnect:\n    attempts_per_second_per_gateway: 0\n" + apps, "gateway.reconnect.attempts_per_second_per_gateway",
-             "expected a number in 0.1…10000, found \"0\""),
+            (
+                "gateway:\n  reconnect:\n    initial_ms: 0\n" + apps, "gateway.reconnect.initial_ms",
+                "expected a number in 1…60000, found \"0\""
+            ),
+            (
+                "gateway:\n  reconnect:\n    max_ms: 10\n" + apps, "gateway.reconnect.max_ms",
+                "expected a number ≥ gateway.reconnect.initial_ms (50), found \"10\""
+            ),
+            (
+                "gateway:\n  reconnect:\n    attempts_per_second_per_gateway: 0\n" + apps,
+                "gateway.reconnect.attempts_per_second_per_gateway",
+                "expected a number in 0.1…10000, found \"0\""
+            ),
             ("feedback:\n  interval_minutes: 2000\n" + apps, "feedback.interval_minutes", "expected a number in 0…1440, found \"2000\""),
             ("redis:\n  dedup_sub_buckets: 0\n" + apps, "redis.dedup_sub_buckets", "expected a whole number in 1…16777216, found \"0\""),
-            ("apps:\n  - bundle_id: x\n    transport: carrier-pigeon\n    certificate: \(cert)\n    key: \(key)\n",
-             "apps[0].transport", "expected http2 or binary"),
-            ("apps:\n  - bundle_id: x\n    environment: staging\n    certificate: \(cert)\n    key: \(key)\n",
-             "apps[0].environment", "expected production or sandbox"),
-            ("apps:\n  - bundle_id: x\n    token:\n      key: /nonexistent.p8\n      key_id: K\n      team_id: T\n",
-             "apps[0].token.key", "no such file"),
+            (
+                "apps:\n  - bundle_id: x\n    transport: carrier-pigeon\n    certificate: \(cert)\n    key: \(key)\n",
+                "apps[0].transport", "expected http2 or binary"
+            ),
+            (
+                "apps:\n  - bundle_id: x\n    environment: staging\n    certificate: \(cert)\n    key: \(key)\n",
+                "apps[0].environment", "expected production or sandbox"
+            ),
+            (
+                "apps:\n  - bundle_id: x\n    token:\n      key: /nonexistent.p8\n      key_id: K\n      team_id: T\n",
+                "apps[0].token.key", "no such file"
+            ),
             ("apps:\n  - bundle_id: x\n    token:\n      key: \(key)\n      team_id: T\n", "apps[0].token.key_id", "missing"),
-            ("apps:\n  - bundle_id: x\n    transport: binary\n    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n",
-             "apps[0].token", "token authentication is for transport: http2"),
-            ("apps:\n  - bundle_id: x\n    shards: 3\n    certificate: \(cert)\n    key: \(key)\n", "apps[0].shards",
-             "counts its connections in `connections`"),
+            (
+                "apps:\n  - bundle_id: x\n    transport: binary\n    token:\n      key: \(key)\n      key_id: K\n      team_id: T\n",
+                "apps[0].token", "token authentication is for transport: http2"
+            ),
+            (
+                "apps:\n  - bundle_id: x\n    shards: 3\n    certificate: \(cert)\n    key: \(key)\n", "apps[0].shards",
+                "counts its connections in `connections`"
+            ),
             ("http2:\n  hosts: [nohost]\n" + apps, "http2.hosts", "expected host:port"),
             ("http2:\n  stream_cap: 0\n" + apps, "http2.stream_cap", "expected a whole number"),
             // Retries are bounded by time now: the old counts are refused with what replaced them.

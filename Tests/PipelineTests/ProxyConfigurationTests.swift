@@ -2,8 +2,8 @@ import Foundation
 import Logging
 import Pipeline
 import Sender
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 31 (6): `http2.proxy` / `http2.no_proxy` in the pipeline file, the `HTTPS_PROXY` / `NO_PROXY`
 /// environment when they are absent, errors that name file, key and what is expected, and the
@@ -11,7 +11,9 @@ import TestSupport
 @Suite struct ProxyConfigurationTests {
     func write(_ http2: String) throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
-        let yaml = "http2:\n" + http2 + "apps:\n  - bundle_id: \(shop)\n    certificate: \(TestCertificates.directory)/\(shop).pem\n    key: \(TestCertificates.directory)/\(shop).key\n"
+        let yaml =
+            "http2:\n" + http2
+            + "apps:\n  - bundle_id: \(shop)\n    certificate: \(TestCertificates.directory)/\(shop).pem\n    key: \(TestCertificates.directory)/\(shop).key\n"
         try yaml.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
@@ -39,8 +41,9 @@ import TestSupport
 
         #expect(try PipelineConfiguration.load(file: path, environment: [:]).http2.proxy == nil, "no proxy: direct")
         let none = try write("  proxy: none\n")
-        #expect(try PipelineConfiguration.load(file: none, environment: ["HTTPS_PROXY": "http://p:1"]).http2.proxy == nil,
-                "`none` ignores the environment")
+        #expect(
+            try PipelineConfiguration.load(file: none, environment: ["HTTPS_PROXY": "http://p:1"]).http2.proxy == nil,
+            "`none` ignores the environment")
     }
 
     @Test func errorsNameFileKeyAndWhatIsExpectedWithoutThePassword() throws {
@@ -70,7 +73,8 @@ import TestSupport
     }
 
     @Test func thePasswordNeverReachesALogLine() throws {
-        let c = try PipelineConfiguration.load(file: try write("  proxy: \"http://apns:Literal-Pr0xy-Pw@proxy.corp.example:3128\"\n"), environment: [:])
+        let c = try PipelineConfiguration.load(
+            file: try write("  proxy: \"http://apns:Literal-Pr0xy-Pw@proxy.corp.example:3128\"\n"), environment: [:])
         let captured = CapturedLog()
         let logger = Logger(label: "t") { _ in RedactingLogHandler(CapturingLogHandler(captured), secrets: c.secrets) }
         let proxy = try #require(c.http2.proxy?.proxy)

@@ -1,8 +1,8 @@
 import Foundation
 import Pipeline
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 28 (6): Redis URLs read as RFC 3986 says (percent-encoded user info), `redis.password` for a
 /// secret with any characters, and no error message quoting any part of a password.

@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 import Pipeline
-import Testing
 import TestSupport
+import Testing
 
 /// Issue 13 (6): `${NAME}` and `${file:/path}` in the pipeline file; errors name the file and the key;
 /// substituted values never reach a log line.
@@ -47,8 +47,10 @@ import TestSupport
         #expect(c.kafka.properties["ssl.key.password"] == "s3cr3t-from-a-file", "one trailing line break dropped")
         #expect(c.redis.url == "redis://:r3d!s-pass@127.0.0.1:6379/2")
         #expect(c.gateway.shards == 4)
-        #expect(c.apps[0].authentication == .certificate(
-            certificate: "\(TestCertificates.directory)/\(shop).pem", key: "\(TestCertificates.directory)/\(shop).key"))
+        #expect(
+            c.apps[0].authentication
+                == .certificate(
+                    certificate: "\(TestCertificates.directory)/\(shop).pem", key: "\(TestCertificates.directory)/\(shop).key"))
         #expect(Set(c.secrets).isSuperset(of: ["hunter2-kafka", "r3d!s-pass", "s3cr3t-from-a-file", "pipeline"]))
         // For log lines: secrets by their property name.
         #expect(c.kafka.redactedProperties["sasl.password"] == "***" && c.kafka.redactedProperties["ssl.key.password"] == "***")
@@ -58,11 +60,15 @@ import TestSupport
     @Test func aMissingVariableOrFileIsAStartUpErrorNamingFileAndKey() throws {
         let env = ["CERTS": TestCertificates.directory]
         let cases: [(String, String, String)] = [
-            ("kafka:\n  properties:\n    sasl.password: \"${KAFKA_PASSWORD}\"\n", "kafka.properties.sasl.password",
-             "environment variable KAFKA_PASSWORD is not set"),
+            (
+                "kafka:\n  properties:\n    sasl.password: \"${KAFKA_PASSWORD}\"\n", "kafka.properties.sasl.password",
+                "environment variable KAFKA_PASSWORD is not set"
+            ),
             ("redis:\n  url: \"redis://:${REDIS_PASSWORD}@r:6379\"\n", "redis.url", "environment variable REDIS_PASSWORD is not set"),
-            ("kafka:\n  properties:\n    ssl.key.password: \"${file:/nonexistent/secret}\"\n", "kafka.properties.ssl.key.password",
-             "cannot read the file /nonexistent/secret"),
+            (
+                "kafka:\n  properties:\n    ssl.key.password: \"${file:/nonexistent/secret}\"\n", "kafka.properties.ssl.key.password",
+                "cannot read the file /nonexistent/secret"
+            ),
             ("kafka:\n  group: \"${GROUP\"\n", "kafka.group", "unterminated `${`"),
             ("kafka:\n  group: \"${9LIVES}\"\n", "kafka.group", "neither an environment variable name"),
             ("gateway:\n  addresses: [\"${GATEWAY}\"]\n", "gateway.addresses", "environment variable GATEWAY is not set"),
@@ -101,7 +107,9 @@ import TestSupport
 
     @Test func logLinesNeverCarryASubstitutedValue() {
         let captured = CapturedLog()
-        var logger = Logger(label: "t") { _ in RedactingLogHandler(CapturingLogHandler(captured), secrets: ["hunter2-kafka", "r3d!s-pass", "on"]) }
+        var logger = Logger(label: "t") { _ in
+            RedactingLogHandler(CapturingLogHandler(captured), secrets: ["hunter2-kafka", "r3d!s-pass", "on"])
+        }
         logger[metadataKey: "context"] = "user hunter2-kafka"
         logger.warning(
             "could not connect with hunter2-kafka",
@@ -112,4 +120,3 @@ import TestSupport
         #expect(line.contains("mode=on"), "values shorter than \(RedactingLogHandler.minimumLength) characters are left alone: \(line)")
     }
 }
-

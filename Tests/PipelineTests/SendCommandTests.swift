@@ -2,8 +2,8 @@ import APNsProtocol
 import APNsTransport
 import Foundation
 import HTTP2Simulator
-import Testing
 import TestSupport
+import Testing
 
 /// `apns-pipeline send` as a real process against the HTTP/2 simulator over TLS with token auth: a file
 /// of campaign lines (one shared payload), blank lines, lines that must be refused and a last line
@@ -52,7 +52,9 @@ import TestSupport
         ] {
             #expect(out.split(separator: "\n").contains { $0 == expected }, "missing \"\(expected)\" in:\n\(out)")
         }
-        #expect(out.contains("line 31: invalid-token") && out.contains("line 41: app-mismatch") && out.contains("line 51: invalid-json"), "\(out)")
+        #expect(
+            out.contains("line 31: invalid-token") && out.contains("line 41: app-mismatch") && out.contains("line 51: invalid-json"),
+            "\(out)")
         // Each accepted job reached the simulator once, with its own id embedded in the shared payload.
         let recorded = sim.records.reduce(into: [String: Int]()) { counts, r in
             if let id = r.jobID { counts[id, default: 0] += 1 }
@@ -112,7 +114,10 @@ import TestSupport
             "--shards", "2", "--embed-job-id", file.path,
         ]
         let (status, out, err) = try await PipelineProcess.command(
-            arguments, environment: ["HTTPS_PROXY": "http://apns:Send-Pr0xy-Pw@127.0.0.1:\(proxy.port)", "https_proxy": "", "NO_PROXY": "", "no_proxy": ""])
+            arguments,
+            environment: [
+                "HTTPS_PROXY": "http://apns:Send-Pr0xy-Pw@127.0.0.1:\(proxy.port)", "https_proxy": "", "NO_PROXY": "", "no_proxy": "",
+            ])
         #expect(status == 0, "\(err)")
         #expect(out.split(separator: "\n").contains { $0 == "  accepted: 50" }, "\(out)")
         #expect(Set(sim.records.compactMap(\.jobID)) == Set((0..<50).map { "px:\($0)" }))
@@ -122,7 +127,10 @@ import TestSupport
         // NO_PROXY lists the simulator's address: straight there, the proxy sees nothing more.
         let before = proxy.connectRequests.count
         let (direct, directOut, directErr) = try await PipelineProcess.command(
-            arguments, environment: ["HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)", "https_proxy": "", "NO_PROXY": "localhost,127.0.0.1", "no_proxy": ""])
+            arguments,
+            environment: [
+                "HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)", "https_proxy": "", "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "",
+            ])
         #expect(direct == 0, "\(directErr)")
         #expect(directOut.split(separator: "\n").contains { $0 == "  accepted: 50" }, "\(directOut)")
         #expect(proxy.connectRequests.count == before)
@@ -152,7 +160,8 @@ import TestSupport
         defer { try? FileManager.default.removeItem(at: dir) }
         let files = FileManager.default
         for (from, name) in [
-            (PipelineProcess.binary!, "apns-pipeline"), (TestCertificates.tokenKeyPath, "key.p8"), ("\(TestCertificates.directory)/ca.pem", "ca.pem"),
+            (PipelineProcess.binary!, "apns-pipeline"), (TestCertificates.tokenKeyPath, "key.p8"),
+            ("\(TestCertificates.directory)/ca.pem", "ca.pem"),
         ] {
             try files.copyItem(atPath: from, toPath: dir.appendingPathComponent(name).path)
         }
@@ -160,13 +169,16 @@ import TestSupport
         try (0..<20).map { #"{"id":"nb:\#($0)","app":"\#(shop)","token":"\#(token($0).hex)","payload":{"aps":{"alert":"hi"}}}"# }
             .joined(separator: "\n").write(to: jobs, atomically: true, encoding: .utf8)
         for name in ["", "apns-pipeline", "key.p8", "ca.pem", "jobs.ndjson"] {
-            try files.setAttributes([.posixPermissions: name == "" || name == "apns-pipeline" ? 0o755 : 0o644], ofItemAtPath: dir.appendingPathComponent(name).path)
+            try files.setAttributes(
+                [.posixPermissions: name == "" || name == "apns-pipeline" ? 0o755 : 0o644],
+                ofItemAtPath: dir.appendingPathComponent(name).path)
         }
         let d = dir.path
         let (status, out, err) = try await PipelineProcess.command(
             [
                 // A sender that cannot connect retries until its give-up time: bounded here so a regression fails.
-                "120", Self.setpriv!, "--reuid=65534", "--regid=65534", "--clear-groups", "\(d)/apns-pipeline", "send", "--protocol", "http2", "--app", shop,
+                "120", Self.setpriv!, "--reuid=65534", "--regid=65534", "--clear-groups", "\(d)/apns-pipeline", "send", "--protocol",
+                "http2", "--app", shop,
                 "--token-key", "\(d)/key.p8", "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
                 "--ca", "\(d)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost", jobs.path,
             ], executable: "/usr/bin/timeout")

@@ -28,19 +28,22 @@ import Testing
             outcomes: [
                 Self.outcome("ok", .accepted, offset: 10),
                 Self.outcome("bin8", .rejected(.invalidToken(since: nil, reason: "invalid-token")), code: "8", offset: 11),
-                Self.outcome("h410", .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered")), code: "Unregistered", offset: 12),
+                Self.outcome(
+                    "h410", .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered")), code: "Unregistered", offset: 12),
                 Self.outcome("bad", .rejected(.badRequest(reason: "BadTopic")), code: "BadTopic", offset: 13),
                 Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14),
             ],
             events: events)
         let item = PipelineRunner.settlerItem(batch, topic: "jobs")
         #expect(item.outcomes.map(\.kind) == [.accepted, .rejected, .rejected, .deadLettered, .deadLettered])
-        #expect(item.outcomes.map(\.suppressToken) == [
-            nil, TokenSuppression(since: nil, reason: "invalid-token"), TokenSuppression(since: 1_700_000_000, reason: "unregistered"),
-            nil, nil,
-        ])
+        #expect(
+            item.outcomes.map(\.suppressToken) == [
+                nil, TokenSuppression(since: nil, reason: "invalid-token"), TokenSuppression(since: 1_700_000_000, reason: "unregistered"),
+                nil, nil,
+            ])
         #expect(item.outcomes.map(\.code) == [nil, "8", "Unregistered", "BadTopic", "ServiceUnavailable"])
-        #expect(item.outcomes.allSatisfy { $0.shard == 2 && $0.campaign == "c" && $0.tokenHash == RedisKeys.tokenHash(hex: Self.token.hex) })
+        #expect(
+            item.outcomes.allSatisfy { $0.shard == 2 && $0.campaign == "c" && $0.tokenHash == RedisKeys.tokenHash(hex: Self.token.hex) })
         // The hex only where a suppression writes it.
         #expect(item.outcomes.map(\.tokenHex) == [nil, Self.token.hex, Self.token.hex, nil, nil])
         #expect(item.refs.map(\.offset) == [10, 11, 12, 13, 14])

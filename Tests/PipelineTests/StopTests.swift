@@ -1,8 +1,8 @@
 import Foundation
 import HTTP2Simulator
 import Kafka
-import Testing
 import TestSupport
+import Testing
 
 @testable import Pipeline
 
@@ -105,7 +105,9 @@ import TestSupport
 /// hangs), Kafka and Redis real. It exits 0 after its drain timeout, settles nothing it was not
 /// answered for, and a pipeline pointed at a working simulator afterwards delivers every job: the
 /// committed offsets did not cover the unsettled ones.
-@Suite(.serialized, .enabled(if: RedisServer.available && PipelineProcess.binary != nil, "needs redis-server and the built apns-pipeline (ops/test)"))
+@Suite(
+    .serialized,
+    .enabled(if: RedisServer.available && PipelineProcess.binary != nil, "needs redis-server and the built apns-pipeline (ops/test)"))
 struct StopWithAppleUnreachableTests {
     @Test func sigtermEndsAndLosesNothing() async throws {
         let stack = try await Stack()
@@ -117,30 +119,30 @@ struct StopWithAppleUnreachableTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let file = directory.appendingPathComponent("pipeline.yaml").path
         try """
-            kafka:
-              bootstrap_servers: "\(stack.cluster.bootstrapServers)"
-              group: stop-test
-              batch_size: 500
-              session_timeout_ms: 6000
-            redis:
-              url: \(stack.redis.url)
-            http2:
-              hosts: ["127.0.0.1:\(blackHole.port)"]
-              server_hostname: localhost
-              ca: \(d)/ca.pem
-              connections: 2
-            apps:
-              - bundle_id: \(shop)
-                token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
-            pipeline:
-              max_in_flight: 2000
-              drain_timeout_s: 2
-            feedback:
-              interval_minutes: 0
-            logging:
-              level: info
+        kafka:
+          bootstrap_servers: "\(stack.cluster.bootstrapServers)"
+          group: stop-test
+          batch_size: 500
+          session_timeout_ms: 6000
+        redis:
+          url: \(stack.redis.url)
+        http2:
+          hosts: ["127.0.0.1:\(blackHole.port)"]
+          server_hostname: localhost
+          ca: \(d)/ca.pem
+          connections: 2
+        apps:
+          - bundle_id: \(shop)
+            token: { key: \(TestCertificates.tokenKeyPath), key_id: \(TestCertificates.tokenKeyID), team_id: \(TestCertificates.tokenTeamID) }
+        pipeline:
+          max_in_flight: 2000
+          drain_timeout_s: 2
+        feedback:
+          interval_minutes: 0
+        logging:
+          level: info
 
-            """.write(toFile: file, atomically: true, encoding: .utf8)
+        """.write(toFile: file, atomically: true, encoding: .utf8)
         let log = directory.appendingPathComponent("run.log").path
         let tokens = (0..<3000).map(token)
         try await stack.publish(campaign: "stop", template: template, tokens: tokens)
@@ -207,7 +209,8 @@ final class BlackHole: @unchecked Sendable {
 /// waits for bytes, not only for a count, and settling them gives the bytes back. Pure, no servers.
 @Suite struct BudgetBytesTests {
     private func message(_ offset: Int64, bytes: Int, partition: Int32 = 0) -> KafkaConsumerMessage {
-        KafkaConsumerMessage(topic: "apns.jobs", partition: partition, offset: offset, key: nil, value: [UInt8](repeating: 0x20, count: bytes))
+        KafkaConsumerMessage(
+            topic: "apns.jobs", partition: partition, offset: offset, key: nil, value: [UInt8](repeating: 0x20, count: bytes))
     }
 
     @Test func largeMessagesHoldTheirBytesUntilSettled() async {

@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 private let app = "com.example.shop"
 private func token(_ n: Int) -> String { String(format: "%064x", n) }

@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 private let app = "com.example.shop"
 private func token(_ n: Int) -> String { String(format: "%064x", n) }
@@ -38,23 +38,29 @@ struct CampaignProgressTests {
         #expect(try await store.readCampaign("c").isPublishing == false)
 
         // First settlements: 6 accepted, 1 rejected, 1 suppressed, 1 dead-lettered; job 9 pending.
-        try await store.settle(SettleBatch(outcomes: (0..<6).map { Self.outcome($0, .accepted) } + [
-            Self.outcome(6, .rejected), Self.outcome(7, .suppressed), Self.outcome(8, .deadLettered),
-        ]))
-        #expect(try await jobFields(store) == [
-            "jobs": 10, "jobs_settled": 9, "jobs_accepted": 6, "jobs_rejected": 1, "jobs_suppressed": 1, "jobs_dead_lettered": 1,
-        ])
+        try await store.settle(
+            SettleBatch(
+                outcomes: (0..<6).map { Self.outcome($0, .accepted) } + [
+                    Self.outcome(6, .rejected), Self.outcome(7, .suppressed), Self.outcome(8, .deadLettered),
+                ]))
+        #expect(
+            try await jobFields(store) == [
+                "jobs": 10, "jobs_settled": 9, "jobs_accepted": 6, "jobs_rejected": 1, "jobs_suppressed": 1, "jobs_dead_lettered": 1,
+            ])
 
         // Everything redelivered (a rebalance after the old owner's commit was refused), as the gate
         // then decides: accepted → deduped, rejected (now suppressed) → suppressed, suppressed again,
         // dead-lettered again; and job 9 twice in one batch (two copies, one accepted).
-        try await store.settle(SettleBatch(outcomes: (0..<6).map { Self.outcome($0, .deduped) } + [
-            Self.outcome(6, .suppressed), Self.outcome(7, .suppressed), Self.outcome(8, .deadLettered),
-            Self.outcome(9, .accepted), Self.outcome(9, .suppressed),
-        ]))
-        #expect(try await jobFields(store) == [
-            "jobs": 10, "jobs_settled": 10, "jobs_accepted": 7, "jobs_rejected": 1, "jobs_suppressed": 1, "jobs_dead_lettered": 1,
-        ])
+        try await store.settle(
+            SettleBatch(
+                outcomes: (0..<6).map { Self.outcome($0, .deduped) } + [
+                    Self.outcome(6, .suppressed), Self.outcome(7, .suppressed), Self.outcome(8, .deadLettered),
+                    Self.outcome(9, .accepted), Self.outcome(9, .suppressed),
+                ]))
+        #expect(
+            try await jobFields(store) == [
+                "jobs": 10, "jobs_settled": 10, "jobs_accepted": 7, "jobs_rejected": 1, "jobs_suppressed": 1, "jobs_dead_lettered": 1,
+            ])
         p = try await store.readCampaign("c")
         #expect(p.jobsSettled == 10 && p.messagesSettled == 20, "the message figures still count every message")
         #expect(p.counters[.accepted] == 7 && p.counters[.deduped] == 6 && p.counters[.suppressed] == 4)
@@ -106,11 +112,12 @@ struct CampaignProgressTests {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
         let store = PipelineStore(client: try server.connection())
-        try await store.settle(SettleBatch(outcomes: [
-            Self.outcome(1, .rejected, campaign: "a"), Self.outcome(1, .rejected, campaign: "b"),
-            Self.outcome(2, .accepted, campaign: "a"), Self.outcome(2, .suppressed, campaign: "b"),
-            Self.outcome(3, .accepted, campaign: "a"),
-        ]))
+        try await store.settle(
+            SettleBatch(outcomes: [
+                Self.outcome(1, .rejected, campaign: "a"), Self.outcome(1, .rejected, campaign: "b"),
+                Self.outcome(2, .accepted, campaign: "a"), Self.outcome(2, .suppressed, campaign: "b"),
+                Self.outcome(3, .accepted, campaign: "a"),
+            ]))
         #expect(try await jobFields(store, "a") == ["jobs_settled": 3, "jobs_rejected": 1, "jobs_accepted": 2])
         #expect(try await jobFields(store, "b") == ["jobs_settled": 2, "jobs_rejected": 1, "jobs_suppressed": 1])
     }
@@ -135,7 +142,8 @@ struct CampaignProgressTests {
         let server = try await RedisServer()
         defer { server.stop() }
         let store = PipelineStore(client: try server.client())
-        let jobs = 50_000, perBatch = 1_000
+        let jobs = 50_000
+        let perBatch = 1_000
         // The server process's CPU time (user + system), in µs: unlike command latency, not stretched
         // when other processes take the machine's cores.
         func usec() async throws -> Double {
@@ -171,7 +179,8 @@ struct CampaignProgressTests {
         let server = try await RedisServer()
         defer { server.stop() }
         let store = PipelineStore(client: try server.client())
-        let jobs = 100_000, perBatch = 5_000
+        let jobs = 100_000
+        let perBatch = 5_000
         let ids = (0..<jobs).map { "big:\(token($0))" }
         let sets = try await store.beginPublish(campaign: "big", expectedJobs: jobs)
         func used() async throws -> Int { Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0 }
@@ -180,8 +189,9 @@ struct CampaignProgressTests {
             try await store.recordPublished(campaign: "big", jobIDs: Array(ids[start..<start + perBatch]), markSets: sets)
         }
         let published = Double(try await used() - before) / Double(jobs)
-        #expect(try await store.client.send(RedisCommand("OBJECT", "ENCODING", store.keys.publishedJobs(campaign: "big", set: 0)))
-            == .bulk(Array("intset".utf8)))
+        #expect(
+            try await store.client.send(RedisCommand("OBJECT", "ENCODING", store.keys.publishedJobs(campaign: "big", set: 0)))
+                == .bulk(Array("intset".utf8)))
         // 10 % of the campaign not accepted.
         let beforeSettle = try await used()
         for start in stride(from: 0, to: jobs, by: perBatch) {
@@ -190,14 +200,18 @@ struct CampaignProgressTests {
             }
             try await store.settle(SettleBatch(outcomes: outcomes))
         }
-        let countedBytes = try await store.client.send(RedisCommand("MEMORY", "USAGE", store.keys.countedJobs(campaign: "big"))).integer ?? 0
+        let countedBytes =
+            try await store.client.send(RedisCommand("MEMORY", "USAGE", store.keys.countedJobs(campaign: "big"))).integer ?? 0
         let settled = Double(try await used() - beforeSettle) / Double(jobs)
         print(
             "job marks: published \(String(format: "%.1f", published)) B/job (\(sets) sets); settling (dedup records included) "
-                + "\(String(format: "%.1f", settled)) B/job; counted set \(String(format: "%.1f", Double(countedBytes) / Double(jobs / 10))) B per non-accepted job")
+                + "\(String(format: "%.1f", settled)) B/job; counted set \(String(format: "%.1f", Double(countedBytes) / Double(jobs / 10))) B per non-accepted job"
+        )
         #expect(published < 12)
-        #expect(try await jobFields(store, "big") == [
-            "jobs": Int64(jobs), "jobs_settled": Int64(jobs), "jobs_accepted": Int64(jobs * 9 / 10), "jobs_suppressed": Int64(jobs / 10),
-        ])
+        #expect(
+            try await jobFields(store, "big") == [
+                "jobs": Int64(jobs), "jobs_settled": Int64(jobs), "jobs_accepted": Int64(jobs * 9 / 10),
+                "jobs_suppressed": Int64(jobs / 10),
+            ])
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 @Suite struct ConfigurationTests {
     @Test func parsesURLs() throws {
@@ -48,7 +48,10 @@ import TestSupport
         arguments.append(42)
         arguments.append("")
         let command = RedisCommand(evalsha: script, keys: RedisArguments(["{t}:a", "{t}:b"]), arguments: arguments)
-        #expect(command.arguments.elements.map { String(decoding: $0, as: UTF8.self) } == ["EVALSHA", script.sha1, "2", "{t}:a", "{t}:b", "42", ""])
+        #expect(
+            command.arguments.elements.map { String(decoding: $0, as: UTF8.self) } == [
+                "EVALSHA", script.sha1, "2", "{t}:a", "{t}:b", "42", "",
+            ])
         #expect(RedisCommand(evalsha: script, keys: RedisArguments(), arguments: RedisArguments()).arguments.count == 3)
     }
 
@@ -88,14 +91,18 @@ import TestSupport
         let keys = RedisKeys(prefix: "apns", tokenBuckets: 16)
         #expect(keys.tokenBucket(String(repeating: "ab", count: 32)) == 1_315_897_349 % 16)
         #expect(keys.tokenBucket(String(repeating: "AB", count: 32)) == 1_315_897_349 % 16)  // case-blind
-        #expect(RedisKeys(prefix: "apns", tokenBuckets: 1000).tokenBucket(String(repeating: "0123456789abcdef", count: 4)) == 3_743_373_413 % 1000)
+        #expect(
+            RedisKeys(prefix: "apns", tokenBuckets: 1000).tokenBucket(String(repeating: "0123456789abcdef", count: 4)) == 3_743_373_413
+                % 1000)
         // Hex lent as bytes hashes as the String does, in either case.
         #expect(RedisKeys.tokenHash(hex: String(repeating: "ab", count: 32)) == 1_315_897_349)
         #expect(Array(String(repeating: "aB", count: 32).utf8).withUnsafeBytes { RedisKeys.tokenHash(hexBytes: $0) } == 1_315_897_349)
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<100 {
             let hex = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-            #expect(Array(hex.uppercased().utf8).withUnsafeBytes { RedisKeys.tokenHash(hexBytes: $0) } == RedisKeys.tokenHash(hex: hex), "\(hex)")
+            #expect(
+                Array(hex.uppercased().utf8).withUnsafeBytes { RedisKeys.tokenHash(hexBytes: $0) } == RedisKeys.tokenHash(hex: hex),
+                "\(hex)")
             #expect(keys.tokenBucket(hash: RedisKeys.tokenHash(hex: hex)) == keys.tokenBucket(hex))
         }
     }
@@ -137,7 +144,10 @@ struct ClientTests {
         #expect(replies[1] == .bulk(binary))
         #expect(replies[2] == .null)
         #expect(replies[3] == .integer(5))
-        guard case .error(let message) = replies[4] else { Issue.record("expected WRONGTYPE, got \(replies[4])"); return }
+        guard case .error(let message) = replies[4] else {
+            Issue.record("expected WRONGTYPE, got \(replies[4])")
+            return
+        }
         #expect(message.hasPrefix("WRONGTYPE"))
         #expect(replies[6] == .array([.bulk(Array("a".utf8)), .bulk(Array("b".utf8))]))
         await #expect(throws: RedisError.server("ERR unknown command 'NOPE', with args beginning with: ")) {

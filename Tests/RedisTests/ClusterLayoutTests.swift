@@ -1,8 +1,9 @@
 import Foundation
 import ProcessSupport
-@testable import Redis
-import Testing
 import TestSupport
+import Testing
+
+@testable import Redis
 
 private let shop = "com.example.shop"
 private let news = "com.example.news"
@@ -25,8 +26,10 @@ struct ClusterLayoutTests {
         _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: output) }
         // Through a shell: redis-cli writes straight to the file, and ChildProcess ends it with SIGKILL.
-        let cli = URL(fileURLWithPath: RedisServer.executable ?? "/usr/bin/redis-server").deletingLastPathComponent().appendingPathComponent("redis-cli").path
-        let monitor = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "exec '\(cli)' -p \(server.port) monitor > '\(output.path)'"])
+        let cli = URL(fileURLWithPath: RedisServer.executable ?? "/usr/bin/redis-server").deletingLastPathComponent()
+            .appendingPathComponent("redis-cli").path
+        let monitor = try ChildProcess(
+            executable: "/bin/sh", arguments: ["-c", "exec '\(cli)' -p \(server.port) monitor > '\(output.path)'"])
         defer { monitor.kill() }
         try await waitUntil { (try? String(contentsOf: output, encoding: .utf8))?.hasPrefix("OK") == true }
         try await workload()
@@ -62,7 +65,10 @@ struct ClusterLayoutTests {
         var bytes = Array(text.utf8)[...]
         while let byte = bytes.popFirst() {
             if !inside {
-                if byte == UInt8(ascii: "\"") { inside = true; current = [] }
+                if byte == UInt8(ascii: "\"") {
+                    inside = true
+                    current = []
+                }
             } else if byte == UInt8(ascii: "\\"), let next = bytes.popFirst() {
                 switch next {
                 case UInt8(ascii: "n"): current.append(10)
@@ -124,16 +130,20 @@ struct ClusterLayoutTests {
             switch decision {
             case .admitted:
                 let kind: OutcomeKind = request.jobID.hasSuffix("9") ? .rejected : .accepted
-                outcomes.append(Outcome(
-                    jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: kind,
-                    code: kind == .rejected ? "8" : nil, suppressToken: kind == .rejected ? TokenSuppression(reason: "invalid-token") : nil, shard: 1))
+                outcomes.append(
+                    Outcome(
+                        jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: kind,
+                        code: kind == .rejected ? "8" : nil,
+                        suppressToken: kind == .rejected ? TokenSuppression(reason: "invalid-token") : nil, shard: 1))
             case .suppressed:
-                outcomes.append(Outcome(jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: .suppressed))
+                outcomes.append(
+                    Outcome(jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: .suppressed))
             default: break
             }
         }
         try await storeB.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 40), settledAt: now))
-        try await storeB.settle(SettleBatch(outcomes: [Outcome(jobID: "j0", app: news, tokenHex: token(0), campaign: "c", kind: .deduped)], settledAt: now))
+        try await storeB.settle(
+            SettleBatch(outcomes: [Outcome(jobID: "j0", app: news, tokenHex: token(0), campaign: "c", kind: .deduped)], settledAt: now))
         #expect(try await storeB.gate([requests[0]], now: now) == [.deduped])
         try await storeB.increment(.deadLetterFailures, by: 1, now: now)
         try await storeB.updateShard(ShardStatus(app: shop, shard: 1, state: "connected"))
@@ -182,7 +192,10 @@ struct ClusterLayoutTests {
             var snapshot: [String: String] = [:]
             for key in try await client.send(RedisCommand("KEYS", "*")).array?.compactMap(\.string) ?? [] {
                 // Batch and publish markers and leases name random ids; the rest must match exactly.
-                if key.contains(":batch:") || key.hasSuffix(":inflight") { snapshot["\(key.prefix { $0 != ":" })…marker/lease", default: ""] += "x"; continue }
+                if key.contains(":batch:") || key.hasSuffix(":inflight") {
+                    snapshot["\(key.prefix { $0 != ":" })…marker/lease", default: ""] += "x"
+                    continue
+                }
                 let type = try await client.send(RedisCommand("TYPE", key)).string ?? "?"
                 switch type {
                 case "hash":
@@ -190,7 +203,8 @@ struct ClusterLayoutTests {
                     let pairs = stride(from: 0, to: fields.count, by: 2).map { "\(fields[$0])=\(fields[$0 + 1])" }
                     snapshot[key] = pairs.filter { !$0.hasPrefix("publish_") }.sorted().joined(separator: ",")
                 case "set":
-                    snapshot[key] = (try await client.send(RedisCommand("SMEMBERS", key)).array?.compactMap(\.string) ?? []).sorted().joined(separator: ",")
+                    snapshot[key] = (try await client.send(RedisCommand("SMEMBERS", key)).array?.compactMap(\.string) ?? []).sorted()
+                        .joined(separator: ",")
                 default:
                     snapshot[key] = type
                 }
@@ -256,9 +270,15 @@ struct ClusterLayoutTests {
         #expect(Set(keys.tokenTags(app: shop).map { RedisSlot(key: $0) }).count == 16)
         // A job's keys share its token's tag; the counters share `{apns}`.
         let tag = keys.tokenTag(app: shop, tokenHex: token(7))
-        let jobKeys = [keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag), keys.dedup(tag: tag, bucket: 1, subBucket: 2)]
+        let jobKeys = [
+            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
+            keys.dedup(tag: tag, bucket: 1, subBucket: 2),
+        ]
         #expect(Set(jobKeys.map { RedisSlot(key: $0) }).count == 1)
-        let counterKeys = [keys.stats, keys.stats(minute: "202601010000"), keys.campaign("c"), keys.countedJobs(campaign: "c"), keys.publishedJobs(campaign: "c", set: 3), keys.shard(app: shop, shard: 1), keys.batch("b")]
+        let counterKeys = [
+            keys.stats, keys.stats(minute: "202601010000"), keys.campaign("c"), keys.countedJobs(campaign: "c"),
+            keys.publishedJobs(campaign: "c", set: 3), keys.shard(app: shop, shard: 1), keys.batch("b"),
+        ]
         #expect(Set(counterKeys.map { RedisSlot(key: $0) }).count == 1)
         // Stable: the bucket is persisted in key names.
         #expect(keys.tokenBucket(token(1)) == RedisKeysGolden.bucketOfToken1)
@@ -266,7 +286,9 @@ struct ClusterLayoutTests {
 
     @Test func callsGroupBySlot() {
         let keys = RedisKeys()
-        let groups = (0..<40).map { n in ScriptGroup(tag: keys.tokenTag(app: shop, bucket: n % 16), keys: RedisArguments(), arguments: RedisArguments()) }
+        let groups = (0..<40).map { n in
+            ScriptGroup(tag: keys.tokenTag(app: shop, bucket: n % 16), keys: RedisArguments(), arguments: RedisArguments())
+        }
         let perSlot = PipelineStore.calls(groups, oneSlotPerCall: true)
         #expect(perSlot.count == 16)
         #expect(perSlot.allSatisfy { Set($0.map { groups[$0].slot }).count == 1 })

@@ -1,7 +1,8 @@
 import Foundation
-@testable import Redis
-import Testing
 import TestSupport
+import Testing
+
+@testable import Redis
 
 @Suite struct ClusterConfigurationTests {
     @Test func parsesNodeLists() throws {
@@ -26,7 +27,9 @@ import TestSupport
 
     @Test func redirectionsAreParsed() {
         let from = RedisNodeAddress(host: "10.0.0.9", port: 7000)
-        #expect(RedisRedirection("MOVED 3999 127.0.0.1:6381", from: from) == .moved(slot: 3999, to: RedisNodeAddress(host: "127.0.0.1", port: 6381)))
+        #expect(
+            RedisRedirection("MOVED 3999 127.0.0.1:6381", from: from)
+                == .moved(slot: 3999, to: RedisNodeAddress(host: "127.0.0.1", port: 6381)))
         #expect(RedisRedirection("ASK 12 :6382", from: from) == .ask(slot: 12, to: RedisNodeAddress(host: "10.0.0.9", port: 6382)))
         #expect(RedisRedirection("MOVED 1 [::1]:7001", from: nil) == .moved(slot: 1, to: RedisNodeAddress(host: "::1", port: 7001)))
         #expect(RedisRedirection("TRYAGAIN Multiple keys request during rehashing of slot", from: nil) == .retryLater)
@@ -36,7 +39,8 @@ import TestSupport
     }
 
     @Test func targetIsAClusterOnlyWhenNodesAreGiven() throws {
-        #expect(try RedisTarget(url: "redis://127.0.0.1:6380", cluster: nil) == .single(try RedisConfiguration(url: "redis://127.0.0.1:6380")))
+        #expect(
+            try RedisTarget(url: "redis://127.0.0.1:6380", cluster: nil) == .single(try RedisConfiguration(url: "redis://127.0.0.1:6380")))
         guard case .cluster(let cluster) = try RedisTarget(url: RedisConfiguration.defaultURL, cluster: ["127.0.0.1:7000"]) else {
             Issue.record("expected a cluster target")
             return
@@ -93,7 +97,8 @@ struct ClusterClientTests {
         let server = try await RedisClusterServer()
         defer { server.stop() }
         let cluster = try server.client()
-        let script = RedisScript("redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); return redis.call('GET', KEYS[1])")
+        let script = RedisScript(
+            "redis.call('SET', KEYS[1], ARGV[1]); redis.call('SET', KEYS[2], ARGV[1]); return redis.call('GET', KEYS[1])")
         var owners: Set<RedisNodeAddress> = []
         for tag in ["a", "b", "c", "d", "e", "f"] {
             let keys = ["{\(tag)}:one", "{\(tag)}:two"]
@@ -124,7 +129,10 @@ struct ClusterClientTests {
         defer { server.stop() }
         let cluster = try server.client()
         try await cluster.connect()
-        let moved = "{mig}:moved", stays = "{mig}:stays", fresh = "{mig}:fresh", scripted = "{mig}:scripted"
+        let moved = "{mig}:moved"
+        let stays = "{mig}:stays"
+        let fresh = "{mig}:fresh"
+        let scripted = "{mig}:scripted"
         let slot = RedisSlot(key: moved).value
         try await cluster.send(RedisCommand("SET", moved, "1"))
         try await cluster.send(RedisCommand("SET", stays, "2"))
@@ -132,8 +140,10 @@ struct ClusterClientTests {
         let ranges = try await slotRanges(server)
         let source = ranges.first { $0.slots.contains(slot) }!.node
         let target = (source + 1) % 3
-        let sourceID = try await server.nodeID(source), targetID = try await server.nodeID(target)
-        let sourceClient = try server.nodeClient(source), targetClient = try server.nodeClient(target)
+        let sourceID = try await server.nodeID(source)
+        let targetID = try await server.nodeID(target)
+        let sourceClient = try server.nodeClient(source)
+        let targetClient = try server.nodeClient(target)
         try await targetClient.send(RedisCommand("CLUSTER", "SETSLOT", String(slot), "IMPORTING", sourceID))
         try await sourceClient.send(RedisCommand("CLUSTER", "SETSLOT", String(slot), "MIGRATING", targetID))
         try await sourceClient.send(RedisCommand("MIGRATE", "127.0.0.1", String(server.nodes[target].port), "", "0", "5000", "KEYS", moved))
@@ -176,7 +186,8 @@ struct ClusterClientTests {
         func key(on node: Int) -> String {
             (0...).lazy.map { "kill:\($0)" }.first { key in ranges.first { $0.slots.contains(RedisSlot(key: key).value) }!.node == node }!
         }
-        let onVictim = key(on: 2), onSurvivor = key(on: 0)
+        let onVictim = key(on: 2)
+        let onSurvivor = key(on: 0)
         try await cluster.send(RedisCommand("SET", onVictim, "before"))
 
         server.nodes[2].kill()
@@ -206,7 +217,8 @@ struct ClusterClientTests {
         let cluster = try server.client(maximumWait: .milliseconds(300), logLevel: .critical)
         try await cluster.connect()
         #expect(try await cluster.primaryNodes().count == 3)
-        let key = (0...).lazy.map { "seed:\($0)" }.first { key in ranges.first { $0.slots.contains(RedisSlot(key: key).value) }!.node == 1 }!
+        let key = (0...).lazy.map { "seed:\($0)" }.first { key in ranges.first { $0.slots.contains(RedisSlot(key: key).value) }!.node == 1
+        }!
         #expect(try await cluster.send(RedisCommand("SET", key, "1")) == .status("OK"))
         // Only the dead one given: a start-up error, at once.
         await #expect(throws: RedisError.self) { try await RedisCluster(nodes: ["127.0.0.1:\(server.nodes[0].port)"]).connect() }
@@ -227,7 +239,8 @@ struct ClusterClientTests {
 
     /// The cluster `ops/test` starts with `ops/redis-cluster`, when it exported one: the script builds a
     /// cluster this client can use.
-    @Test(.enabled(if: RedisClusterServer.exported != nil, "APNS_TEST_REDIS_CLUSTER not set: ops/test starts ops/redis-cluster and sets it"))
+    @Test(
+        .enabled(if: RedisClusterServer.exported != nil, "APNS_TEST_REDIS_CLUSTER not set: ops/test starts ops/redis-cluster and sets it"))
     func theClusterOfOpsRedisClusterServesEveryPrimary() async throws {
         let cluster = try RedisCluster(nodes: RedisClusterServer.exported ?? [])
         try await cluster.connect()

@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 private let app = "com.example.shop"
 private func token(_ n: Int) -> String { String(format: "%064x", n) }
@@ -13,7 +13,9 @@ private let hours12 = Duration.seconds(43_200)
         #expect(layout.stored == "bucket_s=86400 sub_buckets=4096 token_buckets=16")
         #expect(DedupLayout(stored: layout.stored) == layout)
         #expect(DedupLayout(stored: "token_buckets=16 bucket_s=86400 sub_buckets=4096") == layout)
-        for garbage in ["", "bucket_s=86400", "bucket_s=0 sub_buckets=1 token_buckets=1", "bucket_s=x sub_buckets=1 token_buckets=1", "hello"] {
+        for garbage in [
+            "", "bucket_s=86400", "bucket_s=0 sub_buckets=1 token_buckets=1", "bucket_s=x sub_buckets=1 token_buckets=1", "hello",
+        ] {
             #expect(DedupLayout(stored: garbage) == nil, "\(garbage)")
         }
         #expect(layout.description == "redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16")
@@ -51,13 +53,21 @@ struct DedupLayoutCheckTests {
         #expect(try await PipelineStore(client: client, configuration: .init(dedupSubBuckets: 4100)).verifyDedupLayout() == .matched)
 
         for (configuration, mine) in [
-            (PipelineStoreConfiguration(dedupBucketWidth: hours12), "redis.dedup_bucket_hours: 12, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16"),
-            (PipelineStoreConfiguration(tokenBuckets: 8), "redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 8"),
+            (
+                PipelineStoreConfiguration(dedupBucketWidth: hours12),
+                "redis.dedup_bucket_hours: 12, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16"
+            ),
+            (
+                PipelineStoreConfiguration(tokenBuckets: 8),
+                "redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 8"
+            ),
         ] {
             let error = try await #require(throws: DedupLayoutMismatch.self) {
                 try await PipelineStore(client: client, configuration: configuration).verifyDedupLayout()
             }
-            #expect(error.description.contains("written with redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16"))
+            #expect(
+                error.description.contains(
+                    "written with redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16"))
             #expect(error.description.contains("this configuration has \(mine)"))
             #expect(error.description.contains(store.keys.dedupLayout))
         }
@@ -119,7 +129,9 @@ struct DedupLayoutCheckTests {
         try await client.send(RedisCommand("ACL", "SETUSER", "noscan", "on", ">pw", "~*", "&*", "+@all", "-scan"))
         let limited = PipelineStore(client: try RedisClient(url: "redis://noscan:pw@127.0.0.1:\(server.server!.port)/0"))
         let refused = try await #require(throws: DedupLayoutMismatch.self) { try await limited.verifyDedupLayout() }
-        #expect(refused.description.contains("refused SCAN") && refused.description.contains("redis-cli SET '\(store.keys.dedupLayout)'"), "\(refused)")
+        #expect(
+            refused.description.contains("refused SCAN") && refused.description.contains("redis-cli SET '\(store.keys.dedupLayout)'"),
+            "\(refused)")
         #expect(!refused.description.contains(":pw@"), "no password in the message")
         try await client.send(RedisCommand("SET", store.keys.dedupLayout, DedupLayout(store.configuration).stored))
         #expect(try await limited.verifyDedupLayout() == .matched, "once recorded, no SCAN is needed")

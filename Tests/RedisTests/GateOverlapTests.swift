@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 private let app = "com.example.shop"
 private func token(_ n: Int) -> String { String(format: "%064x", n) }
@@ -18,7 +18,8 @@ struct GateOverlapTests {
     func concurrentGateCallsOfOneProcessAdmitEachJobOnce(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let configuration = PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "one-process", ownerHeartbeat: .seconds(600))
+        let configuration = PipelineStoreConfiguration(
+            inFlightLease: .seconds(600), leaseOwner: "one-process", ownerHeartbeat: .seconds(600))
         let first = PipelineStore(client: try server.connection(), configuration: configuration)
         let second = PipelineStore(client: try server.connection(), configuration: configuration)
         try await first.beat()
@@ -64,8 +65,10 @@ struct GateOverlapTests {
         defer { server.stop() }
         let dead = PipelineStore(
             client: try server.connection(),
-            configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "dead-process", ownerHeartbeat: .seconds(600)))
-        let configuration = PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: "live-process", ownerHeartbeat: .seconds(600))
+            configuration: PipelineStoreConfiguration(
+                inFlightLease: .seconds(600), leaseOwner: "dead-process", ownerHeartbeat: .seconds(600)))
+        let configuration = PipelineStoreConfiguration(
+            inFlightLease: .seconds(600), leaseOwner: "live-process", ownerHeartbeat: .seconds(600))
         let first = PipelineStore(client: try server.connection(), configuration: configuration)
         let second = PipelineStore(client: try server.connection(), configuration: configuration)
         let jobs = (0..<100).map { GateRequest(jobID: "j\($0)", app: app, tokenHex: token($0 % 13)) }

@@ -81,7 +81,8 @@ import Testing
         }
         #expect(names.count == 1)
         let expiries = DedupExpiries()
-        let unkept = DedupSetID(table: DedupSetNames.unkeptSerial, subBucket: 1), keptID = DedupSetID(table: kept.serial, subBucket: 1)
+        let unkept = DedupSetID(table: DedupSetNames.unkeptSerial, subBucket: 1)
+        let keptID = DedupSetID(table: kept.serial, subBucket: 1)
         #expect(!expiries.isGiven(keptID, now: 1000))  // starts the minute
         expiries.markGiven([unkept, keptID])
         #expect(expiries.isGiven(keptID, now: 1001) && !expiries.isGiven(unkept, now: 1001))

@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 private let app = "com.example.shop"
 private func token(_ n: Int) -> String { String(format: "%064X", n) }  // upper-case on purpose: tokens are case-insensitive
@@ -27,12 +27,20 @@ struct GateTests {
         let now = PipelineStore.epochNow()
         let width = store.configuration.dedupBucketWidth.components.seconds
         let retention = store.configuration.dedupRetention.components.seconds
-        let ttl = try await store.client.send(RedisCommand("TTL", store.keys.dedup(
-            tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / width,
-            subBucket: JobFingerprint(jobID: "a").subBucket(of: store.configuration.dedupSubBucketsPerTag)))).integer ?? -2
+        let ttl =
+            try await store.client.send(
+                RedisCommand(
+                    "TTL",
+                    store.keys.dedup(
+                        tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / width,
+                        subBucket: JobFingerprint(jobID: "a").subBucket(of: store.configuration.dedupSubBucketsPerTag)))
+            ).integer ?? -2
         #expect(ttl > retention && ttl <= retention + width)
         #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention - 1) == [.deduped])
-        #expect(try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention + 2 * width) == [.admitted(language: nil)])
+        #expect(
+            try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))], now: now + retention + 2 * width) == [
+                .admitted(language: nil)
+            ])
     }
 
     @Test(arguments: RedisTestTarget.allCases)
@@ -56,10 +64,11 @@ struct GateTests {
         #expect(pttl > 0 && pttl <= 30_000)
 
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
-        try await store.settle(SettleBatch(outcomes: [
-            Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
-            Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
-        ]))
+        try await store.settle(
+            SettleBatch(outcomes: [
+                Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
+                Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
+            ]))
         #expect(try await store.lease(jobID: "a", app: app, tokenHex: token(1)) == nil)
         let after = try await store.gate([
             GateRequest(jobID: "a", app: app, tokenHex: token(1)),
@@ -139,7 +148,10 @@ struct GateTests {
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         #expect(
             try await storeB.gate(written + unwritten)
-                == [.takenOver(language: nil, written: true), .takenOver(language: nil, written: true), .takenOver(language: nil, written: false)])
+                == [
+                    .takenOver(language: nil, written: true), .takenOver(language: nil, written: true),
+                    .takenOver(language: nil, written: false),
+                ])
         #expect(try await client.send(RedisCommand("PTTL", storeA.keys.written("owner-a/call-1"))).integer ?? 0 > 590_000)
         await client.close()
     }
@@ -153,7 +165,8 @@ struct GateTests {
         let client = try server.connection()
         func store(_ owner: String) -> PipelineStore {
             PipelineStore(
-                client: client, configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
+                client: client,
+                configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
         }
         let (storeA, storeB, storeC) = (store("owner-a"), store("owner-b"), store("owner-c"))
         for s in [storeA, storeB, storeC] { try await s.beat() }
@@ -166,12 +179,16 @@ struct GateTests {
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         // B takes over in two calls and dies before marking either: the call holding a written job is
         // marked by the take-over itself, the other is not.
-        #expect(try await storeB.gate(written + fresh, call: "b-1") == [.takenOver(language: nil, written: true), .admitted(language: nil)])
+        #expect(
+            try await storeB.gate(written + fresh, call: "b-1") == [.takenOver(language: nil, written: true), .admitted(language: nil)])
         #expect(try await storeB.gate(unwritten, call: "b-2") == [.takenOver(language: nil, written: false)])
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-b")))
         #expect(
             try await storeC.gate(written + fresh + unwritten)
-                == [.takenOver(language: nil, written: true), .takenOver(language: nil, written: true), .takenOver(language: nil, written: false)])
+                == [
+                    .takenOver(language: nil, written: true), .takenOver(language: nil, written: true),
+                    .takenOver(language: nil, written: false),
+                ])
         await client.close()
     }
 
@@ -186,7 +203,8 @@ struct GateTests {
         let hash = store.keys.inFlight(app: app, tokenHex: token(1))
         let member = { (id: String) in String(JobFingerprint(jobID: id).member) }
         let farFuture = Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000
-        _ = try await client.send(RedisCommand("HSET", hash, member("lapsed"), "owner-x/call-1/1", member("held"), "owner-x/call-1/\(farFuture)"))
+        _ = try await client.send(
+            RedisCommand("HSET", hash, member("lapsed"), "owner-x/call-1/1", member("held"), "owner-x/call-1/\(farFuture)"))
         // Lapsed leases of a crashed process: never gated again.
         for n in 0..<10 { _ = try await client.send(RedisCommand("HSET", hash, member("gone-\(n)"), "owner-y/call-2/1000")) }
         #expect(try await client.send(RedisCommand("HLEN", hash)).integer == 12)
@@ -211,9 +229,11 @@ struct GateTests {
         for n in 0..<10 where try await client.send(RedisCommand("HEXISTS", hash, member("gone-\(n)"))).integer == 1 { lapsed += 1 }
         #expect(lapsed < 10, "sampling deletes lapsed leases as the tag is written")
         // Settling releases the fields it leased: nothing of this store's is left behind.
-        try await store.settle(SettleBatch(outcomes: (["lapsed"] + (0..<30).map { "more-\($0)" }).map {
-            Outcome(jobID: $0, app: app, tokenHex: token(1), kind: $0.hasSuffix("7") ? .rejected : .accepted)
-        }))
+        try await store.settle(
+            SettleBatch(
+                outcomes: (["lapsed"] + (0..<30).map { "more-\($0)" }).map {
+                    Outcome(jobID: $0, app: app, tokenHex: token(1), kind: $0.hasSuffix("7") ? .rejected : .accepted)
+                }))
         let left = try await client.send(RedisCommand("HVALS", hash)).array?.compactMap(\.string) ?? []
         #expect(!left.contains { $0.hasPrefix("owner-b/") })
         #expect(left.contains { $0.hasPrefix("owner-x/") }, "another owner's live lease stays")
@@ -240,7 +260,9 @@ struct GateTests {
         // A later feedback suppresses again; an older one does not overwrite it.
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1200, reason: "feedback")])
         try await store.suppress([Suppression(app: app, tokenHex: token(7), at: 1050, reason: "old")])
-        #expect(try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app, tokenHex: token(7)), token(7).lowercased())).string == "1200:feedback")
+        #expect(
+            try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app, tokenHex: token(7)), token(7).lowercased()))
+                .string == "1200:feedback")
         #expect(try await store.gate([request("5")]) == [.suppressed])
     }
 
@@ -256,7 +278,9 @@ struct GateTests {
         #expect(try await store.gate([request("1")]) == [.admitted(language: "fr")])
         // A stale registration event changes neither the time nor the language.
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 1000, language: "it")])
-        #expect(try await store.client.send(RedisCommand("HGET", store.keys.registered(app: app, tokenHex: token(8)), token(8).lowercased())).string == "2000")
+        #expect(
+            try await store.client.send(RedisCommand("HGET", store.keys.registered(app: app, tokenHex: token(8)), token(8).lowercased()))
+                .string == "2000")
         #expect(try await store.gate([request("2")]) == [.admitted(language: "fr")])
         // Feedback newer than the registration: suppressed.
         try await store.suppress([Suppression(app: app, tokenHex: token(8), at: 2500, reason: "feedback")])
@@ -331,10 +355,11 @@ struct SettlerTests {
         #expect(try await client.hashCounters("{apns}:stats:202601010000") == Self.expectedTotals)
         let minuteTTL = try await client.send(RedisCommand("TTL", "{apns}:stats:202601010000")).integer ?? -2
         #expect(minuteTTL > 0 && minuteTTL <= 86_400)
-        #expect(try await client.hashCounters("{apns}:campaign:c1") == [
-            "accepted": 2, "rejected": 1, "rejected:8": 1, "dead_lettered": 1, "rejected:1": 1, "suppressed": 1,
-            "jobs_accepted": 2, "jobs_rejected": 1, "jobs_dead_lettered": 1, "jobs_suppressed": 1, "jobs_settled": 5,
-        ])
+        #expect(
+            try await client.hashCounters("{apns}:campaign:c1") == [
+                "accepted": 2, "rejected": 1, "rejected:8": 1, "dead_lettered": 1, "rejected:1": 1, "suppressed": 1,
+                "jobs_accepted": 2, "jobs_rejected": 1, "jobs_dead_lettered": 1, "jobs_suppressed": 1, "jobs_settled": 5,
+            ])
         #expect(try await client.hashCounters("{apns}:shard:\(app):0") == ["sent": 4, "replayed": 4])
         #expect(try await client.hashCounters("{apns}:shard:\(app):1") == ["sent": 2])
 
@@ -400,7 +425,8 @@ struct SettlerTests {
                         suppressToken: TokenSuppression(since: since, reason: "unregistered")),
                 ],
                 settledAt: Self.now))
-        let stored = try await store.client.send(RedisCommand("HGET", store.keys.suppressed(app: app, tokenHex: token(11)), token(11).lowercased()))
+        let stored = try await store.client.send(
+            RedisCommand("HGET", store.keys.suppressed(app: app, tokenHex: token(11)), token(11).lowercased()))
         #expect(stored == .bulk(Array("\(since):unregistered".utf8)))
         #expect(try await store.client.hashCounters("{apns}:stats")["rejected:Unregistered"] == 2)
         try await store.applyRegistrations([
@@ -442,7 +468,9 @@ struct SettlerTests {
         let settled = Counter()
         let run = Task {
             for index in 0..<batches {
-                let outcomes = (0..<5).map { Outcome(jobID: "job-\(index)-\($0)", app: app, tokenHex: token($0), campaign: "spring", kind: .accepted, shard: $0 % 2) }
+                let outcomes = (0..<5).map {
+                    Outcome(jobID: "job-\(index)-\($0)", app: app, tokenHex: token($0), campaign: "spring", kind: .accepted, shard: $0 % 2)
+                }
                 try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 5)))
                 settled.increment()
             }
@@ -458,9 +486,10 @@ struct SettlerTests {
         let totals = try await store.client.hashCounters("{apns}:stats")
         #expect(totals == ["accepted": Int64(batches * 5), "received": Int64(batches * 5)])
         // Each batch has five jobs of its own: per job as per message.
-        #expect(try await store.client.hashCounters("{apns}:campaign:spring") == [
-            "accepted": Int64(batches * 5), "jobs_accepted": Int64(batches * 5), "jobs_settled": Int64(batches * 5),
-        ])
+        #expect(
+            try await store.client.hashCounters("{apns}:campaign:spring") == [
+                "accepted": Int64(batches * 5), "jobs_accepted": Int64(batches * 5), "jobs_settled": Int64(batches * 5),
+            ])
         // After the restart the script cache was empty: the gate reloads its script by itself.
         #expect(try await store.gate([GateRequest(jobID: "job-0-0", app: app, tokenHex: token(0))]) == [.deduped])
     }
@@ -492,11 +521,14 @@ struct SettlerTests {
 
         let gate = try await roundTrips { _ = try await store.gate(requests) }
         #expect(isOneRoundTrip(gate), "\(gate)")
-        let outcomes = requests.map { Outcome(jobID: $0.jobID, app: $0.app, tokenHex: $0.tokenHex, campaign: "c", kind: .accepted, shard: 1) }
+        let outcomes = requests.map {
+            Outcome(jobID: $0.jobID, app: $0.app, tokenHex: $0.tokenHex, campaign: "c", kind: .accepted, shard: 1)
+        }
         let settle = try await roundTrips { try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 20))) }
         #expect(isOneRoundTrip(settle), "\(settle)")
         let registrations = try await roundTrips {
-            try await store.applyRegistrations(requests.map { Registration(app: $0.app, tokenHex: $0.tokenHex, registeredAt: 5, language: "en") })
+            try await store.applyRegistrations(
+                requests.map { Registration(app: $0.app, tokenHex: $0.tokenHex, registeredAt: 5, language: "en") })
         }
         #expect(isOneRoundTrip(registrations), "\(registrations)")
         let suppressions = try await roundTrips {
@@ -523,7 +555,8 @@ struct SettlerTests {
         // Job ids whose records land in `key` (sub-bucket 0 of the token's tag: one set per tag here).
         let ids = (0..<3).map { "e\($0)" }
         func settle(_ id: String, at: Int64) async throws {
-            try await store.settle(SettleBatch(outcomes: [Outcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
+            try await store.settle(
+                SettleBatch(outcomes: [Outcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
         }
         func expireAt() async throws -> Int64 { try await store.client.send(RedisCommand("EXPIRETIME", key)).integer ?? -3 }
         let expected = (now / width + 1) * width + store.configuration.dedupRetention.components.seconds
@@ -538,7 +571,8 @@ struct SettlerTests {
         // Another process (its own memory) gives it too.
         _ = try await store.client.send(RedisCommand("PERSIST", key))
         let other = PipelineStore(client: store.client, configuration: store.configuration)
-        try await other.settle(SettleBatch(outcomes: [Outcome(jobID: "e3", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now + 62))
+        try await other.settle(
+            SettleBatch(outcomes: [Outcome(jobID: "e3", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now + 62))
         #expect(try await expireAt() == expected)
     }
 
@@ -550,22 +584,29 @@ struct SettlerTests {
         let server = try await RedisServer()
         defer { server.stop() }
         let store = PipelineStore(client: try server.client(), configuration: .init(dedupSubBuckets: subBuckets))
-        let jobs = 100_000, perBatch = 5_000
+        let jobs = 100_000
+        let perBatch = 5_000
         // Real time: a record settled longer than the retention ago expires at once (EXPIREAT in the past).
         let now = PipelineStore.epochNow()
         // Warm up counters and scripts so the measurement is the records only.
-        try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)], settledAt: now))
+        try await store.settle(
+            SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)], settledAt: now))
         let before = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
         for start in stride(from: 0, to: jobs, by: perBatch) {
-            let outcomes = (start..<start + perBatch).map { Outcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token($0 % 1024), kind: .accepted) }
+            let outcomes = (start..<start + perBatch).map {
+                Outcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token($0 % 1024), kind: .accepted)
+            }
             try await store.settle(SettleBatch(outcomes: outcomes, settledAt: now))
         }
         let after = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
         let bytesPerJob = Double(after - before) / Double(jobs)
-        print("dedup: \(String(format: "%.1f", bytesPerJob)) bytes per accepted job (\(jobs) jobs, \(subBuckets) sub-buckets, used_memory delta)")
+        print(
+            "dedup: \(String(format: "%.1f", bytesPerJob)) bytes per accepted job (\(jobs) jobs, \(subBuckets) sub-buckets, used_memory delta)"
+        )
         #expect(bytesPerJob > 8 && bytesPerJob < 12)
         let key = store.keys.dedup(
-            tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / store.configuration.dedupBucketWidth.components.seconds, subBucket: 0)
+            tag: store.keys.tokenTag(app: app, tokenHex: token(1)), bucket: now / store.configuration.dedupBucketWidth.components.seconds,
+            subBucket: 0)
         #expect(try await store.client.send(RedisCommand("OBJECT", "ENCODING", key)) == .bulk(Array("intset".utf8)))
         // Every one of them is found again.
         let sample = (0..<200).map { GateRequest(jobID: "campaign-x:\($0 * 499)", app: app, tokenHex: token($0 * 499 % 1024)) }

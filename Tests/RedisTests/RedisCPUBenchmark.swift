@@ -1,7 +1,7 @@
 import Foundation
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 /// redis-server CPU per job for gate + settle (issue 14): not a unit test — it runs only when
 /// `APNS_REDIS_CPU_JOBS` is set (e.g. 100000) and prints µs of redis-server CPU (utime + stime from
@@ -40,7 +40,8 @@ struct RedisCPUBenchmark {
         let narrow = PipelineStore(client: client, configuration: .init(dedupBucketWidth: .seconds(43_200)))
         return [
             Variant(
-                name: "this code, single Redis (one call per batch)", gate: { try await store.gate($0) }, settle: { try await store.settle($0) },
+                name: "this code, single Redis (one call per batch)", gate: { try await store.gate($0) },
+                settle: { try await store.settle($0) },
                 suppress: { try await store.suppress($0) }, stats: store.keys.stats),
             Variant(
                 name: "this code, one slot per call (the cluster path)", gate: { try await cluster.gate($0) },
@@ -61,7 +62,8 @@ struct RedisCPUBenchmark {
                 settle: { try await store.settle($0) }, suppress: { try await store.suppress($0) }, stats: store.keys.stats, steady: true),
             Variant(
                 name: "this code, single Redis, steady state, 12 h dedup buckets", gate: { try await narrow.gate($0) },
-                settle: { try await narrow.settle($0) }, suppress: { try await narrow.suppress($0) }, stats: narrow.keys.stats, steady: true),
+                settle: { try await narrow.settle($0) }, suppress: { try await narrow.suppress($0) }, stats: narrow.keys.stats, steady: true
+            ),
         ]
     }
 
@@ -69,7 +71,9 @@ struct RedisCPUBenchmark {
         let jobs = Int(ProcessInfo.processInfo.environment["APNS_REDIS_CPU_JOBS"] ?? "") ?? 100_000
         let rounds = Int(ProcessInfo.processInfo.environment["APNS_REDIS_CPU_ROUNDS"] ?? "") ?? 2
         for _ in 0..<rounds {
-            let chosen = (ProcessInfo.processInfo.environment["APNS_REDIS_CPU_VARIANTS"] ?? "0,1,2,3").split(separator: ",").compactMap { Int($0) }
+            let chosen = (ProcessInfo.processInfo.environment["APNS_REDIS_CPU_VARIANTS"] ?? "0,1,2,3").split(separator: ",").compactMap {
+                Int($0)
+            }
             for index in chosen {
                 let server = try await RedisServer()
                 defer { server.stop() }
@@ -88,7 +92,8 @@ struct RedisCPUBenchmark {
             let fields = stat[stat.range(of: ")")!.upperBound...].split(separator: " ")
             return (Double(fields[11])!, Double(fields[12])!)  // utime, stime (fields 14, 15)
         }
-        try await variant.suppress((0..<(jobs / 10)).map { Suppression(app: app, tokenHex: String(format: "%064x", $0 * 10), at: 1, reason: "feedback") })
+        try await variant.suppress(
+            (0..<(jobs / 10)).map { Suppression(app: app, tokenHex: String(format: "%064x", $0 * 10), at: 1, reason: "feedback") })
         if variant.steady {
             // As many records as the run makes, in each older bucket the gate probes (12 h and 24 h ago).
             let now = PipelineStore.epochNow()
@@ -116,9 +121,11 @@ struct RedisCPUBenchmark {
             for (request, decision) in zip(requests, decisions) {
                 switch decision {
                 case .admitted, .takenOver:
-                    outcomes.append(Outcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
+                    outcomes.append(
+                        Outcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
                 case .suppressed:
-                    outcomes.append(Outcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .suppressed))
+                    outcomes.append(
+                        Outcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .suppressed))
                 default: break
                 }
             }
@@ -135,12 +142,20 @@ struct RedisCPUBenchmark {
         var calls: [(String, Int)] = []
         for line in stats.split(separator: "\r\n") where line.hasPrefix("cmdstat_") {
             let name = line.dropFirst("cmdstat_".count).prefix { $0 != ":" }
-            if let range = line.range(of: "calls="), let n = Int(line[range.upperBound...].prefix { $0.isNumber }) { calls.append((String(name), n)) }
+            if let range = line.range(of: "calls="), let n = Int(line[range.upperBound...].prefix { $0.isNumber }) {
+                calls.append((String(name), n))
+            }
         }
-        let perJob = calls.filter { $0.1 * 100 >= gated }.sorted { $0.1 > $1.1 }.map { "\($0.0) \(String(format: "%.2f", Double($0.1) / Double(gated)))" }
-        let commands = calls.filter { !["evalsha", "eval", "config|resetstat", "info", "script|load"].contains($0.0) }.reduce(0) { $0 + $1.1 }
+        let perJob = calls.filter { $0.1 * 100 >= gated }.sorted { $0.1 > $1.1 }.map {
+            "\($0.0) \(String(format: "%.2f", Double($0.1) / Double(gated)))"
+        }
+        let commands = calls.filter { !["evalsha", "eval", "config|resetstat", "info", "script|load"].contains($0.0) }.reduce(0) {
+            $0 + $1.1
+        }
         func us(_ seconds: Double) -> String { String(format: "%.2f", seconds * 1e6 / Double(gated)) }
-        print("redis-server CPU per job, \(variant.name): \(us(total)) µs (user \(us(user)); gate \(us(gateSeconds)), settle \(us(total - gateSeconds))); \(String(format: "%.2f", Double(commands) / Double(gated))) commands per job: \(perJob.joined(separator: ", ")) [\(gated) jobs, batches of \(batchSize)]")
+        print(
+            "redis-server CPU per job, \(variant.name): \(us(total)) µs (user \(us(user)); gate \(us(gateSeconds)), settle \(us(total - gateSeconds))); \(String(format: "%.2f", Double(commands) / Double(gated))) commands per job: \(perJob.joined(separator: ", ")) [\(gated) jobs, batches of \(batchSize)]"
+        )
         let totals = try await client.hashCounters(variant.stats)
         #expect(totals["received"] == Int64(gated))
     }

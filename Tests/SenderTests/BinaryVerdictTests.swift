@@ -18,7 +18,9 @@ import Testing
     }
 
     @Test func malformedFramesAreBadRequests() {
-        for status in [ErrorStatus.missingDeviceToken, .missingTopic, .missingPayload, .invalidTokenSize, .invalidTopicSize, .invalidPayloadSize] {
+        for status in [
+            ErrorStatus.missingDeviceToken, .missingTopic, .missingPayload, .invalidTokenSize, .invalidTopicSize, .invalidPayloadSize,
+        ] {
             guard case .rejected(.badRequest(let reason)) = BinaryVerdict(status) else {
                 Issue.record("status \(status) should be a bad request")
                 continue
@@ -32,8 +34,12 @@ import Testing
             jobID: "j", app: "a", token: try! DeviceToken(bytes: [UInt8](repeating: 1, count: 32)), payload: [], expiry: 0,
             priority: .immediate)
         #expect(Outcome(notification: n, delivery: .accepted, attempts: 1, connection: 0).kind == .accepted)
-        #expect(Outcome(notification: n, delivery: .rejected(.invalidToken(since: 5, reason: "Unregistered")), attempts: 1, connection: 0).kind == .rejected)
-        #expect(Outcome(notification: n, delivery: .rejected(.badRequest(reason: "BadTopic")), attempts: 1, connection: 0).kind == .deadLettered)
+        #expect(
+            Outcome(notification: n, delivery: .rejected(.invalidToken(since: 5, reason: "Unregistered")), attempts: 1, connection: 0).kind
+                == .rejected)
+        #expect(
+            Outcome(notification: n, delivery: .rejected(.badRequest(reason: "BadTopic")), attempts: 1, connection: 0).kind == .deadLettered
+        )
         #expect(Outcome(notification: n, delivery: .rejected(.transient(reason: "503")), attempts: 3, connection: 0).kind == .deadLettered)
     }
 }

@@ -13,7 +13,9 @@ import Testing
 @Suite struct ChannelManagementClientTests {
     static let shop = "com.example.shop"
 
-    func configuration(port: Int, environment: ChannelManagementConfiguration.Environment = .sandbox) throws -> ChannelManagementConfiguration {
+    func configuration(
+        port: Int, environment: ChannelManagementConfiguration.Environment = .sandbox
+    ) throws -> ChannelManagementConfiguration {
         let tokens = try ProviderTokenCache.shared(
             keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)
         var c = ChannelManagementConfiguration(
@@ -30,7 +32,10 @@ import Testing
         let c = try configuration(port: sim.port)
 
         let (created, createID) = try await ChannelManagementClient.perform(.create(.mostRecent), configuration: c, group: group)
-        guard case .created(let id, .mostRecent) = created else { Issue.record("\(created)"); return }
+        guard case .created(let id, .mostRecent) = created else {
+            Issue.record("\(created)")
+            return
+        }
         #expect(APNsRequestValidator.isCanonicalUUID(createID))
         #expect(sim.channels(app: Self.shop).map(\.id) == [id] && sim.channels(app: Self.shop).first?.storagePolicy == 1)
 
@@ -109,17 +114,25 @@ import Testing
         #expect(ChannelOperation.list.path(app: "a.b") == "/1/apps/a.b/all-channels" && ChannelOperation.list.method == "GET")
         #expect(ChannelOperation.delete(channelID: "x").method == "DELETE")
         // The id in the header (Apple) or, failing that, in a body.
-        #expect(create.result(of: ChannelAnswer(status: 201, channelID: "YQ==")) == .success(.created(channelID: "YQ==", policy: .noStorage)))
-        #expect(create.result(of: ChannelAnswer(status: 200, body: Array(#"{"channel-id":"Yg=="}"#.utf8)))
-            == .success(.created(channelID: "Yg==", policy: .noStorage)))
-        if case .failure(.badAnswer) = create.result(of: ChannelAnswer(status: 201)) {} else { Issue.record("a create without an id was taken") }
-        #expect(ChannelOperation.list.result(of: ChannelAnswer(status: 200, body: Array(#"{"channels":["a","b"]}"#.utf8)))
-            == .success(.list(channelIDs: ["a", "b"])))
-        #expect(ChannelOperation.get(channelID: "a").result(of: ChannelAnswer(status: 200, body: Array(#"{"message-storage-policy":7}"#.utf8)))
-            == .success(.channel(channelID: "a", policy: nil, policyValue: 7, pushType: nil)))
+        #expect(
+            create.result(of: ChannelAnswer(status: 201, channelID: "YQ==")) == .success(.created(channelID: "YQ==", policy: .noStorage)))
+        #expect(
+            create.result(of: ChannelAnswer(status: 200, body: Array(#"{"channel-id":"Yg=="}"#.utf8)))
+                == .success(.created(channelID: "Yg==", policy: .noStorage)))
+        if case .failure(.badAnswer) = create.result(of: ChannelAnswer(status: 201)) {
+        } else {
+            Issue.record("a create without an id was taken")
+        }
+        #expect(
+            ChannelOperation.list.result(of: ChannelAnswer(status: 200, body: Array(#"{"channels":["a","b"]}"#.utf8)))
+                == .success(.list(channelIDs: ["a", "b"])))
+        #expect(
+            ChannelOperation.get(channelID: "a").result(of: ChannelAnswer(status: 200, body: Array(#"{"message-storage-policy":7}"#.utf8)))
+                == .success(.channel(channelID: "a", policy: nil, policyValue: 7, pushType: nil)))
         #expect(ChannelOperation.delete(channelID: "a").result(of: ChannelAnswer(status: 204)) == .success(.deleted(channelID: "a")))
-        #expect(ChannelOperation.list.result(of: ChannelAnswer(status: 403, body: Array(#"{"reason":"BadEnvironmentKeyIdInToken"}"#.utf8)))
-            == .failure(.refused(status: 403, reason: "BadEnvironmentKeyIdInToken")))
+        #expect(
+            ChannelOperation.list.result(of: ChannelAnswer(status: 403, body: Array(#"{"reason":"BadEnvironmentKeyIdInToken"}"#.utf8)))
+                == .failure(.refused(status: 403, reason: "BadEnvironmentKeyIdInToken")))
 
         // A wrong environment names the key and the way out.
         let tokens = try? ProviderTokenCache.shared(
@@ -128,8 +141,9 @@ import Testing
         let error = ChannelManagementError(
             kind: .refused(status: 403, reason: "BadEnvironmentKeyIdInToken"), operation: .list, app: Self.shop,
             environment: .production, host: ChannelManagementConfiguration.appleHost(.production), keyID: "TESTKEY123", requestID: nil)
-        #expect(error.description.contains("TESTKEY123 is not enabled for the production environment")
-            && error.description.contains("--environment sandbox"), "\(error)")
+        #expect(
+            error.description.contains("TESTKEY123 is not enabled for the production environment")
+                && error.description.contains("--environment sandbox"), "\(error)")
         #expect(ChannelManagementConfiguration.appleHost(.sandbox).description == "api-manage-broadcast.sandbox.push.apple.com:2195")
         #expect(ChannelManagementConfiguration.appleHost(.production).description == "api-manage-broadcast.push.apple.com:2196")
     }

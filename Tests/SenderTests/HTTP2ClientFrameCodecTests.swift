@@ -84,7 +84,9 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         // Our SETTINGS: no push, a 1 MiB stream window; then the connection window opened by 16 MiB.
         #expect(frames[0].header == HTTP2FrameHeader(length: 12, type: Kind.settings, flags: 0, streamID: 0))
         #expect(Array(frames[0].payload.readableBytesView) == setting(2, 0) + setting(4, 1 << 20))
-        #expect(frames[1].header.type == Kind.windowUpdate && frames[1].payload.getInteger(at: frames[1].payload.readerIndex, as: UInt32.self) == 16 << 20)
+        #expect(
+            frames[1].header.type == Kind.windowUpdate
+                && frames[1].payload.getInteger(at: frames[1].payload.readerIndex, as: UInt32.self) == 16 << 20)
 
         var decoder = HPACKDecoder(allocator: Self.allocator)
         var blockLengths: [Int] = []
@@ -124,7 +126,9 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         // The server's decoder, told the same size.
         var decoder = HPACKDecoder(allocator: Self.allocator, maxDynamicTableSize: 0)
         for i in 0..<3 {
-            codec.writeRequest(streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "localhost", authorization: Self.authorization, payload: [1])
+            codec.writeRequest(
+                streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "localhost", authorization: Self.authorization, payload: [1]
+            )
             var block = Self.frames(codec.takeOutbound())[0].payload
             // The first block after the change signals it: a dynamic table size update to 0.
             if i == 0 { #expect(block.getInteger(at: block.readerIndex, as: UInt8.self) == 0x20) }
@@ -136,7 +140,9 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         _ = Self.receive(&codec, frame(Kind.settings, setting(1, 8192)))
         decoder.maxDynamicTableLength = 8192
         for i in 3..<5 {
-            codec.writeRequest(streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "localhost", authorization: Self.authorization, payload: [1])
+            codec.writeRequest(
+                streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "localhost", authorization: Self.authorization, payload: [1]
+            )
             var block = Self.frames(codec.takeOutbound()).last { $0.header.type == Kind.headers }!.payload
             _ = try decoder.decodeHeaders(from: &block)
         }
@@ -185,8 +191,9 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         bytes += frame(0x20, flags: 0xFF, stream: 3, [1, 2, 3])  // an unknown type: ignored
         bytes += frame(Kind.priority, stream: 3, [0, 0, 0, 1, 16])
         // PADDED and PRIORITY: pad length, 5 priority bytes, the block, the padding.
-        bytes += frame(Kind.headers, flags: Flag.endHeaders | Flag.padded | Flag.priority, stream: 3,
-                       [3] + [0, 0, 0, 0, 7] + Array(block("400", id: "B").readableBytesView) + [0, 0, 0])
+        bytes += frame(
+            Kind.headers, flags: Flag.endHeaders | Flag.padded | Flag.priority, stream: 3,
+            [3] + [0, 0, 0, 0, 7] + Array(block("400", id: "B").readableBytesView) + [0, 0, 0])
         bytes += frame(Kind.data, flags: Flag.padded, stream: 3, [4] + body.prefix(10) + [0, 0, 0, 0])
         bytes += frame(Kind.data, flags: Flag.endStream, stream: 3, Array(body.dropFirst(10)))
         bytes += frame(Kind.ping, [9, 8, 7, 6, 5, 4, 3, 2])
@@ -218,10 +225,11 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         #expect(whole.unacknowledgedBytes == 15 + 17)  // DATA counts its padding and pad length against the window
         // Our answers: the SETTINGS ack and the PING's ack with its data.
         let acks = Self.frames(whole.takeOutbound())
-        #expect(acks.map(\.header) == [
-            HTTP2FrameHeader(length: 0, type: Kind.settings, flags: Flag.ack, streamID: 0),
-            HTTP2FrameHeader(length: 8, type: Kind.ping, flags: Flag.ack, streamID: 0),
-        ])
+        #expect(
+            acks.map(\.header) == [
+                HTTP2FrameHeader(length: 0, type: Kind.settings, flags: Flag.ack, streamID: 0),
+                HTTP2FrameHeader(length: 8, type: Kind.ping, flags: Flag.ack, streamID: 0),
+            ])
         #expect(Array(acks[1].payload.readableBytesView) == [9, 8, 7, 6, 5, 4, 3, 2])
         #expect(whole.peerMaxFrameSize == 32768 && whole.initialStreamSendWindow == 1 << 16)
 
@@ -237,23 +245,27 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         #expect(events == expected)
     }
 
-    @Test(arguments: [
-        // A frame longer than our MAX_FRAME_SIZE: refused from its header alone.
-        ("oversized frame", [0x00, 0x40, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01], HTTP2WireErrorCode.frameSizeError),
-        ("DATA on a stream never opened", frame(Kind.data, stream: 9, [1]), .protocolError),
-        ("DATA on stream 0", frame(Kind.data, [1]), .protocolError),
-        ("HEADERS on a server stream", frame(Kind.headers, flags: Flag.endHeaders, stream: 2, [0x88]), .protocolError),
-        ("PING of 7 bytes", frame(Kind.ping, [1, 2, 3, 4, 5, 6, 7]), .frameSizeError),
-        ("padding longer than the frame", frame(Kind.data, flags: Flag.padded, stream: 1, [5, 1, 2]), .protocolError),
-        ("CONTINUATION alone", frame(Kind.continuation, flags: Flag.endHeaders, stream: 1, [0x88]), .protocolError),
-        ("header block interrupted", frame(Kind.headers, stream: 1, [0x88]) + frame(Kind.data, stream: 1, [1]), .protocolError),
-        ("SETTINGS of 5 bytes", frame(Kind.settings, [0, 3, 0, 0, 1]), .frameSizeError),
-        ("PUSH_PROMISE", frame(Kind.pushPromise, flags: Flag.endHeaders, stream: 1, u32(2) + [0x88]), .protocolError),
-        ("a header block NIO cannot decode", frame(Kind.headers, flags: Flag.endHeaders, stream: 1, [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]), .compressionError),
-        ("window beyond 2^31-1", frame(Kind.windowUpdate, u32(0x7FFF_FFFF)), .flowControlError),
-        ("MAX_FRAME_SIZE below 16384", frame(Kind.settings, setting(5, 100)), .protocolError),
-        ("RST_STREAM of 3 bytes", frame(Kind.rstStream, stream: 1, [0, 0, 7]), .frameSizeError),
-    ] as [(String, [UInt8], HTTP2WireErrorCode)])
+    @Test(
+        arguments: [
+            // A frame longer than our MAX_FRAME_SIZE: refused from its header alone.
+            ("oversized frame", [0x00, 0x40, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01], HTTP2WireErrorCode.frameSizeError),
+            ("DATA on a stream never opened", frame(Kind.data, stream: 9, [1]), .protocolError),
+            ("DATA on stream 0", frame(Kind.data, [1]), .protocolError),
+            ("HEADERS on a server stream", frame(Kind.headers, flags: Flag.endHeaders, stream: 2, [0x88]), .protocolError),
+            ("PING of 7 bytes", frame(Kind.ping, [1, 2, 3, 4, 5, 6, 7]), .frameSizeError),
+            ("padding longer than the frame", frame(Kind.data, flags: Flag.padded, stream: 1, [5, 1, 2]), .protocolError),
+            ("CONTINUATION alone", frame(Kind.continuation, flags: Flag.endHeaders, stream: 1, [0x88]), .protocolError),
+            ("header block interrupted", frame(Kind.headers, stream: 1, [0x88]) + frame(Kind.data, stream: 1, [1]), .protocolError),
+            ("SETTINGS of 5 bytes", frame(Kind.settings, [0, 3, 0, 0, 1]), .frameSizeError),
+            ("PUSH_PROMISE", frame(Kind.pushPromise, flags: Flag.endHeaders, stream: 1, u32(2) + [0x88]), .protocolError),
+            (
+                "a header block NIO cannot decode",
+                frame(Kind.headers, flags: Flag.endHeaders, stream: 1, [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]), .compressionError
+            ),
+            ("window beyond 2^31-1", frame(Kind.windowUpdate, u32(0x7FFF_FFFF)), .flowControlError),
+            ("MAX_FRAME_SIZE below 16384", frame(Kind.settings, setting(5, 100)), .protocolError),
+            ("RST_STREAM of 3 bytes", frame(Kind.rstStream, stream: 1, [0, 0, 7]), .frameSizeError),
+        ] as [(String, [UInt8], HTTP2WireErrorCode)])
     func protocolViolationsAreConnectionErrors(_ name: String, _ bytes: [UInt8], _ code: HTTP2WireErrorCode) throws {
         var codec = try Self.codec()
         _ = Self.receive(&codec, bytes)
@@ -269,14 +281,17 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
 
     /// (stream, bytes, END_STREAM) of each DATA frame in `out`.
     static func data(_ out: ByteBuffer?) -> [(UInt32, Int, Bool)] {
-        frames(out).filter { $0.header.type == Kind.data }.map { ($0.header.streamID, $0.header.length, $0.header.flags & Flag.endStream != 0) }
+        frames(out).filter { $0.header.type == Kind.data }.map {
+            ($0.header.streamID, $0.header.length, $0.header.flags & Flag.endStream != 0)
+        }
     }
 
     @Test func dataWaitsForTheStreamWindowInOrder() throws {
         var codec = try Self.codec(requests: 0)
         _ = Self.receive(&codec, frame(Kind.settings, setting(4, 100)))
         _ = codec.takeOutbound()
-        codec.writeRequest(streamID: 1, head: try Self.head(1), authority: "a", authorization: nil, payload: Array(repeating: 1, count: 300))
+        codec.writeRequest(
+            streamID: 1, head: try Self.head(1), authority: "a", authorization: nil, payload: Array(repeating: 1, count: 300))
         codec.writeRequest(streamID: 3, head: try Self.head(3), authority: "a", authorization: nil, payload: Array(repeating: 3, count: 50))
         // Stream 1 sends what its window allows; stream 3's DATA, which would fit, waits behind it.
         #expect(Self.data(codec.takeOutbound()).map { "\($0)" } == ["(1, 100, false)"])
@@ -295,7 +310,8 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
     @Test func aSmallerInitialWindowCanMakeAWaitingStreamsWindowNegative() throws {
         var codec = try Self.codec(requests: 0)
         _ = Self.receive(&codec, frame(Kind.settings, setting(4, 100)))
-        codec.writeRequest(streamID: 1, head: try Self.head(1), authority: "a", authorization: nil, payload: Array(repeating: 1, count: 300))
+        codec.writeRequest(
+            streamID: 1, head: try Self.head(1), authority: "a", authorization: nil, payload: Array(repeating: 1, count: 300))
         #expect(Self.data(codec.takeOutbound()).map { "\($0)" } == ["(1, 100, false)"])
         // 100 sent of a window now 50: the stream owes 50 (RFC 9113 §6.9.2) before anything more goes.
         _ = Self.receive(&codec, frame(Kind.settings, setting(4, 50)))
@@ -308,7 +324,8 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
     @Test func anInformationalAnswerIsFollowedByTheFinalOne() throws {
         var codec = try Self.codec()
         var encoder = HPACKEncoder(allocator: Self.allocator)
-        var interim = ByteBuffer(), final = ByteBuffer()
+        var interim = ByteBuffer()
+        var final = ByteBuffer()
         try encoder.encode(headers: [":status": "100"], to: &interim)
         try encoder.encode(headers: [":status": "410"], to: &final)
         let body = Array(#"{"reason":"Unregistered","timestamp":1700000000000}"#.utf8)
@@ -325,7 +342,9 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         _ = codec.takeOutbound()
         // 14 × 5000 bytes against the connection's 65,535.
         for i in 0..<14 {
-            codec.writeRequest(streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "a", authorization: nil, payload: Array(repeating: UInt8(i), count: 5000))
+            codec.writeRequest(
+                streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "a", authorization: nil,
+                payload: Array(repeating: UInt8(i), count: 5000))
         }
         var sent = Self.data(codec.takeOutbound())
         #expect(sent.reduce(0) { $0 + $1.1 } == 65535)
@@ -339,7 +358,8 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
             #expect(frames.map(\.2) == Array(repeating: false, count: frames.count - 1) + [true])
         }
         // A payload longer than the server's MAX_FRAME_SIZE (16384) goes in frames no longer than it.
-        codec.writeRequest(streamID: 29, head: try Self.head(29), authority: "a", authorization: nil, payload: Array(repeating: 9, count: 20000))
+        codec.writeRequest(
+            streamID: 29, head: try Self.head(29), authority: "a", authorization: nil, payload: Array(repeating: 9, count: 20000))
         #expect(Self.data(codec.takeOutbound()).map { "\($0)" } == ["(29, 16384, false)", "(29, 3616, true)"])
     }
 
@@ -347,7 +367,9 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         var codec = try Self.codec(requests: 0)
         _ = Self.receive(&codec, frame(Kind.settings, setting(4, 10)))
         for i in 0..<3 {
-            codec.writeRequest(streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "a", authorization: nil, payload: Array(repeating: 1, count: 20))
+            codec.writeRequest(
+                streamID: UInt32(2 * i + 1), head: try Self.head(i), authority: "a", authorization: nil,
+                payload: Array(repeating: 1, count: 20))
         }
         _ = codec.takeOutbound()
         #expect(codec.waitingDataCount == 3)

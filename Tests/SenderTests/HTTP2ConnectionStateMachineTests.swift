@@ -8,7 +8,8 @@ import Testing
     typealias Machine = HTTP2ConnectionStateMachine<Int>
 
     static func machine(
-        cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in }, clearance: @escaping (Int) -> WriteClearance? = { _ in nil }
+        cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in },
+        clearance: @escaping (Int) -> WriteClearance? = { _ in nil }
     ) -> Machine {
         var c = Machine.Configuration()
         c.streamCap = cap
@@ -356,7 +357,10 @@ import Testing
     /// Mostly 5xx: the connection stops taking work and hands its queue to the others, then one
     /// probe; a good answer to it opens it up again.
     @Test func mostly5xxOpensTheBreakerThenAProbeClosesIt() {
-        var m = Self.machine(cap: 2) { $0.breaker.window = 4; $0.breaker.openFor = 5 }
+        var m = Self.machine(cap: 2) {
+            $0.breaker.window = 4
+            $0.breaker.openFor = 5
+        }
         _ = m.enqueue(Array(1...10), now: 0)
         var w = m.connected(now: 0).writes
         _ = m.settings(maxConcurrentStreams: 100, now: 0)

@@ -85,16 +85,22 @@ import Testing
         let silent = Array(#"{"aps":{"content-available":1}}"#.utf8)
         let sameSizeAlert = Array(#"{"aps":{"content-availablX":1}}"#.utf8)
         #expect(silent.count == sameSizeAlert.count)
-        func n(_ payload: [UInt8], expiry: UInt32 = 0, priority: Priority = .immediate, pushType: String? = nil, id: String) -> PushNotification {
-            PushNotification(jobID: id, app: "com.example.news", token: Self.token, payload: payload, expiry: expiry, priority: priority, pushType: pushType)
+        func n(
+            _ payload: [UInt8], expiry: UInt32 = 0, priority: Priority = .immediate, pushType: String? = nil, id: String
+        ) -> PushNotification {
+            PushNotification(
+                jobID: id, app: "com.example.news", token: Self.token, payload: payload, expiry: expiry, priority: priority,
+                pushType: pushType)
         }
         var copied = silent
         copied.append(0x20)
         copied.removeLast()  // the same bytes in a buffer of its own
         let run = [
-            n(alert, id: "a"), n(alert, id: "b"), n(silent, priority: .conservePower, id: "c"), n(silent, expiry: 1_700_000_000, priority: .conservePower, id: "d"),
+            n(alert, id: "a"), n(alert, id: "b"), n(silent, priority: .conservePower, id: "c"),
+            n(silent, expiry: 1_700_000_000, priority: .conservePower, id: "d"),
             n(sameSizeAlert, expiry: 1_700_000_000, id: "e"), n(copied, expiry: 5, priority: .conservePower, id: "f"), n([], id: "g"),
-            n(alert, pushType: "shout", id: "h"), n(alert, expiry: 0, pushType: "voip", id: "i"), n(silent, priority: .conservePower, id: "j"),
+            n(alert, pushType: "shout", id: "h"), n(alert, expiry: 0, pushType: "voip", id: "i"),
+            n(silent, priority: .conservePower, id: "j"),
             n(alert, expiry: 0, id: "k"),
         ]
         var memo = HTTP2Request.Memo()

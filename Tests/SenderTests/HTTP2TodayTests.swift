@@ -35,7 +35,9 @@ import TestSupport
         let alert = #"{"aps":{"alert":"later is fine"},"jid":"#
         let broken = #"{"aps":{"event":"update","timestamp":1767000000},"jid":"#  // no content-state
         var jobs = (0..<20).map { Self.notification($0, payload: alert, priority: .powerFirst, pushType: nil) }
-        jobs += (20..<40).map { Self.notification($0, payload: Self.liveUpdate, priority: $0 % 2 == 0 ? .immediate : .conservePower, pushType: .liveactivity) }
+        jobs += (20..<40).map {
+            Self.notification($0, payload: Self.liveUpdate, priority: $0 % 2 == 0 ? .immediate : .conservePower, pushType: .liveactivity)
+        }
         jobs.append(Self.notification(40, payload: broken, priority: .immediate, pushType: .liveactivity))
         try await HTTP2TransportTests.send(jobs, through: transport)
 

@@ -57,9 +57,10 @@ import Testing
         #expect(HTTP2Verdict.of(status: 429, reason: "TooManyRequests", timestamp: nil) == .retryLater)
     }
 
-    @Test(arguments: [
-        (500, "InternalServerError"), (503, "ServiceUnavailable"), (503, "Shutdown"), (502, ""), (500, nil),
-    ] as [(Int, String?)])
+    @Test(
+        arguments: [
+            (500, "InternalServerError"), (503, "ServiceUnavailable"), (503, "Shutdown"), (502, ""), (500, nil),
+        ] as [(Int, String?)])
     func serverErrorsRetryElsewhere(status: Int, reason: String?) {
         #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .retryElsewhere)
     }

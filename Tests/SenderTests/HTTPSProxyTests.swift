@@ -9,8 +9,8 @@ import NIOHTTP1
 import NIOPosix
 import ProcessSupport
 import Synchronization
-import Testing
 import TestSupport
+import Testing
 
 @testable import Sender
 
@@ -73,7 +73,10 @@ import TestSupport
 
     @Test func theEnvironmentAsCurlReadsIt() {
         #expect(HTTPSProxySettings.proxyVariable(in: ["HTTPS_PROXY": "http://a:1"])! == ("HTTPS_PROXY", "http://a:1"))
-        #expect(HTTPSProxySettings.proxyVariable(in: ["HTTPS_PROXY": "http://a:1", "https_proxy": "http://b:2"])! == ("https_proxy", "http://b:2"))
+        #expect(
+            HTTPSProxySettings.proxyVariable(in: ["HTTPS_PROXY": "http://a:1", "https_proxy": "http://b:2"])! == (
+                "https_proxy", "http://b:2"
+            ))
         #expect(HTTPSProxySettings.proxyVariable(in: ["https_proxy": " "]) == nil, "empty is unset")
         #expect(HTTPSProxySettings.proxyVariable(in: ["http_proxy": "http://a:1"]) == nil, "Apple is reached over https only")
         #expect(HTTPSProxySettings.noProxyVariable(in: ["NO_PROXY": "x", "no_proxy": "y"])! == ("no_proxy", "y"))
@@ -83,7 +86,9 @@ import TestSupport
     // MARK: the CONNECT exchange, without sockets
 
     /// An active `EmbeddedChannel` with the CONNECT sent; returns what was written and the tunnel's future.
-    func connecting(_ proxy: HTTPSProxy, to host: String = "api.push.apple.com", port: Int = 443) throws
+    func connecting(
+        _ proxy: HTTPSProxy, to host: String = "api.push.apple.com", port: Int = 443
+    ) throws
         -> (EmbeddedChannel, String, EventLoopFuture<Void>)
     {
         let channel = EmbeddedChannel()
@@ -113,7 +118,10 @@ import TestSupport
 
         try channel.writeInbound(ByteBuffer(string: "HTTP/1.1 200 Connection established\r\nProxy-Agent: test\r\n\r\n"))
         channel.embeddedEventLoop.run()
-        guard case .success = result(future) else { Issue.record("tunnel not established: \(String(describing: result(future)))"); return }
+        guard case .success = result(future) else {
+            Issue.record("tunnel not established: \(String(describing: result(future)))")
+            return
+        }
         // No HTTP/1 handler is left: bytes pass untouched both ways (what TLS will send and read).
         let sync = channel.pipeline.syncOperations
         #expect((try? sync.handler(type: HTTPRequestEncoder.self)) == nil)
@@ -127,16 +135,26 @@ import TestSupport
 
     @Test func aRefusalIsAnErrorNamingProxyStatusAndFix() throws {
         let cases: [(String, String, HTTPSProxyError.Problem, String)] = [
-            ("http://apns:pw-1234@proxy:3128", "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n",
-             .authenticationRequired(status: 407, credentialsGiven: true), "the user or password in http2.proxy is wrong"),
-            ("http://proxy:3128", "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n",
-             .authenticationRequired(status: 407, credentialsGiven: false), "it wants credentials"),
-            ("http://apns:pw-1234@proxy:3128", "HTTP/1.0 401 Unauthorized\r\n\r\n",
-             .authenticationRequired(status: 401, credentialsGiven: true), "the user or password in http2.proxy is wrong"),
-            ("http://proxy:3128", "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
-             .refused(status: 403, reason: "Forbidden"), "must allow CONNECT to api.push.apple.com:443"),
-            ("http://proxy:3128", "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
-             .refused(status: 502, reason: "Bad Gateway"), "could not reach api.push.apple.com:443"),
+            (
+                "http://apns:pw-1234@proxy:3128", "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n",
+                .authenticationRequired(status: 407, credentialsGiven: true), "the user or password in http2.proxy is wrong"
+            ),
+            (
+                "http://proxy:3128", "HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n",
+                .authenticationRequired(status: 407, credentialsGiven: false), "it wants credentials"
+            ),
+            (
+                "http://apns:pw-1234@proxy:3128", "HTTP/1.0 401 Unauthorized\r\n\r\n",
+                .authenticationRequired(status: 401, credentialsGiven: true), "the user or password in http2.proxy is wrong"
+            ),
+            (
+                "http://proxy:3128", "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
+                .refused(status: 403, reason: "Forbidden"), "must allow CONNECT to api.push.apple.com:443"
+            ),
+            (
+                "http://proxy:3128", "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+                .refused(status: 502, reason: "Bad Gateway"), "could not reach api.push.apple.com:443"
+            ),
         ]
         for (url, answer, problem, fix) in cases {
             let (channel, _, future) = try connecting(try HTTPSProxy(url: url))
@@ -160,7 +178,10 @@ import TestSupport
             Issue.record("expected an HTTPSProxyError, got \(String(describing: result(future)))")
             return
         }
-        guard case .timedOut = error.problem else { Issue.record("\(error)"); return }
+        guard case .timedOut = error.problem else {
+            Issue.record("\(error)")
+            return
+        }
         #expect(error.description.contains("did not answer CONNECT api.push.apple.com:443 within"), "\(error)")
         #expect(!channel.isActive)
     }
@@ -339,7 +360,8 @@ struct HTTPSProxyTransportTests {
         let deadPort = try freeLoopbackPort()
         let log = OutcomeLog()
         let transport = try Self.transport(
-            sim, proxy: HTTPSProxySettings(
+            sim,
+            proxy: HTTPSProxySettings(
                 proxy: try HTTPSProxy(url: "http://127.0.0.1:\(deadPort)"), noProxy: HTTPSProxySettings.noProxyList("localhost,127.0.0.1")),
             log: log)
         try await Self.sendAll((0..<200).map { job($0, token: $0) }, through: transport)
@@ -348,4 +370,3 @@ struct HTTPSProxyTransportTests {
         try await sim.stop()
     }
 }
-

@@ -41,7 +41,8 @@ struct ReplayCostBench {
         #expect(recorded.count == jobs - invalid.count)
         #expect(e.lostAfterSettle == 0)
         print(
-            "replay cost, window \(windowKiB == 0 ? "adaptive \(shard.minUnsettledBytes >> 10)…\(shard.unsettledByteLimit >> 10) KiB (default)" : "fixed \(windowKiB) KiB"): \(jobs) jobs, \(errors) errors, replayed \(e.replayed) = \(e.replayed / max(errors, 1)) per error, \(String(format: "%.2f", Double(e.replayed) / Double(jobs))) per job; \(String(format: "%.1f", Double(cpu) / Double(jobs))) CPU µs per job (sender and simulator, one process); \(elapsed) wall")
+            "replay cost, window \(windowKiB == 0 ? "adaptive \(shard.minUnsettledBytes >> 10)…\(shard.unsettledByteLimit >> 10) KiB (default)" : "fixed \(windowKiB) KiB"): \(jobs) jobs, \(errors) errors, replayed \(e.replayed) = \(e.replayed / max(errors, 1)) per error, \(String(format: "%.2f", Double(e.replayed) / Double(jobs))) per job; \(String(format: "%.1f", Double(cpu) / Double(jobs))) CPU µs per job (sender and simulator, one process); \(elapsed) wall"
+        )
         try await sim.stop()
     }
 }

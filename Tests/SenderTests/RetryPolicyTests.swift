@@ -57,7 +57,10 @@ import Testing
         #expect(w.limit(cap: 100) == 50)
         w.congestion(cap: 100)
         #expect(w.limit(cap: 100) == 25)
-        for _ in 0..<10 { w.congestion(cap: 100); for _ in 0..<30 { w.congestion(cap: 100) } }
+        for _ in 0..<10 {
+            w.congestion(cap: 100)
+            for _ in 0..<30 { w.congestion(cap: 100) }
+        }
         #expect(w.limit(cap: 100) == 1, "never below one stream")
         var answers = 0
         while w.limit(cap: 100) < 100 && answers < 100_000 {

@@ -4,10 +4,11 @@ import Foundation
 import GatewaySimulator
 import NIOCore
 import NIOPosix
-@testable import Sender
 import Synchronization
-import Testing
 import TestSupport
+import Testing
+
+@testable import Sender
 
 let shop = "com.example.shop"
 
@@ -33,7 +34,12 @@ final class OutcomeLog: Sendable {
     private let state = Mutex<(outcomes: [Outcome], events: SenderEvents)>(([], SenderEvents()))
 
     var handler: OutcomeHandler {
-        { batch in self.state.withLock { $0.outcomes.append(contentsOf: batch.outcomes); $0.events += batch.events } }
+        { batch in
+            self.state.withLock {
+                $0.outcomes.append(contentsOf: batch.outcomes)
+                $0.events += batch.events
+            }
+        }
     }
 
     var outcomes: [Outcome] { state.withLock { $0.outcomes } }
@@ -94,7 +100,9 @@ func job(_ n: Int, token tokenNumber: Int) -> PushNotification {
 }
 
 /// Waits until `condition` holds or fails the test after `seconds` (a guard against hangs, not a timing assertion).
-func waitUntil(_ what: String, seconds: Double = 120, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async -> Bool) async throws {
+func waitUntil(
+    _ what: String, seconds: Double = 120, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async -> Bool
+) async throws {
     let deadline = ContinuousClock.now + .seconds(seconds)
     while !(await condition()) {
         if ContinuousClock.now > deadline {

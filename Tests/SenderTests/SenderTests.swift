@@ -70,7 +70,9 @@ import Testing
         #expect(Set(copies.keys) == validJobs, "every valid job recorded, no invalid one")
         let extraCopies = copies.values.reduce(0) { $0 + $1 - 1 }
         #expect(extraCopies <= events.ambiguous, "duplicates only among the ambiguous")
-        print("sender faults run: replayed \(events.replayed), ambiguous \(events.ambiguous) (duplicates \(extraCopies)), retried \(events.retried), reconnects \(events.reconnects), writes \(events.writes), frames/write \(Double(events.framesWritten) / Double(max(1, events.writes)))")
+        print(
+            "sender faults run: replayed \(events.replayed), ambiguous \(events.ambiguous) (duplicates \(extraCopies)), retried \(events.retried), reconnects \(events.reconnects), writes \(events.writes), frames/write \(Double(events.framesWritten) / Double(max(1, events.writes)))"
+        )
         try await simA.stop()
         try await simB.stop()
     }
@@ -223,7 +225,9 @@ import Testing
         #expect(rejected.count + events.refusedAfterSettle == invalidJobs.count)
         let stats = await pool.statistics()
         #expect(stats.allSatisfy { $0.maxUnsettledBytes <= shard.unsettledByteLimit + 2_200 }, "the unsettled window holds")
-        print("slow reader, settle 50 ms, \(fixedWindow ? "fixed 64 KiB window" : "default window"): replayed \(events.replayed), resent after settle \(events.resentAfterSettle), refused after settle \(events.refusedAfterSettle), lost after settle \(events.lostAfterSettle), sequence_unknown \(events.sequenceUnknown), reconnects \(events.reconnects)")
+        print(
+            "slow reader, settle 50 ms, \(fixedWindow ? "fixed 64 KiB window" : "default window"): replayed \(events.replayed), resent after settle \(events.resentAfterSettle), refused after settle \(events.refusedAfterSettle), lost after settle \(events.lostAfterSettle), sequence_unknown \(events.sequenceUnknown), reconnects \(events.reconnects)"
+        )
         // NEW-COUNTERS-END
         try await sim.stop()
     }

@@ -65,7 +65,8 @@ import Testing
         #expect(first.clearances.count == 1 && first.clearances[0] === calls.b)
         calls.b.grant()
         let r = m.responses(
-            [.init(streamID: 3, status: 200, reason: nil, timestamp: nil), .init(streamID: 5, status: 200, reason: nil, timestamp: nil)], now: 2)
+            [.init(streamID: 3, status: 200, reason: nil, timestamp: nil), .init(streamID: 5, status: 200, reason: nil, timestamp: nil)],
+            now: 2)
         #expect(r.writes.map(\.request.job) == [3, 4])
     }
 

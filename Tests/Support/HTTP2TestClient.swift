@@ -196,7 +196,8 @@ final class InboundSettingsObserver: ChannelInboundHandler {
                 var p = i + 9
                 while p + 6 <= i + 9 + length {
                     if bytes[p] == 0, bytes[p + 1] == 3 {
-                        let value = UInt32(bytes[p + 2]) << 24 | UInt32(bytes[p + 3]) << 16 | UInt32(bytes[p + 4]) << 8 | UInt32(bytes[p + 5])
+                        let value =
+                            UInt32(bytes[p + 2]) << 24 | UInt32(bytes[p + 3]) << 16 | UInt32(bytes[p + 4]) << 8 | UInt32(bytes[p + 5])
                         box.update { $0.maxConcurrentStreams.append(value) }
                         if let override {
                             bytes[p + 2] = UInt8(override >> 24)

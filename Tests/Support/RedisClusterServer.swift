@@ -29,17 +29,19 @@ public final class RedisClusterServer: @unchecked Sendable {
             while true {
                 let busPort = try freeLoopbackPort()
                 do {
-                    nodes.append(try await RedisServer(extraArguments: [
-                        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", String(nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000),
-                        "--cluster-require-full-coverage", "no",
-                        // The bus port is the client port + 10 000 unless given: a free port of its own
-                        // instead, since client port + 10 000 may be taken or past 65 535.
-                        "--cluster-port", String(busPort),
-                    ]))
+                    nodes.append(
+                        try await RedisServer(extraArguments: [
+                            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                            "--cluster-node-timeout",
+                            String(nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000),
+                            "--cluster-require-full-coverage", "no",
+                            // The bus port is the client port + 10 000 unless given: a free port of its own
+                            // instead, since client port + 10 000 may be taken or past 65 535.
+                            "--cluster-port", String(busPort),
+                        ]))
                     busPorts.append(busPort)
                     break
-                } catch where attempt < 3 {
+                } catch  where attempt < 3 {
                     attempt += 1
                 }
             }
@@ -47,7 +49,8 @@ public final class RedisClusterServer: @unchecked Sendable {
         self.nodes = nodes
         for (index, node) in nodes.enumerated() {
             let client = try node.client(logLevel: .critical)
-            let first = RedisSlot.count * index / masters, last = RedisSlot.count * (index + 1) / masters - 1
+            let first = RedisSlot.count * index / masters
+            let last = RedisSlot.count * (index + 1) / masters - 1
             try await client.send(RedisCommand("CLUSTER", "ADDSLOTSRANGE", String(first), String(last)))
             // Distinct epochs up front, as redis-cli does: no epoch collision to resolve at start.
             try await client.send(RedisCommand("CLUSTER", "SET-CONFIG-EPOCH", String(index + 1)))
@@ -60,7 +63,8 @@ public final class RedisClusterServer: @unchecked Sendable {
     /// A cluster client seeded with every node, failing fast enough for tests.
     public func client(maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster {
         var configuration = try RedisClusterConfiguration(nodes: addresses)
-        configuration.node.reconnect = RedisReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
+        configuration.node.reconnect = RedisReconnectPolicy(
+            initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
         var logger = Logger(label: "apns.redis.cluster.test")
         logger.logLevel = logLevel
         return RedisCluster(configuration: configuration, logger: logger)
@@ -90,10 +94,11 @@ public final class RedisClusterServer: @unchecked Sendable {
                 let client = try nodeClient(index)
                 let info = (try? await client.send(RedisCommand("CLUSTER", "INFO")).string) ?? ""
                 await client.close()
-                let fields = Dictionary(info.split(whereSeparator: \.isNewline).compactMap { line -> (String, String)? in
-                    let parts = line.split(separator: ":", maxSplits: 1)
-                    return parts.count == 2 ? (String(parts[0]), String(parts[1]).trimmingCharacters(in: .whitespaces)) : nil
-                }, uniquingKeysWith: { a, _ in a })
+                let fields = Dictionary(
+                    info.split(whereSeparator: \.isNewline).compactMap { line -> (String, String)? in
+                        let parts = line.split(separator: ":", maxSplits: 1)
+                        return parts.count == 2 ? (String(parts[0]), String(parts[1]).trimmingCharacters(in: .whitespaces)) : nil
+                    }, uniquingKeysWith: { a, _ in a })
                 if fields["cluster_state"] != "ok" || fields["cluster_known_nodes"] != String(nodes.count)
                     || fields["cluster_slots_ok"] != String(RedisSlot.count)
                 {

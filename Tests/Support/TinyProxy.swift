@@ -15,7 +15,8 @@ public final class TinyProxy: @unchecked Sendable {
     public static let executable: String? = executablePath("tinyproxy", extraDirectories: ["/usr/sbin", "/usr/local/sbin"])
     /// As `RedisServer.available`: in CI (`CI` set) a missing tinyproxy fails instead of skipping.
     public static let available = executable != nil || ProcessInfo.processInfo.environment["CI"] != nil
-    public static let skipReason: Comment = "tinyproxy is not installed (Debian package tinyproxy; ops/setup installs it): proxy tests skipped; set CI=1 to make this a failure"
+    public static let skipReason: Comment =
+        "tinyproxy is not installed (Debian package tinyproxy; ops/setup installs it): proxy tests skipped; set CI=1 to make this a failure"
 
     public private(set) var port: Int
     public let directory: String
@@ -42,7 +43,7 @@ public final class TinyProxy: @unchecked Sendable {
             do {
                 try await self.start()
                 return
-            } catch where attempt < 3 {
+            } catch  where attempt < 3 {
                 kill()
                 attempt += 1
                 port = try freeLoopbackPort()

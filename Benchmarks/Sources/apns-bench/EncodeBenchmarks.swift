@@ -8,7 +8,8 @@ import NIOCore
 enum EncodeBenchmarks {
     static func run() {
         let token = try! DeviceToken(hex: String(repeating: "5a", count: 32))
-        let payloadBytes = Array(#"{"aps":{"alert":"Spring sale: 20% off everything until Sunday","badge":1,"sound":"default"},"cid":"spring-sale"}"#.utf8)
+        let payloadBytes = Array(
+            #"{"aps":{"alert":"Spring sale: 20% off everything until Sunday","badge":1,"sound":"default"},"cid":"spring-sale"}"#.utf8)
         let frames = 2_000_000
         let frameSize = FrameEncoder.command2Size(payloadCount: payloadBytes.count)
         let batchBytes = 64 * 1024  // a shard's flush threshold

@@ -90,7 +90,9 @@ enum JobsBenchmark {
         Measure.table(
             "Job decode + validate (\(averageSize)-byte jobs, alerts in 2 languages)", [parse, decode, decodeEncode],
             baseline: foundation, unit: "job")
-        print("(checksum \(check); the baseline checks token, id, app, priority, expiry, alert types but not the payload size: it has no compact re-encoding)")
+        print(
+            "(checksum \(check); the baseline checks token, id, app, priority, expiry, alert types but not the payload size: it has no compact re-encoding)"
+        )
     }
 }
 

@@ -85,7 +85,8 @@ enum KafkaBenchmark {
         await producer.close()
         print("\n## Kafka consumer throughput: ours vs kcat -C (same mock cluster, same topic, one run)")
         print(
-            "\(n.formatted()) jobs of \(valueBytes / n) bytes (key: token hex), topic of \(options.partitions) partitions on 3 mock brokers, compression \(options.compression), consumer buffer \(options.maxBuffered.formatted()) messages; produced in \(String(format: "%.1f", produceSeconds)) s (\(Int(Double(n) / produceSeconds).formatted()) msgs/s)")
+            "\(n.formatted()) jobs of \(valueBytes / n) bytes (key: token hex), topic of \(options.partitions) partitions on 3 mock brokers, compression \(options.compression), consumer buffer \(options.maxBuffered.formatted()) messages; produced in \(String(format: "%.1f", produceSeconds)) s (\(Int(Double(n) / produceSeconds).formatted()) msgs/s)"
+        )
 
         var rows: [Row] = []
         var failures: [String] = []
@@ -107,7 +108,10 @@ enum KafkaBenchmark {
         rows.append(Row(reader: "KafkaConsumer, incl. consumer-group join", seen: ours.seen, seconds: ours.total))
         check(rows[rows.count - 1])
         let decoding = try await consume(cluster.bootstrapServers, n: n, maxBuffered: options.maxBuffered, decode: true, logger: logger)
-        rows.append(Row(reader: "KafkaConsumer + JobDecoder.decode, from partition assignment", seen: decoding.seen, seconds: decoding.fromAssignment))
+        rows.append(
+            Row(
+                reader: "KafkaConsumer + JobDecoder.decode, from partition assignment", seen: decoding.seen,
+                seconds: decoding.fromAssignment))
         check(rows[rows.count - 1])
         for (name, result) in [("KafkaConsumer", ours), ("KafkaConsumer + JobDecoder", decoding)] {
             if result.gaps > 0 { failures.append("\(name) reported \(result.gaps) offset gaps: the mock dropped data") }
@@ -117,7 +121,8 @@ enum KafkaBenchmark {
         }
         for (name, result) in [("KafkaConsumer", ours), ("KafkaConsumer + JobDecoder", decoding)] {
             print(
-                "\(name): \(result.batches.formatted()) batches, \(String(format: "%.2f", result.waited)) s waiting in nextBatch() after assignment, buffer full (consumer held) \(result.pauses) times")
+                "\(name): \(result.batches.formatted()) batches, \(String(format: "%.2f", result.waited)) s waiting in nextBatch() after assignment, buffer full (consumer held) \(result.pauses) times"
+            )
         }
         if decoding.decoded != decoding.seen { failures.append("JobDecoder refused \(decoding.seen - decoding.decoded) jobs") }
 
@@ -129,7 +134,9 @@ enum KafkaBenchmark {
                 "| \(row.reader) | \(row.seen.formatted()) | \(String(format: "%.2f", row.seconds)) | \(Int(row.perSecond).formatted()) | \(String(format: "%.2f×", row.perSecond / baseline)) |"
             )
         }
-        print("(kcat: one process, simple assign, writes every value to stdout; ours: consumer group, messages copied into Swift values, batches handed out, settled and committed. The group join of a new group takes ~3 s on the mock; kcat's time includes its process start and metadata.)")
+        print(
+            "(kcat: one process, simple assign, writes every value to stdout; ours: consumer group, messages copied into Swift values, batches handed out, settled and committed. The group join of a new group takes ~3 s on the mock; kcat's time includes its process start and metadata.)"
+        )
         if !failures.isEmpty {
             for f in failures { print("FAILED: \(f)") }
             FileHandle.standardError.write(Data("kafka benchmark FAILED: not every reader saw all \(n) messages\n".utf8))

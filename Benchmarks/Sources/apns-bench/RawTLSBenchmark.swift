@@ -21,9 +21,15 @@ enum GatewayBenchmark {
         var i = 0
         while i < arguments.count {
             switch arguments[i] {
-            case "--port": port = Int(arguments[i + 1])!; i += 1
-            case "--jobs": jobs = Int(arguments[i + 1])!; i += 1
-            case "--shards": shardCounts = arguments[i + 1].split(separator: ",").map { Int($0)! }; i += 1
+            case "--port":
+                port = Int(arguments[i + 1])!
+                i += 1
+            case "--jobs":
+                jobs = Int(arguments[i + 1])!
+                i += 1
+            case "--shards":
+                shardCounts = arguments[i + 1].split(separator: ",").map { Int($0)! }
+                i += 1
             default: break
             }
             i += 1
@@ -108,8 +114,10 @@ enum GatewayBenchmark {
         precondition(answer == [8, 4, 0xFF, 0xFF, 0xFF, 0xFF], "the probe was not answered as expected: \(answer)")
         try? await channel.close()
         try await group.shutdownGracefully()
-        return Row(name: "raw TLS limit (1 connection, pre-encoded, 256 KiB writes)", perSecond: Double(chunks * perChunk) / seconds,
-                   cpuSeconds: cpu * Double(frames) / Double(chunks * perChunk), framesPerWrite: Double(perChunk), bytesPerWrite: Double(perChunk * frameSize))
+        return Row(
+            name: "raw TLS limit (1 connection, pre-encoded, 256 KiB writes)", perSecond: Double(chunks * perChunk) / seconds,
+            cpuSeconds: cpu * Double(frames) / Double(chunks * perChunk), framesPerWrite: Double(perChunk),
+            bytesPerWrite: Double(perChunk * frameSize))
     }
 
     final class AnswerCollector: ChannelInboundHandler, Sendable {
@@ -146,10 +154,12 @@ enum GatewayBenchmark {
         let batch = 1000
         var batches: [[PushNotification]] = []
         for start in stride(from: 0, to: jobs, by: batch) {
-            batches.append((start..<min(jobs, start + batch)).map { n in
-                PushNotification(jobID: "bench:\(n)", app: "com.example.shop", token: try! DeviceToken(hex: String(format: "%064x", n + 1)),
-                                 payload: payload, expiry: 0, priority: .immediate)
-            })
+            batches.append(
+                (start..<min(jobs, start + batch)).map { n in
+                    PushNotification(
+                        jobID: "bench:\(n)", app: "com.example.shop", token: try! DeviceToken(hex: String(format: "%064x", n + 1)),
+                        payload: payload, expiry: 0, priority: .immediate)
+                })
         }
         let cpu0 = cpuSeconds()
         let start = DispatchTime.now().uptimeNanoseconds
@@ -161,9 +171,10 @@ enum GatewayBenchmark {
         let e = events.value
         precondition(results.allSatisfy { $0 == .provedByProbe }, "drain not proved by probe: \(results)")
         precondition(e.accepted == jobs, "accepted \(e.accepted) of \(jobs)")
-        return Row(name: "sender, \(shards) shard\(shards == 1 ? "" : "s")", perSecond: Double(jobs) / seconds, cpuSeconds: cpu,
-                   framesPerWrite: Double(e.events.framesWritten) / Double(max(1, e.events.writes)),
-                   bytesPerWrite: Double(e.events.bytesWritten) / Double(max(1, e.events.writes)))
+        return Row(
+            name: "sender, \(shards) shard\(shards == 1 ? "" : "s")", perSecond: Double(jobs) / seconds, cpuSeconds: cpu,
+            framesPerWrite: Double(e.events.framesWritten) / Double(max(1, e.events.writes)),
+            bytesPerWrite: Double(e.events.bytesWritten) / Double(max(1, e.events.writes)))
     }
 
     final class EventTotals: @unchecked Sendable {

@@ -60,8 +60,12 @@ enum RedisBenchmark {
         print("\n## Redis stage: gate + settle vs redis-benchmark (Redis \(version), same server, same run)")
         print("| case | jobs | seconds | jobs/s | ÷ redis-benchmark SET ops/s |")
         print("|---|---:|---:|---:|---:|")
-        print("| gate + settle, 1 connection, batches of \(batch) | \(jobs.formatted()) | \(String(format: "%.2f", single)) | \(Int(singleRate).formatted()) | \(String(format: "%.3f", singleRate / set)) |")
-        print("| gate + settle, 4 connections, batches of \(batch) | \((jobs / 4 * 4).formatted()) | \(String(format: "%.2f", concurrentSeconds)) | \(Int(concurrentRate).formatted()) | \(String(format: "%.3f", concurrentRate / set)) |")
+        print(
+            "| gate + settle, 1 connection, batches of \(batch) | \(jobs.formatted()) | \(String(format: "%.2f", single)) | \(Int(singleRate).formatted()) | \(String(format: "%.3f", singleRate / set)) |"
+        )
+        print(
+            "| gate + settle, 4 connections, batches of \(batch) | \((jobs / 4 * 4).formatted()) | \(String(format: "%.2f", concurrentSeconds)) | \(Int(concurrentRate).formatted()) | \(String(format: "%.3f", concurrentRate / set)) |"
+        )
         print("\n| redis-benchmark -P 64 -n 1000000 | ops/s |")
         print("|---|---:|")
         print("| SET | \(Int(set).formatted()) |")
@@ -73,7 +77,9 @@ enum RedisBenchmark {
         print("| keys after the run (dedup sets, stats, markers) | \(dedupKeys) |")
         let defaults = PipelineStoreConfiguration()
         let buckets = defaults.dedupRetention.components.seconds / defaults.dedupBucketWidth.components.seconds + 1
-        print("\nEach job costs the gate a SISMEMBER per live dedup bucket (\(buckets) with the defaults), its lease's field in the tag's lease hash (HMGET and HSET per group) and its token's fields of the suppression and language hashes (HMGET per group); the settle an SADD, the lease's HDEL (one per group) and the counter HINCRBYs (summed per batch). redis-benchmark's SET is one pipelined command per op: 1 ÷ ratio is how many such SETs' worth of server time one gated and settled job costs.")
+        print(
+            "\nEach job costs the gate a SISMEMBER per live dedup bucket (\(buckets) with the defaults), its lease's field in the tag's lease hash (HMGET and HSET per group) and its token's fields of the suppression and language hashes (HMGET per group); the settle an SADD, the lease's HDEL (one per group) and the counter HINCRBYs (summed per batch). redis-benchmark's SET is one pipelined command per op: 1 ÷ ratio is how many such SETs' worth of server time one gated and settled job costs."
+        )
     }
 
     /// Gates and settles `jobs` distinct jobs in batches; returns the seconds it took.
@@ -94,7 +100,9 @@ enum RedisBenchmark {
             outcomes.reserveCapacity(count)
             for (request, decision) in zip(requests, decisions) {
                 guard case .admitted = decision else { throw BenchError("job \(request.jobID) not admitted: \(decision)") }
-                outcomes.append(Outcome(jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
+                outcomes.append(
+                    Outcome(
+                        jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
             }
             try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: count)))
             next += count

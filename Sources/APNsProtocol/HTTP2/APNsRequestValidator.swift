@@ -82,7 +82,13 @@ public struct APNsRequestValidator: Sendable {
 
         var seen: UInt8 = 0
         var duplicate = false
-        var authorization, id, topic, pushTypeText, priorityText, expirationText, collapseID: String?
+        var authorization: String?
+        var id: String?
+        var topic: String?
+        var pushTypeText: String?
+        var priorityText: String?
+        var expirationText: String?
+        var collapseID: String?
         func once(_ bit: UInt8, _ slot: inout String?, _ value: String) {
             if seen & bit != 0 { duplicate = true }
             seen |= bit

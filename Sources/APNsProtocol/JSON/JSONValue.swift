@@ -145,13 +145,27 @@ public enum JSONWriter {
     @inline(__always)
     static func writeEscaped(_ byte: UInt8, into out: inout some ByteSink) {
         switch byte {
-        case UInt8(ascii: "\""): out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "\""))
-        case UInt8(ascii: "\\"): out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "\\"))
-        case 0x08: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "b"))
-        case 0x0C: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "f"))
-        case 0x0A: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "n"))
-        case 0x0D: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "r"))
-        case 0x09: out.putByte(UInt8(ascii: "\\")); out.putByte(UInt8(ascii: "t"))
+        case UInt8(ascii: "\""):
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "\""))
+        case UInt8(ascii: "\\"):
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "\\"))
+        case 0x08:
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "b"))
+        case 0x0C:
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "f"))
+        case 0x0A:
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "n"))
+        case 0x0D:
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "r"))
+        case 0x09:
+            out.putByte(UInt8(ascii: "\\"))
+            out.putByte(UInt8(ascii: "t"))
         case 0..<0x20:
             let hex: [UInt8] = Array("0123456789abcdef".utf8)
             out.putBytes("\\u00".utf8)

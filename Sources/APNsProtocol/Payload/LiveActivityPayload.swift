@@ -40,7 +40,10 @@ public enum LiveActivityPayload {
     @discardableResult
     public static func validate(_ payload: Payload) throws(Invalid) -> Event {
         var eventValue: JSONValue?
-        var timestamp, contentState, attributesType, attributes: JSONValue?
+        var timestamp: JSONValue?
+        var contentState: JSONValue?
+        var attributesType: JSONValue?
+        var attributes: JSONValue?
         for o in payload.aps.other {
             let value = o.value
             switch o.key {
@@ -67,20 +70,34 @@ public enum LiveActivityPayload {
         guard let text = eventValue.stringValue, let known = Event(rawValue: text) else {
             throw Invalid(path: "aps.event", expected: "\"start\", \"update\" or \"end\"")
         }
-        guard let timestamp else { throw Invalid(path: "aps.timestamp", expected: "the time the data was generated, in epoch seconds (it is missing)") }
+        guard let timestamp else {
+            throw Invalid(path: "aps.timestamp", expected: "the time the data was generated, in epoch seconds (it is missing)")
+        }
         try epochSeconds(timestamp, "aps.timestamp")
-        guard let contentState else { throw Invalid(path: "aps.content-state", expected: "the activity's content state, an object (it is missing)") }
-        guard contentState.objectValue != nil else { throw Invalid(path: "aps.content-state", expected: "an object (the activity's ContentState)") }
+        guard let contentState else {
+            throw Invalid(path: "aps.content-state", expected: "the activity's content state, an object (it is missing)")
+        }
+        guard contentState.objectValue != nil else {
+            throw Invalid(path: "aps.content-state", expected: "an object (the activity's ContentState)")
+        }
         if known == .start {
             guard let attributesType else {
-                throw Invalid(path: "aps.attributes-type", expected: "the name of the app's ActivityAttributes type, required to start (it is missing)")
+                throw Invalid(
+                    path: "aps.attributes-type",
+                    expected: "the name of the app's ActivityAttributes type, required to start (it is missing)")
             }
             guard let name = attributesType.stringValue, !name.isEmpty else {
                 throw Invalid(path: "aps.attributes-type", expected: "a non-empty string (the ActivityAttributes type)")
             }
-            guard let attributes else { throw Invalid(path: "aps.attributes", expected: "the activity's attributes, an object, required to start (it is missing)") }
-            guard attributes.objectValue != nil else { throw Invalid(path: "aps.attributes", expected: "an object (the activity's attributes)") }
-            guard payload.aps.alert != nil else { throw Invalid(path: "aps.alert", expected: "an alert, required to start a Live Activity (it is missing)") }
+            guard let attributes else {
+                throw Invalid(path: "aps.attributes", expected: "the activity's attributes, an object, required to start (it is missing)")
+            }
+            guard attributes.objectValue != nil else {
+                throw Invalid(path: "aps.attributes", expected: "an object (the activity's attributes)")
+            }
+            guard payload.aps.alert != nil else {
+                throw Invalid(path: "aps.alert", expected: "an alert, required to start a Live Activity (it is missing)")
+            }
         }
         return known
     }

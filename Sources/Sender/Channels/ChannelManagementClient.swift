@@ -178,7 +178,8 @@ public struct ChannelManagementError: Error, Sendable, CustomStringConvertible {
             return "channel \(operation.name): \(host) answered, but \(what); nothing was changed on our side. "
                 + "Run `apns-pipeline channel list` to see the app's channels."
         case .refused(let status, let reason):
-            let head = "channel \(operation.name) for \(app) in \(environment.rawValue): APNs refused it (\(status) \(reason ?? "no reason"))"
+            let head =
+                "channel \(operation.name) for \(app) in \(environment.rawValue): APNs refused it (\(status) \(reason ?? "no reason"))"
             switch reason.flatMap(APNsChannelReason.init(rawValue:)) {
             case .cannotCreateChannelConfig:
                 return head + ": the app has reached Apple's channel limit (up to 10,000 channels per app in each "
@@ -196,7 +197,8 @@ public struct ChannelManagementError: Error, Sendable, CustomStringConvertible {
                 return head + ": the Broadcast Capability is not enabled for \(app). Enable it for the app id in the "
                     + "Apple Developer account (Certificates, Identifiers & Profiles), then try again."
             case .invalidPushType, .missingPushType, .badMessageStoragePolicy:
-                return head + ": APNs did not take the create request's body; this is a bug in apns-pipeline, please report it with the request id."
+                return head
+                    + ": APNs did not take the create request's body; this is a bug in apns-pipeline, please report it with the request id."
             case nil:
                 break
             }
@@ -255,9 +257,10 @@ extension ChannelOperation {
                 return .failure(.badAnswer("its answer (\(answer.status)) has no JSON object with the channel's settings"))
             }
             let value = json["message-storage-policy"]?.intValue
-            return .success(.channel(
-                channelID: id, policy: value.flatMap(APNsChannelStoragePolicy.init(rawValue:)), policyValue: value,
-                pushType: json["push-type"]?.stringValue))
+            return .success(
+                .channel(
+                    channelID: id, policy: value.flatMap(APNsChannelStoragePolicy.init(rawValue:)), policyValue: value,
+                    pushType: json["push-type"]?.stringValue))
         case .list:
             let list = json?["channels"]?.arrayValue ?? json?.arrayValue
             guard let list else {

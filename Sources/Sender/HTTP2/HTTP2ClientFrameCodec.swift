@@ -401,7 +401,9 @@ struct HTTP2ClientFrameCodec {
         encoder.beginBlock(into: &outbound)
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound) {
+        HTTP2RequestHeaderEncoder.encodeUnindexed(
+            name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound
+        ) {
             HTTP2Request.writeDevicePath(head.token, into: $0)
         }
         encoder.encode(.authority, authority, into: &outbound)
@@ -410,7 +412,8 @@ struct HTTP2ClientFrameCodec {
         // index reveals nothing short of guessing the entire signed token.
         if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
         encoder.encode(.topic, head.topic, into: &outbound)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &outbound) { out in
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &outbound) {
+            out in
             head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
         }
         encoder.encode(.expiration, head.expiration, into: &outbound)
@@ -421,8 +424,10 @@ struct HTTP2ClientFrameCodec {
         }
         let blockLength = outbound.writerIndex - start - HTTP2FrameHeader.size
         if blockLength <= peerMaxFrameSize {
-            HTTP2FrameHeader(length: blockLength, type: HTTP2FrameHeader.Kind.headers, flags: HTTP2FrameHeader.Flag.endHeaders, streamID: streamID)
-                .set(in: &outbound, at: start)
+            HTTP2FrameHeader(
+                length: blockLength, type: HTTP2FrameHeader.Kind.headers, flags: HTTP2FrameHeader.Flag.endHeaders, streamID: streamID
+            )
+            .set(in: &outbound, at: start)
         } else {
             splitHeaderBlock(at: start, streamID: streamID)
         }
@@ -430,8 +435,10 @@ struct HTTP2ClientFrameCodec {
         if waitingData.isEmpty, payload.count <= connectionSendWindow, payload.count <= initialStreamSendWindow,
             payload.count <= peerMaxFrameSize
         {
-            HTTP2FrameHeader(length: payload.count, type: HTTP2FrameHeader.Kind.data, flags: HTTP2FrameHeader.Flag.endStream, streamID: streamID)
-                .write(into: &outbound)
+            HTTP2FrameHeader(
+                length: payload.count, type: HTTP2FrameHeader.Kind.data, flags: HTTP2FrameHeader.Flag.endStream, streamID: streamID
+            )
+            .write(into: &outbound)
             outbound.writeBytes(payload)
             connectionSendWindow -= payload.count
         } else {
@@ -464,8 +471,10 @@ struct HTTP2ClientFrameCodec {
             let n = max(0, min(remaining, connectionSendWindow, w.window, peerMaxFrameSize))
             if n == 0 && remaining > 0 { return }
             let last = n == remaining
-            HTTP2FrameHeader(length: n, type: HTTP2FrameHeader.Kind.data, flags: last ? HTTP2FrameHeader.Flag.endStream : 0, streamID: w.streamID)
-                .write(into: &outbound)
+            HTTP2FrameHeader(
+                length: n, type: HTTP2FrameHeader.Kind.data, flags: last ? HTTP2FrameHeader.Flag.endStream : 0, streamID: w.streamID
+            )
+            .write(into: &outbound)
             outbound.writeBytes(w.payload[w.sent..<(w.sent + n)])
             connectionSendWindow -= n
             if last {
@@ -573,7 +582,8 @@ struct HTTP2ClientFrameCodec {
         return payload.readSlice(length: payload.readableBytes - Int(pad))!
     }
 
-    private mutating func handle(_ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]) throws(HTTP2ConnectionError) {
+    private mutating func handle(_ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]) throws(HTTP2ConnectionError)
+    {
         if let block = headerBlock, header.type != HTTP2FrameHeader.Kind.continuation || header.streamID != block.streamID {
             throw protocolError("header block on stream \(block.streamID) interrupted by frame type \(header.type)")
         }
@@ -648,7 +658,8 @@ struct HTTP2ClientFrameCodec {
                 throw HTTP2ConnectionError(code: .frameSizeError, message: "SETTINGS of \(header.length) bytes")
             }
             let maxConcurrentStreams = try applySettings(payload)
-            HTTP2FrameHeader(length: 0, type: HTTP2FrameHeader.Kind.settings, flags: HTTP2FrameHeader.Flag.ack, streamID: 0).write(into: &outbound)
+            HTTP2FrameHeader(length: 0, type: HTTP2FrameHeader.Kind.settings, flags: HTTP2FrameHeader.Flag.ack, streamID: 0).write(
+                into: &outbound)
             events.append(.settings(maxConcurrentStreams: maxConcurrentStreams))
             writeWaitingData()
 
@@ -670,13 +681,16 @@ struct HTTP2ClientFrameCodec {
         case HTTP2FrameHeader.Kind.goAway:
             guard header.streamID == 0 else { throw protocolError("GOAWAY on stream \(header.streamID)") }
             var payload = payload
-            guard header.length >= 8, let last = payload.readInteger(as: UInt32.self), let code = payload.readInteger(as: UInt32.self) else {
+            guard header.length >= 8, let last = payload.readInteger(as: UInt32.self), let code = payload.readInteger(as: UInt32.self)
+            else {
                 throw HTTP2ConnectionError(code: .frameSizeError, message: "GOAWAY of \(header.length) bytes")
             }
             let lastStreamID = last & 0x7FFF_FFFF
             // Streams above it will never be processed: their DATA is not sent (they are resent elsewhere).
             waitingData.removeAll { $0.streamID > lastStreamID }
-            events.append(.goAway(lastStreamID: lastStreamID, code: HTTP2WireErrorCode(rawValue: code), debug: payload.readableBytes > 0 ? payload : nil))
+            events.append(
+                .goAway(
+                    lastStreamID: lastStreamID, code: HTTP2WireErrorCode(rawValue: code), debug: payload.readableBytes > 0 ? payload : nil))
 
         case HTTP2FrameHeader.Kind.windowUpdate:
             var payload = payload
@@ -731,7 +745,9 @@ struct HTTP2ClientFrameCodec {
         return maxConcurrentStreams
     }
 
-    private mutating func headersComplete(streamID: UInt32, endStream: Bool, block: inout ByteBuffer, into events: inout [Event]) throws(HTTP2ConnectionError) {
+    private mutating func headersComplete(
+        streamID: UInt32, endStream: Bool, block: inout ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
         // Every block is decoded, even one we would ignore: it may change the server's HPACK table.
         let headers: HPACKHeaders
         do {

@@ -114,8 +114,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             if machine.draining { return eventLoop.makeFailedFuture(SenderError.draining(app: configuration.app)) }
             for r in refused {
                 pendingOutcomes.append(
-                    Outcome(notification: r.notification, delivery: .rejected(.badRequest(reason: r.reason)), code: r.reason,
-                            attempts: 0, connection: index))
+                    Outcome(
+                        notification: r.notification, delivery: .rejected(.badRequest(reason: r.reason)), code: r.reason,
+                        attempts: 0, connection: index))
             }
             apply(machine.enqueue(jobs, now: now))
             statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
@@ -263,14 +264,18 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         }
         for s in action.settled {
             pendingOutcomes.append(
-                Outcome(notification: s.request.job.notification, delivery: s.delivery, code: s.code,
-                        attempts: s.request.attempts, connection: index, ambiguousResends: s.request.ambiguousResends,
-                        uniqueID: s.uniqueID))
+                Outcome(
+                    notification: s.request.job.notification, delivery: s.delivery, code: s.code,
+                    attempts: s.request.attempts, connection: index, ambiguousResends: s.request.ambiguousResends,
+                    uniqueID: s.uniqueID))
             if let uniqueID = s.uniqueID {
                 // Sandbox only: where to look the push up in Apple's Push Notifications Console.
                 logger.debug(
-                    "answered", metadata: ["job_id": "\(s.request.job.notification.jobID)", "apns_unique_id": "\(uniqueID)",
-                                           "answer": "\(s.code ?? "200")"])
+                    "answered",
+                    metadata: [
+                        "job_id": "\(s.request.job.notification.jobID)", "apns_unique_id": "\(uniqueID)",
+                        "answer": "\(s.code ?? "200")",
+                    ])
             }
         }
         if !action.reroute.isEmpty { reroute(action.reroute, index) }
@@ -348,7 +353,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     private func open(epoch: Int) {
         // Resolved at every connect (in the connector): the connections to a host spread over all its
         // addresses, and a front end that left DNS is left too.
-        let slot = self.slot, failures = connectFailures
+        let slot = self.slot
+        let failures = connectFailures
         connector.connect(
             to: host, serverHostname: configuration.serverHostname ?? host.host, on: eventLoop,
             choose: { [self] addresses in

@@ -452,7 +452,8 @@ struct HTTP2ConnectionStateMachine<Job> {
             // Stuck = streams open and nothing read for `requestTimeout`. Not the age of the oldest
             // request: with a thousand streams open a slow but working server answers each late, and
             // closing it would only turn its answers into ambiguous resends.
-            let stuck = (pingSentAt.map { now - $0 >= configuration.requestTimeout } ?? false)
+            let stuck =
+                (pingSentAt.map { now - $0 >= configuration.requestTimeout } ?? false)
                 || (!inFlight.isEmpty && now - max(lastRead, busySince) >= configuration.requestTimeout)
             if stuck {
                 phase = .closing

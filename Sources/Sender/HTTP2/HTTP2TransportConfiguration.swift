@@ -10,7 +10,9 @@ public enum HTTP2Authentication: Sendable {
     case token(ProviderTokenCache, trustRootsPath: String?)
 
     /// Token authentication with the process-wide token of this key (read from `keyFile`).
-    public static func token(keyFile: String, keyID: String, teamID: String, trustRootsPath: String? = nil) throws
+    public static func token(
+        keyFile: String, keyID: String, teamID: String, trustRootsPath: String? = nil
+    ) throws
         -> HTTP2Authentication
     {
         .token(try ProviderTokenCache.shared(keyFile: keyFile, keyID: keyID, teamID: teamID), trustRootsPath: trustRootsPath)

@@ -59,7 +59,9 @@ public struct HTTPSProxy: Sendable, Hashable, CustomStringConvertible {
         if let end = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) {
             guard rest[end...] == "/" else {
                 throw URLError(
-                    problem: "a proxy URL has no path, query or fragment: \(Self.expected) (percent-encode / ? # @ in the password: %2F %3F %23 %40)")
+                    problem:
+                        "a proxy URL has no path, query or fragment: \(Self.expected) (percent-encode / ? # @ in the password: %2F %3F %23 %40)"
+                )
             }
             rest = rest[..<end]
         }
@@ -75,7 +77,8 @@ public struct HTTPSProxy: Sendable, Hashable, CustomStringConvertible {
             username = decodedUser
             if let colon = userInfo.firstIndex(of: ":") {
                 guard let decoded = String(userInfo[userInfo.index(after: colon)...]).removingPercentEncoding else {
-                    throw URLError(problem: "bad percent-encoding in the password (a % must start %XX; write % itself as %25): \(Self.expected)")
+                    throw URLError(
+                        problem: "bad percent-encoding in the password (a % must start %XX; write % itself as %25): \(Self.expected)")
                 }
                 password = decoded
             }
@@ -86,7 +89,9 @@ public struct HTTPSProxy: Sendable, Hashable, CustomStringConvertible {
             guard let close = rest.firstIndex(of: "]") else { throw URLError(problem: "unclosed [ in the proxy host: \(Self.expected)") }
             host = rest[rest.index(after: rest.startIndex)..<close]
             let after = rest[rest.index(after: close)...]
-            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty {
+            if after.hasPrefix(":") {
+                portText = after.dropFirst()
+            } else if !after.isEmpty {
                 throw URLError(problem: "unexpected text after the proxy host's ]: \(Self.expected)")
             }
         } else if let colon = rest.lastIndex(of: ":") {
@@ -223,11 +228,13 @@ public struct HTTPSProxyError: Error, CustomStringConvertible, Sendable, Equatab
         case .unreachable(let detail):
             return "cannot reach the HTTPS proxy \(proxy) (\(source)): \(detail) — check that it runs and that \(source) names it; \(retry)"
         case .authenticationRequired(let status, let given):
-            return "the HTTPS proxy \(proxy) refused CONNECT \(target): \(status) \(status == 401 ? "Unauthorized" : "Proxy Authentication Required") — "
+            return
+                "the HTTPS proxy \(proxy) refused CONNECT \(target): \(status) \(status == 401 ? "Unauthorized" : "Proxy Authentication Required") — "
                 + (given ? "the user or password in \(source) is wrong" : "it wants credentials: \(source) = http://user:password@\(proxy)")
                 + "; \(retry)"
         case .refused(let status, let reason):
-            let hint = status >= 500
+            let hint =
+                status >= 500
                 ? "the proxy could not reach \(target) (its DNS, firewall or Apple's side)"
                 : "the proxy must allow CONNECT to \(target) (squid: SSL_ports and http_access; tinyproxy: ConnectPort), or list the host in NO_PROXY / http2.no_proxy if it needs no proxy"
             return "the HTTPS proxy \(proxy) refused CONNECT \(target): \(status) \(reason) — \(hint); \(retry)"
@@ -328,7 +335,8 @@ extension HTTPSProxy {
                 problem = .authenticationRequired(status: 407, credentialsGiven: username != nil)
             } else if e == E.invalidProxyResponseHead(HTTPResponseHead(version: .http1_1, status: .ok)), let status {
                 // tinyproxy answers a wrong password with 401 rather than RFC 9110's 407.
-                problem = status.code == 401
+                problem =
+                    status.code == 401
                     ? .authenticationRequired(status: 401, credentialsGiven: username != nil)
                     : .refused(status: Int(status.code), reason: status.reasonPhrase)
             } else if e == E.httpProxyHandshakeTimeout() {

@@ -37,15 +37,19 @@ struct CampaignCommand: AsyncParsableCommand {
                 throw ValidationError(e.description)
             }
             if audience.badLineCount > 0 {
-                FileHandle.standardError.write(Data(
-                    "warning: \(audience.badLineCount) line(s) of \(tokens) are not 64-hex-character tokens and are skipped (lines \(audience.badLines.map(String.init).joined(separator: ", "))\(audience.badLineCount > audience.badLines.count ? ", …" : ""))\n".utf8))
+                FileHandle.standardError.write(
+                    Data(
+                        "warning: \(audience.badLineCount) line(s) of \(tokens) are not 64-hex-character tokens and are skipped (lines \(audience.badLines.map(String.init).joined(separator: ", "))\(audience.badLineCount > audience.badLines.count ? ", …" : ""))\n"
+                            .utf8))
             }
             // One job per distinct token: a token listed twice would be one job id published twice.
             var seen = Set<String>()
             let recipients = audience.recipients.filter { seen.insert($0.token.hex).inserted }
             if recipients.count < audience.recipients.count {
-                FileHandle.standardError.write(Data(
-                    "warning: \(audience.recipients.count - recipients.count) duplicate token(s) in \(tokens) are published once\n".utf8))
+                FileHandle.standardError.write(
+                    Data(
+                        "warning: \(audience.recipients.count - recipients.count) duplicate token(s) in \(tokens) are published once\n".utf8
+                    ))
             }
             let logger = quietLogger()
             let bootstrap = try config.kafka.resolvedBootstrapServers()
@@ -57,7 +61,8 @@ struct CampaignCommand: AsyncParsableCommand {
             // `campaign wait` is not done while this runs (publish_started_ms > publish_finished_ms).
             let markSets = try await store.beginPublish(campaign: campaign, expectedJobs: total)
             let progress = Progress(total: total, label: "publishing \(campaign)", enabled: !quiet)
-            var done = 0, new = 0
+            var done = 0
+            var new = 0
             for start in stride(from: 0, to: total, by: batch) {
                 let slice = recipients[start..<min(total, start + batch)]
                 let messages = slice.map { r in
@@ -76,7 +81,9 @@ struct CampaignCommand: AsyncParsableCommand {
             await producer.close()
             await redis.close()
             let again = done - new
-            print("published \(done) jobs of campaign \(campaign) to \(config.kafka.jobsTopic)\(again > 0 ? " (\(again) published before: not counted again in `jobs`)" : "")")
+            print(
+                "published \(done) jobs of campaign \(campaign) to \(config.kafka.jobsTopic)\(again > 0 ? " (\(again) published before: not counted again in `jobs`)" : "")"
+            )
         }
     }
 
@@ -142,7 +149,10 @@ struct CampaignCommand: AsyncParsableCommand {
         @Option(help: "Seconds a campaign may stay unknown to Redis (a publish about to start) before the wait ends (exit 3).")
         var unknownGrace: Double = 10
         @Option(help: "Settled count to wait for (default: the campaign's published jobs).") var expect: Int?
-        @Flag(help: "Count messages instead of jobs: wait until as many messages are settled as were published (e.g. a campaign published again, whose jobs are all done already, until its new messages are deduped).")
+        @Flag(
+            help:
+                "Count messages instead of jobs: wait until as many messages are settled as were published (e.g. a campaign published again, whose jobs are all done already, until its new messages are deduped)."
+        )
         var messages = false
         @Flag(help: "No progress bar.") var quiet = false
         @Flag(help: "At the end, print the campaign's status as JSON (as `campaign status --json`).") var json = false
@@ -167,8 +177,10 @@ struct CampaignCommand: AsyncParsableCommand {
                         // No hash: never published, or expired with its keys. Waiting out --timeout would
                         // only hide that from the script (as `campaign status`: exit 3).
                         progress?.finish()
-                        FileHandle.standardError.write(Data(
-                            "campaign \(campaign): unknown to Redis after \(unknownGrace) s: never published, or expired (a campaign's keys live redis.campaign_ttl_hours = \(config.redis.effectiveCampaignTTLHours) h after its last activity)\n".utf8))
+                        FileHandle.standardError.write(
+                            Data(
+                                "campaign \(campaign): unknown to Redis after \(unknownGrace) s: never published, or expired (a campaign's keys live redis.campaign_ttl_hours = \(config.redis.effectiveCampaignTTLHours) h after its last activity)\n"
+                                    .utf8))
                         await redis.close()
                         throw ExitCode(3)
                     }
@@ -182,9 +194,12 @@ struct CampaignCommand: AsyncParsableCommand {
                     if Date() > deadline {
                         progress?.finish()
                         if json { print(status.json) }
-                        let why = status.progress.isPublishing ? "a `campaign publish` of it has not finished" : "is `apns-pipeline run` running?"
-                        FileHandle.standardError.write(Data(
-                            "campaign \(campaign): \(status.settled) of \(status.target) \(status.basis.rawValue) settled after \(timeout) s; \(why)\n".utf8))
+                        let why =
+                            status.progress.isPublishing ? "a `campaign publish` of it has not finished" : "is `apns-pipeline run` running?"
+                        FileHandle.standardError.write(
+                            Data(
+                                "campaign \(campaign): \(status.settled) of \(status.target) \(status.basis.rawValue) settled after \(timeout) s; \(why)\n"
+                                    .utf8))
                         await redis.close()
                         throw ExitCode(2)
                     }
@@ -214,8 +229,9 @@ struct CampaignCommand: AsyncParsableCommand {
         lines.append(row("dead_lettered", j(.jobsDeadLettered), "\(p.counters[.deadLettered])"))
         lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
         let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
-        lines.append("  progress \(pct) of \(status.target) \(status.basis.rawValue)\(status.isDone ? ", done" : "")"
-            + (jobs == nil ? " (published before per-job progress: messages redelivered count again)" : ""))
+        lines.append(
+            "  progress \(pct) of \(status.target) \(status.basis.rawValue)\(status.isDone ? ", done" : "")"
+                + (jobs == nil ? " (published before per-job progress: messages redelivered count again)" : ""))
         return lines.joined(separator: "\n")
     }
 }

@@ -119,7 +119,10 @@ private func perform(_ operation: ChannelOperation, _ common: ChannelCommand.Com
         let text: String
         switch result {
         case .created(let id, let policy):
-            fields = [("channel_id", .string(id)), ("storage_policy", .string(policy.name)), ("message_storage_policy", .integer(policy.rawValue))]
+            fields = [
+                ("channel_id", .string(id)), ("storage_policy", .string(policy.name)),
+                ("message_storage_policy", .integer(policy.rawValue)),
+            ]
             text = "created channel \(id) (storage policy \(policy.name)) for \(configuration.app) in \(configuration.environment.rawValue)"
         case .channel(let id, let policy, let value, let pushType):
             let name = policy?.name ?? value.map { "unknown (\($0))" } ?? "unknown"
@@ -130,7 +133,8 @@ private func perform(_ operation: ChannelOperation, _ common: ChannelCommand.Com
             text = "channel \(id): storage policy \(name), push type \(pushType ?? "?")"
         case .list(let ids):
             fields = [("channel_ids", .array(ids.map { .string($0) })), ("count", .integer(ids.count))]
-            text = ids.isEmpty
+            text =
+                ids.isEmpty
                 ? "no channels for \(configuration.app) in \(configuration.environment.rawValue)"
                 : ids.joined(separator: "\n")
         case .deleted(let id):
@@ -138,7 +142,8 @@ private func perform(_ operation: ChannelOperation, _ common: ChannelCommand.Com
             text = "deleted channel \(id)"
         }
         if common.json {
-            print(JSONValue.object((base + fields + [("request_id", .string(requestID))]).map { (key: $0.0, value: $0.1) }).serializedString)
+            print(
+                JSONValue.object((base + fields + [("request_id", .string(requestID))]).map { (key: $0.0, value: $0.1) }).serializedString)
         } else {
             print(text)
         }

@@ -28,7 +28,9 @@ struct FeedbackCommand: AsyncParsableCommand {
                 """
         )
 
-        @Option(help: "Take the apps, certificates, feedback address and Redis from this pipeline file (then --app picks one app; default all).")
+        @Option(
+            help: "Take the apps, certificates, feedback address and Redis from this pipeline file (then --app picks one app; default all)."
+        )
         var pipeline: String?
         @Option(help: "The app's bundle id (= the certificate's topic).") var app: String?
         @Option(help: "The app's provider certificate, PEM.") var cert: String?
@@ -38,12 +40,14 @@ struct FeedbackCommand: AsyncParsableCommand {
         @Option(help: "Feedback service port.") var port: Int = FeedbackEndpoint.production.port
         @Option(help: "Name to verify the service's certificate against (default: the host).") var serverName: String?
         @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
-        @Option(help: "Redis Cluster nodes instead of --redis: host:port,host:port,… (any primaries; the rest are found).") var redisCluster: String?
+        @Option(help: "Redis Cluster nodes instead of --redis: host:port,host:port,… (any primaries; the rest are found).")
+        var redisCluster: String?
         @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
         @Option(help: "Token buckets per app (the pipeline file's redis.token_buckets): where a token's suppressions live.")
         var tokenBuckets: Int = RedisKeys.defaultTokenBuckets
         @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = FeedbackPollerConfiguration().batchSize
-        @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double = FeedbackPollerConfiguration().readTimeout / .seconds(1)
+        @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double =
+            FeedbackPollerConfiguration().readTimeout / .seconds(1)
         @Option(help: "Seconds to keep retrying Redis before giving up.") var redisWait: Double = 30
         @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: String = "info"
 
@@ -82,7 +86,9 @@ struct FeedbackCommand: AsyncParsableCommand {
                 // The feedback service exists only beside the binary interface; HTTP/2 apps learn of
                 // dead tokens from 410 answers instead.
                 let chosen = config.apps.filter { (app == nil || $0.bundleID == app) && $0.transport == .binary }
-                if chosen.isEmpty { throw ValidationError("\(pipeline): no binary app \(app ?? "") in apps (HTTP/2 apps have no feedback service)") }
+                if chosen.isEmpty {
+                    throw ValidationError("\(pipeline): no binary app \(app ?? "") in apps (HTTP/2 apps have no feedback service)")
+                }
                 targets = chosen.compactMap { a in
                     guard let credentials = config.credentials(for: a) else { return nil }
                     let address = a.feedbackAddress ?? config.gateway.feedbackAddress
@@ -102,7 +108,8 @@ struct FeedbackCommand: AsyncParsableCommand {
             }
             storeRedis.maximumWait = .milliseconds(Int64(redisWait * 1000))
             let client = storeRedis.makeConnection()
-            let store = PipelineStore(client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix, tokenBuckets: buckets))
+            let store = PipelineStore(
+                client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix, tokenBuckets: buckets))
             var configuration = FeedbackPollerConfiguration()
             configuration.batchSize = batchSize
             configuration.readTimeout = .milliseconds(Int64(readTimeout * 1000))
@@ -114,7 +121,8 @@ struct FeedbackCommand: AsyncParsableCommand {
                     print(Self.render(summary, prefix: keyPrefix))
                 } catch {
                     print(Self.render(error.summary, prefix: keyPrefix))
-                    FileHandle.standardError.write(Data("error: \(error.stage.rawValue): \(error.underlying)\n  what now: \(error.advice)\n".utf8))
+                    FileHandle.standardError.write(
+                        Data("error: \(error.stage.rawValue): \(error.underlying)\n  what now: \(error.advice)\n".utf8))
                     failed = true
                 }
             }
@@ -135,7 +143,10 @@ struct FeedbackCommand: AsyncParsableCommand {
                 ("suppressed", "\(summary.suppressed)  → {\(prefix):\(summary.app):<n>}:suppressed"),
                 ("malformed (skipped)", "\(summary.malformed)"),
                 ("ended mid-tuple", summary.endedMidTuple ? "yes (partial tuple dropped)" : "no"),
-                ("feedback times", summary.oldestTimestamp == nil ? "–" : "\(time(summary.oldestTimestamp)) … \(time(summary.newestTimestamp))"),
+                (
+                    "feedback times",
+                    summary.oldestTimestamp == nil ? "–" : "\(time(summary.oldestTimestamp)) … \(time(summary.newestTimestamp))"
+                ),
                 ("Redis batches", "\(summary.batches)"),
                 ("duration", "\(summary.duration.milliseconds) ms"),
             ]

@@ -1,7 +1,7 @@
 import APNsProtocol
+import APNsTransport
 import ArgumentParser
 import Foundation
-import APNsTransport
 import GatewaySimulator
 import HTTP2Simulator
 import Logging
@@ -41,7 +41,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
 
     enum WireProtocol: String, ExpressibleByArgument, CaseIterable { case binary, http2 }
 
-    @Option(name: .customLong("protocol"), help: "binary (gateway + feedback: the legacy binary interface) or http2 (Apple's provider API).")
+    @Option(
+        name: .customLong("protocol"), help: "binary (gateway + feedback: the legacy binary interface) or http2 (Apple's provider API).")
     var wireProtocol: WireProtocol = .binary
 
     @Option(help: "Directory with server.pem, server.key and ca.pem (made by ops/certs).")
@@ -73,7 +74,10 @@ struct GatewaySimCommand: AsyncParsableCommand {
     var tokenKey: [String] = []
     @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS after the first authenticated request.")
     var maxConcurrentStreams: Int = 1000
-    @Option(help: "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS until then (Apple: 1; a load generator that opens many streams at once, such as h2load, needs more).")
+    @Option(
+        help:
+            "HTTP/2: SETTINGS_MAX_CONCURRENT_STREAMS until then (Apple: 1; a load generator that opens many streams at once, such as h2load, needs more)."
+    )
     var initialMaxConcurrentStreams: Int = 1
     @Option(help: "HTTP/2: oldest acceptable token iat, seconds.") var tokenMaxAgeSeconds: Int64 = 3600
     @Option(help: "HTTP/2: 429 TooManyProviderTokenUpdates when a connection changes token sooner than this, seconds.")

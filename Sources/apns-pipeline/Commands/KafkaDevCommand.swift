@@ -44,7 +44,8 @@ struct KafkaDevCommand: AsyncParsableCommand {
 
     /// Topics that SIGHUP turns into ones refusing every request, and the next SIGHUP back (ops/soak's
     /// scenario k: dead letters waiting on a failing dead-letter topic, issue 28).
-    @Option(name: .customLong("fault-topic"), help: "A topic that SIGHUP makes refuse every request and the next SIGHUP heals (repeatable).")
+    @Option(
+        name: .customLong("fault-topic"), help: "A topic that SIGHUP makes refuse every request and the next SIGHUP heals (repeatable).")
     var faultTopics: [String] = []
 
     /// The pipeline's default topics (`PipelineConfiguration.Kafka`), so `kafka-dev` with no `--topic`

@@ -69,7 +69,8 @@ struct RunCommand: AsyncParsableCommand {
             logger.info(
                 "operations surface listening",
                 metadata: [
-                    "dashboard": "http://\(listen.host):\(surface!.server.port)/", "metrics": "http://\(listen.host):\(surface!.server.port)/metrics",
+                    "dashboard": "http://\(listen.host):\(surface!.server.port)/",
+                    "metrics": "http://\(listen.host):\(surface!.server.port)/metrics",
                 ])
         }
         let group = ServiceGroup(

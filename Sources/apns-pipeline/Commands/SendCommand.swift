@@ -31,16 +31,21 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "Gateway host:port (repeatable; default: Apple's production host for the protocol).") var gateway: [String] = []
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
     @Option(help: "Connections (shards).") var shards: Int = PoolConfiguration.defaultShards
-    @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration().settleAfter
+    @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration()
+        .settleAfter
     @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
     @Flag(help: "Add the job id to each payload as `jid` (for the simulator's records).") var embedJobID = false
-    @Option(help: "HTTP/2: an HTTPS proxy, http://[user:password@]host:port, or none (default: https_proxy / HTTPS_PROXY, with NO_PROXY). A password is better given in HTTPS_PROXY than on a command line.")
+    @Option(
+        help:
+            "HTTP/2: an HTTPS proxy, http://[user:password@]host:port, or none (default: https_proxy / HTTPS_PROXY, with NO_PROXY). A password is better given in HTTPS_PROXY than on a command line."
+    )
     var proxy: String?
 
     /// `--proxy`, else the environment's proxy as `run` reads it when `http2.proxy` is absent.
     func proxySettings(environment: [String: String]) throws -> HTTPSProxySettings? {
         let noProxy = HTTPSProxySettings.noProxyVariable(in: environment).map { HTTPSProxySettings.noProxyList($0.value) } ?? []
-        let url: String, source: String
+        let url: String
+        let source: String
         if let proxy {
             if proxy.lowercased() == "none" { return nil }
             (url, source) = (proxy, "--proxy")
@@ -272,9 +277,13 @@ struct SendCommand: AsyncParsableCommand {
                 out.append("refused before sending: \(s.refused.values.reduce(0, +))")
                 for (r, n) in s.refused.sorted(by: { $0.key < $1.key }) { out.append("  \(r): \(n)") }
                 out.append(
-                    "replayed \(s.events.replayed), ambiguous \(s.events.ambiguous), retried \(s.events.retried), reconnects \(s.events.reconnects), sequence_unknown \(s.events.sequenceUnknown)")
+                    "replayed \(s.events.replayed), ambiguous \(s.events.ambiguous), retried \(s.events.retried), reconnects \(s.events.reconnects), sequence_unknown \(s.events.sequenceUnknown)"
+                )
                 out.append("drain: \(drained.map { "\($0)" }.joined(separator: ", "))")
-                if !s.examples.isEmpty { out.append("examples:"); out.append(contentsOf: s.examples) }
+                if !s.examples.isEmpty {
+                    out.append("examples:")
+                    out.append(contentsOf: s.examples)
+                }
                 return out.joined(separator: "\n")
             }
         }

@@ -22,7 +22,8 @@ struct StatsCommand: AsyncParsableCommand {
 
     @Option(help: "Take Redis's URL (or cluster nodes) and key prefix from this pipeline file.") var pipeline: String?
     @Option(help: "Redis URL: redis://[user:password@]host:port[/db].") var redis: String = RedisConfiguration.defaultURL
-    @Option(help: "Redis Cluster nodes instead of --redis: host:port,host:port,… (any primaries; the rest are found).") var redisCluster: String?
+    @Option(help: "Redis Cluster nodes instead of --redis: host:port,host:port,… (any primaries; the rest are found).") var redisCluster:
+        String?
     @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
     @Option(help: "Also show this campaign's progress (<prefix>:campaign:<id>).") var campaign: String?
     @Flag(help: "Refresh in place until interrupted.") var watch = false
@@ -90,7 +91,9 @@ struct StatsCommand: AsyncParsableCommand {
             return
         }
 
-        let clearToEnd = "\u{1B}[J", home = "\u{1B}[H", clearLine = "\u{1B}[K"
+        let clearToEnd = "\u{1B}[J"
+        let home = "\u{1B}[H"
+        let clearLine = "\u{1B}[K"
         FileHandle.standardOutput.write(Data("\u{1B}[2J".utf8))
         while !Task.isCancelled {
             var screen: String
@@ -108,7 +111,9 @@ struct StatsCommand: AsyncParsableCommand {
     }
 
     /// One screen: totals with rates, then the campaign's progress if asked.
-    static func render(store: PipelineStore, header: String, campaign: String?, now: Int64 = PipelineStore.epochNow()) async throws -> String {
+    static func render(
+        store: PipelineStore, header: String, campaign: String?, now: Int64 = PipelineStore.epochNow()
+    ) async throws -> String {
         let stats = try await store.readStats(lastMinutes: 2, now: now)
         let progress: CampaignProgress? = if let campaign { try await store.readCampaign(campaign) } else { nil }
         return render(stats: stats, campaign: progress, header: header, now: now)
@@ -118,7 +123,9 @@ struct StatsCommand: AsyncParsableCommand {
     /// counter of `{<prefix>}:stats`, 0 when absent), `rejected_by_code`, `per_second` (`last_minute`: the
     /// last complete UTC minute ÷ 60; `current_minute`: the current minute so far ÷ its elapsed seconds),
     /// `minutes` (which minutes those are), and `campaign` (as `campaign status --json`) with --campaign.
-    static func renderJSON(store: PipelineStore, redis: String, prefix: String, campaign: String?, now: Int64 = PipelineStore.epochNow()) async throws -> String {
+    static func renderJSON(
+        store: PipelineStore, redis: String, prefix: String, campaign: String?, now: Int64 = PipelineStore.epochNow()
+    ) async throws -> String {
         let stats = try await store.readStats(lastMinutes: 2, now: now)
         let progress: CampaignProgress? = if let campaign { try await store.readCampaign(campaign) } else { nil }
         return json(stats: stats, campaign: progress, redis: redis, prefix: prefix, now: now)
@@ -128,7 +135,9 @@ struct StatsCommand: AsyncParsableCommand {
         let current = stats.minutes.last
         let previous = stats.minutes.count >= 2 ? stats.minutes[stats.minutes.count - 2] : nil
         let elapsed = max(1, now - (current?.start ?? now))
-        var totals: [String: Int64] = [:], last: [String: Double] = [:], currentRates: [String: Double] = [:]
+        var totals: [String: Int64] = [:]
+        var last: [String: Double] = [:]
+        var currentRates: [String: Double] = [:]
         for field in CounterField.allCases {
             totals[field.rawValue] = stats.totals[field]
             last[field.rawValue] = Double(previous?.counters[field] ?? 0) / 60
@@ -136,7 +145,11 @@ struct StatsCommand: AsyncParsableCommand {
         }
         var codes: [String: Int64] = [:]
         for (key, value) in stats.totals.fields where key.hasPrefix("rejected:") { codes[String(key.dropFirst("rejected:".count))] = value }
-        struct Minutes: Encodable { var last: String?; var current: String?; var current_elapsed_s: Int64 }
+        struct Minutes: Encodable {
+            var last: String?
+            var current: String?
+            var current_elapsed_s: Int64
+        }
         struct Report: Encodable {
             var time: Int64, redis: String, prefix: String
             var totals: [String: Int64]
@@ -182,7 +195,8 @@ struct StatsCommand: AsyncParsableCommand {
             }
         }
         out += table(rows, rightAligned: [1, 2, 3])
-        out += "\nrates: last min = \(previous.map { "\($0.minute) UTC" } ?? "–") ÷ 60 s; now = \(current.map { "\($0.minute) UTC" } ?? "–") so far ÷ \(elapsed) s"
+        out +=
+            "\nrates: last min = \(previous.map { "\($0.minute) UTC" } ?? "–") ÷ 60 s; now = \(current.map { "\($0.minute) UTC" } ?? "–") so far ÷ \(elapsed) s"
 
         if let campaign {
             // Per job (each job once, however often redelivered), beside the per-message figures.
@@ -191,7 +205,9 @@ struct StatsCommand: AsyncParsableCommand {
                 status.target > 0 ? String(format: "%.1f%%", Double(value) / Double(status.target) * 100) : "–"
             }
             let jobs = campaign.jobs != nil
-            var rows: [[String]] = [["campaign \(campaign.id)" + (campaign.isPublishing ? " (publishing)" : ""), "jobs", "of published", "messages"]]
+            var rows: [[String]] = [
+                ["campaign \(campaign.id)" + (campaign.isPublishing ? " (publishing)" : ""), "jobs", "of published", "messages"]
+            ]
             rows.append(["published", jobs ? grouped(status.target) : "–", "", grouped(campaign.published)])
             rows.append(["settled", jobs ? grouped(campaign.jobsSettled) : "–", share(status.settled), grouped(campaign.messagesSettled)])
             let fields: [(CampaignField?, CounterField)] = [
@@ -250,6 +266,7 @@ struct StatsCommand: AsyncParsableCommand {
         let stamp = RedisKeys.minuteStamp(epoch)  // yyyyMMddHHmm
         let c = Array(stamp)
         let second = epoch - (epoch / 60) * 60
-        return "\(String(c[0..<4]))-\(String(c[4..<6]))-\(String(c[6..<8])) \(String(c[8..<10])):\(String(c[10..<12])):\(second < 10 ? "0" : "")\(second)"
+        return
+            "\(String(c[0..<4]))-\(String(c[4..<6]))-\(String(c[6..<8])) \(String(c[8..<10])):\(String(c[10..<12])):\(second < 10 ? "0" : "")\(second)"
     }
 }
