@@ -315,7 +315,7 @@ public struct JobDecoder: Sendable {
             return oversized.first { $0.key == key }?.bytes
         }
 
-        /// Whether a known key other than `payload`/`alerts` was given.
+        /// Whether a known key was given (the raw path tracks `payload`/`alerts` by their byte ranges).
         func has(_ key: Key) -> Bool {
             switch key {
             case .id: id != nil
