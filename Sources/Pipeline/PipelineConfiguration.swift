@@ -135,6 +135,10 @@ public struct PipelineConfiguration: Sendable {
         public var gateways: [GatewayAddress]?
         /// Binary: its feedback service; `gateway.feedback_address` otherwise (a sandbox app needs the sandbox one).
         public var feedbackAddress: GatewayAddress?
+        /// `push_types`: the push types this app is configured to send (nil: not said). Checked at start
+        /// against its authentication: a file that names one this app cannot send is refused, naming the
+        /// app (`checkPushTypes`). A job of another push type is still judged per job (`checkCanSend`).
+        public var pushTypes: [APNsPushType]?
 
         /// A binary app with a provider certificate.
         public init(bundleID: String, certificate: String, key: String, shards: Int? = nil, gateways: [GatewayAddress]? = nil) {
@@ -519,6 +523,20 @@ public struct PipelineConfiguration: Sendable {
             shards: a.has(connectionsKey) ? try a.int(connectionsKey, default: 1, range: 1...256) : nil, gateways: gateways)
         if transport == .binary, let f = try a.string("feedback_address") {
             app.feedbackAddress = try address(f, file: file, key: "\(a.path).feedback_address")
+        }
+        if let names = try a.strings("push_types") {
+            app.pushTypes = try names.map { name in
+                guard let type = APNsPushType(rawValue: name) else {
+                    throw ConfigurationError(
+                        file: file, key: "\(a.path).push_types",
+                        problem:
+                            "expected push types among \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), found \"\(name)\"")
+                }
+                return type
+            }
+            if let problem = app.pushTypeProblem {
+                throw ConfigurationError(file: file, key: "\(a.path).push_types", problem: problem)
+            }
         }
         try a.finish()
         return app

@@ -10,11 +10,21 @@ import Jobs
 /// notification requests to APNs": "The location push type supports only token-based authentication".
 /// The binary interface has no push types at all.
 ///
-/// "Configured for" is decided per job, not per pipeline file: nothing in an app entry says which push
-/// types it sends, so a file with a certificate app starts as before, and a `push_type: liveactivity`
-/// (or `location`) job for that app is dead-lettered (`push-type-needs-token-auth`) when it reaches the
-/// app, before anything is sent. docs/design.md §3.2.
+/// Checked twice. At start, for an app entry that says what it sends (`push_types`): a file that names
+/// `liveactivity` or `location` for a binary or certificate app is refused, naming the app and the key.
+/// Per job, whatever the entry says: a `push_type: liveactivity` (or `location`) job for such an app is
+/// dead-lettered (`push-type-needs-token-auth`) when it reaches the app, before anything is sent.
+/// docs/design.md §3.2.
 extension PipelineConfiguration.App {
+    /// Why this app cannot send the push types its entry names (`push_types`), nil when it can.
+    var pushTypeProblem: String? {
+        let needToken = (pushTypes ?? []).filter(\.requiresTokenAuthentication)
+        guard !needToken.isEmpty, !sendsEveryPushType else { return nil }
+        let has = transport == .binary ? "the binary interface" : "HTTP/2 with certificate authentication"
+        return
+            "app \(bundleID) uses \(has), but \(needToken.map(\.rawValue).joined(separator: " and ")) pushes need HTTP/2 with token authentication: give the app a token section (key, key_id, team_id), or remove them from push_types"
+    }
+
     /// True for an HTTP/2 app with token authentication: it can send every push type.
     var sendsEveryPushType: Bool {
         guard transport == .http2, case .token = authentication else { return false }
