@@ -4,6 +4,7 @@ import Feedback
 import Foundation
 import Kafka
 import Logging
+import NIOCore
 import Redis
 import Sender
 import TimeUnits
@@ -228,6 +229,13 @@ public struct PipelineConfiguration: Sendable {
     /// Bytes of large messages (over 4 KiB) taken from Kafka and not yet settled
     /// (`pipeline.max_in_flight_bytes`): with `maxInFlight`, what bounds `run`'s memory (design §1.2).
     public var maxInFlightBytes = 256 << 20
+    /// Event-loop threads of `run` (`pipeline.event_loop_threads`): every app's connections (HTTP/2
+    /// connections, binary shards) are spread over them, each connection on one loop for its life;
+    /// the feedback poller uses them too. Kafka's and Redis's clients keep threads of their own, and
+    /// decoding runs on Swift's cooperative pool (operations §4).
+    public var eventLoopThreads = PipelineConfiguration.defaultEventLoopThreads
+    /// The machine's cores, at most 8: beyond that one process is better split in two (operations §4).
+    public static var defaultEventLoopThreads: Int { min(max(1, System.coreCount), 8) }
     /// How long a stop (SIGTERM) waits for the batches already taken to be sent and for every transport's
     /// answers (`pipeline.drain_timeout_s`); what is unanswered then stays unsettled and Kafka redelivers
     /// it. The process exits within this plus `stopGrace` whatever Apple, Redis or Kafka do (§1.3).
@@ -420,6 +428,7 @@ public struct PipelineConfiguration: Sendable {
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
         c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
         c.maxInFlightBytes = try p.int("max_in_flight_bytes", default: c.maxInFlightBytes, range: (1 << 20)...(64 << 30))
+        c.eventLoopThreads = try p.int("event_loop_threads", default: c.eventLoopThreads, range: 1...64)
         c.drainTimeout = .milliseconds(
             Int64(try p.double("drain_timeout_s", default: Double(c.drainTimeout.components.seconds), range: 0...3600) * 1000))
         try p.finish()

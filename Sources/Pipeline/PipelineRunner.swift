@@ -56,7 +56,7 @@ public final class PipelineRunner: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
-        group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
     }
 
@@ -174,7 +174,7 @@ public final class PipelineRunner: Service, Sendable {
             metadata: [
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
-                "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")",
+                "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")", "event_loop_threads": "\(c.eventLoopThreads)",
                 // The proxy's URL with its password as ***; the NO_PROXY list as read.
                 "http2_proxy":
                     "\(c.http2.proxy.map { "\($0.proxy) (\($0.proxy.source))" + ($0.noProxy.isEmpty ? "" : ", not for \($0.noProxy.joined(separator: ","))") } ?? "none")",
