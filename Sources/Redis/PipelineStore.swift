@@ -847,7 +847,7 @@ public struct PipelineStore: Sendable {
     }
 
     /// Plain commands in one round trip; callers send only keys of one slot together.
-    private func commands(_ list: [RedisCommand]) async throws -> [RedisReply] {
+    func commands(_ list: [RedisCommand]) async throws -> [RedisReply] {
         try await client.pipeline(list)
     }
 

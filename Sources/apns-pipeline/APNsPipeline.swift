@@ -16,6 +16,7 @@ struct APNsPipeline: AsyncParsableCommand {
             DashboardCommand.self,
             FeedbackCommand.self,
             GatewaySimCommand.self,
+            JobCommand.self,
             KafkaDevCommand.self,
             ProviderTokenCommand.self,
             RunCommand.self,

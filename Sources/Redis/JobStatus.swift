@@ -1,0 +1,81 @@
+/// What Redis knows of one job (`apns-pipeline job status`, issue 30 item 5), read from the keys of the
+/// job's token tag only: one round trip, no scan, plus one `EXISTS` of the lease holder's heartbeat when
+/// a lease is held.
+///
+/// Redis keeps no record per job for what did not end accepted: a job rejected by Apple leaves its token
+/// suppressed, a dead-lettered one is in the dead-letter topic, and either reads here as the token's
+/// state or as ``State/notSeen``.
+public struct JobStatus: Sendable, Equatable {
+    public enum State: String, Sendable {
+        /// A dedup record holds the id: Apple accepted it, settled within ``acceptedFrom``…``acceptedUntil``.
+        case accepted
+        /// A live lease of a live process holds it: between the gate and the settle now.
+        case inFlight = "in-flight"
+        /// Its token is suppressed (410 Unregistered, BadDeviceToken, the feedback service) and has not
+        /// registered since: the gate will not send it.
+        case suppressed
+        /// None of the above: never gated, still in Kafka, dead-lettered, or its record expired.
+        case notSeen = "not-seen"
+    }
+
+    public var state: State
+    /// The dedup bucket holding its record (epoch seconds): its settle time lies in `[from, until)`.
+    public var acceptedFrom: Int64?
+    public var acceptedUntil: Int64?
+    /// The in-flight lease on its id, live or lapsed, and whether its holder's heartbeat lives.
+    public var lease: InFlightLease?
+    public var leaseHolderAlive: Bool?
+    /// The token's suppression (epoch seconds, reason) and newest registration, when Redis has them.
+    public var suppressedAt: Int64?
+    public var suppressedReason: String?
+    public var registeredAt: Int64?
+}
+
+extension PipelineStore {
+    /// The state of job `jobID` for `app` and the token `tokenHex` (any case) at `now` (epoch seconds).
+    public func jobStatus(jobID: String, app: String, tokenHex: String, now: Int64 = PipelineStore.epochNow()) async throws -> JobStatus {
+        let hex = RedisKeys.tokenField(tokenHex)
+        let tag = keys.tokenTag(app: app, tokenHex: hex)
+        let fingerprint = JobFingerprint(jobID: jobID)
+        let sub = fingerprint.subBucket(of: configuration.dedupSubBucketsPerTag)
+        // Newest bucket first: a record settled twice (a job re-published after its record's bucket
+        // ended) reads as the latest.
+        let buckets = Array(dedupBucketsToCheck(now: now).reversed())
+        var list = buckets.map { RedisCommand("SISMEMBER", keys.dedup(tag: tag, bucket: $0, subBucket: sub), String(fingerprint.member)) }
+        list.append(RedisCommand("HGET", keys.inFlight(tag: tag), String(fingerprint.member)))
+        list.append(RedisCommand("HGET", keys.suppressed(tag: tag), hex))
+        list.append(RedisCommand("HGET", keys.registered(tag: tag), hex))
+        let replies = try await commands(list)  // one slot: every key carries the tag
+        guard replies.count == list.count else { throw RedisError.unexpectedReply("job status: \(replies.count) replies") }
+
+        var status = JobStatus(state: .notSeen)
+        let width = max(1, configuration.dedupBucketWidth.components.seconds)
+        if let hit = buckets.indices.first(where: { replies[$0].integer == 1 }) {
+            status.acceptedFrom = buckets[hit] * width
+            status.acceptedUntil = (buckets[hit] + 1) * width
+        }
+        let tail = replies[buckets.count...]
+        status.lease = tail[tail.startIndex].string.map(InFlightLease.init(value:))
+        if let suppression = tail[tail.startIndex + 1].string {
+            // `<epoch>:<reason>` (§4.1).
+            let parts = suppression.split(separator: ":", maxSplits: 1)
+            status.suppressedAt = parts.first.flatMap { Int64($0) }
+            status.suppressedReason = parts.count > 1 ? String(parts[1]) : nil
+        }
+        status.registeredAt = tail[tail.startIndex + 2].string.flatMap { Int64($0) }
+        if let lease = status.lease {
+            status.leaseHolderAlive = try await command(RedisCommand("EXISTS", keys.owner(lease.owner))).integer == 1
+        }
+
+        // As the gate would judge it: an accepted record first, then a lease that holds, then the token.
+        let leaseHolds = status.lease.map { $0.expiresAtMs > now * 1000 } == true && status.leaseHolderAlive == true
+        if status.acceptedFrom != nil {
+            status.state = .accepted
+        } else if leaseHolds {
+            status.state = .inFlight
+        } else if let at = status.suppressedAt, !(status.registeredAt.map { $0 > at } ?? false) {
+            status.state = .suppressed
+        }
+        return status
+    }
+}
