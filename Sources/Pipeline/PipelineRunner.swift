@@ -700,7 +700,7 @@ public final class PipelineRunner: Service, Sendable {
         // notification does not keep) only when a suppression writes it.
         let n = o.notification
         let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
-        let tokenHash = withUnsafeTemporaryAllocation(byteCount: DeviceToken.hexCount, alignment: 1) { hex in
+        let tokenHash = withUnsafeTemporaryAllocation(byteCount: n.token.hexCount, alignment: 1) { hex in
             n.token.writeHex(into: hex)
             return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
         }
