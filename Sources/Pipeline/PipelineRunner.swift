@@ -538,6 +538,8 @@ public final class PipelineRunner: Service, Sendable {
                 let app = job.app
                 let pushType = job.pushType
                 if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] { try config.checkCanSend(pushType) }
+                // One branch for a 32-byte token (every token seen so far): only another size looks up the app.
+                if !job.token.fitsBinaryInterface, let config = apps[app] { try config.checkCanSend(tokenOf: job.token) }
                 let encoder: PayloadEncoder
                 if let e = encoderFor, e.app == app, e.pushType == pushType {
                     encoder = e.encoder
