@@ -265,34 +265,58 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
     /// Writes the lower-case hex into the first ``hexCount`` bytes of `out` (the HTTP/2 sender writes a
     /// request's `:path` straight into its header block, with no String per request).
     public func writeHex(into out: UnsafeMutableRawBufferPointer) {
-        withBytes { raw in
-            precondition(out.count >= 2 * raw.count, "a token's hex is twice its byte count")
-            for i in 0..<raw.count {
-                let byte = raw[i]
-                out[2 * i] = Self.hexDigit(byte >> 4)
-                out[2 * i + 1] = Self.hexDigit(byte & 0x0F)
-            }
+        // The 32-byte case with a constant count (the loop the compiler unrolls, as before tokens had
+        // sizes): every job's token is written out for the gate, the settle and the request path.
+        switch storage {
+        case .inline(let a, let b, let c, let d):
+            precondition(out.count >= Self.binaryHexCount, "a 32-byte token's hex is 64 bytes")
+            var be = (a.bigEndian, b.bigEndian, c.bigEndian, d.bigEndian)
+            withUnsafeBytes(of: &be) { Self.writeHex($0, count: Self.binaryByteCount, into: out) }
+        case .outOfLine(let bytes):
+            precondition(out.count >= 2 * bytes.count, "a token's hex is twice its byte count")
+            bytes.withUnsafeBytes { Self.writeHex($0, count: $0.count, into: out) }
+        }
+    }
+
+    @inline(__always)
+    private static func writeHex(_ raw: UnsafeRawBufferPointer, count: Int, into out: UnsafeMutableRawBufferPointer) {
+        for i in 0..<count {
+            let byte = raw[i]
+            out[2 * i] = hexDigit(byte >> 4)
+            out[2 * i + 1] = hexDigit(byte & 0x0F)
         }
     }
 
     /// Whether `utf8` is exactly `hex` (lower case), without making that string.
     public func isHex(_ utf8: UnsafeRawBufferPointer) -> Bool {
-        let count = hexCount
-        guard utf8.count == count else { return false }
         // The hex written out and compared eight bytes at a time: a compare per character, each with its
         // own early exit, was ~1 % of `run` when every notification of a campaign checked its job id.
-        // A 32-byte token's 64 digits are eight words; another size's last digits (its length is any
-        // even count) are compared a byte at a time.
+        // A 32-byte token's 64 digits take the constant-size path; another size's last digits (its
+        // length is any even count) are compared a byte at a time.
+        if case .inline = storage {
+            guard utf8.count == Self.binaryHexCount else { return false }
+            return withUnsafeTemporaryAllocation(byteCount: Self.binaryHexCount, alignment: 8) { hex in
+                writeHex(into: hex)
+                return Self.equal(UnsafeRawBufferPointer(hex), utf8, count: Self.binaryHexCount)
+            }
+        }
+        let count = hexCount
+        guard utf8.count == count else { return false }
         return withUnsafeTemporaryAllocation(byteCount: count, alignment: 8) { hex in
             writeHex(into: hex)
-            var differ: UInt64 = 0
-            let whole = count & ~7
-            for offset in stride(from: 0, to: whole, by: 8) {
-                differ |= hex.load(fromByteOffset: offset, as: UInt64.self) ^ utf8.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-            }
-            for offset in whole..<count { differ |= UInt64(hex[offset] ^ utf8[offset]) }
-            return differ == 0
+            return Self.equal(UnsafeRawBufferPointer(hex), utf8, count: count)
         }
+    }
+
+    @inline(__always)
+    private static func equal(_ hex: UnsafeRawBufferPointer, _ utf8: UnsafeRawBufferPointer, count: Int) -> Bool {
+        var differ: UInt64 = 0
+        let whole = count & ~7
+        for offset in stride(from: 0, to: whole, by: 8) {
+            differ |= hex.load(fromByteOffset: offset, as: UInt64.self) ^ utf8.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+        }
+        for offset in whole..<count { differ |= UInt64(hex[offset] ^ utf8[offset]) }
+        return differ == 0
     }
 
     // Digits computed, not looked up in an array built per call (an allocation per token, and the
@@ -303,29 +327,38 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
     /// A stable 64-bit hash of the token (FNV-1a over its bytes): routing to shards must not change
     /// between runs or processes, which Swift's seeded `Hasher` would.
     public var stableHash: UInt64 {
-        withBytes { raw in
-            var h: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in raw {
-                h ^= UInt64(byte)
-                h &*= 0x0000_0100_0000_01B3
-            }
-            return h
+        switch storage {
+        case .inline(let a, let b, let c, let d):
+            var be = (a.bigEndian, b.bigEndian, c.bigEndian, d.bigEndian)
+            return withUnsafeBytes(of: &be) { Self.fnv1a($0, count: Self.binaryByteCount) }
+        case .outOfLine(let bytes):
+            return bytes.withUnsafeBytes { Self.fnv1a($0, count: $0.count) }
         }
+    }
+
+    @inline(__always)
+    private static func fnv1a(_ raw: UnsafeRawBufferPointer, count: Int) -> UInt64 {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for i in 0..<count {
+            h ^= UInt64(raw[i])
+            h &*= 0x0000_0100_0000_01B3
+        }
+        return h
     }
 
     // A 32-byte token is always inline and no other is, so tokens of different representations have
     // different sizes: they are never equal, and equal tokens hash alike.
+    @inlinable
     public static func == (a: DeviceToken, b: DeviceToken) -> Bool {
-        switch (a.storage, b.storage) {
-        case (.inline(let a0, let a1, let a2, let a3), .inline(let b0, let b1, let b2, let b3)):
-            a0 == b0 && a1 == b1 && a2 == b2 && a3 == b3
-        case (.outOfLine(let x), .outOfLine(let y)):
-            x == y
-        default:
-            false
+        if case .inline(let a0, let a1, let a2, let a3) = a.storage {
+            guard case .inline(let b0, let b1, let b2, let b3) = b.storage else { return false }
+            return a0 == b0 && a1 == b1 && a2 == b2 && a3 == b3
         }
+        guard case .outOfLine(let x) = a.storage, case .outOfLine(let y) = b.storage else { return false }
+        return x == y
     }
 
+    @inlinable
     public func hash(into hasher: inout Hasher) {
         switch storage {
         case .inline(let a, let b, let c, let d):
