@@ -97,18 +97,21 @@ import Testing
     }
 
     /// Issue 31 (4): Apple, "APNs device tokens are of variable length. Do not hard-code their size."
-    /// Over HTTP/2 a 40-byte and an 8-byte token are sent as their hex; over the binary interface (the
+    /// Over HTTP/2 40-, 8- and 100-byte tokens are sent as their hex; over the binary interface (the
     /// real binary simulator, over TLS) the 40-byte token's line is refused before sending
     /// (`token-size-needs-http2`) and the 32-byte one is sent.
     @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
     func tokensOfOtherSizesGoOverHTTP2AndAreRefusedForTheBinaryInterface() async throws {
         let long = String(repeating: "c3", count: 40)
         let short = "fedcba9876543210"
+        // 100 bytes: a `:path` of 210 bytes, past HPACK's one-byte string length (127).
+        let longest = String(repeating: "d4", count: 100)
         func line(_ id: String, _ hex: String) -> String {
             #"{"id":"\#(id)","app":"\#(shop)","token":"\#(hex)","payload":{"aps":{"alert":"hi"}}}"#
         }
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("send-\(UUID().uuidString).ndjson")
-        try [line("long", long.uppercased()), line("short", short), line("std", token(5).hex)].joined(separator: "\n")
+        try [line("long", long.uppercased()), line("short", short), line("std", token(5).hex), line("longest", longest)]
+            .joined(separator: "\n")
             .write(to: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(at: file) }
 
@@ -121,9 +124,9 @@ import Testing
         ])
         try await h2.stop()
         #expect(status == 0, "\(err)")
-        #expect(out.split(separator: "\n").contains { $0 == "  accepted: 3" }, "\(out)")
+        #expect(out.split(separator: "\n").contains { $0 == "  accepted: 4" }, "\(out)")
         let sent = Dictionary(uniqueKeysWithValues: h2.records.map { ($0.jobID ?? "", $0.token) })
-        #expect(sent == ["long": long, "short": short, "std": token(5).hex])
+        #expect(sent == ["long": long, "short": short, "std": token(5).hex, "longest": longest])
 
         var config = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
         config.keepRecordsInMemory = true
@@ -136,7 +139,7 @@ import Testing
         ])
         try await binary.stop()
         #expect(bStatus == 0, "\(bErr)")
-        for expected in ["sent 1", "  accepted: 1", "refused before sending: 2", "  token-size-needs-http2: 2"] {
+        for expected in ["sent 1", "  accepted: 1", "refused before sending: 3", "  token-size-needs-http2: 3"] {
             #expect(bOut.split(separator: "\n").contains { $0 == expected }, "missing \"\(expected)\" in:\n\(bOut)")
         }
         #expect(bOut.contains("line 1: token-size-needs-http2"), "\(bOut)")
