@@ -15,6 +15,11 @@
 /// tokens are equal exactly when their bytes are, and equality, hashing, ``hex``, ``stableHash`` and the
 /// wire bytes never depend on the representation.
 ///
+/// The price of the second case for the first: a token is 33 bytes (the case's tag; 40 with padding)
+/// and copying one checks its case (an array is retained). `SettledNotification`, which a binary shard
+/// keeps by the ten thousand, keeps ``binaryWords`` instead. The 32-byte paths of ``hex``,
+/// ``isHex(_:)``, ``stableHash`` and `==` run with a constant size, as before tokens had sizes.
+///
 /// The range, 8…100 bytes (16…200 hex digits, an even count): Apple documents no bound. The binary
 /// interface framed a token with a 2-byte length, so the format never promised 32 forever; 100 bytes
 /// is three times today's size, room for a longer token, while a job's token stays bounded (it is
