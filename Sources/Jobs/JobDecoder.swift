@@ -9,7 +9,10 @@ import APNsProtocol
 ///   producers may add keys before the pipeline knows them). `null` counts as absent.
 /// - `id`: a string of 1…128 UTF-8 bytes (`missing-id`, `invalid-id`);
 /// - `app`: a non-empty string (`missing-app`) of at most 255 UTF-8 bytes (`invalid-app`);
-/// - `token`: 64 hex characters, any case (`invalid-token`, also when missing);
+/// - `token`: hex digits, any case, an even count in 16…200 (8…100 bytes: Apple, "APNs device tokens are of
+///   variable length. Do not hard-code their size"; 64 digits today), `invalid-token`, also when missing.
+///   A binary app takes only 32-byte tokens: that is decided when the job reaches its app
+///   (`token-size-needs-http2`, `PipelineConfiguration.App.checkCanSend(tokenOf:)`);
 /// - `payload`: an object with an `aps` object whose Table 3-1/3-2 keys have their types
 ///   (`missing-payload`, `invalid-payload`);
 /// - `alerts` (optional): an object of language (1…64 bytes) → alert string or alert dictionary
@@ -55,8 +58,11 @@ public struct JobDecoder: Sendable {
     /// `push_type` must be one of Apple's names (the longest has 12 bytes): anything longer is refused
     /// unread.
     public static let maxPushTypeBytes = 32
-    /// `token`: 64 hex characters.
-    public static let maxTokenBytes = 64
+    /// `token`: at most 200 hex digits (`DeviceToken.maxHexCount`, 100 bytes), usually 64.
+    public static let maxTokenBytes = DeviceToken.maxHexCount
+    /// What a `token` must be, for the refusals that name it.
+    static let tokenRule =
+        "hex digits (an even count, \(DeviceToken.minHexCount)…\(DeviceToken.maxHexCount); 64 for a 32-byte token)"
 
     public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400, apps: KnownApps? = nil) {
         self.payloadLimit = payloadLimit
@@ -393,11 +399,11 @@ public struct JobDecoder: Sendable {
 
         // token
         if let n = f.oversize(.token) {
-            throw JobError(.invalidToken, "token: device token must be 64 hex characters, got \(n)")
+            throw JobError(.invalidToken, "token: \(DeviceToken.ParseError.wrongHexLength(n).description)")
         }
         guard let tokenValue = token.flatMap(Self.nonNull) else { throw JobError(.invalidToken, "the job has no token") }
         guard case .string(let tokenHex) = tokenValue else {
-            throw JobError(.invalidToken, "token must be a string of 64 hex characters, got \(Self.kind(tokenValue))")
+            throw JobError(.invalidToken, "token must be a string of \(Self.tokenRule), got \(Self.kind(tokenValue))")
         }
         let deviceToken: DeviceToken
         do throws(DeviceToken.ParseError) {

@@ -39,7 +39,7 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case missingApp = "missing-app"
     /// `app` is a string over 255 UTF-8 bytes (`JobDecoder.maxAppBytes`; no bundle id is that long).
     case invalidApp = "invalid-app"
-    /// `token` missing, not a string, not 64 hex characters.
+    /// `token` missing, not a string, not an even count of 16…200 hex digits (`DeviceToken`).
     case invalidToken = "invalid-token"
     /// No `payload` (or `null`).
     case missingPayload = "missing-payload"
@@ -71,6 +71,11 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// `push_type` `liveactivity` or `location` for an app that cannot send it: Apple serves those push
     /// types over token authentication only (decided when the job reaches its app, not by the decoder).
     case pushTypeNeedsTokenAuth = "push-type-needs-token-auth"
+    /// A valid token that is not 32 bytes, for a binary app: the legacy binary interface carries only
+    /// that size (command 2, item 1: "Device token, 32 bytes"), while HTTP/2 takes any (Apple: "APNs
+    /// device tokens are of variable length"). Decided when the job reaches its app, as
+    /// `push-type-needs-token-auth` is.
+    case tokenSizeNeedsHTTP2 = "token-size-needs-http2"
     /// Registration: `registered_at` missing, not a whole number of epoch seconds (UInt32), or more than
     /// a day ahead of the clock (`RegistrationDecoder.maxAhead`).
     case invalidRegisteredAt = "invalid-registered-at"

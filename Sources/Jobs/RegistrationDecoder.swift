@@ -18,7 +18,8 @@ public struct RegistrationEvent: Sendable, Equatable {
     }
 }
 
-/// Decodes `{"app": "…", "token": "<64 hex>", "registered_at": <epoch s>, "language": "fr"}`.
+/// Decodes `{"app": "…", "token": "<hex>", "registered_at": <epoch s>, "language": "fr"}` (the token of
+/// any size a job may name, `JobDecoder.tokenRule`).
 /// Unknown keys are ignored, known keys given twice are `invalid-json`, like jobs.
 ///
 /// Pure: the clock is passed in. `registered_at` may be at most `maxAhead` seconds after `now`
@@ -66,7 +67,7 @@ public enum RegistrationDecoder {
             throw JobError(.invalidToken, "the registration has no token")
         }
         guard case .string(let hex) = tokenValue else {
-            throw JobError(.invalidToken, "token must be a string of 64 hex characters, got \(JobDecoder.kind(tokenValue))")
+            throw JobError(.invalidToken, "token must be a string of \(JobDecoder.tokenRule), got \(JobDecoder.kind(tokenValue))")
         }
         let deviceToken: DeviceToken
         do throws(DeviceToken.ParseError) {

@@ -31,10 +31,14 @@ public final class JobLineDecoder {
     /// Non-nil: this top-level key is added to each payload with the job id (dev/test only). Such a
     /// payload differs per job, so it is encoded per job.
     public let jobIDKey: String?
+    /// The pool is the binary interface's: a token that is not 32 bytes is refused
+    /// (`token-size-needs-http2`), as `run` refuses it for a binary app.
+    public let binary: Bool
     private let templates = JobTemplates()
 
-    public init(app: String, payloadLimit: Int, jobIDKey: String? = nil) {
+    public init(app: String, payloadLimit: Int, jobIDKey: String? = nil, binary: Bool = false) {
         self.app = app
+        self.binary = binary
         // The decoder refuses other apps itself, before building their names (issue 28).
         self.decoder = JobDecoder(payloadLimit: payloadLimit, apps: KnownApps([app]))
         self.encoder = PayloadEncoder(limit: payloadLimit)
@@ -45,6 +49,7 @@ public final class JobLineDecoder {
     public func notification(_ line: UnsafeRawBufferPointer, now: UInt32) -> Result<PushNotification, Refusal> {
         do throws(JobError) {
             let job = try decoder.decode(line, now: now, templates: templates)
+            if binary && !job.token.fitsBinaryInterface { throw PipelineConfiguration.App.tokenSizeRefusal(app: app, token: job.token) }
             let payload = try job.encodedPayload(language: nil, encoder: encoder, jobIDKey: jobIDKey)
             return .success(
                 PushNotification(

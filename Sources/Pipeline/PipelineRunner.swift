@@ -538,6 +538,8 @@ public final class PipelineRunner: Service, Sendable {
                 let app = job.app
                 let pushType = job.pushType
                 if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] { try config.checkCanSend(pushType) }
+                // One branch for a 32-byte token (every token seen so far): only another size looks up the app.
+                if !job.token.fitsBinaryInterface, let config = apps[app] { try config.checkCanSend(tokenOf: job.token) }
                 let encoder: PayloadEncoder
                 if let e = encoderFor, e.app == app, e.pushType == pushType {
                     encoder = e.encoder
@@ -700,7 +702,7 @@ public final class PipelineRunner: Service, Sendable {
         // notification does not keep) only when a suppression writes it.
         let n = o.notification
         let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
-        let tokenHash = withUnsafeTemporaryAllocation(byteCount: DeviceToken.hexCount, alignment: 1) { hex in
+        let tokenHash = withUnsafeTemporaryAllocation(byteCount: n.token.hexCount, alignment: 1) { hex in
             n.token.writeHex(into: hex)
             return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
         }

@@ -42,3 +42,27 @@ extension PipelineConfiguration.App {
         )
     }
 }
+
+/// Which apps can take a token of a size other than 32 bytes (issue 31 item 4). Apple,
+/// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`: "APNs device tokens are of
+/// variable length. Do not hard-code their size." The provider API puts the token's hex in the request
+/// path, of any length; the legacy binary interface has a 32-byte token item ("Device token, 32 bytes")
+/// and a gateway answers any other size with status 5, "Invalid token size". So, as for push types, a job
+/// is decided when it reaches its app, before anything is sent: a binary app's job with a token that is
+/// not 32 bytes is dead-lettered `token-size-needs-http2` (docs/design.md §3.2).
+extension PipelineConfiguration.App {
+    /// Throws the dead letter of a job whose token this app's interface cannot carry.
+    func checkCanSend(tokenOf token: DeviceToken) throws(JobError) {
+        if token.fitsBinaryInterface || transport != .binary { return }
+        throw Self.tokenSizeRefusal(app: bundleID, token: token)
+    }
+
+    /// The refusal of a `token` a binary app cannot send (`send --protocol binary` gives the same one).
+    public static func tokenSizeRefusal(app: String, token: DeviceToken) -> JobError {
+        JobError(
+            reason: .tokenSizeNeedsHTTP2,
+            detail:
+                "app \(app) uses the binary interface, which takes 32-byte device tokens only; this token is \(token.byteCount) bytes (\(token.hexCount) hex digits): send it over HTTP/2 (transport: http2)"
+        )
+    }
+}

@@ -11,6 +11,7 @@ import NIOSSL
 public final class SenderPool: NotificationTransport {
     public let configuration: PoolConfiguration
     private let shards: [Shard]
+    private let onOutcomes: OutcomeHandler
 
     /// Builds the pool; connections open on the first notification. Throws when the certificate,
     /// key or CA cannot be loaded (the error names the file).
@@ -19,6 +20,7 @@ public final class SenderPool: NotificationTransport {
         logger: Logger = Logger(label: "apns.sender"), onOutcomes: @escaping OutcomeHandler
     ) throws {
         self.configuration = configuration
+        self.onOutcomes = onOutcomes
         let sslContext = try configuration.credentials.makeClientContext()
         let limiter = limiter ?? ConnectionLimiter(attemptsPerSecond: configuration.shard.reconnect.attemptsPerSecondPerGateway)
         var loops = group.makeIterator()
@@ -40,7 +42,16 @@ public final class SenderPool: NotificationTransport {
 
     /// Hands notifications to their shards; returns when every shard involved has room again
     /// (back-pressure: a full shard makes the caller wait, it never drops).
+    ///
+    /// A token that is not 32 bytes never reaches a shard: the binary interface has no other size
+    /// (command 2, item 1: "Device token, 32 bytes"), so it is answered at once as the gateway would
+    /// answer it, `status 5: Invalid token size` (dead-lettered). The pipeline and `send` refuse such
+    /// jobs before (`token-size-needs-http2`); this keeps the shards' 32-byte invariant for any caller.
     public func send(_ notifications: [PushNotification]) async throws {
+        if !notifications.allSatisfy(\.token.fitsBinaryInterface) {
+            try await sendRefusingTokenSizes(notifications)
+            return
+        }
         if shards.count == 1 {
             try await shards[0].submit(notifications).get()
             return
@@ -50,6 +61,24 @@ public final class SenderPool: NotificationTransport {
         var waits: [EventLoopFuture<Void>] = []
         for (i, part) in parts.enumerated() where !part.isEmpty { waits.append(shards[i].submit(part)) }
         for w in waits { try await w.get() }
+    }
+
+    private func sendRefusingTokenSizes(_ notifications: [PushNotification]) async throws {
+        var fitting: [PushNotification] = []
+        var refused: [Outcome] = []
+        let status = ErrorStatus.invalidTokenSize
+        for n in notifications {
+            if n.token.fitsBinaryInterface {
+                fitting.append(n)
+            } else {
+                refused.append(
+                    Outcome(
+                        notification: n, delivery: .rejected(.badRequest(reason: "status \(status.rawValue): \(status.summary)")),
+                        code: "\(status.rawValue)", attempts: 0, connection: 0))
+            }
+        }
+        onOutcomes(OutcomeBatch(app: app, connection: 0, outcomes: refused, events: SenderEvents()))
+        if !fitting.isEmpty { try await send(fitting) }
     }
 
     /// Drains every shard (drain probe, or `settleAfter` as a fallback) and closes the connections.

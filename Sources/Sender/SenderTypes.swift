@@ -97,7 +97,7 @@ public struct PushNotification: Sendable {
         var campaign = storage.campaign!
         let token = storage.token
         return try campaign.withUTF8 { name in
-            try withUnsafeTemporaryAllocation(byteCount: name.count + 1 + DeviceToken.hexCount, alignment: 1) { out in
+            try withUnsafeTemporaryAllocation(byteCount: name.count + 1 + token.hexCount, alignment: 1) { out in
                 Self.writeCampaignJobID(campaign: UnsafeRawBufferPointer(name), token: token, into: out)
                 return try body(UnsafeRawBufferPointer(out))
             }
@@ -108,7 +108,7 @@ public struct PushNotification: Sendable {
     public static func campaignJobID(campaign: String, token: DeviceToken) -> String {
         var campaign = campaign
         return campaign.withUTF8 { name in
-            String(unsafeUninitializedCapacity: name.count + 1 + DeviceToken.hexCount) { out in
+            String(unsafeUninitializedCapacity: name.count + 1 + token.hexCount) { out in
                 writeCampaignJobID(campaign: UnsafeRawBufferPointer(name), token: token, into: UnsafeMutableRawBufferPointer(out))
                 return out.count
             }
@@ -124,7 +124,7 @@ public struct PushNotification: Sendable {
     /// Whether `id` is `<campaign>:<token's lower-case hex>`, compared in place.
     static func isCampaignJobID(_ id: String, campaign: String, token: DeviceToken) -> Bool {
         let prefix = campaign.utf8.count
-        guard id.utf8.count == prefix + 1 + DeviceToken.hexCount else { return false }
+        guard id.utf8.count == prefix + 1 + token.hexCount else { return false }
         var id = id
         var campaign = campaign
         return id.withUTF8 { idBytes in

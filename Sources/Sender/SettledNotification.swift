@@ -13,7 +13,11 @@ import APNsProtocol
 /// id). Keeping the whole notification (its storage object, the id) cost ~600 bytes of resident memory
 /// per notification kept.
 struct SettledNotification {
-    let token: DeviceToken
+    /// The token's four words (`DeviceToken.binaryWords`): a binary shard only ever holds 32-byte tokens
+    /// (`SenderPool.send` answers any other size itself), and a `DeviceToken`, which may hold another
+    /// size, takes 33 bytes (72 for this struct).
+    private let tokenWords: (UInt64, UInt64, UInt64, UInt64)
+    var token: DeviceToken { DeviceToken(binaryWords: tokenWords) }
     let payload: [UInt8]
     /// The job id, or the campaign when `jobIDIsCampaignToken` (the id is `<campaign>:<token hex>`).
     private let jobIDOrCampaign: String
@@ -25,7 +29,10 @@ struct SettledNotification {
     let processingFailures: UInt8
 
     init(_ n: PushNotification, attempts: Int, processingFailures: Int) {
-        token = n.token
+        guard let words = n.token.binaryWords else {
+            preconditionFailure("a binary shard holds only 32-byte tokens (SenderPool.send refuses the others)")
+        }
+        tokenWords = words
         payload = n.payload
         expiry = n.expiry
         priority = n.priority

@@ -100,6 +100,34 @@ import Testing
         try await f.shutdown()
     }
 
+    /// Apple: "APNs device tokens are of variable length. Do not hard-code their size." The simulator
+    /// takes any token `DeviceToken` takes (an even count of 16…200 hex digits) and records it as sent;
+    /// outside that, or an odd count, it answers 400 BadDeviceToken; its fault lists hold any size.
+    @Test func variableLengthTokens() async throws {
+        let long = String(repeating: "a1", count: 40)  // 40 bytes
+        let failing = String(repeating: "b2", count: 48)  // 48 bytes, in invalid_tokens
+        let f = try await H2Fixture { $0.faults.invalidTokens = [failing] }
+        let c = try await f.tokenClient()
+        let base: [(String, String)] = [("apns-topic", H2Fixture.shop), ("authorization", try f.bearer())]
+        let cases: [(String, Int, String)] = [
+            (long, 200, ""), (long.uppercased(), 200, ""), (String(repeating: "0c", count: 8), 200, ""),
+            (String(repeating: "fe", count: 100), 200, ""), (failing, 400, "BadDeviceToken"),
+            (String(repeating: "0c", count: 7), 400, "BadDeviceToken"), (String(repeating: "fe", count: 101), 400, "BadDeviceToken"),
+            (String(long.dropLast()), 400, "BadDeviceToken"), (String(repeating: "zz", count: 40), 400, "BadDeviceToken"),
+        ]
+        for (hex, status, why) in cases {
+            let r = try await c.request(method: "POST", path: "/3/device/\(hex)", headers: base, body: H2Fixture.payload)
+            #expect(r.status == status, "\(hex.count) digits")
+            if status != 200 { #expect(reason(r) == why, "\(hex.count) digits: \(r.bodyText)") }
+        }
+        let records = f.simulator.records
+        try #require(records.count == 4)
+        #expect(records.map(\.token.count) == [80, 80, 16, 200], "recorded as lower-case hex")
+        #expect(records[0].token == long && records[1].token == long)
+        #expect(f.simulator.totals.byReason["BadDeviceToken"] == 5)
+        try await f.shutdown()
+    }
+
     @Test func providerTokens() async throws {
         let f = try await H2Fixture { $0.tokenRefreshIntervalSeconds = 3600 }
         let now = Int64(Date().timeIntervalSince1970)

@@ -80,12 +80,14 @@ import Testing
     }
 
     @Test func tokenAndPushTypeOverTheirLimits() {
-        for n in [65, 400_000] {
+        for n in [202, 400_000] {
             let e = error(Fixtures.job(["token": Fixtures.quoted(String(repeating: "a", count: n))]))
             #expect(e?.reason == .invalidToken)
-            #expect(e?.detail == "token: device token must be 64 hex characters, got \(n)")
+            #expect(e?.detail == "token: device token must be 16…200 hex digits (8…100 bytes; usually 64), got \(n)")
         }
-        #expect(error(Fixtures.job(["token": Fixtures.quoted(String(repeating: #"\u0061"#, count: 65))]))?.reason == .invalidToken)
+        #expect(error(Fixtures.job(["token": Fixtures.quoted(String(repeating: #"\u0061"#, count: 202))]))?.reason == .invalidToken)
+        // 200 digits written as escapes: measured as the 200 bytes they spell, and a token.
+        #expect(error(Fixtures.job(["token": Fixtures.quoted(String(repeating: #"\u0061"#, count: 200))])) == nil)
         let long = error(Fixtures.job(["push_type": Fixtures.quoted(String(repeating: "a", count: 400_000))]))
         #expect(long?.reason == .invalidPushType)
         #expect((long?.detail.utf8.count ?? .max) < 300)

@@ -177,11 +177,49 @@ import Testing
         #expect(reason(Fixtures.job(["token": nil])) == .invalidToken)
         #expect(reason(Fixtures.job(["token": "12"])) == .invalidToken)
         #expect(reason(Fixtures.job(["token": Fixtures.quoted(String(Fixtures.tokenHex.dropLast()))])) == .invalidToken)
-        #expect(reason(Fixtures.job(["token": Fixtures.quoted(Fixtures.tokenHex + "00")])) == .invalidToken)
+        #expect(reason(Fixtures.job(["token": Fixtures.quoted(Fixtures.tokenHex + "0")])) == .invalidToken)
         #expect(reason(Fixtures.job(["token": Fixtures.quoted(String(Fixtures.tokenHex.dropLast()) + "g")])) == .invalidToken)
         #expect(reason(Fixtures.job(["token": Fixtures.quoted(String(repeating: "0a 1b ", count: 11))])) == .invalidToken)
         let e = error(Fixtures.job(["token": Fixtures.quoted("zz" + String(Fixtures.tokenHex.dropFirst(2)))]))
         #expect(e == JobError(reason: .invalidToken, detail: "token: device token has a non-hex character at offset 0"))
+    }
+
+    /// Apple: "APNs device tokens are of variable length. Do not hard-code their size." Any even count of
+    /// 16…200 hex digits is a token (both decoding paths agree); the job keeps its lower-case hex.
+    @Test func tokensOfOtherSizes() throws {
+        for n in [8, 16, 31, 33, 40, 64, 100] {
+            let text = String(repeating: "aB", count: n)
+            let bytes = Fixtures.job(["token": Fixtures.quoted(text)])
+            JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now)
+            let job = try decoder.decode(bytes, now: now)
+            #expect(job.token.byteCount == n && job.tokenHex == text.lowercased() && job.token.hex == text.lowercased())
+            #expect(job.token.fitsBinaryInterface == false)
+        }
+        // The same 32 bytes in upper case: the inline token every 64-digit token is.
+        let upper = try decoder.decode(Fixtures.job(["token": Fixtures.quoted(Fixtures.tokenHex.uppercased())]), now: now)
+        let lower = try DeviceToken(hex: Fixtures.tokenHex)
+        #expect(upper.token.fitsBinaryInterface && upper.token == lower)
+    }
+
+    /// Each refusal names what is wrong: too short, too long, an odd count, not hex, not a string.
+    @Test func tokenRefusalsSayWhy() {
+        func detail(_ token: String) -> String? { error(Fixtures.job(["token": token]))?.detail }
+        #expect(
+            detail(Fixtures.quoted(String(repeating: "ab", count: 7)))
+                == "token: device token must be 16…200 hex digits (8…100 bytes; usually 64), got 14")
+        #expect(
+            detail(Fixtures.quoted(String(repeating: "ab", count: 101)))
+                == "token: device token must be 16…200 hex digits (8…100 bytes; usually 64), got 202")
+        #expect(
+            detail(Fixtures.quoted(String(repeating: "a", count: 81)))
+                == "token: device token must be an even number of hex digits (two a byte), got 81")
+        #expect(
+            detail(Fixtures.quoted(String(repeating: "ab", count: 39) + "xy")) == "token: device token has a non-hex character at offset 78"
+        )
+        #expect(detail("12") == "token must be a string of hex digits (an even count, 16…200; 64 for a 32-byte token), got a number")
+        for t in [String(repeating: "ab", count: 7), String(repeating: "ab", count: 101), String(repeating: "a", count: 65), ""] {
+            #expect(error(Fixtures.job(["token": Fixtures.quoted(t)]))?.reason == .invalidToken, "\(t.count)")
+        }
     }
 
     @Test func payload() {

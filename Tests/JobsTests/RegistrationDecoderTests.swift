@@ -40,6 +40,16 @@ import Testing
         #expect(viaRaw.registeredAt == 5)
     }
 
+    /// A registration names a token of any size a job may have (its suppression is lifted by the same
+    /// hex): 40 bytes is accepted, lower-cased; an odd count or past 200 digits is `invalid-token`.
+    @Test func tokensOfOtherSizes() throws {
+        let long = String(repeating: "Ab", count: 40)
+        let event = try RegistrationDecoder.decode(Fixtures.json(#"{"app":"a","token":"\#(long)","registered_at":5}"#), now: Self.now)
+        #expect(event.token.byteCount == 40 && event.token.hex == long.lowercased())
+        #expect(reason(#"{"app":"a","token":"\#(long)0","registered_at":1}"#) == .invalidToken)
+        #expect(reason(#"{"app":"a","token":"\#(String(repeating: "ab", count: 101))","registered_at":1}"#) == .invalidToken)
+    }
+
     @Test func refusals() {
         #expect(reason(#"{"app":"a","token":"\#(hex)","registered_at":1"#) == .invalidJSON)
         #expect(reason(#"{"app":"a","app":"b","token":"\#(hex)","registered_at":1}"#) == .invalidJSON)

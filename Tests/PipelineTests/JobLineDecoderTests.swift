@@ -115,4 +115,26 @@ import Testing
         #expect(c.payload != d.payload)
         #expect(String(decoding: d.payload, as: UTF8.self).contains(#""jid":"d""#))
     }
+
+    /// `send --protocol binary`: a token that is not 32 bytes is refused per line
+    /// (`token-size-needs-http2`, as `run` dead-letters it for a binary app); over HTTP/2 it is sent.
+    @Test func aBinaryPoolRefusesTokensThatAreNot32Bytes() throws {
+        let long = String(repeating: "5a", count: 40)
+        let line = Self.line(token: "\"\(long)\"")
+        let binary = JobLineDecoder(app: Self.app, payloadLimit: 2048, binary: true)
+        guard case .failure(let refusal) = binary.notification(line, now: Self.now) else {
+            Issue.record("a 40-byte token was accepted for a binary pool")
+            return
+        }
+        #expect(
+            refusal
+                == .init(
+                    reason: "token-size-needs-http2",
+                    detail:
+                        "app com.example.shop uses the binary interface, which takes 32-byte device tokens only; this token is 40 bytes (80 hex digits): send it over HTTP/2 (transport: http2)"
+                ))
+        #expect(try binary.notification(Self.line(), now: Self.now).get().token.hex == Self.tokenHex)
+        let http2 = JobLineDecoder(app: Self.app, payloadLimit: 4096)
+        #expect(try http2.notification(line, now: Self.now).get().token.hex == long)
+    }
 }

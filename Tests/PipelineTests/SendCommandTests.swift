@@ -1,6 +1,7 @@
 import APNsProtocol
 import APNsTransport
 import Foundation
+import GatewaySimulator
 import HTTP2Simulator
 import TestSupport
 import Testing
@@ -93,6 +94,56 @@ import Testing
         let records = Dictionary(uniqueKeysWithValues: sim.records.map { ($0.jobID ?? "", $0) })
         #expect(records["p1"]?.priority == 1)
         #expect(records["la"]?.pushType == "liveactivity" && records["la"]?.priority == 5)
+    }
+
+    /// Issue 31 (4): Apple, "APNs device tokens are of variable length. Do not hard-code their size."
+    /// Over HTTP/2 40-, 8- and 100-byte tokens are sent as their hex; over the binary interface (the
+    /// real binary simulator, over TLS) the 40-byte token's line is refused before sending
+    /// (`token-size-needs-http2`) and the 32-byte one is sent.
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func tokensOfOtherSizesGoOverHTTP2AndAreRefusedForTheBinaryInterface() async throws {
+        let long = String(repeating: "c3", count: 40)
+        let short = "fedcba9876543210"
+        // 100 bytes: a `:path` of 210 bytes, past HPACK's one-byte string length (127).
+        let longest = String(repeating: "d4", count: 100)
+        func line(_ id: String, _ hex: String) -> String {
+            #"{"id":"\#(id)","app":"\#(shop)","token":"\#(hex)","payload":{"aps":{"alert":"hi"}}}"#
+        }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("send-\(UUID().uuidString).ndjson")
+        try [line("long", long.uppercased()), line("short", short), line("std", token(5).hex), line("longest", longest)]
+            .joined(separator: "\n")
+            .write(to: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: file) }
+
+        let h2 = try await HTTP2Simulator.startedForTests()
+        let (status, out, err) = try await PipelineProcess.command([
+            "send", "--app", shop, "--token-key", TestCertificates.tokenKeyPath,
+            "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+            "--ca", "\(TestCertificates.directory)/ca.pem", "--gateway", "127.0.0.1:\(h2.port)", "--server-hostname", "localhost",
+            "--embed-job-id", file.path,
+        ])
+        try await h2.stop()
+        #expect(status == 0, "\(err)")
+        #expect(out.split(separator: "\n").contains { $0 == "  accepted: 4" }, "\(out)")
+        let sent = Dictionary(uniqueKeysWithValues: h2.records.map { ($0.jobID ?? "", $0.token) })
+        #expect(sent == ["long": long, "short": short, "std": token(5).hex, "longest": longest])
+
+        var config = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+        config.keepRecordsInMemory = true
+        let binary = try GatewaySimulator(configuration: config)
+        try await binary.start()
+        let (bStatus, bOut, bErr) = try await PipelineProcess.command([
+            "send", "--protocol", "binary", "--app", shop, "--cert", TestCertificates.pem(shop), "--key", TestCertificates.key(shop),
+            "--ca", "\(TestCertificates.directory)/ca.pem", "--gateway", "127.0.0.1:\(binary.ports.gateway)",
+            "--server-hostname", "localhost", "--settle-after", "0.5", "--embed-job-id", file.path,
+        ])
+        try await binary.stop()
+        #expect(bStatus == 0, "\(bErr)")
+        for expected in ["sent 1", "  accepted: 1", "refused before sending: 3", "  token-size-needs-http2: 3"] {
+            #expect(bOut.split(separator: "\n").contains { $0 == expected }, "missing \"\(expected)\" in:\n\(bOut)")
+        }
+        #expect(bOut.contains("line 1: token-size-needs-http2"), "\(bOut)")
+        #expect(binary.records.compactMap(\.jobID) == ["std"])
     }
 }
 

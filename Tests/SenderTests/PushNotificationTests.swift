@@ -37,6 +37,25 @@ import Testing
             priority: .immediate, campaign: campaign)
     }
 
+    /// A campaign job's id made from a token of another size (41 bytes: its hex is no multiple of 8
+    /// bytes) is answered as the same string and bytes; a prefix or extension of its hex is kept as given.
+    @Test func aCampaignJobsIDWithATokenOfAnotherSize() throws {
+        let long = try DeviceToken(bytes: (0..<41).map { UInt8($0 * 3) })
+        let id = "spring-sale:" + long.hex
+        func job(_ id: String) -> PushNotification {
+            PushNotification(
+                jobID: id, app: "com.example.shop", token: long, payload: Array(#"{"aps":{}}"#.utf8), expiry: 0, priority: .immediate,
+                campaign: "spring-sale")
+        }
+        let made = job(id)
+        #expect(made.keptJobID == nil && made.jobID == id && made.tokenHex == long.hex)
+        #expect(made.withJobIDBytes { Array($0) } == Array(id.utf8))
+        #expect(PushNotification.campaignJobID(campaign: "spring-sale", token: long) == id)
+        for other in [String(id.dropLast(2)), id + "00", "spring-sale:" + long.hex.uppercased()] {
+            #expect(job(other).keptJobID == other && job(other).jobID == other)
+        }
+    }
+
     /// `<campaign>:<token hex>` is not kept as a string but answered the same, as a string and as bytes
     /// (the `apns-id` hashes those); any other id, or one naming another token or campaign, is kept as given.
     @Test func aCampaignJobsIDIsMadeFromItsCampaignAndToken() {

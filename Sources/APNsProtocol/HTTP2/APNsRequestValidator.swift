@@ -42,7 +42,9 @@ public struct APNsRejection: Error, Sendable, Hashable, CustomStringConvertible 
 /// request, and a client can run it before sending. No I/O, no allocation beyond the result's strings.
 ///
 /// Checks, in order (the first failure is the answer): `:method` POST (405 MethodNotAllowed); `:path`
-/// `/3/device/<64 hex>` (404 BadPath, 400 MissingDeviceToken, 400 BadDeviceToken); each `apns-*`
+/// `/3/device/<hex>`, the token's hex of any size `DeviceToken` takes (an even count of 16…200 digits:
+/// Apple, "APNs device tokens are of variable length. Do not hard-code their size"; 64 today), else
+/// 404 BadPath, 400 MissingDeviceToken, 400 BadDeviceToken; each `apns-*`
 /// header and `authorization` at most once (400 DuplicateHeaders); `apns-push-type` known
 /// (InvalidPushType); `apns-topic` well formed and carrying the push type's suffix (BadTopic), present
 /// when required (MissingTopic); `apns-id` a UUID (BadMessageId); `apns-priority` 10, 5 or 1

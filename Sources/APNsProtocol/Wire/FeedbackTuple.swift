@@ -16,7 +16,10 @@ public struct FeedbackTuple: Hashable, Sendable {
     }
 
     /// The token as a `DeviceToken`, or nil when it is not 32 bytes long.
-    public var deviceToken: DeviceToken? { try? DeviceToken(bytes: token) }
+    /// (The feedback service is the binary interface's: its tokens are 32 bytes, as in command 2.)
+    public var deviceToken: DeviceToken? {
+        token.count == DeviceToken.binaryByteCount ? try? DeviceToken(bytes: token) : nil
+    }
 
     public static let headerSize = 6
 }

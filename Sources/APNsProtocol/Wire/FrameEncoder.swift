@@ -16,9 +16,12 @@ public enum FrameEncoder {
 
     /// Size of a command-2 frame with every item and a payload of `payloadCount` bytes:
     /// command (1) + frame length (4) + items, each item 3 bytes of header + data:
-    /// token 3+32, payload 3+n, identifier 3+4, expiry 3+4, priority 3+1.
+    /// token 3+32 ("Device token, 32 bytes"; `tokenCount` for another size), payload 3+n, identifier
+    /// 3+4, expiry 3+4, priority 3+1.
     @inlinable
-    public static func command2Size(payloadCount: Int) -> Int { 5 + 35 + 3 + payloadCount + 7 + 7 + 4 }
+    public static func command2Size(payloadCount: Int, tokenCount: Int = DeviceToken.binaryByteCount) -> Int {
+        5 + 3 + tokenCount + 3 + payloadCount + 7 + 7 + 4
+    }
 
     /// Command 2: `02 | frame length u32 | items 1–5`.
     @inlinable
@@ -31,12 +34,15 @@ public enum FrameEncoder {
         into sink: inout some ByteSink
     ) {
         precondition(payload.count <= Int(UInt16.max), "payload longer than an item length can say")
-        let size = command2Size(payloadCount: payload.count)
+        // The token's own size, so a token the binary interface cannot take (not 32 bytes: the pipeline
+        // refuses those before sending, `token-size-needs-http2`) still makes a well-formed frame, which
+        // a gateway answers with status 5, "Invalid token size", rather than overrunning the frame.
+        let size = command2Size(payloadCount: payload.count, tokenCount: token.byteCount)
         sink.putFixed(count: size) { w in
             w.byte(2)
             w.uint32BE(UInt32(size - 5))
             w.byte(Item.deviceToken.rawValue)
-            w.uint16BE(UInt16(DeviceToken.byteCount))
+            w.uint16BE(UInt16(token.byteCount))
             token.withBytes { w.bytes($0) }
             w.byte(Item.payload.rawValue)
             w.uint16BE(UInt16(payload.count))
@@ -68,7 +74,7 @@ public enum FrameEncoder {
         sink.putByte(1)
         sink.putUInt32BE(identifier)
         sink.putUInt32BE(expiry)
-        sink.putUInt16BE(UInt16(DeviceToken.byteCount))
+        sink.putUInt16BE(UInt16(token.byteCount))
         token.withBytes { sink.putBytes($0) }
         sink.putUInt16BE(UInt16(payload.count))
         sink.putBytes(payload)
@@ -84,7 +90,7 @@ public enum FrameEncoder {
     ) {
         precondition(payload.count <= Int(UInt16.max), "payload longer than its length field can say")
         sink.putByte(0)
-        sink.putUInt16BE(UInt16(DeviceToken.byteCount))
+        sink.putUInt16BE(UInt16(token.byteCount))
         token.withBytes { sink.putBytes($0) }
         sink.putUInt16BE(UInt16(payload.count))
         sink.putBytes(payload)

@@ -213,7 +213,7 @@ public struct GatewayFrameDecoder: Sendable {
         case 1:
             if length == 0 {
                 fault = (.missingDeviceToken, "device token item is empty")
-            } else if length != DeviceToken.byteCount {
+            } else if length != DeviceToken.binaryByteCount {
                 fault = (.invalidTokenSize, "device token is \(length) bytes, not 32")
             } else {
                 keep = true
@@ -310,7 +310,7 @@ public struct GatewayFrameDecoder: Sendable {
         if tokenLength == 0 {
             return fail(.missingDeviceToken, identifier, command: command, "token length is 0")
         }
-        if tokenLength != DeviceToken.byteCount {
+        if tokenLength != DeviceToken.binaryByteCount {
             return fail(.invalidTokenSize, identifier, command: command, "token length is \(tokenLength), not 32")
         }
         let payloadLengthAt = headerSize + 2 + tokenLength

@@ -402,7 +402,7 @@ struct HTTP2ClientFrameCodec {
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
         HTTP2RequestHeaderEncoder.encodeUnindexed(
-            name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound
+            name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount(head.token), into: &outbound
         ) {
             HTTP2Request.writeDevicePath(head.token, into: $0)
         }

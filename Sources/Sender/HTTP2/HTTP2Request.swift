@@ -154,18 +154,24 @@ struct HTTP2Request: Equatable, Sendable {
         return keys == ["content-available"] ? .background : .alert
     }
 
-    /// `/3/device/<64 lower-case hex digits>`, written in one allocation (the prefix + `token.hex`
-    /// took three per request).
+    /// `/3/device/<lower-case hex digits>` (64 for today's 32-byte tokens; a token's size varies, Apple:
+    /// "Do not hard-code their size"), written in one allocation (the prefix + `token.hex` took three
+    /// per request).
     static func devicePath(_ token: DeviceToken) -> String {
-        String(unsafeUninitializedCapacity: devicePathCount) { out in
+        let count = devicePathCount(token)
+        return String(unsafeUninitializedCapacity: count) { out in
             writeDevicePath(token, into: UnsafeMutableRawBufferPointer(out))
-            return devicePathCount
+            return count
         }
     }
 
-    static let devicePathCount = APNsHeader.devicePathPrefix.utf8.count + DeviceToken.hexCount
+    /// The length of `token`'s ``devicePath(_:)``.
+    @inline(__always)
+    static func devicePathCount(_ token: DeviceToken) -> Int { devicePathPrefixCount + token.hexCount }
 
-    /// ``devicePath(_:)`` into the first ``devicePathCount`` bytes of `out`.
+    private static let devicePathPrefixCount = APNsHeader.devicePathPrefix.utf8.count
+
+    /// ``devicePath(_:)`` into the first ``devicePathCount(_:)`` bytes of `out`.
     static func writeDevicePath(_ token: DeviceToken, into out: UnsafeMutableRawBufferPointer) {
         var i = 0
         for b in APNsHeader.devicePathPrefix.utf8 {

@@ -39,7 +39,7 @@ struct CampaignCommand: AsyncParsableCommand {
             if audience.badLineCount > 0 {
                 FileHandle.standardError.write(
                     Data(
-                        "warning: \(audience.badLineCount) line(s) of \(tokens) are not 64-hex-character tokens and are skipped (lines \(audience.badLines.map(String.init).joined(separator: ", "))\(audience.badLineCount > audience.badLines.count ? ", …" : ""))\n"
+                        "warning: \(audience.badLineCount) line(s) of \(tokens) are not device tokens (an even count of 16…200 hex digits) and are skipped (lines \(audience.badLines.map(String.init).joined(separator: ", "))\(audience.badLineCount > audience.badLines.count ? ", …" : ""))\n"
                             .utf8))
             }
             // One job per distinct token: a token listed twice would be one job id published twice.

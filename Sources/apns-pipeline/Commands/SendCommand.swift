@@ -117,7 +117,7 @@ struct SendCommand: AsyncParsableCommand {
             guard let h = FileHandle(forReadingAtPath: input) else { throw ValidationError("cannot read \(input)") }
             handle = h
         }
-        let lines = JobLineDecoder(app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil)
+        let lines = JobLineDecoder(app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil, binary: !http2)
         var batch: [PushNotification] = []
         batch.reserveCapacity(1000)
         var lineNumber = 0
