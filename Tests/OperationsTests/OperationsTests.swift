@@ -65,6 +65,35 @@ func pipelineConfiguration(kafka cluster: MockCluster, redis: RedisServer, batch
     return c
 }
 
+/// Token auth for the shop app, a certificate for `certificateApps`: the HTTP/2 apps of these tests.
+func http2Apps(certificateApps: [String] = []) -> [PipelineConfiguration.App] {
+    [
+        .init(
+            bundleID: shop, transport: .http2,
+            authentication: .token(
+                keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
+    ]
+        + certificateApps.map { app in
+            .init(
+                bundleID: app, transport: .http2,
+                authentication: .certificate(certificate: TestCertificates.pem(app), key: "\(TestCertificates.directory)/\(app).key"))
+        }
+}
+
+extension PipelineConfiguration {
+    /// Every HTTP/2 app to `simulator` over TLS (the test CA), with `connections` each, quick reconnects,
+    /// and no feedback polling.
+    mutating func sendHTTP2(to simulator: HTTP2Simulator, connections: Int = 1) {
+        http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
+        http2.serverHostname = "localhost"
+        http2.ca = "\(TestCertificates.directory)/ca.pem"
+        http2.connections = connections
+        http2.reconnect.initialDelay = 0.005
+        http2.reconnect.attemptsPerSecondPerGateway = 1000
+        feedbackIntervalMinutes = 0
+    }
+}
+
 /// The value of one sample line of the exposition text (`name{labels} value`), nil when absent.
 func sample(_ text: String, _ series: String) -> Double? {
     for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
@@ -204,19 +233,8 @@ struct OperationsTests {
         let simulator = try await HTTP2Simulator.startedForTests()
 
         var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
-        c.apps = [
-            .init(
-                bundleID: shop, transport: .http2,
-                authentication: .token(
-                    keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID))
-        ]
-        c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
-        c.http2.serverHostname = "localhost"
-        c.http2.ca = "\(TestCertificates.directory)/ca.pem"
-        c.http2.connections = 2
-        c.http2.reconnect.initialDelay = 0.005
-        c.http2.reconnect.attemptsPerSecondPerGateway = 1000
-        c.feedbackIntervalMinutes = 0
+        c.apps = http2Apps()
+        c.sendHTTP2(to: simulator, connections: 2)
         // `run` with metrics.auth_token: the scrape needs the bearer token.
         c.metricsAuthToken = opsToken
         let auth = ["Authorization": "Bearer \(opsToken)"]

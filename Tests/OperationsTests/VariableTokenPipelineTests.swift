@@ -34,23 +34,14 @@ struct VariableTokenPipelineTests {
         let news = "com.example.news"
 
         var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
-        c.apps = [
-            .init(
-                bundleID: shop, transport: .http2,
-                authentication: .token(
-                    keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)),
-            // Binary: only its refused job comes, so it never connects.
-            .init(
-                bundleID: news, transport: .binary,
-                authentication: .certificate(certificate: TestCertificates.pem(news), key: "\(TestCertificates.directory)/\(news).key")),
-        ]
-        c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
-        c.http2.serverHostname = "localhost"
-        c.http2.ca = "\(TestCertificates.directory)/ca.pem"
-        c.http2.connections = 1
-        c.http2.reconnect.initialDelay = 0.005
-        c.http2.reconnect.attemptsPerSecondPerGateway = 1000
-        c.feedbackIntervalMinutes = 0
+        c.apps =
+            http2Apps() + [
+                // Binary: only its refused job comes, so it never connects.
+                .init(
+                    bundleID: news, transport: .binary,
+                    authentication: .certificate(certificate: TestCertificates.pem(news), key: "\(TestCertificates.directory)/\(news).key"))
+            ]
+        c.sendHTTP2(to: simulator)
         c.gateway.embedJobID = true  // the simulator records each job id
 
         let runner = PipelineRunner(configuration: c, logger: testLogger)
