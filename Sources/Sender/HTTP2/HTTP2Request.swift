@@ -14,6 +14,17 @@ struct HTTP2Request: Equatable, Sendable {
     var priority: String
     var pushType: APNsPushType
     var collapseID: String?
+    /// A broadcast's channel and path (`POST /4/broadcasts/apps/<bundle id>`); nil for a device, whose
+    /// request is as above (no cost to it: one nil word).
+    var broadcast: Broadcast?
+
+    /// What a broadcast request carries beyond the shared headers ("Sending broadcast push notification
+    /// requests to APNs", `APNsBroadcast`): `:path` names the app, `apns-channel-id` the channel; no
+    /// `apns-topic` (the bundle id is in the path), and `apns-request-id` in place of `apns-id`.
+    struct Broadcast: Equatable, Sendable {
+        var channel: String
+        var path: String
+    }
 
     /// Why a notification is refused before it is sent (validation the server would otherwise do,
     /// at the cost of a request). The reason strings are APNs' own, so counters read the same.
@@ -82,6 +93,12 @@ struct HTTP2Request: Equatable, Sendable {
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
         if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }
         token = n.token
+        if let channel = n.channel {
+            // A broadcast carries a Live Activity only (the decoder makes sure; a notification built by
+            // hand with another type is refused here, as APNs would).
+            guard type == APNsBroadcast.pushType else { throw .invalidPushType }
+            broadcast = Broadcast(channel: channel.value, path: APNsBroadcast.path(bundleID: APNsBroadcast.bundleID(app: n.app)))
+        }
         // Push types such as voip need a suffixed topic; an app configured with it already keeps it.
         if let suffix = type.topicSuffix, !n.app.hasSuffix(suffix) {
             topic = n.app + suffix
@@ -100,7 +117,7 @@ struct HTTP2Request: Equatable, Sendable {
         collapseID = n.collapseID
     }
 
-    var path: String { Self.devicePath(token) }
+    var path: String { broadcast?.path ?? Self.devicePath(token) }
     var apnsID: String { id.withBytes { APNsID.string(uuidBytes: $0) } }
 
     /// The 16 bytes of a UUID, in order, as two words (no allocation, and Equatable, unlike a tuple).
