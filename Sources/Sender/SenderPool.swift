@@ -11,6 +11,7 @@ import NIOSSL
 public final class SenderPool: NotificationTransport {
     public let configuration: PoolConfiguration
     private let shards: [Shard]
+    private let onOutcomes: OutcomeHandler
 
     /// Builds the pool; connections open on the first notification. Throws when the certificate,
     /// key or CA cannot be loaded (the error names the file).
@@ -19,6 +20,7 @@ public final class SenderPool: NotificationTransport {
         logger: Logger = Logger(label: "apns.sender"), onOutcomes: @escaping OutcomeHandler
     ) throws {
         self.configuration = configuration
+        self.onOutcomes = onOutcomes
         let sslContext = try configuration.credentials.makeClientContext()
         let limiter = limiter ?? ConnectionLimiter(attemptsPerSecond: configuration.shard.reconnect.attemptsPerSecondPerGateway)
         var loops = group.makeIterator()
@@ -33,6 +35,9 @@ public final class SenderPool: NotificationTransport {
     public var app: String { configuration.app }
     public var protocolName: String { "binary" }
 
+    /// The refusal of a broadcast handed to the binary interface.
+    static let noBroadcast = "broadcast-needs-http2-token-auth"
+
     /// The shard a token goes to.
     public func shardIndex(for token: DeviceToken) -> Int {
         Int(token.stableHash % UInt64(shards.count))
@@ -41,6 +46,23 @@ public final class SenderPool: NotificationTransport {
     /// Hands notifications to their shards; returns when every shard involved has room again
     /// (back-pressure: a full shard makes the caller wait, it never drops).
     public func send(_ notifications: [PushNotification]) async throws {
+        // The binary interface has no broadcast (a frame carries a 32-byte device token): a channel's
+        // notification is refused here, never written. The pipeline dead-letters these before they come
+        // (`push-type-needs-token-auth`); this keeps a caller that did not from sending a placeholder.
+        if notifications.contains(where: { $0.channel != nil }) {
+            let broadcasts = notifications.filter { $0.channel != nil }
+            onOutcomes(
+                OutcomeBatch(
+                    app: app, connection: 0,
+                    outcomes: broadcasts.map {
+                        Outcome(
+                            notification: $0, delivery: .rejected(.badRequest(reason: Self.noBroadcast)), code: Self.noBroadcast,
+                            attempts: 0, connection: 0)
+                    }, events: SenderEvents()))
+            let devices = notifications.filter { $0.channel == nil }
+            if !devices.isEmpty { try await send(devices) }
+            return
+        }
         if shards.count == 1 {
             try await shards[0].submit(notifications).get()
             return

@@ -86,3 +86,100 @@ public enum APNsBroadcast {
     /// suppressed, since a channel is not a device.
     public static let channelReasons: [APNsChannelReason] = [.missingChannelId, .badChannelId, .channelNotRegistered]
 }
+
+/// A broadcast request as a server reads it (the simulator): what `APNsBroadcast.validate` found valid.
+public struct APNsBroadcastRequest: Sendable, Equatable {
+    public var bundleID: String
+    public var channelID: String
+    /// `apns-request-id` as sent (a canonical UUID), nil when absent.
+    public var requestID: String?
+    public var priority: APNsPriority?
+    public var expiration: Int64?
+    public var collapseID: String?
+    public var authorization: String?
+}
+
+/// Why a broadcast request was refused: the status and `reason` of the answer (an `APNsReason` shared
+/// with the provider API, or an `APNsChannelReason`).
+public struct APNsBroadcastRefusal: Error, Sendable, Equatable, CustomStringConvertible {
+    public var status: Int
+    public var reason: String
+
+    public init(_ reason: APNsReason) {
+        status = reason.status
+        self.reason = reason.rawValue
+    }
+
+    public init(_ reason: APNsChannelReason) {
+        // Apple pairs the channel-id reasons with 400; ChannelNotRegistered's status is not in the material
+        // at hand (see `APNsChannelReason.status`): the client decides on the reason, never the status.
+        status = reason.status
+        self.reason = reason.rawValue
+    }
+
+    public var description: String { "\(status) \(reason)" }
+}
+
+extension APNsBroadcast {
+    /// Checks a broadcast request against the contract above, in the order APNs states ("validates the
+    /// request using either the provided authentication token or your server's certificate. If
+    /// authentication succeeds, APNs then validates the channel ID"): the method, the headers' shapes
+    /// (each once), the push type (`liveactivity` only), the priority (a Live Activity's 10 or 5: "Set the
+    /// value for the apns-priority header field to 5 or 10"), the expiration, the payload's size and
+    /// Live Activity shape, and the channel id's presence and encoding (`MissingChannelId`,
+    /// `BadChannelId`). Whether the channel exists (`ChannelNotRegistered`) and authentication are the
+    /// server's to decide.
+    public static func validate(
+        bundleID: String, method: String?, headers: [(String, String)], payload: [UInt8]
+    ) -> Result<APNsBroadcastRequest, APNsBroadcastRefusal> {
+        guard method == "POST" else { return .failure(APNsBroadcastRefusal(.methodNotAllowed)) }
+        var seen = Set<String>()
+        var duplicate = false
+        var value: [String: String] = [:]
+        let known: Set<String> = [
+            APNsHeader.authorization, APNsHeader.channelID, APNsHeader.requestID, APNsHeader.pushType, APNsHeader.priority,
+            APNsHeader.expiration, APNsHeader.collapseID,
+        ]
+        for (name, v) in headers where known.contains(name) {
+            if !seen.insert(name).inserted { duplicate = true }
+            value[name] = v
+        }
+        guard !duplicate else { return .failure(APNsBroadcastRefusal(.duplicateHeaders)) }
+        if let type = value[APNsHeader.pushType], type != pushType.rawValue {
+            return .failure(APNsBroadcastRefusal(APNsReason.invalidPushType))
+        }
+        if let id = value[APNsHeader.requestID], !APNsRequestValidator.isCanonicalUUID(id) {
+            return .failure(APNsBroadcastRefusal(.badMessageId))
+        }
+        var priority: APNsPriority?
+        if let text = value[APNsHeader.priority] {
+            guard let number = Int(text), let p = APNsPriority(rawValue: number), p != .powerSaving else {
+                return .failure(APNsBroadcastRefusal(.badPriority))
+            }
+            priority = p
+        }
+        var expiration: Int64?
+        if let text = value[APNsHeader.expiration] {
+            guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let seconds = Int64(text) else {
+                return .failure(APNsBroadcastRefusal(.badExpirationDate))
+            }
+            expiration = seconds
+        }
+        if let c = value[APNsHeader.collapseID], c.utf8.count > APNsHeader.maxCollapseIDBytes {
+            return .failure(APNsBroadcastRefusal(.badCollapseId))
+        }
+        guard !payload.isEmpty else { return .failure(APNsBroadcastRefusal(.payloadEmpty)) }
+        guard payload.count <= pushType.maxPayloadBytes else { return .failure(APNsBroadcastRefusal(.payloadTooLarge)) }
+        // As for a Live Activity to a device (`APNsRequestValidator`): Apple documents no reason for a
+        // payload that breaks the per-event rules; InvalidPushType, as there.
+        guard let json = try? JSONParser.parse(payload), let read = try? Payload(json: json),
+            (try? LiveActivityPayload.validate(read)) != nil
+        else { return .failure(APNsBroadcastRefusal(APNsReason.invalidPushType)) }
+        guard let channel = value[APNsHeader.channelID] else { return .failure(APNsBroadcastRefusal(.missingChannelId)) }
+        guard APNsChannelManagement.isPlausibleChannelID(channel) else { return .failure(APNsBroadcastRefusal(.badChannelId)) }
+        return .success(
+            APNsBroadcastRequest(
+                bundleID: bundleID, channelID: channel, requestID: value[APNsHeader.requestID], priority: priority, expiration: expiration,
+                collapseID: value[APNsHeader.collapseID], authorization: value[APNsHeader.authorization]))
+    }
+}
