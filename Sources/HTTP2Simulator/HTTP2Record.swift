@@ -82,7 +82,7 @@ struct AcceptedRequest {
         var hash: [UInt8] = []
         Self.appendHex(payloadHash, &hash)
         return HTTP2Record(
-            time: time, connection: connection, stream: stream, app: app, token: token.hex,
+            time: time, connection: connection, stream: stream, app: app, token: broadcast == nil ? token.hex : "",
             payloadHash: String(decoding: hash, as: UTF8.self), jobID: jobID, apnsID: apnsID, collapseID: collapseID,
             pushType: pushType, priority: priority, expiration: expiration, auth: auth, channel: broadcast?.channel,
             reached: broadcast?.reached)

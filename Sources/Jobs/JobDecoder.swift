@@ -589,10 +589,15 @@ public struct JobDecoder: Sendable {
             throw JobError(
                 .invalidChannel, "channel must be a string (a base64 channel id), got \(Self.kind(f.channel.flatMap(Self.nonNull)!))")
         }
+        if text.utf8.count > maxChannelBytes {
+            throw JobError(
+                .invalidChannel,
+                "channel must be a base64 channel id of at most \(maxChannelBytes) characters, got \(text.utf8.count) bytes")
+        }
         guard let channel = BroadcastChannelID(text) else {
             throw JobError(
                 .invalidChannel,
-                "channel must be a base64 channel id (as `apns-pipeline channel create` prints) of 1…\(maxChannelBytes) characters, got \(text.utf8.count) bytes that are not base64"
+                "channel must be a base64 channel id (as `apns-pipeline channel create` prints) of 1…\(maxChannelBytes) characters; got \(text.utf8.count) bytes that are not"
             )
         }
         return channel
