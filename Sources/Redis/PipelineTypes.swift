@@ -310,6 +310,9 @@ public struct Counters: Sendable, Hashable {
 
     /// `rejected:<code>`: a binary status number ("8") or an HTTP/2 reason ("Unregistered").
     public func rejected(code: String) -> Int64 { fields["rejected:\(code)"] ?? 0 }
+
+    /// `broadcast:<outcome>`: the broadcasts (channel jobs) among the jobs counted in `outcome`.
+    public func broadcasts(_ outcome: OutcomeKind) -> Int64 { fields[PipelineStore.broadcastField(outcome)] ?? 0 }
 }
 
 /// Totals and recent per-minute counters.
