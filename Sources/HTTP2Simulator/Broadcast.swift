@@ -54,7 +54,7 @@ extension HTTP2Connection {
         }
         if core.recorder.isEnabled {
             var accepted = AcceptedRequest(
-                time: nowMillis, connection: id, stream: streamID, app: bundleID, token: Self.noToken,
+                time: nowMillis, connection: id, stream: streamID, app: bundleID, token: APNsBroadcast.placeholderToken,
                 payloadHash: AcceptedRequest.hash(payload), jobID: PayloadFacts.jobID(in: payload), apnsID: requestID,
                 collapseID: request.collapseID, pushType: APNsBroadcast.pushType.rawValue, priority: request.priority?.rawValue,
                 expiration: request.expiration, auth: auth)
@@ -68,7 +68,4 @@ extension HTTP2Connection {
         }
         return answer(200, reason: nil)
     }
-
-    /// A broadcast's record has no token (its line says `"token":""`).
-    private static let noToken = try! DeviceToken(hex: "0000000000000000000000000000000000000000000000000000000000000000")
 }

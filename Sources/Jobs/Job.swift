@@ -95,9 +95,8 @@ public struct Job: Sendable {
     /// suppression, registration or language).
     public var recipientKey: String { storage.channel?.value ?? storage.tokenHex }
 
-    /// The `token` of a broadcast job, which has none: never sent, never written to Redis (the channel
-    /// path reads ``recipient``); all zeros, the binary interface's drain-probe token, which no device has.
-    public static let channelPlaceholderToken = try! DeviceToken(hex: "0000000000000000000000000000000000000000000000000000000000000000")
+    /// The `token` of a broadcast job, which has none (``APNsBroadcast/placeholderToken``).
+    public static var channelPlaceholderToken: DeviceToken { APNsBroadcast.placeholderToken }
     public var payload: Payload {
         get { storage.payload }
         set {

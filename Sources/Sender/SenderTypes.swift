@@ -248,9 +248,8 @@ public struct PushNotification: Sendable {
 
     private init(storage: Storage) { self.storage = storage }
 
-    /// The `token` of a broadcast, which has none: all zeros (the binary interface's drain-probe token,
-    /// which no device has); never written to a gateway or to Redis (both read ``recipient``).
-    static let channelPlaceholderToken = try! DeviceToken(hex: "0000000000000000000000000000000000000000000000000000000000000000")
+    /// The `token` of a broadcast, which has none (``APNsBroadcast/placeholderToken``).
+    static var channelPlaceholderToken: DeviceToken { APNsBroadcast.placeholderToken }
 }
 
 /// Why a gateway refused a notification, as a meaning the settler can act on. Each transport maps its

@@ -57,6 +57,11 @@ public enum Recipient: Hashable, Sendable, CustomStringConvertible {
 /// Activities with ActivityKit push notifications" says "Certificate-based authentication is not
 /// supported for these APNs pushes".
 public enum APNsBroadcast {
+    /// The device token a broadcast stands in with where a type keeps one inline (`Job`,
+    /// `PushNotification`, the simulator's record): all zeros, the binary interface's drain-probe token,
+    /// which no device has. Never sent and never written to Redis: the broadcast path reads the recipient.
+    public static let placeholderToken = try! DeviceToken(hex: "0000000000000000000000000000000000000000000000000000000000000000")
+
     /// The only push type a broadcast carries.
     public static let pushType = APNsPushType.liveactivity
 
