@@ -55,3 +55,24 @@ import Testing
         #expect(job?.channel == Self.channel && job?.priority == .conservePower)
     }
 }
+
+/// `send`'s line decoder: a broadcast only when the pool can send one (HTTP/2 with token auth).
+@Suite struct BroadcastSendLineTests {
+    static let line = Array(
+        #"{"id":"b","app":"com.example.shop","channel":"dHN0LXNyY2gtMDAwMDAx","payload":{"aps":{"event":"update","timestamp":1,"content-state":{}}}}"#
+            .utf8)
+
+    @Test func aBroadcastLineNeedsAPoolThatCanBroadcast() throws {
+        let refused = JobLineDecoder(app: "com.example.shop", payloadLimit: 4096).notification(Self.line, now: 1_767_000_000)
+        guard case .failure(let refusal) = refused else {
+            Issue.record("a broadcast was accepted by a pool that cannot send one")
+            return
+        }
+        #expect(refusal.reason == "push-type-needs-token-auth" && refusal.detail.contains("--token-key"), "\(refusal)")
+        let n = try JobLineDecoder(app: "com.example.shop", payloadLimit: 4096, canBroadcast: true)
+            .notification(Self.line, now: 1_767_000_000).get()
+        #expect(
+            n.recipient == .channel(BroadcastSettlerTests.channel) && n.pushType == "liveactivity"
+                && n.recipientKey == BroadcastSettlerTests.channel.value)
+    }
+}
