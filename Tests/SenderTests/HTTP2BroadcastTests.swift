@@ -97,6 +97,32 @@ import TestSupport
         try await sim.stop()
     }
 
+    /// One channel's broadcasts go on one connection (in order); an app's channels spread over its
+    /// connections (by the channel id, not the placeholder token every broadcast carries).
+    @Test func broadcastsSpreadByChannel() async throws {
+        let sim = try await HTTP2TransportTests.simulator(tokens: true)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let manage = try ChannelManagementClientTests().configuration(port: sim.port)
+        var channels: [String] = []
+        for _ in 0..<8 {
+            let (created, _) = try await ChannelManagementClient.perform(.create(.noStorage), configuration: manage, group: group)
+            if case .created(let id, _) = created { channels.append(id) }
+        }
+        #expect(channels.count == 8)
+        let log = OutcomeLog()
+        let transport = try HTTP2TransportTests.transport(sim, connections: 4, auth: try HTTP2TodayTests.tokenAuth(), log: log)
+        var jobs: [PushNotification] = []
+        for round in 0..<5 { for (c, channel) in channels.enumerated() { jobs.append(Self.broadcast("c\(c)-\(round)", channel: channel)) } }
+        try await HTTP2TransportTests.send(jobs, through: transport)
+        #expect(HTTP2TransportTests.kinds(log) == [.accepted: 40])
+        var connectionsOf: [String: Set<Int>] = [:]
+        for r in sim.records { connectionsOf[r.channel ?? "", default: []].insert(r.connection) }
+        #expect(connectionsOf.count == 8 && connectionsOf.values.allSatisfy { $0.count == 1 }, "\(connectionsOf)")
+        #expect(Set(connectionsOf.values.flatMap { $0 }).count > 1, "\(connectionsOf)")
+        try await group.shutdownGracefully()
+        try await sim.stop()
+    }
+
     @Test func aCertificateConnectionCannotBroadcast() async throws {
         let sim = try await HTTP2TransportTests.simulator()
         let log = OutcomeLog()
