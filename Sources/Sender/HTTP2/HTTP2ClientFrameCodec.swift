@@ -381,13 +381,25 @@ struct HTTP2ClientFrameCodec {
     /// A broadcast's header block after `:method` and `:scheme` (`APNsBroadcast`): its path and
     /// channel are per request (unindexed, as a device's path); the shared headers are indexed as for
     /// every request, so a connection mixing broadcasts and device pushes keeps both cheap.
-    private mutating func writeBroadcastHeaders(
-        _ head: HTTP2Request, _ broadcast: HTTP2Request.Broadcast, authority: String, authorization: String?
-    ) {
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.path, staticNameIndex: 4, value: broadcast.path, into: &outbound)
+    private mutating func writeBroadcastHeaders(_ head: HTTP2Request, channel: String, authority: String, authorization: String?) {
+        // `/4/broadcasts/apps/` + the bundle id (the head's topic), written in place.
+        let prefix = APNsBroadcast.pathPrefix.utf8
+        HTTP2RequestHeaderEncoder.encodeUnindexed(
+            name: APNsHeader.path, staticNameIndex: 4, count: prefix.count + head.topic.utf8.count, into: &outbound
+        ) { out in
+            var i = 0
+            for b in prefix {
+                out[i] = b
+                i += 1
+            }
+            for b in head.topic.utf8 {
+                out[i] = b
+                i += 1
+            }
+        }
         encoder.encode(.authority, authority, into: &outbound)
         if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.channelID, staticNameIndex: 0, value: broadcast.channel, into: &outbound)
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.channelID, staticNameIndex: 0, value: channel, into: &outbound)
         HTTP2RequestHeaderEncoder.encodeUnindexed(
             name: APNsHeader.requestID, staticNameIndex: 0, count: APNsID.textCount, into: &outbound
         ) { out in
@@ -424,8 +436,8 @@ struct HTTP2ClientFrameCodec {
         encoder.beginBlock(into: &outbound)
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
-        if let broadcast = head.broadcast {
-            writeBroadcastHeaders(head, broadcast, authority: authority, authorization: authorization)
+        if let channel = head.channel {
+            writeBroadcastHeaders(head, channel: channel, authority: authority, authorization: authorization)
         } else {
             HTTP2RequestHeaderEncoder.encodeUnindexed(
                 name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount, into: &outbound
