@@ -8,16 +8,20 @@ final class ChannelRegistry: Sendable {
     private struct App {
         var order: [String] = []
         var policies: [String: Int] = [:]
+        /// Devices subscribed to each channel (a broadcast reaches them all): the fault script's
+        /// `channel_subscribers` when the channel was created.
+        var subscribers: [String: Int] = [:]
     }
     private let apps = Mutex<[String: App]>([:])
 
     /// Adds a channel; false when the app already has `limit`.
-    func create(app: String, id: String, policy: Int, limit: Int) -> Bool {
+    func create(app: String, id: String, policy: Int, limit: Int, subscribers: Int = 0) -> Bool {
         apps.withLock { apps in
             var a = apps[app] ?? App()
             guard a.order.count < limit else { return false }
             a.order.append(id)
             a.policies[id] = policy
+            a.subscribers[id] = subscribers
             apps[app] = a
             return true
         }
@@ -25,10 +29,14 @@ final class ChannelRegistry: Sendable {
 
     func policy(app: String, id: String) -> Int? { apps.withLock { $0[app]?.policies[id] } }
 
+    /// The devices subscribed to a channel of `app`; nil when the app has no such channel.
+    func subscribers(app: String, id: String) -> Int? { apps.withLock { $0[app]?.subscribers[id] } }
+
     /// Removes a channel; false when the app has no such channel.
     func delete(app: String, id: String) -> Bool {
         apps.withLock { apps in
             guard apps[app]?.policies.removeValue(forKey: id) != nil else { return false }
+            apps[app]?.subscribers.removeValue(forKey: id)
             apps[app]?.order.removeAll { $0 == id }
             return true
         }
@@ -99,7 +107,10 @@ extension HTTP2Connection {
                 return refuseChannel(.badMessageStoragePolicy)
             }
             let id = newChannelID()
-            guard core.channels.create(app: app, id: id, policy: policy, limit: core.faults.channelLimit) else {
+            guard
+                core.channels.create(
+                    app: app, id: id, policy: policy, limit: core.faults.channelLimit, subscribers: core.faults.channelSubscribers)
+            else {
                 return refuseChannel(.cannotCreateChannelConfig)
             }
             return reply(201, "201", headers: [(APNsChannelManagement.Header.channelID, id)])

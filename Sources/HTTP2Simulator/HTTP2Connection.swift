@@ -58,8 +58,8 @@ final class HTTP2Connection: ChannelInboundHandler {
     /// Something was written since the last flush (flushed at the end of the read burst).
     private var needsFlush = false
     /// Records of this read burst, handed to the writer in one batch before the answers leave.
-    private var pendingLines: [UInt8] = []
-    private var pendingRecords: [HTTP2Record] = []
+    var pendingLines: [UInt8] = []
+    var pendingRecords: [HTTP2Record] = []
 
     /// More than any push type may carry (5120 for voip): a longer body is answered 413 from the
     /// bytes kept, and the rest is read and dropped, so a huge body costs no memory.
@@ -413,6 +413,12 @@ final class HTTP2Connection: ChannelInboundHandler {
         // endpoint: the simulator stands for both kinds of host.
         if let path = block.path, let resource = APNsChannelManagement.resource(path: path[...]) {
             return channelRequest(resource, method: block.method ?? "", fields: regular, body: payload, certificateTopic: certTopic)
+        }
+        // Broadcast (`/4/broadcasts/apps/<bundle id>`, `Broadcast.swift`): on the provider API's hosts.
+        if let path = block.path, let bundle = APNsBroadcast.bundleID(path: path[...]) {
+            return broadcastRequest(
+                bundleID: String(bundle), method: block.method ?? "", fields: regular, payload: payload, streamID: streamID,
+                certificateTopic: certTopic)
         }
         let request: APNsRequest
         switch validator.validate(

@@ -25,6 +25,11 @@ public struct HTTP2Record: Sendable, Hashable, Codable {
     public var expiration: Int64?
     /// `token:<team>/<key id>` or `cert:<topic>`.
     public var auth: String
+    /// A broadcast (`POST /4/broadcasts/apps/<bundle id>`): its channel (then `token` is empty and
+    /// `apnsID` is the request's `apns-request-id`), nil for a device's notification.
+    public var channel: String?
+    /// A broadcast: the devices subscribed to its channel, all reached by this one request.
+    public var reached: Int?
 
     enum CodingKeys: String, CodingKey {
         case time = "t"
@@ -35,7 +40,7 @@ public struct HTTP2Record: Sendable, Hashable, Codable {
         case apnsID = "apns_id"
         case collapseID = "collapse_id"
         case pushType = "push_type"
-        case priority, expiration, auth, stream
+        case priority, expiration, auth, stream, channel, reached
     }
 }
 
@@ -56,6 +61,9 @@ struct AcceptedRequest {
     var priority: Int?
     var expiration: Int64?
     var auth: String
+    /// A broadcast's channel and the devices it reached (nil for a device's notification, whose line
+    /// is unchanged).
+    var broadcast: (channel: String, reached: Int)?
 
     /// FNV-1a 64 of the payload: the binary simulator's `payload_hash` (`PayloadFacts.hash`), over a
     /// concrete array so that it is specialized (the generic one costs ~1 µs per notification here).
@@ -74,9 +82,10 @@ struct AcceptedRequest {
         var hash: [UInt8] = []
         Self.appendHex(payloadHash, &hash)
         return HTTP2Record(
-            time: time, connection: connection, stream: stream, app: app, token: token.hex,
+            time: time, connection: connection, stream: stream, app: app, token: broadcast == nil ? token.hex : "",
             payloadHash: String(decoding: hash, as: UTF8.self), jobID: jobID, apnsID: apnsID, collapseID: collapseID,
-            pushType: pushType, priority: priority, expiration: expiration, auth: auth)
+            pushType: pushType, priority: priority, expiration: expiration, auth: auth, channel: broadcast?.channel,
+            reached: broadcast?.reached)
     }
 
     /// The NDJSON line: the binary simulator's fields (`id` and `cmd` null) and the HTTP/2 ones.
@@ -88,10 +97,12 @@ struct AcceptedRequest {
         out.append(contentsOf: #","app":"#.utf8)
         Self.appendString(app, &out)
         out.append(contentsOf: #","token":""#.utf8)
-        token.withBytes { raw in
-            for byte in raw {
-                out.append(Self.hexDigits[Int(byte >> 4)])
-                out.append(Self.hexDigits[Int(byte & 0x0F)])
+        if broadcast == nil {
+            token.withBytes { raw in
+                for byte in raw {
+                    out.append(Self.hexDigits[Int(byte >> 4)])
+                    out.append(Self.hexDigits[Int(byte & 0x0F)])
+                }
             }
         }
         out.append(contentsOf: #"","id":null,"cmd":null,"payload_hash":""#.utf8)
@@ -112,6 +123,12 @@ struct AcceptedRequest {
         Self.appendString(auth, &out)
         out.append(contentsOf: #","stream":"#.utf8)
         Self.appendDecimal(Int64(stream), &out)
+        if let broadcast {
+            out.append(contentsOf: #","channel":"#.utf8)
+            Self.appendString(broadcast.channel, &out)
+            out.append(contentsOf: #","reached":"#.utf8)
+            Self.appendDecimal(Int64(broadcast.reached), &out)
+        }
         out.append(contentsOf: "}\n".utf8)
     }
 
@@ -167,6 +184,9 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
     /// Channel management answers by operation and outcome ("create 201", "get ChannelNotRegistered", …);
     /// kept apart from `byStatus`, which counts notifications.
     public var channelAnswers: [String: Int] = [:]
+    /// Broadcasts answered 200 (also in `byStatus`), and the devices they reached in all.
+    public var broadcasts = 0
+    public var broadcastDevicesReached = 0
 
     public var accepted: Int { byStatus[200, default: 0] }
 
@@ -183,6 +203,8 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
         case resetStreams = "reset_streams"
         case unansweredStreams = "unanswered_streams"
         case channelAnswers = "channel_answers"
+        case broadcasts
+        case broadcastDevicesReached = "broadcast_devices_reached"
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -199,5 +221,7 @@ public struct HTTP2SimulatorTotals: Sendable, Equatable, Encodable {
         try c.encode(unansweredStreams, forKey: .unansweredStreams)
         try c.encode(abruptCloses, forKey: .abruptCloses)
         try c.encode(channelAnswers, forKey: .channelAnswers)
+        try c.encode(broadcasts, forKey: .broadcasts)
+        try c.encode(broadcastDevicesReached, forKey: .broadcastDevicesReached)
     }
 }

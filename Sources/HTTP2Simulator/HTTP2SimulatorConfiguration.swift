@@ -115,6 +115,12 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     /// one of them is answered 403 BadEnvironmentKeyIdInToken by a simulator of the other environment
     /// (`sandbox` in the configuration decides which the simulator is).
     public var keyEnvironments: [String: String] = [:]
+    /// Devices subscribed to each channel created from now on (`channel_subscribers`): a broadcast on
+    /// the channel is recorded as one request reaching that many devices. The simulator has no devices;
+    /// this stands for the audience ActivityKit subscribes on a real channel.
+    public var channelSubscribers: Int = HTTP2FaultScript.defaultChannelSubscribers
+    /// The default of ``channelSubscribers``: a small audience, so a demo shows one request reaching several.
+    public static let defaultChannelSubscribers = 3
 
     public init() {}
 
@@ -149,6 +155,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         case seed
         case channelLimit = "channel_limit"
         case keyEnvironments = "key_environments"
+        case channelSubscribers = "channel_subscribers"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -189,6 +196,11 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed
         channelLimit = try c.decodeIfPresent(Int.self, forKey: .channelLimit) ?? d.channelLimit
         keyEnvironments = try c.decodeIfPresent([String: String].self, forKey: .keyEnvironments) ?? [:]
+        channelSubscribers = try c.decodeIfPresent(Int.self, forKey: .channelSubscribers) ?? d.channelSubscribers
+        guard channelSubscribers >= 0 else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .channelSubscribers, in: c, debugDescription: "expected a whole number ≥ 0, found \(channelSubscribers)")
+        }
         for (key, environment) in keyEnvironments where environment != "sandbox" && environment != "production" {
             throw DecodingError.dataCorruptedError(
                 forKey: .keyEnvironments, in: c, debugDescription: "key \(key): expected sandbox or production, found \(environment)")
@@ -226,5 +238,6 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         try c.encode(seed, forKey: .seed)
         try c.encode(channelLimit, forKey: .channelLimit)
         try c.encode(keyEnvironments, forKey: .keyEnvironments)
+        try c.encode(channelSubscribers, forKey: .channelSubscribers)
     }
 }

@@ -12,6 +12,9 @@ public struct Job: Sendable {
         var app: String
         var token: DeviceToken
         var tokenHex: String
+        /// A broadcast job's channel (then `token` is ``Job/channelPlaceholderToken`` and `tokenHex` empty);
+        /// nil for a device job, which costs it one nil word.
+        var channel: BroadcastChannelID?
         var payload: Payload
         var alerts: [String: Alert]
         var template: JobTemplate?
@@ -23,12 +26,14 @@ public struct Job: Sendable {
 
         init(
             id: String, app: String, token: DeviceToken, tokenHex: String, payload: Payload, alerts: [String: Alert],
-            template: JobTemplate?, expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
+            template: JobTemplate?, expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?,
+            channel: BroadcastChannelID? = nil
         ) {
             self.id = id
             self.app = app
             self.token = token
             self.tokenHex = tokenHex
+            self.channel = channel
             self.payload = payload
             self.alerts = alerts
             self.template = template
@@ -42,7 +47,7 @@ public struct Job: Sendable {
         func copy() -> Storage {
             Storage(
                 id: id, app: app, token: token, tokenHex: tokenHex, payload: payload, alerts: alerts, template: template, expiry: expiry,
-                priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType)
+                priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, channel: channel)
         }
     }
 
@@ -69,10 +74,29 @@ public struct Job: Sendable {
             let s = unique()
             s.token = newValue
             s.tokenHex = newValue.hex
+            s.channel = nil  // a token makes it a device job
         }
     }
     /// `token.hex` (lower-case), made once per job: the gate, the notification and the settler share it.
+    /// Empty for a broadcast job (it has no token).
     public var tokenHex: String { storage.tokenHex }
+
+    /// The job's recipient: its device token, or the broadcast channel it names (`channel`).
+    public var recipient: Recipient {
+        if let channel = storage.channel { return .channel(channel) }
+        return .device(storage.token)
+    }
+
+    /// The broadcast channel, nil for a device job.
+    public var channel: BroadcastChannelID? { storage.channel }
+
+    /// What the job's Redis records are keyed and bucketed by (design §4.1): the token's hex, or for a
+    /// broadcast the channel id (its dedup record and lease live in the channel's bucket; it has no
+    /// suppression, registration or language).
+    public var recipientKey: String { storage.channel?.value ?? storage.tokenHex }
+
+    /// The `token` of a broadcast job, which has none (``APNsBroadcast/placeholderToken``).
+    public static var channelPlaceholderToken: DeviceToken { APNsBroadcast.placeholderToken }
     public var payload: Payload {
         get { storage.payload }
         set {
@@ -141,6 +165,40 @@ public struct Job: Sendable {
             id: id, app: app, token: token, tokenHex: token.hex, payload: payload, alerts: alerts, template: template, expiry: expiry,
             priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType)
     }
+
+    /// A job for `recipient`: a device as `init(id:app:token:…)`, or every device subscribed to a
+    /// broadcast channel (push type `liveactivity`, the only one a broadcast carries).
+    public init(
+        id: String, app: String, recipient: Recipient, payload: Payload, alerts: [String: Alert] = [:],
+        expiry: UInt32, priority: Priority = .immediate, campaign: String? = nil, collapseID: String? = nil,
+        pushType: APNsPushType? = nil
+    ) {
+        self.init(
+            id: id, app: app, recipient: recipient, payload: payload, alerts: alerts, template: nil, expiry: expiry, priority: priority,
+            campaign: campaign, collapseID: collapseID, pushType: pushType)
+    }
+
+    init(
+        id: String, app: String, recipient: Recipient, payload: Payload, alerts: [String: Alert], template: JobTemplate?,
+        expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
+    ) {
+        switch recipient {
+        case .device(let token):
+            self.init(
+                id: id, app: app, token: token, payload: payload, alerts: alerts, template: template, expiry: expiry, priority: priority,
+                campaign: campaign, collapseID: collapseID, pushType: pushType)
+        case .channel(let channel):
+            self.init(
+                storage: Storage(
+                    id: id, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, alerts: alerts,
+                    template: template,
+                    expiry: expiry, priority: priority, campaign: campaign, collapseID: collapseID,
+                    pushType: pushType ?? APNsBroadcast.pushType,
+                    channel: channel))
+        }
+    }
+
+    private init(storage: Storage) { self.storage = storage }
 
     /// The alert for a device registered with `language`: `alerts[language]`, else the alert of its
     /// primary language subtag (`fr` for `fr-CA` or `fr_CA`), else nil (the payload's own alert applies).

@@ -12,7 +12,9 @@ import APNsProtocol
 /// - `token`: hex digits, any case, an even count in 16…200 (8…100 bytes: Apple, "APNs device tokens are of
 ///   variable length. Do not hard-code their size"; 64 digits today), `invalid-token`, also when missing.
 ///   A binary app takes only 32-byte tokens: that is decided when the job reaches its app
-///   (`token-size-needs-http2`, `PipelineConfiguration.App.checkCanSend(tokenOf:)`);
+///   (`token-size-needs-http2`, `PipelineConfiguration.App.checkCanSend(tokenOf:)`); or instead of a token
+///   `channel`, a broadcast channel id (base64, `invalid-channel`); both is `token-and-channel`. A channel
+///   job is a Live Activity (push type `liveactivity`, given or inferred; another is `invalid-push-type`);
 /// - `payload`: an object with an `aps` object whose Table 3-1/3-2 keys have their types
 ///   (`missing-payload`, `invalid-payload`);
 /// - `alerts` (optional): an object of language (1…64 bytes) → alert string or alert dictionary
@@ -63,6 +65,8 @@ public struct JobDecoder: Sendable {
     /// What a `token` must be, for the refusals that name it.
     static let tokenRule =
         "hex digits (an even count, \(DeviceToken.minHexCount)…\(DeviceToken.maxHexCount); 64 for a 32-byte token)"
+    /// `channel`: a base64 channel id (``APNsChannelManagement/maxChannelIDLength``).
+    public static let maxChannelBytes = APNsChannelManagement.maxChannelIDLength
 
     public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400, apps: KnownApps? = nil) {
         self.payloadLimit = payloadLimit
@@ -73,7 +77,7 @@ public struct JobDecoder: Sendable {
     /// A job's known top-level keys. A message's key is matched against the names once (one switch of
     /// string comparisons); what follows for it dispatches on this.
     enum Key: UInt8 {
-        case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType
+        case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType, channel
 
         init?(_ name: String) {
             switch name {
@@ -87,6 +91,7 @@ public struct JobDecoder: Sendable {
             case "campaign": self = .campaign
             case "collapse_id": self = .collapseID
             case "push_type": self = .pushType
+            case "channel": self = .channel
             default: return nil
             }
         }
@@ -100,6 +105,7 @@ public struct JobDecoder: Sendable {
             case .campaign: maxCampaignBytes
             case .collapseID: maxCollapseIDBytes
             case .pushType: maxPushTypeBytes
+            case .channel: maxChannelBytes
             case .payload, .alerts, .expiry, .priority: nil
             }
         }
@@ -307,6 +313,8 @@ public struct JobDecoder: Sendable {
         var campaign: JSONValue?
         var collapseID: JSONValue?
         var pushType: JSONValue?
+        /// A broadcast's channel id (instead of `token`).
+        var channel: JSONValue?
         /// Payload and alerts already read (then `payload` only marks the payload present).
         var template: JobTemplate?
         /// String keys whose value was too long to build, with its size in the message (the key itself
@@ -332,6 +340,7 @@ public struct JobDecoder: Sendable {
             case .campaign: campaign != nil
             case .collapseID: collapseID != nil
             case .pushType: pushType != nil
+            case .channel: channel != nil
             case .payload: payload != nil
             case .alerts: alerts != nil
             }
@@ -350,6 +359,7 @@ public struct JobDecoder: Sendable {
             case .campaign: try JobDecoder.take(&campaign, value, name)
             case .collapseID: try JobDecoder.take(&collapseID, value, name)
             case .pushType: try JobDecoder.take(&pushType, value, name)
+            case .channel: try JobDecoder.take(&channel, value, name)
             }
         }
     }
@@ -397,23 +407,30 @@ public struct JobDecoder: Sendable {
             throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(appBytes)")
         }
 
+        // recipient: a broadcast channel instead of a token (exactly one of the two)
+        let broadcastChannel = try Self.readChannel(f)
+
         // token
-        if let n = f.oversize(.token) {
-            throw JobError(.invalidToken, "token: \(DeviceToken.ParseError.wrongHexLength(n).description)")
-        }
-        guard let tokenValue = token.flatMap(Self.nonNull) else { throw JobError(.invalidToken, "the job has no token") }
-        guard case .string(let tokenHex) = tokenValue else {
-            throw JobError(.invalidToken, "token must be a string of \(Self.tokenRule), got \(Self.kind(tokenValue))")
-        }
-        let deviceToken: DeviceToken
-        do throws(DeviceToken.ParseError) {
-            if let hex = f.tokenBytes {
-                deviceToken = try DeviceToken(hexBytes: hex)
-            } else {
-                deviceToken = try DeviceToken(hex: tokenHex)
+        var deviceToken = Job.channelPlaceholderToken
+        if broadcastChannel == nil {
+            if let n = f.oversize(.token) {
+                throw JobError(.invalidToken, "token: \(DeviceToken.ParseError.wrongHexLength(n).description)")
             }
-        } catch {
-            throw JobError(.invalidToken, "token: \(error.description)")
+            guard let tokenValue = token.flatMap(Self.nonNull) else {
+                throw JobError(.invalidToken, "the job has no token (nor a broadcast channel)")
+            }
+            guard case .string(let tokenHex) = tokenValue else {
+                throw JobError(.invalidToken, "token must be a string of \(Self.tokenRule), got \(Self.kind(tokenValue))")
+            }
+            do throws(DeviceToken.ParseError) {
+                if let hex = f.tokenBytes {
+                    deviceToken = try DeviceToken(hexBytes: hex)
+                } else {
+                    deviceToken = try DeviceToken(hex: tokenHex)
+                }
+            } catch {
+                throw JobError(.invalidToken, "token: \(error.description)")
+            }
         }
 
         // payload, alerts
@@ -445,6 +462,15 @@ public struct JobDecoder: Sendable {
                 )
             }
             jobPushType = known
+        }
+        if broadcastChannel != nil {
+            // A broadcast carries a Live Activity and nothing else (Apple: "devices can subscribe on
+            // channels to receive updates for Live Activities"); absent, the push type is that one.
+            if let jobPushType, jobPushType != APNsBroadcast.pushType {
+                throw JobError(
+                    .invalidPushType, "a broadcast (channel) job must have push_type \"liveactivity\", got \"\(jobPushType.rawValue)\"")
+            }
+            jobPushType = APNsBroadcast.pushType
         }
 
         // priority
@@ -547,8 +573,40 @@ public struct JobDecoder: Sendable {
         }
 
         return Job(
-            id: jobID, app: appName, token: deviceToken, payload: typedPayload, alerts: localized, template: f.template,
-            expiry: jobExpiry, priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
+            id: jobID, app: appName, recipient: broadcastChannel.map(Recipient.channel) ?? .device(deviceToken), payload: typedPayload,
+            alerts: localized, template: f.template, expiry: jobExpiry, priority: jobPriority, campaign: campaignName,
+            collapseID: jobCollapseID, pushType: jobPushType)
+    }
+
+    /// The job's broadcast channel, nil when it has none (then it must have a token). Both a token and a
+    /// channel is `token-and-channel`: which one was meant cannot be guessed, and sending to either could
+    /// reach the wrong audience.
+    private static func readChannel(_ f: Fields) throws(JobError) -> BroadcastChannelID? {
+        let oversize = f.oversize(.channel)
+        guard oversize != nil || f.channel.flatMap(Self.nonNull) != nil else { return nil }
+        if f.token.flatMap(Self.nonNull) != nil {
+            throw JobError(
+                .tokenAndChannel, "the job has both a token and a channel: give one (token for a device, channel for a broadcast)")
+        }
+        if let n = oversize {
+            throw JobError(.invalidChannel, "channel must be a base64 channel id of at most \(maxChannelBytes) characters, got \(n) bytes")
+        }
+        guard case .string(let text) = f.channel.flatMap(Self.nonNull) else {
+            throw JobError(
+                .invalidChannel, "channel must be a string (a base64 channel id), got \(Self.kind(f.channel.flatMap(Self.nonNull)!))")
+        }
+        if text.utf8.count > maxChannelBytes {
+            throw JobError(
+                .invalidChannel,
+                "channel must be a base64 channel id of at most \(maxChannelBytes) characters, got \(text.utf8.count) bytes")
+        }
+        guard let channel = BroadcastChannelID(text) else {
+            throw JobError(
+                .invalidChannel,
+                "channel must be a base64 channel id (as `apns-pipeline channel create` prints) of 1…\(maxChannelBytes) characters; got \(text.utf8.count) bytes that are not"
+            )
+        }
+        return channel
     }
 
     private static func readPayload(_ payload: JSONValue?) throws(JobError) -> Payload {

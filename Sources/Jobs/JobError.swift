@@ -41,6 +41,10 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case invalidApp = "invalid-app"
     /// `token` missing, not a string, not an even count of 16…200 hex digits (`DeviceToken`).
     case invalidToken = "invalid-token"
+    /// `channel` (a broadcast's channel id) is not a string of base64 text of at most 256 characters.
+    case invalidChannel = "invalid-channel"
+    /// Both `token` and `channel`: a job names one recipient, a device or a broadcast channel.
+    case tokenAndChannel = "token-and-channel"
     /// No `payload` (or `null`).
     case missingPayload = "missing-payload"
     /// `payload` is not an object, has no `aps` object, or a key of Tables 3-1/3-2 has the wrong type.

@@ -39,7 +39,8 @@ enum DashboardPage {
           <section class="chart"><h2>Last hour, per minute</h2><div id="chart"></div>
             <div class="legend" id="legend"></div></section>
           <section class="reasons"><h2>Rejections by reason</h2><div id="reasons"></div>
-            <h2>Retries by reason</h2><div id="retries"></div></section>
+            <h2>Retries by reason</h2><div id="retries"></div>
+            <h2>Broadcasts</h2><div id="broadcasts"></div></section>
           <section class="campaigns"><h2>Campaigns</h2><div id="campaigns"></div></section>
           <section class="connections"><h2>Gateway connections</h2><div id="connections"></div></section>
         </main>
@@ -171,6 +172,14 @@ enum DashboardPage {
           put("retries", why.length === 0 ? `<div class="empty">No retries.</div>` :
             `<table><tr><th>reason</th><th class="num">last 15 min</th><th class="num">total</th></tr>` +
             why.map(k => `<tr data-retry="${esc(k.slice(8))}"><td>${esc(k.slice(8))}</td><td class="num">${fmt(retries[k] || 0)}</td><td class="num">${fmt(d.totals[k])}</td></tr>`).join("") + `</table>`);
+          // Broadcasts (\`broadcast:<outcome>\`), counted apart: one request each, reaching every device
+          // subscribed to its channel, so a handful here can outweigh thousands of device pushes.
+          const sent = OUTCOMES.filter(([k]) => (d.totals["broadcast:" + k] || 0) > 0);
+          const recentB = {};
+          for (const m of d.minutes.slice(-15)) for (const [k, v] of Object.entries(m.counters)) if (k.startsWith("broadcast:")) recentB[k] = (recentB[k] || 0) + v;
+          put("broadcasts", sent.length === 0 ? `<div class="empty">No broadcasts.</div>` :
+            `<table><tr><th>outcome</th><th class="num">last 15 min</th><th class="num">total</th></tr>` +
+            sent.map(([k, name]) => `<tr data-broadcast="${k}"><td>${name}</td><td class="num">${fmt(recentB["broadcast:" + k] || 0)}</td><td class="num">${fmt(d.totals["broadcast:" + k])}</td></tr>`).join("") + `</table>`);
         }
 
         function renderCampaigns(d, cur) {

@@ -7,7 +7,20 @@ protocol GatedJob {
     var id: String { get }
     var app: String { get }
     var tokenHex: String { get }
+    /// What the job's Redis records are keyed by: its token's hex, or a broadcast's channel id.
+    var recipientKey: String { get }
+    /// A broadcast (a channel job): its outcomes are also counted `broadcast:<outcome>`.
+    var isBroadcast: Bool { get }
     var campaign: String? { get }
+}
+
+extension GatedJob {
+    var recipientKey: String { tokenHex }
+    var isBroadcast: Bool { false }
+}
+
+extension Job {
+    var isBroadcast: Bool { channel != nil }
 }
 
 extension Job: GatedJob {}
@@ -44,8 +57,9 @@ struct GateVerdicts {
         for i in jobs.indices {
             let job = jobs[i]
             func settle(_ kind: Redis.OutcomeKind) {
-                settled.outcomes.append(
-                    Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: kind))
+                var outcome = Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: kind)
+                outcome.isBroadcast = job.isBroadcast
+                settled.outcomes.append(outcome)
                 settled.refs.append(ref(i))
             }
             switch decisions[i] {

@@ -36,9 +36,14 @@ public final class JobLineDecoder {
     public let binary: Bool
     private let templates = JobTemplates()
 
-    public init(app: String, payloadLimit: Int, jobIDKey: String? = nil, binary: Bool = false) {
+    /// Whether the pool can send a broadcast (a job with `channel`): HTTP/2 with token authentication
+    /// only (design §3.1); otherwise such a job is refused `push-type-needs-token-auth`, before sending.
+    public let canBroadcast: Bool
+
+    public init(app: String, payloadLimit: Int, jobIDKey: String? = nil, binary: Bool = false, canBroadcast: Bool = false) {
         self.app = app
         self.binary = binary
+        self.canBroadcast = canBroadcast
         // The decoder refuses other apps itself, before building their names (issue 28).
         self.decoder = JobDecoder(payloadLimit: payloadLimit, apps: KnownApps([app]))
         self.encoder = PayloadEncoder(limit: payloadLimit)
@@ -49,11 +54,17 @@ public final class JobLineDecoder {
     public func notification(_ line: UnsafeRawBufferPointer, now: UInt32) -> Result<PushNotification, Refusal> {
         do throws(JobError) {
             let job = try decoder.decode(line, now: now, templates: templates)
+            if job.channel != nil && !canBroadcast {
+                return .failure(
+                    Refusal(
+                        reason: JobErrorReason.pushTypeNeedsTokenAuth.rawValue,
+                        detail: "a broadcast (a job with channel) needs --protocol http2 with token authentication (--token-key)"))
+            }
             if binary && !job.token.fitsBinaryInterface { throw PipelineConfiguration.App.tokenSizeRefusal(app: app, token: job.token) }
             let payload = try job.encodedPayload(language: nil, encoder: encoder, jobIDKey: jobIDKey)
             return .success(
                 PushNotification(
-                    jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
+                    jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: job.expiry, priority: job.priority,
                     campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType?.rawValue))
         } catch {
             if error.reason == .noCertificateForApp {

@@ -59,6 +59,9 @@ public final class PipelineMetrics: Sendable {
         /// Live Activity pushes handed to the transport at priority 10, per app: each one draws on the
         /// device's Live Activity budget (docs/operations.md §6).
         public static let liveActivityPriority10 = "apns_live_activity_priority10_total"
+        /// Broadcasts (jobs for a channel) handed to the transport, per app: each is one request that
+        /// reaches every device subscribed to its channel, so they are counted apart from device pushes.
+        public static let broadcasts = "apns_broadcasts_total"
     }
 
     /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
@@ -260,6 +263,11 @@ public final class PipelineMetrics: Sendable {
     /// `count` priority-10 Live Activity pushes of `app` went to its transport (one call per app per batch).
     func liveActivityPriority10(app: String, count: Int) {
         counter(Name.liveActivityPriority10, ["app": app]).increment(by: count)
+    }
+
+    /// `count` broadcasts of `app` went to its transport (one call per app per batch).
+    func broadcastsSent(app: String, count: Int) {
+        counter(Name.broadcasts, ["app": app]).increment(by: count)
     }
 
     /// After a settle: samples below each partition's commit position (everything before it is settled)

@@ -44,6 +44,8 @@ extension PipelineMetrics {
             "Jobs whose retries ran out of time (gateway-gave-up) or past their expiry (expired), dead-lettered (apns:stats gave_up).",
         Name.liveActivityPriority10:
             "push_type liveactivity jobs handed to the transport at priority 10, each drawing on the device's Live Activity budget.",
+        Name.broadcasts:
+            "Broadcasts (jobs for a channel) handed to the transport: one request each, reaching every device subscribed to the channel (outcomes: apns:stats broadcast:<outcome>).",
         Name.providerTokenAge:
             "HTTP/2 token authentication: age of the oldest provider token the app's connections send (APNs refuses it past 60 min).",
     ]

@@ -487,7 +487,11 @@ public final class PipelineRunner: Service, Sendable {
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count)
         for job in d.jobs {
-            requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
+            if let channel = job.channel {
+                requests.append(GateRequest(jobID: job.id, app: job.app, channelID: channel.value))
+            } else {
+                requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
+            }
         }
         return try await store.gate(requests, call: call)
     }
@@ -515,6 +519,8 @@ public final class PipelineRunner: Service, Sendable {
         var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
         // Priority-10 Live Activity pushes per app, counted for the metrics (they draw on a budget).
         var liveActivity10: [String: Int] = [:]
+        // Broadcasts handed to each app's transport, counted apart from device pushes for the metrics.
+        var broadcasts: [String: Int] = [:]
         let jobIDKey = c.gateway.embedJobID ? "jid" : nil
         // An HTTP/2 notification carries its job's token hex to its outcome (its settle needs it, and
         // answers come within milliseconds). A binary shard holds its notifications for the settle delay
@@ -537,7 +543,12 @@ public final class PipelineRunner: Service, Sendable {
             do {
                 let app = job.app
                 let pushType = job.pushType
-                if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] { try config.checkCanSend(pushType) }
+                let channel = job.channel
+                if channel != nil, let config = apps[app] {
+                    try config.checkCanBroadcast()
+                } else if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] {
+                    try config.checkCanSend(pushType)
+                }
                 // One branch for a 32-byte token (every token seen so far): only another size looks up the app.
                 if !job.token.fitsBinaryInterface, let config = apps[app] { try config.checkCanSend(tokenOf: job.token) }
                 let encoder: PayloadEncoder
@@ -549,24 +560,36 @@ public final class PipelineRunner: Service, Sendable {
                     encoderFor = (app, pushType, encoder)
                 }
                 let payload = try job.encodedPayload(language: admitted.language, encoder: encoder, jobIDKey: jobIDKey)
-                notifications.append(
-                    PushNotification(
-                        jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
-                        payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                        collapseID: job.collapseID, pushType: pushType?.rawValue,
-                        position: SourcePosition(partition: batch[m].partition, offset: batch[m].offset), clearance: clearance))
+                let position = SourcePosition(partition: batch[m].partition, offset: batch[m].offset)
+                if let channel {
+                    notifications.append(
+                        PushNotification(
+                            jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
+                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
+                            position: position, clearance: clearance))
+                    broadcasts[app, default: 0] += 1
+                } else {
+                    notifications.append(
+                        PushNotification(
+                            jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
+                            payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
+                            collapseID: job.collapseID, pushType: pushType?.rawValue, position: position, clearance: clearance))
+                }
                 if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
             } catch {
                 // e.g. the localized alert makes the payload too large.
                 refused.append(
                     (
                         batch[m], error.reason.rawValue,
-                        Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.tokenHex, campaign: job.campaign, kind: .deadLettered)
+                        Redis.Outcome(
+                            jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: .deadLettered,
+                            isBroadcast: job.channel != nil)
                     ))
             }
         }
         inbox.put(verdicts.settled)
         for (app, count) in liveActivity10 { metrics?.liveActivityPriority10(app: app, count: count) }
+        for (app, count) in broadcasts { metrics?.broadcastsSent(app: app, count: count) }
         // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle; a
         // write that fails is retried in the background while the valid jobs go on.
         if !refused.isEmpty {
@@ -603,7 +626,9 @@ public final class PipelineRunner: Service, Sendable {
                 let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (Self.position(of: $0), $0) })
                 for n in orphans {
                     orphanItem.outcomes.append(
-                        Redis.Outcome(jobID: n.jobID, app: n.app, tokenHex: n.tokenHex, campaign: n.campaign, kind: .deadLettered))
+                        Redis.Outcome(
+                            jobID: n.jobID, app: n.app, tokenHex: n.recipientKey, campaign: n.campaign, kind: .deadLettered,
+                            isBroadcast: n.channel != nil))
                     if let position = n.position { orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, position: position)) }
                 }
                 logger.error("jobs for apps without a certificate are dead-lettered", metadata: ["count": "\(orphans.count)"])
@@ -638,7 +663,7 @@ public final class PipelineRunner: Service, Sendable {
             guard let rejection = o.rejection, o.kind == .deadLettered, let position = o.notification.position else { continue }
             let reason = if case .badRequest = rejection { GatewayRefusal.badRequest } else { GatewayRefusal.transient }
             let message = KafkaConsumerMessage(
-                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.tokenHex.utf8),
+                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.recipientKey.utf8),
                 value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
             share.deadLetters.append((message, reason))
             share.deadLetterItem.outcomes.append(redisOutcome(o))
@@ -661,8 +686,13 @@ public final class PipelineRunner: Service, Sendable {
         JSONWriter.writeString(n.jobID, into: &out)
         key("app")
         JSONWriter.writeString(n.app, into: &out)
-        key("token")
-        JSONWriter.writeString(n.tokenHex, into: &out)
+        if let channel = n.channel {
+            key("channel")
+            JSONWriter.writeString(channel.value, into: &out)
+        } else {
+            key("token")
+            JSONWriter.writeString(n.tokenHex, into: &out)
+        }
         key("payload")
         out.append(contentsOf: n.payload)
         key("expiry")
@@ -688,7 +718,9 @@ public final class PipelineRunner: Service, Sendable {
     static func redisOutcome(_ o: Sender.Outcome) -> Redis.Outcome {
         // The settler acts on what a rejection means, never on a protocol's status number.
         var suppression: TokenSuppression?
-        if case .rejected(.invalidToken(let since, let reason)) = o.delivery {
+        // A broadcast never suppresses anything (a channel is no token; `Outcome` already turns such an
+        // answer into a dead letter): checked here too, so no path can write a channel id as a token.
+        if o.notification.channel == nil, case .rejected(.invalidToken(let since, let reason)) = o.delivery {
             suppression = TokenSuppression(since: since, reason: reason)
         }
         let kind: Redis.OutcomeKind =
@@ -702,13 +734,21 @@ public final class PipelineRunner: Service, Sendable {
         // notification does not keep) only when a suppression writes it.
         let n = o.notification
         let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
-        let tokenHash = withUnsafeTemporaryAllocation(byteCount: n.token.hexCount, alignment: 1) { hex in
-            n.token.writeHex(into: hex)
-            return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
+        let tokenHash: UInt32
+        if let channel = n.channel {
+            // The bucket the gate leased it in (`GateRequest(jobID:app:channelID:)`).
+            tokenHash = RedisKeys.tokenHash(hex: channel.value)
+        } else {
+            tokenHash = withUnsafeTemporaryAllocation(byteCount: n.token.hexCount, alignment: 1) { hex in
+                n.token.writeHex(into: hex)
+                return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
+            }
         }
-        return Redis.Outcome(
+        var outcome = Redis.Outcome(
             fingerprint: fingerprint, app: o.app, tokenHash: tokenHash, tokenHex: suppression == nil ? nil : n.tokenHex,
             campaign: n.campaign, kind: kind, code: o.code, suppressToken: suppression, shard: o.connection)
+        outcome.isBroadcast = n.channel != nil
+        return outcome
     }
 
     /// The outcomes of `batch` as the settler records them, with the batch's events. Without

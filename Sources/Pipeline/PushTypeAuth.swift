@@ -31,6 +31,20 @@ extension PipelineConfiguration.App {
         return true
     }
 
+    /// Throws the dead letter of a broadcast (a `channel` job) this app cannot send: a broadcast carries
+    /// a Live Activity, which Apple serves over token authentication only (above), and the binary
+    /// interface has no broadcast at all. Same reason as a Live Activity to a device
+    /// (`push-type-needs-token-auth`), with a detail that says it is the broadcast.
+    func checkCanBroadcast() throws(JobError) {
+        if sendsEveryPushType { return }
+        let has = transport == .binary ? "the binary interface" : "HTTP/2 with certificate authentication"
+        throw JobError(
+            reason: .pushTypeNeedsTokenAuth,
+            detail:
+                "app \(bundleID) uses \(has); a broadcast (a job with channel) needs HTTP/2 with token authentication (a token section in its app entry)"
+        )
+    }
+
     /// Throws the dead letter of a job whose push type this app cannot send.
     func checkCanSend(_ pushType: APNsPushType) throws(JobError) {
         if !pushType.requiresTokenAuthentication || sendsEveryPushType { return }

@@ -288,7 +288,13 @@ public struct PipelineStore: Sendable {
                 groups[g].voids.append(void)
                 groups[g].voidCount += 1
             }
-            groups[g].jobArguments.append(lowercasingASCII: requests[index].tokenHex)
+            // A broadcast's token argument is empty: the script reads no suppression, registration or
+            // language for it (a channel id is no token, and must never match one).
+            if requests[index].isChannel {
+                groups[g].jobArguments.append("")
+            } else {
+                groups[g].jobArguments.append(lowercasingASCII: requests[index].tokenHex)
+            }
             groups[g].jobArguments.append(fingerprint.member)
         }
         let scriptGroups = groups.map { group -> ScriptGroup in
@@ -387,6 +393,17 @@ public struct PipelineStore: Sendable {
 
     // MARK: Settler
 
+    /// The counter field of a broadcast's outcome (design §4.1): `broadcast:accepted`, `broadcast:deduped`, ….
+    public static func broadcastField(_ kind: OutcomeKind) -> String {
+        switch kind {
+        case .accepted: "broadcast:accepted"
+        case .rejected: "broadcast:rejected"
+        case .suppressed: "broadcast:suppressed"
+        case .deduped: "broadcast:deduped"
+        case .deadLettered: "broadcast:dead_lettered"
+        }
+    }
+
     /// Records a batch of outcomes: dedup records for accepted jobs, suppression of the tokens an outcome
     /// asks to suppress, releases the in-flight leases, and increments totals, the minute bucket,
     /// campaigns, `rejected:<code>` and shard counters. One round trip on a single Redis; on a cluster one
@@ -448,6 +465,7 @@ public struct PipelineStore: Sendable {
             let campaignIndex = tally.campaign(outcome.campaign)
             tally.count(outcome.kind.rawValue, campaign: campaignIndex)
             if let code = outcome.code { tally.count("rejected:\(code)", campaign: campaignIndex) }
+            if outcome.isBroadcast { tally.count(Self.broadcastField(outcome.kind), campaign: campaignIndex) }
             if let shard = outcome.shard, outcome.kind == .accepted || outcome.kind == .rejected || outcome.kind == .deadLettered {
                 tally.sent(app: outcome.app, shard: shard)
             }

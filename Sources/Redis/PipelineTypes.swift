@@ -3,13 +3,28 @@ public struct GateRequest: Sendable, Hashable {
     public var jobID: String
     /// Bundle id (= certificate topic).
     public var app: String
-    /// Device token, hex; case-insensitive.
+    /// Device token, hex; case-insensitive. For a broadcast (``isChannel``) the channel id: the key its
+    /// records are bucketed by, never looked up as a token.
     public var tokenHex: String
+    /// A broadcast to a channel: deduped and leased like every job, but a channel is no device, so the
+    /// gate neither reads a suppression, a registration or a language for it.
+    public var isChannel: Bool
 
     public init(jobID: String, app: String, tokenHex: String) {
         self.jobID = jobID
         self.app = app
         self.tokenHex = tokenHex
+        self.isChannel = false
+    }
+
+    /// A broadcast job's request: its dedup record and lease are in the tag of `channelID`'s bucket
+    /// (``RedisKeys/tokenBucket(_:)`` of the id, as the settle's ``Outcome/init(jobID:app:tokenHex:campaign:kind:code:suppressToken:shard:)``
+    /// computes it from the same string).
+    public init(jobID: String, app: String, channelID: String) {
+        self.jobID = jobID
+        self.app = app
+        self.tokenHex = channelID
+        self.isChannel = true
     }
 }
 
@@ -70,6 +85,10 @@ public struct Outcome: Sendable, Hashable {
     /// The shard that wrote it to a gateway; counts `sent` on `…:shard:<app>:<n>` for accepted,
     /// rejected and dead-lettered jobs.
     public var shard: Int?
+    /// A broadcast (a job for a channel): counted in `broadcast:<outcome>` besides its outcome, so the
+    /// totals and the dashboard show broadcasts apart (one broadcast reaches many devices). Never
+    /// suppresses (a channel is no token).
+    public var isBroadcast = false
 
     /// `tokenHex` may be nil only without `suppressToken`.
     public init(
@@ -88,14 +107,17 @@ public struct Outcome: Sendable, Hashable {
         self.shard = shard
     }
 
-    /// The outcome of the job with id `jobID` for the token `tokenHex`.
+    /// The outcome of the job with id `jobID` for the token `tokenHex` (for a broadcast, `isBroadcast`,
+    /// its channel id: the key its records are bucketed by; a broadcast never suppresses).
     public init(
         jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
-        suppressToken: TokenSuppression? = nil, shard: Int? = nil
+        suppressToken: TokenSuppression? = nil, shard: Int? = nil, isBroadcast: Bool = false
     ) {
+        precondition(!isBroadcast || suppressToken == nil, "a broadcast never suppresses: a channel is no token")
         self.init(
             fingerprint: JobFingerprint(jobID: jobID), app: app, tokenHash: RedisKeys.tokenHash(hex: tokenHex), tokenHex: tokenHex,
             campaign: campaign, kind: kind, code: code, suppressToken: suppressToken, shard: shard)
+        self.isBroadcast = isBroadcast
     }
 }
 
@@ -288,6 +310,9 @@ public struct Counters: Sendable, Hashable {
 
     /// `rejected:<code>`: a binary status number ("8") or an HTTP/2 reason ("Unregistered").
     public func rejected(code: String) -> Int64 { fields["rejected:\(code)"] ?? 0 }
+
+    /// `broadcast:<outcome>`: the broadcasts (channel jobs) among the jobs counted in `outcome`.
+    public func broadcasts(_ outcome: OutcomeKind) -> Int64 { fields[PipelineStore.broadcastField(outcome)] ?? 0 }
 }
 
 /// Totals and recent per-minute counters.

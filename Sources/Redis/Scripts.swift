@@ -41,7 +41,8 @@ enum Scripts {
         """#
 
     /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, then
-    /// (job-index void-lease)… for the leases Swift found void, then per job: token, member. KEYS per group:
+    /// (job-index void-lease)… for the leases Swift found void, then per job: token (empty for a broadcast:
+    /// no suppression, registration or language is read for it), member. KEYS per group:
     /// suppressed, registered, lang, inflight (the group's lease hash), then per job its #probes dedup keys
     /// (its sub-bucket in each live time bucket, newest first; a key repeats when two jobs share a set).
     /// Returns per group { codes, (job-index value)… }: codes has a digit per job (1 admitted, 2 deduped,
@@ -97,7 +98,7 @@ enum Scripts {
               if #open > 0 then
                 -- Leases: one HMGET for the group.
                 local held = mget('HMGET', leaseKey, members)
-                local firstOf, dupOf, cands, candMembers, tokens = {}, {}, {}, {}, {}
+                local firstOf, dupOf, cands, candMembers, tokens, hasChannel = {}, {}, {}, {}, {}, false
                 local base = i - 2 * nj
                 for x = 1, #open do
                   local j, member, h = open[x], members[x], held[x]
@@ -119,17 +120,28 @@ enum Scripts {
                   if free then
                     firstOf[member] = j
                     cands[#cands + 1] = j; candMembers[#cands] = member; tokens[#cands] = ARGV[base + 2 * j - 2]
+                    if tokens[#cands] == '' then hasChannel = true end
                   end
                 end
                 local leased, leasedTokens, writes = {}, {}, {}
                 if #cands > 0 then
-                  -- Suppressed unless registered strictly after the suppression time: one HMGET for the group.
-                  local sup = mget('HMGET', supKey, tokens)
+                  -- Suppressed unless registered strictly after the suppression time: one HMGET for the group,
+                  -- of the jobs with a token (a broadcast's is empty: a channel is never suppressed).
+                  -- (A group without broadcasts, nearly every one, reads its tokens as they are.)
+                  local probeX, probeTokens = nil, tokens
+                  if hasChannel then
+                    probeX, probeTokens = {}, {}
+                    for x = 1, #cands do
+                      if tokens[x] ~= '' then probeX[#probeX + 1] = x; probeTokens[#probeX] = tokens[x] end
+                    end
+                  end
+                  local sup = mget('HMGET', supKey, probeTokens)
                   local supX, supTimes, regFields = {}, {}, {}
-                  for x = 1, #cands do
-                    if sup[x] then
+                  for y = 1, #probeTokens do
+                    if sup[y] then
+                      local x = probeX and probeX[y] or y
                       supX[#supX + 1] = x
-                      supTimes[#supX] = tonumber(string.match(sup[x], '^(%d+)'))
+                      supTimes[#supX] = tonumber(string.match(sup[y], '^(%d+)'))
                       regFields[#supX] = tokens[x]
                     end
                   end
@@ -160,8 +172,17 @@ enum Scripts {
                   for x = 1, #sample, 2 do
                     if expired(sample[x + 1]) then redis.call('HDEL', leaseKey, sample[x]) end
                   end
-                  local langs = mget('HMGET', langKey, leasedTokens)
-                  for x = 1, #leased do values[leased[x]] = langs[x] end
+                  if not hasChannel then
+                    local langs = mget('HMGET', langKey, leasedTokens)
+                    for x = 1, #leased do values[leased[x]] = langs[x] end
+                  else
+                    local langX, langTokens = {}, {}
+                    for x = 1, #leased do
+                      if leasedTokens[x] ~= '' then langX[#langX + 1] = x; langTokens[#langX] = leasedTokens[x] end
+                    end
+                    local langs = mget('HMGET', langKey, langTokens)
+                    for y = 1, #langX do values[leased[langX[y]]] = langs[y] end
+                  end
                 end
                 -- A second copy in the call shares the fate of the first when that one was suppressed.
                 for j, first in pairs(dupOf) do

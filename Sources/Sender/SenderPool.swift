@@ -35,6 +35,9 @@ public final class SenderPool: NotificationTransport {
     public var app: String { configuration.app }
     public var protocolName: String { "binary" }
 
+    /// The refusal of a broadcast handed to the binary interface.
+    static let noBroadcast = "broadcast-needs-http2-token-auth"
+
     /// The shard a token goes to.
     public func shardIndex(for token: DeviceToken) -> Int {
         Int(token.stableHash % UInt64(shards.count))
@@ -48,6 +51,22 @@ public final class SenderPool: NotificationTransport {
     /// answer it, `status 5: Invalid token size` (dead-lettered). The pipeline and `send` refuse such
     /// jobs before (`token-size-needs-http2`); this keeps the shards' 32-byte invariant for any caller.
     public func send(_ notifications: [PushNotification]) async throws {
+        // The binary interface has no broadcast (a frame carries a 32-byte device token): a channel's
+        // notification is refused here, never written. The pipeline dead-letters these before they come
+        // (`push-type-needs-token-auth`); this keeps a caller that did not from sending a placeholder.
+        if notifications.contains(where: { $0.channel != nil }) {
+            let broadcasts = notifications.filter { $0.channel != nil }
+            onOutcomes(
+                OutcomeBatch(
+                    app: app, connection: 0,
+                    outcomes: broadcasts.map {
+                        Outcome(
+                            notification: $0, delivery: .rejected(.badRequest(reason: Self.noBroadcast)), code: Self.noBroadcast,
+                            attempts: 0, connection: 0)
+                    }, events: SenderEvents()))
+            let devices = notifications.filter { $0.channel == nil }
+            if !devices.isEmpty { try await send(devices) }
+        }
         if !notifications.allSatisfy(\.token.fitsBinaryInterface) {
             try await sendRefusingTokenSizes(notifications)
             return

@@ -42,10 +42,13 @@ public struct PushNotification: Sendable {
         var pushType: String?
         var position: SourcePosition?
         var clearance: WriteClearance?
+        /// A broadcast's channel (then `token` is a placeholder nothing sends); nil for a device.
+        var channel: BroadcastChannelID?
 
         init(
             jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
-            campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?, clearance: WriteClearance? = nil
+            campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?, clearance: WriteClearance? = nil,
+            channel: BroadcastChannelID? = nil
         ) {
             self.jobID = jobID
             self.app = app
@@ -59,12 +62,14 @@ public struct PushNotification: Sendable {
             self.pushType = pushType
             self.position = position
             self.clearance = clearance
+            self.channel = channel
         }
 
         func copy() -> Storage {
             Storage(
                 jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
-                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
+                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance,
+                channel: channel)
         }
     }
 
@@ -153,8 +158,18 @@ public struct PushNotification: Sendable {
             let s = keepJobID()
             s.token = newValue
             s.tokenHex = nil
+            s.channel = nil  // a token makes it a device's notification
         }
     }
+    /// Whom it is for: the device of `token`, or every device subscribed to a broadcast channel.
+    public var recipient: Recipient {
+        if let channel = storage.channel { return .channel(channel) }
+        return .device(storage.token)
+    }
+    /// The broadcast channel, nil for a device's notification.
+    public var channel: BroadcastChannelID? { storage.channel }
+    /// What its Redis records are keyed by: the token's hex, or a broadcast's channel id (design §4.1).
+    public var recipientKey: String { storage.channel?.value ?? tokenHex }
     /// The token's lower-case hex (Redis keys, dead letters, logs): the decoded job's own string when the
     /// pipeline gave it (the settle of every job needs it; making it again was an allocation per job).
     public var tokenHex: String { storage.tokenHex ?? storage.token.hex }
@@ -208,6 +223,33 @@ public struct PushNotification: Sendable {
             priority: priority,
             campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
     }
+
+    /// A notification for `recipient`: a device as `init(jobID:app:token:…)`, or a broadcast to a
+    /// channel (sent as `POST /4/broadcasts/apps/<bundle id>`; HTTP/2 with token authentication only).
+    public init(
+        jobID: String, app: String, recipient: Recipient, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
+        campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil,
+        clearance: WriteClearance? = nil
+    ) {
+        switch recipient {
+        case .device(let token):
+            self.init(
+                jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
+                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
+        case .channel(let channel):
+            // The id is kept as given: a campaign id is made from a token, which a broadcast has not.
+            self.init(
+                storage: Storage(
+                    jobID: jobID, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, expiry: expiry,
+                    priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
+                    clearance: clearance, channel: channel))
+        }
+    }
+
+    private init(storage: Storage) { self.storage = storage }
+
+    /// The `token` of a broadcast, which has none (``APNsBroadcast/placeholderToken``).
+    static var channelPlaceholderToken: DeviceToken { APNsBroadcast.placeholderToken }
 }
 
 /// Why a gateway refused a notification, as a meaning the settler can act on. Each transport maps its
@@ -275,7 +317,14 @@ public struct Outcome: Sendable {
         ambiguousResends: UInt8 = 0, uniqueID: String? = nil
     ) {
         self.notification = notification
-        self.delivery = delivery
+        // A broadcast has no token to suppress: an answer that would say the token is invalid (none of
+        // broadcast's documented answers does) dead-letters it instead, with the gateway's reason, so
+        // the job is kept to publish again.
+        if notification.channel != nil, case .rejected(.invalidToken(_, let reason)) = delivery {
+            self.delivery = .rejected(.badRequest(reason: code ?? reason))
+        } else {
+            self.delivery = delivery
+        }
         self.code = code
         self.attempts = attempts
         self.connection = connection

@@ -313,8 +313,11 @@ struct OperationsTests {
         try await store.incrementPublished(campaign: "spring-sale", by: 1000)
         var outcomes: [Redis.Outcome] = []
         for i in 0..<640 {
+            // The first three are broadcasts: the dashboard shows them apart.
             outcomes.append(
-                .init(jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .accepted, shard: i % 2))
+                .init(
+                    jobID: "spring-sale:\(i)", app: shop, tokenHex: token(i).hex, campaign: "spring-sale", kind: .accepted, shard: i % 2,
+                    isBroadcast: i < 3))
         }
         for i in 640..<652 {
             outcomes.append(
@@ -359,6 +362,9 @@ struct OperationsTests {
         #expect(dom.contains(#"data-reason="BadDeviceToken""#))
         #expect(dom.contains(#"data-app="com.example.shop" data-shard="1""#) && dom.contains("connection refused"))
         #expect(dom.contains(#"data-field="accepted" data-total="640""#))
+        #expect(
+            dom.contains(#"<tr data-broadcast="accepted"><td>Accepted</td><td class="num">3</td><td class="num">3</td></tr>"#), "\(dom)")
+        #expect(!dom.contains(#"data-broadcast="rejected""#))
         #expect(FileManager.default.fileExists(atPath: shot))
         #expect(down.contains("Redis unreachable") && down.contains("could not be read"))
         #expect(!down.contains(#"data-campaign="spring-sale""#))

@@ -27,6 +27,13 @@ public enum APNsHeader {
     /// Response only (development environment): the id for the Push Notifications Console's delivery log.
     public static let uniqueID = "apns-unique-id"
 
+    /// A broadcast's channel (`POST /4/broadcasts/apps/<bundle id>`, `APNsBroadcast`): the base64 id
+    /// APNs issued when the channel was created.
+    public static let channelID = "apns-channel-id"
+    /// A broadcast's request UUID (as in the channel-management API: "A canonical UUID that's the unique
+    /// ID for the request"), sent in place of `apns-id`.
+    public static let requestID = "apns-request-id"
+
     /// What precedes the hex device token in `:path`.
     public static let devicePathPrefix = "/3/device/"
     /// `apns-collapse-id` limit, in bytes ("The value of this key must not exceed 64 bytes").

@@ -378,6 +378,41 @@ struct HTTP2ClientFrameCodec {
 
     // MARK: writing
 
+    /// A broadcast's header block after `:method` and `:scheme` (`APNsBroadcast`): its path and
+    /// channel are per request (unindexed, as a device's path); the shared headers are indexed as for
+    /// every request, so a connection mixing broadcasts and device pushes keeps both cheap.
+    private mutating func writeBroadcastHeaders(_ head: HTTP2Request, channel: String, authority: String, authorization: String?) {
+        // `/4/broadcasts/apps/` + the bundle id (the head's topic), written in place.
+        let prefix = APNsBroadcast.pathPrefix.utf8
+        HTTP2RequestHeaderEncoder.encodeUnindexed(
+            name: APNsHeader.path, staticNameIndex: 4, count: prefix.count + head.topic.utf8.count, into: &outbound
+        ) { out in
+            var i = 0
+            for b in prefix {
+                out[i] = b
+                i += 1
+            }
+            for b in head.topic.utf8 {
+                out[i] = b
+                i += 1
+            }
+        }
+        encoder.encode(.authority, authority, into: &outbound)
+        if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.channelID, staticNameIndex: 0, value: channel, into: &outbound)
+        HTTP2RequestHeaderEncoder.encodeUnindexed(
+            name: APNsHeader.requestID, staticNameIndex: 0, count: APNsID.textCount, into: &outbound
+        ) { out in
+            head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
+        }
+        encoder.encode(.expiration, head.expiration, into: &outbound)
+        encoder.encode(.priority, head.priority, into: &outbound)
+        encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
+        if let c = head.collapseID {
+            HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &outbound)
+        }
+    }
+
     /// The client preface, our SETTINGS (no push; a 1 MiB stream window) and a wide connection window.
     mutating func writePreface() {
         outbound.writeString("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -401,26 +436,30 @@ struct HTTP2ClientFrameCodec {
         encoder.beginBlock(into: &outbound)
         outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
         outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(
-            name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount(head.token), into: &outbound
-        ) {
-            HTTP2Request.writeDevicePath(head.token, into: $0)
-        }
-        encoder.encode(.authority, authority, into: &outbound)
-        // The token is indexed: the same ~200 bytes on every request of the connection, sent once
-        // and then as a table index (as nghttp2 does). HPACK only ever matches a whole field, so an
-        // index reveals nothing short of guessing the entire signed token.
-        if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
-        encoder.encode(.topic, head.topic, into: &outbound)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &outbound) {
-            out in
-            head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
-        }
-        encoder.encode(.expiration, head.expiration, into: &outbound)
-        encoder.encode(.priority, head.priority, into: &outbound)
-        encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
-        if let c = head.collapseID {
-            HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &outbound)
+        if let channel = head.channel {
+            writeBroadcastHeaders(head, channel: channel, authority: authority, authorization: authorization)
+        } else {
+            HTTP2RequestHeaderEncoder.encodeUnindexed(
+                name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount(head.token), into: &outbound
+            ) {
+                HTTP2Request.writeDevicePath(head.token, into: $0)
+            }
+            encoder.encode(.authority, authority, into: &outbound)
+            // The token is indexed: the same ~200 bytes on every request of the connection, sent once
+            // and then as a table index (as nghttp2 does). HPACK only ever matches a whole field, so an
+            // index reveals nothing short of guessing the entire signed token.
+            if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
+            encoder.encode(.topic, head.topic, into: &outbound)
+            HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &outbound) {
+                out in
+                head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
+            }
+            encoder.encode(.expiration, head.expiration, into: &outbound)
+            encoder.encode(.priority, head.priority, into: &outbound)
+            encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
+            if let c = head.collapseID {
+                HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &outbound)
+            }
         }
         let blockLength = outbound.writerIndex - start - HTTP2FrameHeader.size
         if blockLength <= peerMaxFrameSize {

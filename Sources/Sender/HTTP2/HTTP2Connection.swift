@@ -270,12 +270,12 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                     uniqueID: s.uniqueID))
             if let uniqueID = s.uniqueID {
                 // Sandbox only: where to look the push up in Apple's Push Notifications Console.
-                logger.debug(
-                    "answered",
-                    metadata: [
-                        "job_id": "\(s.request.job.notification.jobID)", "apns_unique_id": "\(uniqueID)",
-                        "answer": "\(s.code ?? "200")",
-                    ])
+                var metadata: Logger.Metadata = [
+                    "job_id": "\(s.request.job.notification.jobID)", "apns_unique_id": "\(uniqueID)", "answer": "\(s.code ?? "200")",
+                ]
+                // A broadcast says which channel it went to (it has no token).
+                if let channel = s.request.job.notification.channel { metadata["channel"] = "\(channel.value)" }
+                logger.debug("answered", metadata: metadata)
             }
         }
         if !action.reroute.isEmpty { reroute(action.reroute, index) }

@@ -14,6 +14,12 @@ struct HTTP2Request: Equatable, Sendable {
     var priority: String
     var pushType: APNsPushType
     var collapseID: String?
+    /// A broadcast's channel (`POST /4/broadcasts/apps/<bundle id>`, then `topic` holds the bundle id the
+    /// path names); nil for a device, whose request is as above (no cost to it: one nil field). What a
+    /// broadcast request carries beyond the shared headers ("Sending broadcast push notification requests
+    /// to APNs", `APNsBroadcast`): `:path` names the app, `apns-channel-id` the channel; no `apns-topic`
+    /// (the bundle id is in the path), and `apns-request-id` in place of `apns-id`.
+    var channel: String?
 
     /// Why a notification is refused before it is sent (validation the server would otherwise do,
     /// at the cost of a request). The reason strings are APNs' own, so counters read the same.
@@ -82,8 +88,15 @@ struct HTTP2Request: Equatable, Sendable {
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
         if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }
         token = n.token
-        // Push types such as voip need a suffixed topic; an app configured with it already keeps it.
-        if let suffix = type.topicSuffix, !n.app.hasSuffix(suffix) {
+        // Push types such as voip need a suffixed topic; an app configured with it already keeps it. A
+        // broadcast's "topic" is the bundle id its path names (no apns-topic is sent for it).
+        if let channel = n.channel {
+            // A broadcast carries a Live Activity only (the decoder makes sure; a notification built by
+            // hand with another type is refused here, as APNs would).
+            guard type == APNsBroadcast.pushType else { throw .invalidPushType }
+            self.channel = channel.value
+            topic = APNsBroadcast.bundleID(app: n.app)
+        } else if let suffix = type.topicSuffix, !n.app.hasSuffix(suffix) {
             topic = n.app + suffix
         } else {
             topic = n.app
@@ -100,7 +113,7 @@ struct HTTP2Request: Equatable, Sendable {
         collapseID = n.collapseID
     }
 
-    var path: String { Self.devicePath(token) }
+    var path: String { channel != nil ? APNsBroadcast.path(bundleID: topic) : Self.devicePath(token) }
     var apnsID: String { id.withBytes { APNsID.string(uuidBytes: $0) } }
 
     /// The 16 bytes of a UUID, in order, as two words (no allocation, and Equatable, unlike a tuple).

@@ -73,9 +73,23 @@ public final class HTTP2Transport: NotificationTransport {
 
     /// The connection for a token: a stable hash, skipping connections that are not taking work
     /// (refused credentials); if none is, the hashed one holds the work until it can send again.
-    private func connectionIndex(for token: DeviceToken) -> Int {
+    private func connectionIndex(for token: DeviceToken) -> Int { connectionIndex(hash: token.stableHash) }
+
+    /// A broadcast's connection: by its channel (FNV-1a 64 of the id), so one channel's updates go on
+    /// one connection, in order, and an app's channels spread over its connections (the placeholder
+    /// token would put every broadcast on one).
+    private func connectionIndex(for channel: BroadcastChannelID) -> Int {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in channel.value.utf8 {
+            h ^= UInt64(byte)
+            h &*= 0x0000_0100_0000_01B3
+        }
+        return connectionIndex(hash: h)
+    }
+
+    private func connectionIndex(hash: UInt64) -> Int {
         let n = connections.count
-        let first = Int(token.stableHash % UInt64(n))
+        let first = Int(hash % UInt64(n))
         for k in 0..<n where connections[(first + k) % n].acceptsWork.load(ordering: .relaxed) {
             return (first + k) % n
         }
@@ -92,7 +106,7 @@ public final class HTTP2Transport: NotificationTransport {
         if n == 1 { jobs[0].reserveCapacity(notifications.count) }
         var memo = HTTP2Request.Memo()
         for notification in notifications {
-            let i = n == 1 ? 0 : connectionIndex(for: notification.token)
+            let i = n == 1 ? 0 : notification.channel.map { connectionIndex(for: $0) } ?? connectionIndex(for: notification.token)
             do throws(HTTP2Request.Invalid) {
                 jobs[i].append(HTTP2Job(notification: notification, head: try HTTP2Request(notification, memo: &memo)))
             } catch {

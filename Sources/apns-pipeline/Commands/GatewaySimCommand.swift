@@ -27,8 +27,10 @@ struct GatewaySimCommand: AsyncParsableCommand {
             rates apply only in this window, seconds after the first request: a storm), channel_limit (channels per \
             app, default 10000), key_environments ({key id: sandbox|production}: a token of such a key is answered \
             403 BadEnvironmentKeyIdInToken by a simulator of the other environment; --sandbox makes it the \
-            sandbox). It also serves channel management (/1/apps/<bundle id>/channels and all-channels, as \
-            Apple's api-manage-broadcast hosts) on the same port. See docs/testing.md §2, "The HTTP/2 simulator".
+            sandbox), channel_subscribers (devices per channel created, default 3). It also serves channel management \
+            (/1/apps/<bundle id>/channels and all-channels, as Apple's api-manage-broadcast hosts) and broadcasts \
+            (POST /4/broadcasts/apps/<bundle id> with apns-channel-id: one request recorded as reaching the \
+            channel's subscribers) on the same port. See docs/testing.md §2, "The HTTP/2 simulator".
             Signals: SIGUSR1 prints the totals per status as JSON; SIGUSR2 makes every open gateway \
             connection answer status 10 (shutdown) naming its last processed notification, then close; \
             SIGTERM/SIGINT stop the simulator, flush records and print the totals.
@@ -95,6 +97,11 @@ struct GatewaySimCommand: AsyncParsableCommand {
     @Flag(help: "HTTP/2: answer as the sandbox (development) environment: an apns-unique-id on every answer.") var sandbox = false
     @Option(help: "HTTP/2: channels per app (channel management) before 400 CannotCreateChannelConfig (Apple: 10000).")
     var channelLimit: Int?
+    @Option(
+        help:
+            "HTTP/2: devices subscribed to each channel created (a broadcast on it is recorded as one request reaching them; default 3)."
+    )
+    var channelSubscribers: Int?
 
     func run() async throws {
         LoggingSystem.bootstrap { StreamLogHandler.standardError(label: $0) }
@@ -151,6 +158,10 @@ struct GatewaySimCommand: AsyncParsableCommand {
         if let responseDelayMs { script.responseDelayMillis = responseDelayMs }
         if let responseDelayMaxMs { script.responseDelayMaxMillis = responseDelayMaxMs }
         if let channelLimit { script.channelLimit = channelLimit }
+        if let channelSubscribers {
+            guard channelSubscribers >= 0 else { throw ValidationError("--channel-subscribers must be ≥ 0, got \(channelSubscribers)") }
+            script.channelSubscribers = channelSubscribers
+        }
 
         var config = HTTP2SimulatorConfiguration(tls: .testCertificates(in: certs))
         config.host = host

@@ -117,7 +117,10 @@ struct SendCommand: AsyncParsableCommand {
             guard let h = FileHandle(forReadingAtPath: input) else { throw ValidationError("cannot read \(input)") }
             handle = h
         }
-        let lines = JobLineDecoder(app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil, binary: !http2)
+        // Broadcasts go over HTTP/2 with token authentication only (design §3.1).
+        let lines = JobLineDecoder(
+            app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil, binary: !http2, canBroadcast: http2 && tokenKey != nil
+        )
         var batch: [PushNotification] = []
         batch.reserveCapacity(1000)
         var lineNumber = 0
@@ -255,7 +258,7 @@ struct SendCommand: AsyncParsableCommand {
                     if o.kind == .rejected { s.rejected += 1 } else { s.deadLettered += 1 }
                     s.codes["\(o.code ?? "-") (\(rejection.reason))", default: 0] += 1
                     if s.examples.count < 10 {
-                        s.examples.append("  \(o.kind.rawValue) \(o.jobID) token \(o.token.hex): \(rejection.reason)")
+                        s.examples.append("  \(o.kind.rawValue) \(o.jobID) \(o.notification.recipient): \(rejection.reason)")
                     }
                 }
                 s.events += b.events

@@ -145,6 +145,11 @@ struct StatsCommand: AsyncParsableCommand {
         }
         var codes: [String: Int64] = [:]
         for (key, value) in stats.totals.fields where key.hasPrefix("rejected:") { codes[String(key.dropFirst("rejected:".count))] = value }
+        // Broadcasts among each outcome (`broadcast:<outcome>`, design §4.1).
+        var broadcasts: [String: Int64] = [:]
+        for (key, value) in stats.totals.fields where key.hasPrefix("broadcast:") {
+            broadcasts[String(key.dropFirst("broadcast:".count))] = value
+        }
         struct Minutes: Encodable {
             var last: String?
             var current: String?
@@ -154,12 +159,13 @@ struct StatsCommand: AsyncParsableCommand {
             var time: Int64, redis: String, prefix: String
             var totals: [String: Int64]
             var rejected_by_code: [String: Int64]
+            var broadcasts_by_outcome: [String: Int64]
             var per_second: [String: [String: Double]]
             var minutes: Minutes
             var campaign: Campaign.Status?
         }
         let report = Report(
-            time: now, redis: redis, prefix: prefix, totals: totals, rejected_by_code: codes,
+            time: now, redis: redis, prefix: prefix, totals: totals, rejected_by_code: codes, broadcasts_by_outcome: broadcasts,
             per_second: ["last_minute": last, "current_minute": currentRates],
             minutes: Minutes(last: previous?.minute, current: current?.minute, current_elapsed_s: elapsed),
             campaign: campaign.map { Campaign.Status($0) })
@@ -193,6 +199,15 @@ struct StatsCommand: AsyncParsableCommand {
                     row(key, label: "  \(key)")
                 }
             }
+        }
+        // Broadcasts (jobs for a channel: one request each, reaching every subscribed device), when there
+        // were any: the outcomes above include them.
+        var broadcastFields = Set<String>()
+        for counters in [stats.totals] + stats.minutes.map(\.counters) {
+            broadcastFields.formUnion(counters.fields.keys.filter { $0.hasPrefix("broadcast:") })
+        }
+        for field in OutcomeKind.allCases where broadcastFields.contains(PipelineStore.broadcastField(field)) {
+            row(PipelineStore.broadcastField(field))
         }
         out += table(rows, rightAligned: [1, 2, 3])
         out +=
