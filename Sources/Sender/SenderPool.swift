@@ -66,6 +66,7 @@ public final class SenderPool: NotificationTransport {
                     }, events: SenderEvents()))
             let devices = notifications.filter { $0.channel == nil }
             if !devices.isEmpty { try await send(devices) }
+            return
         }
         if !notifications.allSatisfy(\.token.fitsBinaryInterface) {
             try await sendRefusingTokenSizes(notifications)
