@@ -34,7 +34,18 @@ public struct JobStatus: Sendable, Equatable {
 extension PipelineStore {
     /// The state of job `jobID` for `app` and the token `tokenHex` (any case) at `now` (epoch seconds).
     public func jobStatus(jobID: String, app: String, tokenHex: String, now: Int64 = PipelineStore.epochNow()) async throws -> JobStatus {
-        let hex = RedisKeys.tokenField(tokenHex)
+        try await jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now)
+    }
+
+    /// The state of broadcast job `jobID` for `app` on the channel `channelID` (as the job gave it): its
+    /// record and lease are in the channel's bucket (``GateRequest/init(jobID:app:channelID:)``), and no
+    /// suppression applies to a channel.
+    public func jobStatus(jobID: String, app: String, channelID: String, now: Int64 = PipelineStore.epochNow()) async throws -> JobStatus {
+        try await jobStatus(jobID: jobID, app: app, recipient: channelID, isChannel: true, now: now)
+    }
+
+    private func jobStatus(jobID: String, app: String, recipient: String, isChannel: Bool, now: Int64) async throws -> JobStatus {
+        let hex = isChannel ? recipient : RedisKeys.tokenField(recipient)
         let tag = keys.tokenTag(app: app, tokenHex: hex)
         let fingerprint = JobFingerprint(jobID: jobID)
         let sub = fingerprint.subBucket(of: configuration.dedupSubBucketsPerTag)
@@ -43,8 +54,10 @@ extension PipelineStore {
         let buckets = Array(dedupBucketsToCheck(now: now).reversed())
         var list = buckets.map { RedisCommand("SISMEMBER", keys.dedup(tag: tag, bucket: $0, subBucket: sub), String(fingerprint.member)) }
         list.append(RedisCommand("HGET", keys.inFlight(tag: tag), String(fingerprint.member)))
-        list.append(RedisCommand("HGET", keys.suppressed(tag: tag), hex))
-        list.append(RedisCommand("HGET", keys.registered(tag: tag), hex))
+        if !isChannel {
+            list.append(RedisCommand("HGET", keys.suppressed(tag: tag), hex))
+            list.append(RedisCommand("HGET", keys.registered(tag: tag), hex))
+        }
         let replies = try await commands(list)  // one slot: every key carries the tag
         guard replies.count == list.count else { throw RedisError.unexpectedReply("job status: \(replies.count) replies") }
 
@@ -56,13 +69,15 @@ extension PipelineStore {
         }
         let tail = replies[buckets.count...]
         status.lease = tail[tail.startIndex].string.map(InFlightLease.init(value:))
-        if let suppression = tail[tail.startIndex + 1].string {
-            // `<epoch>:<reason>` (§4.1).
-            let parts = suppression.split(separator: ":", maxSplits: 1)
-            status.suppressedAt = parts.first.flatMap { Int64($0) }
-            status.suppressedReason = parts.count > 1 ? String(parts[1]) : nil
+        if !isChannel {
+            if let suppression = tail[tail.startIndex + 1].string {
+                // `<epoch>:<reason>` (§4.1).
+                let parts = suppression.split(separator: ":", maxSplits: 1)
+                status.suppressedAt = parts.first.flatMap { Int64($0) }
+                status.suppressedReason = parts.count > 1 ? String(parts[1]) : nil
+            }
+            status.registeredAt = tail[tail.startIndex + 2].string.flatMap { Int64($0) }
         }
-        status.registeredAt = tail[tail.startIndex + 2].string.flatMap { Int64($0) }
         if let lease = status.lease {
             status.leaseHolderAlive = try await command(RedisCommand("EXISTS", keys.owner(lease.owner))).integer == 1
         }

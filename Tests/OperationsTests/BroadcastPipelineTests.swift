@@ -43,23 +43,14 @@ struct BroadcastPipelineTests {
         }
 
         var c = pipelineConfiguration(kafka: cluster, redis: redis, batchSize: 50)
-        c.apps = [
-            .init(
-                bundleID: shop, transport: .http2,
-                authentication: .token(
-                    keyFile: TestCertificates.tokenKeyPath, keyID: TestCertificates.tokenKeyID, teamID: TestCertificates.tokenTeamID)),
-            // A binary app: it cannot broadcast (its gateway is never dialled: nothing is sent to it).
-            .init(
-                bundleID: legacy, certificate: TestCertificates.pem(legacy), key: "\(TestCertificates.directory)/\(legacy).key",
-                gateways: [GatewayAddress(host: "127.0.0.1", port: 9)]),
-        ]
-        c.http2.hosts = [GatewayAddress(host: "127.0.0.1", port: simulator.port)]
-        c.http2.serverHostname = "localhost"
-        c.http2.ca = "\(TestCertificates.directory)/ca.pem"
-        c.http2.connections = 1
-        c.http2.reconnect.initialDelay = 0.005
-        c.http2.reconnect.attemptsPerSecondPerGateway = 1000
-        c.feedbackIntervalMinutes = 0
+        c.apps =
+            http2Apps() + [
+                // A binary app: it cannot broadcast (its gateway is never dialled: nothing is sent to it).
+                .init(
+                    bundleID: legacy, certificate: TestCertificates.pem(legacy), key: "\(TestCertificates.directory)/\(legacy).key",
+                    gateways: [GatewayAddress(host: "127.0.0.1", port: 9)])
+            ]
+        c.sendHTTP2(to: simulator)
         c.gateway.embedJobID = true  // the simulator records each job id
 
         let prometheus = PrometheusMetrics()

@@ -64,4 +64,23 @@ struct JobStatusTests {
         let registered = try await store.jobStatus(jobID: "k1", app: app, tokenHex: token(7))
         #expect(registered.state == .notSeen && registered.registeredAt == now - 10 && registered.suppressedAt == now - 100)
     }
+
+    /// A broadcast is kept in its channel's bucket, and a channel has no suppression to read.
+    @Test(arguments: RedisTestTarget.allCases)
+    func aBroadcastByItsChannel(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.connection())
+        let channel = "dHN0LTEyMzQ1Njc4OTA="
+        try await store.beat()
+        _ = try await store.gate([GateRequest(jobID: "b1", app: app, channelID: channel)])
+        let leased = try await store.jobStatus(jobID: "b1", app: app, channelID: channel)
+        #expect(leased.state == .inFlight && leased.leaseHolderAlive == true)
+        _ = try await store.settle(
+            SettleBatch(
+                outcomes: [Outcome(jobID: "b1", app: app, tokenHex: channel, kind: .accepted, isBroadcast: true)],
+                settledAt: PipelineStore.epochNow()))
+        let accepted = try await store.jobStatus(jobID: "b1", app: app, channelID: channel)
+        #expect(accepted.state == .accepted && accepted.suppressedAt == nil && accepted.registeredAt == nil)
+    }
 }

@@ -12,8 +12,8 @@ struct JobCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "What happened to a job: accepted (and when), in flight (and where), its token suppressed, or not seen.",
             discussion: """
-                Read from the keys of the job's token (one round trip, no scan), so the app and the token are \
-                needed beside the id. accepted: Apple accepted it, settled within the dedup bucket shown (records \
+                Read from the keys of the job's token (one round trip, no scan), so the app and the token (for a \
+                broadcast, --channel) are needed beside the id. accepted: Apple accepted it, settled within the dedup bucket shown (records \
                 live redis.dedup_ttl_hours); in-flight: a live `run` process holds its lease now; suppressed: its \
                 token was refused (410, BadDeviceToken, feedback) and has not registered since, so the gate will not \
                 send it; not-seen: none of these (still in Kafka, dead-lettered: see the dead-letter topic, or its \
@@ -23,11 +23,16 @@ struct JobCommand: AsyncParsableCommand {
 
         @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
         @Option(help: "The job's app (bundle id).") var app: String
-        @Option(help: "The job's device token (hex).") var token: String
+        @Option(help: "The job's device token (hex).") var token: String?
+        @Option(help: "A broadcast job's channel id (instead of --token), as the job gave it.") var channel: String?
         @Argument(help: "Job id.") var id: String
         @Flag(help: "Print one JSON object.") var json = false
 
         func validate() throws {
+            guard (token == nil) != (channel == nil) else {
+                throw ValidationError("give --token (a device push) or --channel (a broadcast)")
+            }
+            guard let token else { return }
             let hex = token.utf8
             guard !hex.isEmpty, hex.count % 2 == 0, hex.count <= 200,
                 hex.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 102) })
@@ -41,9 +46,15 @@ struct JobCommand: AsyncParsableCommand {
                     throw ValidationError("--app: no app entry in \(pipeline) has the bundle id \(app)")
                 }
                 let (redis, store) = try await openStore(config, logger: quietLogger())
-                let status = try await store.jobStatus(jobID: id, app: app, tokenHex: token)
+                let status =
+                    if let channel {
+                        try await store.jobStatus(jobID: id, app: app, channelID: channel)
+                    } else {
+                        try await store.jobStatus(jobID: id, app: app, tokenHex: token ?? "")
+                    }
                 await redis.close()
-                let text = json ? JobCommand.json(status, id: id, app: app, token: token) : JobCommand.render(status, id: id)
+                let text =
+                    json ? JobCommand.json(status, id: id, app: app, token: token, channel: channel) : JobCommand.render(status, id: id)
                 FileHandle.standardOutput.write(Data((text + "\n").utf8))
                 if status.state == .notSeen { throw ExitCode(3) }
             }
@@ -71,8 +82,10 @@ struct JobCommand: AsyncParsableCommand {
         return lines.joined(separator: "\n")
     }
 
-    static func json(_ s: JobStatus, id: String, app: String, token: String) -> String {
-        var object: [String: Any] = ["id": id, "app": app, "token": token.lowercased(), "state": s.state.rawValue]
+    static func json(_ s: JobStatus, id: String, app: String, token: String?, channel: String?) -> String {
+        var object: [String: Any] = ["id": id, "app": app, "state": s.state.rawValue]
+        if let token { object["token"] = token.lowercased() }
+        if let channel { object["channel"] = channel }
         if let from = s.acceptedFrom, let until = s.acceptedUntil {
             object["accepted_from"] = time(from)
             object["accepted_until"] = time(until)
