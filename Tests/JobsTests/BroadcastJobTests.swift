@@ -20,20 +20,11 @@ import Testing
     }
 
     func decode(_ changes: [String: String?]) throws(JobError) -> Job {
-        let bytes = Fixtures.job(changes)
-        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now)
-        return try decoder.decode(bytes, now: now)
+        try decoder.checkedDecode(Fixtures.job(changes), now: now)
     }
 
     func error(_ changes: [String: String?], sourceLocation: SourceLocation = #_sourceLocation) -> JobError? {
-        let bytes = Fixtures.job(changes)
-        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
-        do {
-            _ = try decoder.decode(bytes, now: now)
-            return nil
-        } catch {
-            return error
-        }
+        decoder.refusal(Fixtures.job(changes), now: now, sourceLocation: sourceLocation)
     }
 
     @Test func aChannelJobIsABroadcastOfALiveActivity() throws {

@@ -11,14 +11,7 @@ import Testing
 
     /// The error for `bytes` (both decoding paths must agree: `expectSameDecoding`), nil when accepted.
     func error(_ bytes: [UInt8], apps: KnownApps? = nil, sourceLocation: SourceLocation = #_sourceLocation) -> JobError? {
-        let decoder = JobDecoder(apps: apps)
-        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
-        do {
-            _ = try decoder.decode(bytes, now: now)
-            return nil
-        } catch {
-            return error
-        }
+        JobDecoder(apps: apps).refusal(bytes, now: now, sourceLocation: sourceLocation)
     }
 
     @Test func unknownAppIsRefusedByTheDecoder() throws {

@@ -21,13 +21,7 @@ import Testing
     }
 
     func error(_ bytes: [UInt8], decoder: JobDecoder = JobDecoder(), sourceLocation: SourceLocation = #_sourceLocation) -> JobError? {
-        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
-        do {
-            _ = try decoder.decode(bytes, now: now)
-            return nil
-        } catch {
-            return error
-        }
+        decoder.refusal(bytes, now: now, sourceLocation: sourceLocation)
     }
 
     // MARK: Valid jobs

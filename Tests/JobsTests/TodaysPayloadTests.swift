@@ -16,21 +16,12 @@ import Testing
     }
 
     func decode(_ changes: [String: String?]) throws(JobError) -> Job {
-        let bytes = Fixtures.job(changes)
-        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now)
-        return try decoder.decode(bytes, now: now)
+        try decoder.checkedDecode(Fixtures.job(changes), now: now)
     }
 
     /// The error for a job with `changes` (nil when accepted: the caller's #expect then fails).
     func error(_ changes: [String: String?], sourceLocation: SourceLocation = #_sourceLocation) -> JobError? {
-        let bytes = Fixtures.job(changes)
-        JobTemplateTests.expectSameDecoding(bytes, decoder: decoder, now: now, sourceLocation: sourceLocation)
-        do {
-            _ = try decoder.decode(bytes, now: now)
-            return nil
-        } catch {
-            return error
-        }
+        decoder.refusal(Fixtures.job(changes), now: now, sourceLocation: sourceLocation)
     }
 
     static let liveActivity = Fixtures.quoted("liveactivity")

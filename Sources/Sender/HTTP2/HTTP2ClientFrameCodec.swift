@@ -405,6 +405,12 @@ struct HTTP2ClientFrameCodec {
         ) { out in
             head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
         }
+        writeDeliveryHeaders(head)
+    }
+
+    /// What every request ends with, to a device or a channel: `apns-expiration`, `apns-priority`,
+    /// `apns-push-type` and the collapse id.
+    private mutating func writeDeliveryHeaders(_ head: HTTP2Request) {
         encoder.encode(.expiration, head.expiration, into: &outbound)
         encoder.encode(.priority, head.priority, into: &outbound)
         encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
@@ -454,12 +460,7 @@ struct HTTP2ClientFrameCodec {
                 out in
                 head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
             }
-            encoder.encode(.expiration, head.expiration, into: &outbound)
-            encoder.encode(.priority, head.priority, into: &outbound)
-            encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
-            if let c = head.collapseID {
-                HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &outbound)
-            }
+            writeDeliveryHeaders(head)
         }
         let blockLength = outbound.writerIndex - start - HTTP2FrameHeader.size
         if blockLength <= peerMaxFrameSize {
