@@ -50,8 +50,12 @@ struct GateVerdicts {
 
     /// - Parameters:
     ///   - received: messages of the batch counted as received (0 when it is gated again).
+    ///   - outcomeMessages: also make the outcomes stream's message of each job settled here
+    ///     (`kafka.outcomes_topic` is set).
     ///   - ref: the Kafka message of job `i`, settled with it.
-    init<J: GatedJob>(decisions: [GateDecision], jobs: [J], isRetry: Bool, received: Int, ref: (Int) -> MessageRef) {
+    init<J: GatedJob>(
+        decisions: [GateDecision], jobs: [J], isRetry: Bool, received: Int, outcomeMessages: Bool = false, ref: (Int) -> MessageRef
+    ) {
         settled.events.received = isRetry ? 0 : received
         admitted.reserveCapacity(jobs.count)
         for i in jobs.indices {
@@ -61,6 +65,7 @@ struct GateVerdicts {
                 outcome.isBroadcast = job.isBroadcast
                 settled.outcomes.append(outcome)
                 settled.refs.append(ref(i))
+                if outcomeMessages { settled.messages.append(OutcomeMessage(job: job, outcome: kind)) }
             }
             switch decisions[i] {
             case .deduped:

@@ -29,6 +29,9 @@ public struct PipelineConfiguration: Sendable {
         public var jobsTopic = "apns.jobs"
         public var deadLetterTopic = "apns.jobs.dlq"
         public var registrationsTopic: String? = "apns.registrations"
+        /// `kafka.outcomes_topic`: one message per settled job (design.md §3.5), delivered before the job's
+        /// offset is committed. nil (the default): no outcomes stream, and nothing of it is built.
+        public var outcomesTopic: String?
         public var batchSize = consumerDefaults.maxBatchSize
         public var sessionTimeoutMs = Int(consumerDefaults.sessionTimeout.milliseconds)
         /// The dead-letter producer's `message.max.bytes`: a dead letter larger than this is written
@@ -272,6 +275,9 @@ public struct PipelineConfiguration: Sendable {
         c.kafka.deadLetterTopic = try k.string("dead_letter_topic", default: c.kafka.deadLetterTopic)
         c.kafka.registrationsTopic = try k.string("registrations_topic") ?? c.kafka.registrationsTopic
         if try k.bool("consume_registrations", default: true) == false { c.kafka.registrationsTopic = nil }
+        if let topic = try k.string("outcomes_topic") {
+            c.kafka.outcomesTopic = try outcomesTopic(topic, kafka: c.kafka, file: file)
+        }
         c.kafka.batchSize = try k.int("batch_size", default: c.kafka.batchSize, range: 1...100_000)
         c.kafka.sessionTimeoutMs = try k.int("session_timeout_ms", default: c.kafka.sessionTimeoutMs, range: 1000...300_000)
         // librdkafka's own range for message.max.bytes.
@@ -594,6 +600,30 @@ public struct PipelineConfiguration: Sendable {
             throw ConfigurationError(file: file, key: key, problem: "expected host:port, found \"\(text)\"")
         }
         return a
+    }
+
+    /// `kafka.outcomes_topic`, checked: a legal Kafka topic name (1…249 of `a-z A-Z 0-9 . _ -`, not `.`
+    /// or `..`), and none of the topics the pipeline reads or dead-letters to — outcome messages written
+    /// to the jobs topic would come back as jobs, each refused and settled with another outcome message.
+    static func outcomesTopic(_ topic: String, kafka: Kafka, file: String) throws -> String {
+        let key = "kafka.outcomes_topic"
+        let legal = topic.utf8.allSatisfy { b in
+            (b >= UInt8(ascii: "a") && b <= UInt8(ascii: "z")) || (b >= UInt8(ascii: "A") && b <= UInt8(ascii: "Z"))
+                || (b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9")) || b == UInt8(ascii: ".") || b == UInt8(ascii: "_")
+                || b == UInt8(ascii: "-")
+        }
+        guard !topic.isEmpty, topic.utf8.count <= 249, legal, topic != ".", topic != ".." else {
+            throw ConfigurationError(
+                file: file, key: key,
+                problem: "expected a Kafka topic name (1…249 characters of a-z, A-Z, 0-9, '.', '_', '-'), found \"\(topic)\"")
+        }
+        for (other, name) in [("kafka.jobs_topic", kafka.jobsTopic), ("kafka.dead_letter_topic", kafka.deadLetterTopic)]
+            + (kafka.registrationsTopic.map { [("kafka.registrations_topic", $0)] } ?? []) where name == topic
+        {
+            throw ConfigurationError(
+                file: file, key: key, problem: "expected a topic of its own, found \(other)'s (\"\(topic)\")")
+        }
+        return topic
     }
 
     /// The certificate credentials of a binary app (nil for a token-auth app).

@@ -62,6 +62,10 @@ public final class PipelineMetrics: Sendable {
         /// Broadcasts (jobs for a channel) handed to the transport, per app: each is one request that
         /// reaches every device subscribed to its channel, so they are counted apart from device pushes.
         public static let broadcasts = "apns_broadcasts_total"
+        /// Messages delivered to `kafka.outcomes_topic`, by `outcome` (design.md §3.5).
+        public static let outcomeMessages = "apns_outcome_messages_total"
+        /// Outcome messages the outcomes topic did not take (each retried; settling waits for them).
+        public static let outcomeMessageFailures = "apns_outcome_message_failures_total"
     }
 
     /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
@@ -259,6 +263,16 @@ public final class PipelineMetrics: Sendable {
     }
 
     func deadLetterFailed(_ count: Int) { deadLetterFailures.increment(by: count) }
+
+    /// A settle batch's outcome messages were delivered (one call per batch, counted by outcome first).
+    func outcomeMessages(_ messages: [OutcomeMessage]) {
+        var byOutcome: [Redis.OutcomeKind: Int] = [:]
+        for m in messages { byOutcome[m.outcome, default: 0] += 1 }
+        for (outcome, count) in byOutcome { counter(Name.outcomeMessages, ["outcome": outcome.rawValue]).increment(by: count) }
+    }
+
+    /// `count` outcome messages failed one attempt (they are sent again).
+    func outcomeMessageFailures(_ count: Int) { counter(Name.outcomeMessageFailures, [:]).increment(by: count) }
 
     /// `count` priority-10 Live Activity pushes of `app` went to its transport (one call per app per batch).
     func liveActivityPriority10(app: String, count: Int) {

@@ -46,6 +46,9 @@ extension PipelineMetrics {
             "push_type liveactivity jobs handed to the transport at priority 10, each drawing on the device's Live Activity budget.",
         Name.broadcasts:
             "Broadcasts (jobs for a channel) handed to the transport: one request each, reaching every device subscribed to the channel (outcomes: apns:stats broadcast:<outcome>).",
+        Name.outcomeMessages: "Messages delivered to kafka.outcomes_topic, one per settled job, by outcome (at least once).",
+        Name.outcomeMessageFailures:
+            "Outcome messages kafka.outcomes_topic did not take; each is retried, and settling waits for it (nothing commits past it).",
         Name.providerTokenAge:
             "HTTP/2 token authentication: age of the oldest provider token the app's connections send (APNs refuses it past 60 min).",
     ]

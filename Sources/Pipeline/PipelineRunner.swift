@@ -32,6 +32,8 @@ public final class PipelineRunner: Service, Sendable {
     private let sendingStopped = Atomic<Bool>(false)
     /// Metrics (nil: off): updated per batch; gauges sampled every `metricsSampleInterval`.
     private let metrics: PipelineMetrics?
+    /// Set when `kafka.outcomes_topic` is: the stages then make each settled job's outcome message.
+    private let outcomeMessages: OutcomeMessageOptions?
     /// The parts `readiness()` looks at, once `run` built them.
     private let live = Mutex<LiveParts?>(nil)
     private struct LiveParts: Sendable {
@@ -58,6 +60,9 @@ public final class PipelineRunner: Service, Sendable {
         self.metrics = metrics
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
+        outcomeMessages =
+            configuration.kafka.outcomesTopic == nil
+            ? nil : OutcomeMessageOptions(http2Apps: Set(configuration.apps.filter { $0.transport == .http2 }.map(\.bundleID)))
     }
 
     /// The Kafka position a notification carries through the sender (the jobs topic is the only one
@@ -117,6 +122,16 @@ public final class PipelineRunner: Service, Sendable {
             configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: producerProperties), logger: logger)
         let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
         let deadLetters = DeadLetterWriter(deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics)
+        // The outcomes stream's producer, of its own (its messages are small and many; a dead letter may be
+        // large): a write failing this long is reported, logged and retried, as a dead letter's.
+        let outcomeStream: OutcomeStream? = try c.kafka.outcomesTopic.flatMap { topic in
+            guard let options = self.outcomeMessages else { return nil }
+            var properties = c.kafka.properties
+            properties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
+            let producer = try KafkaProducer(
+                configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: properties), logger: logger)
+            return OutcomeStream(topic: topic, options: options, producer: producer, logger: logger, metrics: self.metrics)
+        }
         var consumerProperties = c.kafka.properties
         if metrics != nil, consumerProperties["statistics.interval.ms"] == nil {
             // librdkafka's statistics carry the consumer lag per partition (a gauge); `properties` may change the period.
@@ -146,9 +161,10 @@ public final class PipelineRunner: Service, Sendable {
         let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
         let http2Limiter = ConnectionLimiter(attemptsPerSecond: c.http2.reconnect.attemptsPerSecondPerGateway)
         let metrics = self.metrics
+        let outcomeMessages = self.outcomeMessages
         let onOutcomes: OutcomeHandler = { batch in
             metrics?.senderEvents(app: batch.app, batch.events)
-            let share = Self.settlerShare(batch, topic: jobsTopic)
+            let share = Self.settlerShare(batch, topic: jobsTopic, messages: outcomeMessages)
             inbox.put(share.item)
             // Jobs the gateway refused settle once their dead letters are stored.
             if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
@@ -175,6 +191,7 @@ public final class PipelineRunner: Service, Sendable {
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
                 "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")", "event_loop_threads": "\(c.eventLoopThreads)",
+                "outcomes_topic": "\(c.kafka.outcomesTopic ?? "none")",
                 // The proxy's URL with its password as ***; the NO_PROXY list as read.
                 "http2_proxy":
                     "\(c.http2.proxy.map { "\($0.proxy) (\($0.proxy.source))" + ($0.noProxy.isEmpty ? "" : ", not for \($0.noProxy.joined(separator: ","))") } ?? "none")",
@@ -198,7 +215,7 @@ public final class PipelineRunner: Service, Sendable {
         // and the in-flight budget never frees: stop taking jobs, and let the process exit non-zero.
         let settler = Task {
             do {
-                try await self.settle(store: settlerStore, consumer: consumer)
+                try await self.settle(store: settlerStore, consumer: consumer, outcomes: outcomeStream)
             } catch {
                 self.sendingStopped.store(true, ordering: .relaxed)
                 ingest.cancel()
@@ -243,6 +260,8 @@ public final class PipelineRunner: Service, Sendable {
         // already taken get until `drainTimeout` to be gated and sent, and the transports until the same
         // moment to have their answers; then what is unanswered is left unsettled (Kafka redelivers it).
         let stopDeadline = ContinuousClock.now + c.drainTimeout
+        // An outcomes topic still failing then is given up on: those jobs stay unsettled (redelivered).
+        outcomeStream?.giveUp(at: stopDeadline)
         self.intake.withLock { $0 }?.cancel()
         if await !Self.finished(ingest, before: stopDeadline) {
             logger.warning(
@@ -308,6 +327,7 @@ public final class PipelineRunner: Service, Sendable {
             failure = failure ?? error
         }
         await producer.close()
+        await outcomeStream?.close()
         await redis.close()
         await settlerRedis.close()
         await markRedis.close()
@@ -346,6 +366,8 @@ public final class PipelineRunner: Service, Sendable {
         var jobs: [Job]
         var jobMessages: [Int]
         var deadLetters: [(message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)]
+        /// The outcomes stream's messages of `deadLetters` (`kafka.outcomes_topic`; empty without it).
+        var deadLetterMessages: [OutcomeMessage] = []
         /// Jobs gated again because another copy was in flight: not counted as received a second time.
         var isRetry = false
     }
@@ -399,6 +421,12 @@ public final class PipelineRunner: Service, Sendable {
                                 Redis.Outcome(
                                     jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
                             ))
+                        if outcomeMessages != nil {
+                            // No valid job: its id and campaign when it was valid but for its app, else nothing.
+                            d.deadLetterMessages.append(
+                                OutcomeMessage(
+                                    id: error.jobID, campaign: error.campaign, outcome: .deadLettered, reason: error.reason.rawValue))
+                        }
                         logger.debug(
                             "job refused",
                             metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
@@ -506,10 +534,13 @@ public final class PipelineRunner: Service, Sendable {
         let batch = d.messages
         let jobs = d.jobs
         var refused = d.deadLetters
+        var refusedMessages = d.deadLetterMessages
         // Leave to write this batch: its gate call's "written" mark (below).
         let clearance = marks.clearance(call: g.call)
         // The gate's decisions, mapped without I/O: what settles now, what is sent, what is gated again.
-        let verdicts = GateVerdicts(decisions: decisions, jobs: jobs, isRetry: d.isRetry, received: batch.count) {
+        let verdicts = GateVerdicts(
+            decisions: decisions, jobs: jobs, isRetry: d.isRetry, received: batch.count, outcomeMessages: outcomeMessages != nil
+        ) {
             batch[d.jobMessages[$0]].ref
         }
         for wait in verdicts.waits { waitLog.note(jobID: wait.jobID, holder: wait.holder, logger: logger) }
@@ -585,6 +616,9 @@ public final class PipelineRunner: Service, Sendable {
                             jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: .deadLettered,
                             isBroadcast: job.channel != nil)
                     ))
+                if outcomeMessages != nil {
+                    refusedMessages.append(OutcomeMessage(job: job, outcome: .deadLettered, reason: error.reason.rawValue))
+                }
             }
         }
         inbox.put(verdicts.settled)
@@ -598,6 +632,7 @@ public final class PipelineRunner: Service, Sendable {
                 settled.outcomes.append(d.outcome)
                 settled.refs.append(d.message.ref)
             }
+            settled.messages = refusedMessages
             deadLetters.write(refused.map { ($0.message, $0.reason) }, settle: settled)
         }
         if !verdicts.regate.isEmpty {
@@ -630,6 +665,10 @@ public final class PipelineRunner: Service, Sendable {
                             jobID: n.jobID, app: n.app, tokenHex: n.recipientKey, campaign: n.campaign, kind: .deadLettered,
                             isBroadcast: n.channel != nil))
                     if let position = n.position { orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, position: position)) }
+                    if outcomeMessages != nil {
+                        orphanItem.messages.append(
+                            OutcomeMessage(notification: n, outcome: .deadLettered, reason: "no-certificate-for-app"))
+                    }
                 }
                 logger.error("jobs for apps without a certificate are dead-lettered", metadata: ["count": "\(orphans.count)"])
                 deadLetters.write(
@@ -654,20 +693,30 @@ public final class PipelineRunner: Service, Sendable {
         static let badRequest = "gateway-bad-request"
         static let transient = "gateway-gave-up"
         static let header = "gateway-reason"
+
+        /// The dead-letter reason of a job the gateway refused for good.
+        static func reason(_ rejection: Rejection) -> String {
+            if case .badRequest = rejection { badRequest } else { transient }
+        }
     }
 
-    static func settlerShare(_ batch: OutcomeBatch, topic: String) -> SettlerShare {
+    /// `messages`: also make each outcome's message for the outcomes stream (`kafka.outcomes_topic` is set).
+    static func settlerShare(_ batch: OutcomeBatch, topic: String, messages: OutcomeMessageOptions? = nil) -> SettlerShare {
         var share = SettlerShare()
-        share.item = settlerItem(batch, topic: topic, keepingDeadLetters: false)
+        share.item = settlerItem(batch, topic: topic, keepingDeadLetters: false, messages: messages)
         for o in batch.outcomes {
             guard let rejection = o.rejection, o.kind == .deadLettered, let position = o.notification.position else { continue }
-            let reason = if case .badRequest = rejection { GatewayRefusal.badRequest } else { GatewayRefusal.transient }
+            let reason = GatewayRefusal.reason(rejection)
             let message = KafkaConsumerMessage(
                 topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.recipientKey.utf8),
                 value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
             share.deadLetters.append((message, reason))
             share.deadLetterItem.outcomes.append(redisOutcome(o))
             share.deadLetterItem.refs.append(ref(topic: topic, position: position))
+            if let messages {
+                share.deadLetterItem.messages.append(
+                    OutcomeMessage(o, kind: .deadLettered, reason: reason, http2: messages.http2Apps.contains(batch.app)))
+            }
         }
         return share
     }
@@ -754,7 +803,10 @@ public final class PipelineRunner: Service, Sendable {
     /// The outcomes of `batch` as the settler records them, with the batch's events. Without
     /// `keepingDeadLetters`, dead-lettered outcomes that carry a Kafka position are left out (they settle
     /// through `settlerShare`'s dead letters).
-    static func settlerItem(_ batch: OutcomeBatch, topic: String, keepingDeadLetters: Bool = true) -> SettlerInbox.Item {
+    /// With `messages`, each outcome's message for the outcomes stream too.
+    static func settlerItem(
+        _ batch: OutcomeBatch, topic: String, keepingDeadLetters: Bool = true, messages: OutcomeMessageOptions? = nil
+    ) -> SettlerInbox.Item {
         var item = SettlerInbox.Item()
         item.outcomes.reserveCapacity(batch.outcomes.count)
         for o in batch.outcomes {
@@ -765,8 +817,13 @@ public final class PipelineRunner: Service, Sendable {
                 item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += Int(o.ambiguousResends)
             }
             if !keepingDeadLetters, o.kind == .deadLettered, o.notification.position != nil { continue }
-            item.outcomes.append(redisOutcome(o))
+            let outcome = redisOutcome(o)
+            item.outcomes.append(outcome)
             if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
+            if let messages {
+                let reason = o.kind == .deadLettered ? o.rejection.map(GatewayRefusal.reason) : nil
+                item.messages.append(OutcomeMessage(o, kind: outcome.kind, reason: reason, http2: messages.http2Apps.contains(batch.app)))
+            }
         }
         item.events.replayed = batch.events.replayed
         item.events.ambiguous = batch.events.ambiguous
@@ -788,12 +845,15 @@ public final class PipelineRunner: Service, Sendable {
 
     // MARK: settling
 
-    /// One Redis round trip per gathered batch, then the Kafka offsets, then the in-flight budget.
-    private func settle(store: PipelineStore, consumer: KafkaConsumer) async throws {
+    /// One Redis round trip per gathered batch, then the Kafka offsets, then the in-flight budget. With
+    /// the outcomes stream, the batch's outcome messages are delivered first (one wait for all of them):
+    /// nothing is recorded or committed before its message is in the outcomes topic.
+    private func settle(store: PipelineStore, consumer: KafkaConsumer, outcomes: OutcomeStream?) async throws {
         while let item = await inbox.take() {
             if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents
+                if let outcomes, !item.messages.isEmpty { try await outcomes.publish(item.messages, at: batch.settledAt) }
                 try await store.settle(batch)
                 metrics?.settled(outcomes: item.outcomes, events: item.events)
             }

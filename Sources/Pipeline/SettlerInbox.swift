@@ -19,6 +19,9 @@ final class SettlerInbox: Sendable {
         var events = PipelineEvents()
         var shardEvents: [ShardEvents] = []
         var campaignEvents: [String: PipelineEvents] = [:]
+        /// The outcomes stream's messages of these outcomes (`kafka.outcomes_topic`; empty without it).
+        /// Delivered before the outcomes are recorded and the refs settled.
+        var messages: [OutcomeMessage] = []
     }
 
     private struct State {
@@ -56,6 +59,9 @@ final class SettlerInbox: Sendable {
     private static func merge(_ item: Item, into pending: inout Item) {
         if pending.outcomes.isEmpty { pending.outcomes = item.outcomes } else { pending.outcomes.append(contentsOf: item.outcomes) }
         if pending.refs.isEmpty { pending.refs = item.refs } else { pending.refs.append(contentsOf: item.refs) }
+        if !item.messages.isEmpty {
+            if pending.messages.isEmpty { pending.messages = item.messages } else { pending.messages.append(contentsOf: item.messages) }
+        }
         pending.events.received += item.events.received
         pending.events.replayed += item.events.replayed
         pending.events.ambiguous += item.events.ambiguous

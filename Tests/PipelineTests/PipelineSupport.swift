@@ -150,9 +150,9 @@ final class RunningPipeline: Sendable {
     let group: ServiceGroup
     let task: Task<Void, any Error>
 
-    init(_ configuration: PipelineConfiguration) {
-        runner = PipelineRunner(configuration: configuration, logger: testLogger)
-        group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
+    init(_ configuration: PipelineConfiguration, logger: Logger = testLogger) {
+        runner = PipelineRunner(configuration: configuration, logger: logger)
+        group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: logger))
         let group = self.group
         task = Task { try await group.run() }
     }

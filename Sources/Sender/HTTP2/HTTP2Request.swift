@@ -220,3 +220,12 @@ struct HTTP2Request: Equatable, Sendable {
         return true
     }
 }
+
+extension PushNotification {
+    /// The `apns-id` (a broadcast's `apns-request-id`) its HTTP/2 requests carry: made from SHA-256 of
+    /// the job id (``HTTP2Request/apnsID(jobID:)``), so the same job always has the same one. APNs
+    /// echoes it in its answer. For the outcomes stream; the request itself formats it in place.
+    public var apnsID: String {
+        withJobIDBytes { HTTP2Request.apnsIDBytes(jobIDBytes: $0) }.withBytes { APNsID.string(uuidBytes: $0) }
+    }
+}
