@@ -28,4 +28,23 @@ import Testing
             #expect(text.contains(line), "\(line) in\n\(text)")
         }
     }
+
+    /// The outcomes stream's counters: delivered messages by outcome, failures; each with its HELP.
+    @Test func outcomeMessagesAreCountedByOutcome() {
+        let prometheus = PrometheusMetrics()
+        let metrics = PipelineMetrics(factory: prometheus.factory, transports: ["a": "http2"])
+        metrics.outcomeMessages([
+            OutcomeMessage(id: "1", outcome: .accepted), OutcomeMessage(id: "2", outcome: .accepted),
+            OutcomeMessage(id: "3", outcome: .rejected),
+        ])
+        metrics.outcomeMessages([OutcomeMessage(id: "4", outcome: .accepted)])
+        metrics.outcomeMessageFailures(3)
+        let text = String(decoding: prometheus.text(), as: UTF8.self)
+        for line in [
+            #"apns_outcome_messages_total{outcome="accepted"} 3"#, #"apns_outcome_messages_total{outcome="rejected"} 1"#,
+            "apns_outcome_message_failures_total 3", "# HELP apns_outcome_messages_total ", "# HELP apns_outcome_message_failures_total ",
+        ] {
+            #expect(text.contains(line), "\(line) in\n\(text)")
+        }
+    }
 }

@@ -119,6 +119,38 @@ import Testing
         #expect(apnsID("ok").count == 36 && apnsID("ok") != apnsID("h410"))
     }
 
+    /// A broadcast's outcome names its channel (the key too), never a token; its answer that would
+    /// suppress a device is a dead letter, and says so.
+    @Test func aBroadcastsOutcomesNameItsChannel() throws {
+        let channel = BroadcastChannelID("dHN0LXNyY2gtMDAwMDAx")!
+        func outcome(_ id: String, _ delivery: Delivery, code: String?, offset: Int64) -> Sender.Outcome {
+            Sender.Outcome(
+                notification: PushNotification(
+                    jobID: id, app: "com.example.shop", recipient: .channel(channel), payload: Array(#"{"aps":{}}"#.utf8), expiry: 7,
+                    priority: .conservePower, pushType: "liveactivity", position: SourcePosition(partition: 1, offset: offset)),
+                delivery: delivery, code: code, attempts: 1, connection: 0)
+        }
+        let batch = OutcomeBatch(
+            app: "com.example.shop", connection: 0,
+            outcomes: [
+                outcome("ok", .accepted, code: nil, offset: 1),
+                outcome("gone", .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered")), code: "Unregistered", offset: 2),
+            ],
+            events: SenderEvents())
+        let share = PipelineRunner.settlerShare(batch, topic: "jobs", messages: OutcomeMessageOptions(http2Apps: ["com.example.shop"]))
+        let accepted = try #require(share.item.messages.first)
+        #expect(accepted.channel == channel.value && accepted.token == nil && accepted.key == Array(channel.value.utf8))
+        #expect(accepted.apnsID == batch.outcomes[0].notification.apnsID)
+        let fields = try Self.parse(accepted)
+        #expect(fields["channel"]?.stringValue == channel.value && fields["token"] == nil)
+        #expect(
+            share.deadLetterItem.messages == [
+                OutcomeMessage(
+                    id: "gone", app: "com.example.shop", channel: channel.value, outcome: .deadLettered, reason: "gateway-bad-request",
+                    code: "Unregistered", apnsID: batch.outcomes[1].notification.apnsID)
+            ])
+    }
+
     @Test func gateVerdictsMakeMessagesOnlyWhenAsked() {
         struct TestJob: GatedJob {
             var id: String

@@ -1,5 +1,6 @@
 import APNsProtocol
 import Foundation
+import GatewaySimulator
 import HTTP2Simulator
 import Kafka
 import Logging
@@ -136,6 +137,33 @@ struct OutcomesStreamTests {
 
         #expect(pipeline.runner.observations.finalCommitPositions.values.reduce(0, +) == 10)
         try await sim.stop()
+        await stack.stop()
+    }
+
+    /// The same over the binary interface: status 8 is `rejected` with code `8`, no apns-id (the binary
+    /// interface has none), a campaign's accepted jobs settled by time or by the drain probe.
+    @Test func overTheBinaryInterface() async throws {
+        var faults = FaultScript()
+        faults.invalidTokens = [token(2).hex]
+        let stack = try await Stack(faults: faults)
+        try stack.cluster.createTopic(Self.topic, partitions: 2)
+        var config = stack.configuration()
+        config.kafka.outcomesTopic = Self.topic
+        let pipeline = RunningPipeline(config)
+        let audience = (0..<4).map(token)
+        try await stack.publish(campaign: "b", template: template, tokens: audience)
+        let all = try await Self.read(stack, group: "reader") { $0.count >= 4 }
+        try await pipeline.stop()
+        let outcomes = all.map { "\($0.id ?? "null") \($0.outcome ?? "-")" }.sorted()
+        #expect(outcomes == audience.map { "b:\($0.hex) \($0 == token(2) ? "rejected" : "accepted")" }.sorted(), "\(outcomes)")
+        for m in all {
+            #expect(m.key == m.value["token"]?.stringValue)
+            #expect(m.value["apns_id"] == .null)
+            #expect(m.value["campaign"] == "b")
+        }
+        let rejected = try #require(all.first { $0.outcome == "rejected" })
+        #expect(rejected.value["code"] == "8" && rejected.value["reason"] == "invalid-token" && rejected.value["since"] == .null)
+        #expect(pipeline.runner.observations.finalCommitPositions.values.reduce(0, +) == 4)
         await stack.stop()
     }
 
