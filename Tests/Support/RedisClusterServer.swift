@@ -132,8 +132,16 @@ extension RedisClusterServer {
 public enum RedisTestTarget: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case single
     case cluster
+    /// One redis-server that speaks only TLS (`rediss://`, the test CA).
+    case tls
 
-    public var testDescription: String { self == .single ? "one redis-server" : "Redis Cluster (3 primaries)" }
+    public var testDescription: String {
+        switch self {
+        case .single: "one redis-server"
+        case .cluster: "Redis Cluster (3 primaries)"
+        case .tls: "one redis-server over TLS"
+        }
+    }
 }
 
 /// A running Redis of either kind, started for one test.
@@ -147,8 +155,8 @@ public final class RedisUnderTest: @unchecked Sendable {
     public init(_ target: RedisTestTarget) async throws {
         self.target = target
         switch target {
-        case .single:
-            server = try await RedisServer()
+        case .single, .tls:
+            server = try await RedisServer(tls: target == .tls)
             cluster = nil
         case .cluster:
             server = nil
@@ -165,6 +173,8 @@ public final class RedisUnderTest: @unchecked Sendable {
     /// The pipeline file's view of it: `redis.url` for one server, `redis.cluster` for a cluster.
     public var url: String { server?.url ?? RedisConfiguration.defaultURL }
     public var clusterNodes: [String]? { cluster?.addresses }
+    /// `redis.tls`: the test CA when the server speaks TLS.
+    public var tls: RedisTLSConfiguration? { server?.tlsConfiguration }
 
     /// Keys matching `pattern` on every node (KEYS reaches one node only).
     public func keys(_ pattern: String) async throws -> [String] {
