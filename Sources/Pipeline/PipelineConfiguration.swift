@@ -318,8 +318,10 @@ public struct PipelineConfiguration: Sendable {
             _ = try c.redis.target()
         } catch let RedisError.invalidURL(problem) {
             let key = c.redis.cluster != nil ? "redis.cluster" : "redis.url"
-            let expected = c.redis.cluster != nil
-                ? "a list of host:port (or redis[s]://[user:password@]host:port)" : "redis://[user:password@]host:port[/db] or rediss://… (TLS)"
+            let expected =
+                c.redis.cluster != nil
+                ? "a list of host:port (or redis[s]://[user:password@]host:port)"
+                : "redis://[user:password@]host:port[/db] or rediss://… (TLS)"
             throw ConfigurationError(file: file, key: key, problem: "expected \(expected): \(problem)")
         }
         c.redis.prefix = try r.string("prefix", default: c.redis.prefix)

@@ -170,20 +170,23 @@ final class RedisChannelHandler: ChannelDuplexHandler {
         if let error = error as? RedisError { return error }
         if let error = error as? NIOSSLExtraError, error == .failedToValidateHostname {
             return .tls(
-                "the certificate of \(endpoint) does not name the host it was reached as (\(error)): check the server's certificate, or set redis.tls.server_name to a name it holds")
+                "the certificate of \(endpoint) does not name the host it was reached as (\(error)): check the server's certificate, or set redis.tls.server_name to a name it holds"
+            )
         }
         if let error = error as? NIOSSLError, case .handshakeFailed(let reason) = error {
             let text = "\(reason)"
             if text.contains("CERTIFICATE_VERIFY_FAILED") {
                 return .tls(
-                    "the certificate of \(endpoint) did not verify (\(text)): check that redis.tls.ca is the CA that signed the server's certificate, and that the certificate is valid now")
+                    "the certificate of \(endpoint) did not verify (\(text)): check that redis.tls.ca is the CA that signed the server's certificate, and that the certificate is valid now"
+                )
             }
             // Refusals that trying again cannot change: a certificate the server wants or rejects, no
             // common TLS version (or no TLS at all on that port). Anything else (the server going away
             // mid-handshake) is a broken connection, retried as any other.
             if text.contains("CERTIFICATE") || text.contains("VERSION") {
                 return .tls(
-                    "TLS handshake with \(endpoint) refused (\(text)): check that the server speaks TLS on this port (1.2 at least), that redis.tls.ca is the CA of its certificate, and the client certificate (redis.tls.cert, redis.tls.key) if it asks for one")
+                    "TLS handshake with \(endpoint) refused (\(text)): check that the server speaks TLS on this port (1.2 at least), that redis.tls.ca is the CA of its certificate, and the client certificate (redis.tls.cert, redis.tls.key) if it asks for one"
+                )
             }
             return .connection("TLS handshake with \(endpoint) failed (\(text))")
         }

@@ -141,9 +141,11 @@ public actor RedisClient {
                 used = channel
                 let result = try await body(channel)
                 if attempt > 0 {
-                    logger.info("redis call succeeded after waiting for the server", metadata: [
-                        "redis.operation": "\(operation)", "redis.attempts": "\(attempt + 1)",
-                    ])
+                    logger.info(
+                        "redis call succeeded after waiting for the server",
+                        metadata: [
+                            "redis.operation": "\(operation)", "redis.attempts": "\(attempt + 1)",
+                        ])
                 }
                 return result
             } catch let error as RedisError where error.isTransient {
@@ -152,19 +154,23 @@ public actor RedisClient {
                 statistics.retries += 1
                 let waited = clock.now - start
                 if let maximumWait = configuration.reconnect.maximumWait, waited >= maximumWait {
-                    logger.error("redis unavailable, giving up", metadata: [
-                        "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)",
-                        "error": "\(error)",
-                    ])
+                    logger.error(
+                        "redis unavailable, giving up",
+                        metadata: [
+                            "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)",
+                            "error": "\(error)",
+                        ])
                     throw RedisError.unavailable(waited: waited, lastError: "\(error)")
                 }
                 let delay = configuration.reconnect.delay(attempt: attempt, using: &random)
                 // The first failure is worth a warning; the next ones of the same outage only at debug,
                 // so a long outage does not flood the log.
-                logger.log(level: attempt == 1 ? .warning : .debug, "redis call failed, retrying", metadata: [
-                    "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
-                    "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(error)",
-                ])
+                logger.log(
+                    level: attempt == 1 ? .warning : .debug, "redis call failed, retrying",
+                    metadata: [
+                        "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
+                        "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(error)",
+                    ])
                 try await Task.sleep(for: delay)
             }
         }

@@ -78,12 +78,14 @@ public struct RedisConfiguration: Sendable, Hashable {
         if tail.contains("@") {
             // Only a user info holding an unencoded "/", "?" or "#" puts an "@" there.
             throw RedisError.invalidURL(
-                "the user info holds a character RFC 3986 does not allow there: percent-encode / ? # @ : % in the user and password (%2F %3F %23 %40 %3A %25), or give the password as redis.password")
+                "the user info holds a character RFC 3986 does not allow there: percent-encode / ? # @ : % in the user and password (%2F %3F %23 %40 %3A %25), or give the password as redis.password"
+            )
         }
         if let at = rest.lastIndex(of: "@") {
             let userInfo = rest[..<at]
             rest = rest[rest.index(after: at)...]
-            let user: Substring, secret: Substring?
+            let user: Substring
+            let secret: Substring?
             if let colon = userInfo.firstIndex(of: ":") {
                 user = userInfo[..<colon]
                 secret = userInfo[userInfo.index(after: colon)...]
@@ -110,7 +112,9 @@ public struct RedisConfiguration: Sendable, Hashable {
             guard let close = rest.firstIndex(of: "]") else { throw RedisError.invalidURL("unclosed [ in the host") }
             host = String(rest[rest.index(after: rest.startIndex)..<close])
             let after = rest[rest.index(after: close)...]
-            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty {
+            if after.hasPrefix(":") {
+                portText = after.dropFirst()
+            } else if !after.isEmpty {
                 throw RedisError.invalidURL("unexpected text after the host's ]")
             }
         } else if let colon = rest.lastIndex(of: ":") {
@@ -265,7 +269,8 @@ public struct RedisTLSConfiguration: Sendable, Hashable {
             throw Problem(key: "key", problem: "expected the private key of redis.tls.cert (give both, or neither)")
         }
         if let serverName, (try? SocketAddress(ipAddress: serverName, port: 0)) != nil {
-            throw Problem(key: "server_name", problem: "expected a DNS name, got the IP address \(serverName) (an IP address is checked without it)")
+            throw Problem(
+                key: "server_name", problem: "expected a DNS name, got the IP address \(serverName) (an IP address is checked without it)")
         }
         do {
             return try NIOSSLContext(configuration: tls)
@@ -301,7 +306,8 @@ public struct RedisClusterConfiguration: Sendable, Hashable {
         var schemes = Set<Bool>()
         for entry in entries {
             let lower = entry.lowercased()
-            let parsed = try RedisConfiguration(url: lower.hasPrefix("redis://") || lower.hasPrefix("rediss://") ? entry : "redis://" + entry)
+            let parsed = try RedisConfiguration(
+                url: lower.hasPrefix("redis://") || lower.hasPrefix("rediss://") ? entry : "redis://" + entry)
             // A bare host:port follows the others' scheme; rediss:// on one node and redis:// on another
             // is a mistake, not a mixed cluster.
             if lower.contains("://") { schemes.insert(parsed.tls != nil) }
@@ -336,7 +342,8 @@ public struct RedisClusterConfiguration: Sendable, Hashable {
 
     /// The seeds with the password replaced by `***`: the form that may appear in logs.
     public var redactedDescription: String {
-        let credentials = node.password != nil || node.username != nil
+        let credentials =
+            node.password != nil || node.username != nil
             ? (node.username ?? "") + (node.password != nil ? ":***" : "") + "@" : ""
         return (node.tls != nil ? "rediss-cluster://" : "redis-cluster://") + credentials + seeds.map(\.description).joined(separator: ",")
     }
@@ -483,7 +490,8 @@ public struct RedisReconnectPolicy: Sendable, Hashable {
 
     /// The delay before attempt `attempt` (1-based), jittered with `generator`.
     public func delay(attempt: Int, using generator: inout some RandomNumberGenerator) -> Duration {
-        let initial = initialDelay.seconds, cap = maximumDelay.seconds
+        let initial = initialDelay.seconds
+        let cap = maximumDelay.seconds
         let exponent = Double(max(0, attempt - 1))
         let base = min(cap, initial * pow(multiplier, min(exponent, 64)))
         let spread = base * min(max(jitter, 0), 1)

@@ -1,5 +1,6 @@
 import Crypto
 import NIOCore
+
 /// One reply from Redis, as the RESP2 protocol types it.
 ///
 /// Error replies are values here, not thrown errors: inside a pipeline one failing command must not hide

@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 import Redis
-import Testing
 import TestSupport
+import Testing
 
 /// Redis over TLS: a redis-server started with `--tls-port` only (Debian's redis-server 7 has TLS built
 /// in) and the test certificates of `ops/certs` (`server.pem` names localhost and 127.0.0.1).
@@ -14,7 +14,8 @@ struct TLSTests {
     ) throws -> RedisClient {
         var configuration = try RedisConfiguration(url: "rediss://\(host):\(server.port)")
         configuration.tls = tls
-        configuration.reconnect = RedisReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
+        configuration.reconnect = RedisReconnectPolicy(
+            initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
         var logger = Logger(label: "apns.redis.test")
         logger.logLevel = .critical
         return RedisClient(configuration: configuration, logger: logger)
@@ -31,7 +32,10 @@ struct TLSTests {
         #expect(replies[0] == .status("OK"))
         #expect(replies[1] == .bulk(Array("v".utf8)))
         #expect(replies[2] == .integer(3))
-        guard case .error = replies[3] else { Issue.record("expected an error reply, got \(replies[3])"); return }
+        guard case .error = replies[3] else {
+            Issue.record("expected an error reply, got \(replies[3])")
+            return
+        }
         // A script with thousands of arguments (a gate batch's shape) and a reply as large, over TLS
         // records: the reply arrives in many reads and is put together by hiredis's reader.
         let script = RedisScript("local n = 0 for i = 1, #ARGV do n = n + tonumber(ARGV[i]) end return {n, ARGV}")
@@ -122,7 +126,9 @@ struct TLSTests {
         #expect(problem(RedisTLSConfiguration(ca: TestCertificates.key("server")))?.key == "ca")
         #expect(problem(RedisTLSConfiguration(certificate: TestCertificates.pem("com.example.shop")))?.key == "key")
         #expect(problem(RedisTLSConfiguration(key: TestCertificates.key("com.example.shop")))?.key == "cert")
-        #expect(problem(RedisTLSConfiguration(certificate: TestCertificates.pem("com.example.shop"), key: TestCertificates.key("rogue")))?.key == "key")
+        #expect(
+            problem(RedisTLSConfiguration(certificate: TestCertificates.pem("com.example.shop"), key: TestCertificates.key("rogue")))?.key
+                == "key")
         #expect(problem(RedisTLSConfiguration(serverName: "127.0.0.1"))?.key == "server_name")
         #expect(problem(RedisTLSConfiguration(ca: TestCertificates.pem("ca"))) == nil)
     }

@@ -12,7 +12,8 @@ public final class RedisServer: @unchecked Sendable {
     /// Tests run when `redis-server` is installed, and also in CI (`CI` set) where its absence must fail
     /// instead of silently skipping.
     public static let available = executable != nil || ProcessInfo.processInfo.environment["CI"] != nil
-    public static let skipReason: Comment = "redis-server is not installed (Debian package redis-server): Redis tests skipped; set CI=1 to make this a failure"
+    public static let skipReason: Comment =
+        "redis-server is not installed (Debian package redis-server): Redis tests skipped; set CI=1 to make this a failure"
 
     /// Set once the server runs (changed only while `init` retries on a port taken meanwhile).
     public private(set) var port: Int
@@ -51,7 +52,7 @@ public final class RedisServer: @unchecked Sendable {
             do {
                 try await start()
                 return
-            } catch where attempt < 3 {
+            } catch  where attempt < 3 {
                 kill()
                 attempt += 1
                 port = try freeLoopbackPort()
@@ -90,7 +91,8 @@ public final class RedisServer: @unchecked Sendable {
     /// A client that fails fast enough for tests when something is wrong.
     public func client(path: String = "", maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisClient {
         var configuration = try RedisConfiguration(url: url + path)
-        configuration.reconnect = RedisReconnectPolicy(initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
+        configuration.reconnect = RedisReconnectPolicy(
+            initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
         configuration.tls = tlsConfiguration
         var logger = Logger(label: "apns.redis.test")
         logger.logLevel = logLevel
