@@ -101,6 +101,34 @@ struct TLSTests {
         }
     }
 
+    /// A server that requires client certificates (`--tls-auth-clients yes`): `redis.tls.cert` and `key`
+    /// (a certificate of the CA the server trusts) get in; without them, or with a certificate of another
+    /// CA, the server ends the handshake and `connect()` fails at once, naming the server.
+    @Test func clientCertificateIsPresentedWhenTheServerRequiresOne() async throws {
+        let server = try await RedisServer(tls: true, requireClientCertificate: true)
+        defer { server.stop() }
+        let ca = TestCertificates.pem("ca")
+        let withCertificate = try client(
+            server,
+            tls: RedisTLSConfiguration(
+                ca: ca, certificate: TestCertificates.pem("com.example.shop"), key: TestCertificates.key("com.example.shop")))
+        #expect(try await withCertificate.send(RedisCommand("PING")) == .status("PONG"))
+        for refused in [
+            RedisTLSConfiguration(ca: ca),
+            RedisTLSConfiguration(ca: ca, certificate: TestCertificates.pem("rogue"), key: TestCertificates.key("rogue")),
+        ] {
+            let client = try self.client(server, tls: refused, maximumWait: .seconds(2))
+            await #expect {
+                try await client.connect()
+                // TLS 1.3: the server's refusal of the certificate may arrive after the client's handshake
+                // is done, with the first reply.
+                _ = try await client.send(RedisCommand("PING"))
+            } throws: { error in
+                "\(error)".contains("127.0.0.1:\(server.port)") || error is RedisError
+            }
+        }
+    }
+
     /// The certificate must verify for the host: `localhost` (its DNS name) and `127.0.0.1` (its IP
     /// address) both do. (swift-nio-ssl also accepts a certificate whose IP address is the peer's when
     /// `server_name` names something else, so a wrong name is not tested against this certificate.)

@@ -22,6 +22,9 @@ public final class RedisServer: @unchecked Sendable {
     private let persistent: Bool
     /// Whether the server speaks only TLS (`--tls-port`, no plain port).
     public let tls: Bool
+    /// Whether the server refuses a TLS client without a certificate of the test CA
+    /// (`--tls-auth-clients yes`); the clients made here then present `com.example.shop`'s.
+    public let requiresClientCertificate: Bool
     private var process: ChildProcess?
 
     public var url: String { "\(tls ? "rediss" : "redis")://127.0.0.1:\(port)" }
@@ -29,13 +32,20 @@ public final class RedisServer: @unchecked Sendable {
     /// What a client needs to trust the server: the test CA (`ops/certs`), whose `server.pem` names
     /// `localhost` and `127.0.0.1`. nil for a plain server.
     public var tlsConfiguration: RedisTLSConfiguration? {
-        tls ? RedisTLSConfiguration(ca: TestCertificates.pem("ca")) : nil
+        guard tls else { return nil }
+        guard requiresClientCertificate else { return RedisTLSConfiguration(ca: TestCertificates.pem("ca")) }
+        return RedisTLSConfiguration(
+            ca: TestCertificates.pem("ca"), certificate: TestCertificates.pem("com.example.shop"),
+            key: TestCertificates.key("com.example.shop"))
     }
 
     /// `persistent`: append-only file fsync'ed on every write, so a killed and restarted server keeps
     /// its data (for the restart test). Otherwise nothing is written to disk.
-    /// `tls`: only TLS, with the test certificates (client certificates accepted, not required).
-    public init(persistent: Bool = false, tls: Bool = false, extraArguments: [String] = []) async throws {
+    /// `tls`: only TLS, with the test certificates (client certificates accepted, not required unless
+    /// `requireClientCertificate`).
+    public init(
+        persistent: Bool = false, tls: Bool = false, requireClientCertificate: Bool = false, extraArguments: [String] = []
+    ) async throws {
         guard Self.executable != nil else {
             throw TestFailure("redis-server is not installed but CI is set: install Debian's redis-server")
         }
@@ -44,6 +54,7 @@ public final class RedisServer: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.persistent = persistent
         self.tls = tls
+        self.requiresClientCertificate = requireClientCertificate
         self.extraArguments = extraArguments
         // A free port is free when it is picked, not when redis-server binds it: a test running in
         // parallel may take it in between, and the server exits at once. Another port, then.
@@ -67,7 +78,7 @@ public final class RedisServer: @unchecked Sendable {
             arguments = [
                 "--port", "0", "--tls-port", String(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory,
                 "--tls-cert-file", TestCertificates.pem("server"), "--tls-key-file", TestCertificates.key("server"),
-                "--tls-ca-cert-file", TestCertificates.pem("ca"), "--tls-auth-clients", "optional",
+                "--tls-ca-cert-file", TestCertificates.pem("ca"), "--tls-auth-clients", requiresClientCertificate ? "yes" : "optional",
             ]
         }
         arguments += persistent ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]
