@@ -5,6 +5,7 @@ import Foundation
 import Kafka
 import Logging
 import NIOCore
+import NIOPosix
 import Redis
 import Sender
 import TimeUnits
@@ -103,7 +104,13 @@ public struct PipelineConfiguration: Sendable {
         }
 
         /// A new, unconnected client of ``target()``.
-        public func makeConnection(logger: Logger) throws -> any RedisConnection { try target().makeConnection(logger: logger) }
+        /// `eventLoopGroup`: the loops the connection's channel runs on (`run` passes its own, so Redis shares
+        /// the transports' loops and owns no thread).
+        public func makeConnection(
+            logger: Logger, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        ) throws -> any RedisConnection {
+            try target().makeConnection(logger: logger, eventLoopGroup: eventLoopGroup)
+        }
     }
 
     /// How an app's notifications reach Apple.
