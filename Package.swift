@@ -125,7 +125,8 @@ let package = Package(
             ]
         ),
 
-        // hiredis through a system-library target; `Redis` wraps it (blocking calls on a thread of its own).
+        // hiredis through a system-library target: the RESP reply parser (`redisReader`) of `Redis`, whose
+        // connections are SwiftNIO channels (plain TCP or swift-nio-ssl TLS) on the event loops.
         .systemLibrary(
             name: "CHiredis",
             // No `pkgConfig:`: hiredis.pc adds -D_FILE_OFFSET_BITS=64 too (see CRdKafka).
@@ -136,6 +137,10 @@ let package = Package(
             dependencies: [
                 "CHiredis",
                 "TimeUnits",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 // SHA-1 names a Lua script the way Redis does (EVALSHA); nothing security-related.
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -5,6 +5,7 @@ import Foundation
 import Kafka
 import Logging
 import NIOCore
+import NIOPosix
 import Redis
 import Sender
 import TimeUnits
@@ -67,6 +68,9 @@ public struct PipelineConfiguration: Sendable {
         /// `redis.password`: replaces the password of `url` (or of the cluster nodes). Any characters,
         /// no encoding: the place for a secret (`${file:/run/secrets/redis}`, `${REDIS_PASSWORD}`).
         public var password: String?
+        /// `redis.tls`: TLS for every connection, with these files (`ca`, `cert`, `key`) and `server_name`;
+        /// a `rediss://` URL alone means TLS verified against the system's roots.
+        public var tls: RedisTLSConfiguration?
         public var prefix = storeDefaults.keyPrefix
         public var dedupTTLHours = Int(storeDefaults.dedupRetention.components.seconds / 3600)
         /// Dedup records are kept in time buckets of this width: the gate looks up ttl ÷ width + 1 buckets
@@ -98,11 +102,18 @@ public struct PipelineConfiguration: Sendable {
         public func target() throws -> RedisTarget {
             var target = try RedisTarget(url: url, cluster: cluster)
             if let password { target.password = password }
+            if let tls { target.tls = tls }
             return target
         }
 
         /// A new, unconnected client of ``target()``.
-        public func makeConnection(logger: Logger) throws -> any RedisConnection { try target().makeConnection(logger: logger) }
+        /// `eventLoopGroup`: the loops the connection's channel runs on (`run` passes its own, so Redis shares
+        /// the transports' loops and owns no thread).
+        public func makeConnection(
+            logger: Logger, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        ) throws -> any RedisConnection {
+            try target().makeConnection(logger: logger, eventLoopGroup: eventLoopGroup)
+        }
     }
 
     /// How an app's notifications reach Apple.
@@ -298,6 +309,20 @@ public struct PipelineConfiguration: Sendable {
             }
             c.redis.password = password
         }
+        if r.has("tls") {
+            let t = try r.section("tls")
+            let tls = RedisTLSConfiguration(
+                ca: try t.string("ca"), certificate: try t.string("cert"), key: try t.string("key"),
+                serverName: try t.string("server_name"))
+            try t.finish()
+            // The files are read now: a wrong path fails at start, naming the key, not at the first call.
+            do {
+                _ = try tls.checkedContext()
+            } catch let problem as RedisTLSConfiguration.Problem {
+                throw ConfigurationError(file: file, key: "redis.tls.\(problem.key)", problem: problem.problem)
+            }
+            c.redis.tls = tls
+        }
         if r.has("url") && c.redis.cluster != nil {
             throw ConfigurationError(
                 file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
@@ -308,7 +333,8 @@ public struct PipelineConfiguration: Sendable {
             let key = c.redis.cluster != nil ? "redis.cluster" : "redis.url"
             let expected =
                 c.redis.cluster != nil
-                ? "a list of host:port (or redis://[user:password@]host:port)" : "redis://[user:password@]host:port[/db]"
+                ? "a list of host:port (or redis[s]://[user:password@]host:port)"
+                : "redis://[user:password@]host:port[/db] or rediss://… (TLS)"
             throw ConfigurationError(file: file, key: key, problem: "expected \(expected): \(problem)")
         }
         c.redis.prefix = try r.string("prefix", default: c.redis.prefix)

@@ -93,8 +93,8 @@ public final class PipelineRunner: Service, Sendable {
         // Two connections: the gate's round trips and the settler's overlap instead of queueing behind
         // each other on one socket.
         // One server (`redis.url`) or a Redis Cluster (`redis.cluster`): the same calls either way.
-        let redis = try c.redis.makeConnection(logger: logger)
-        let settlerRedis = try c.redis.makeConnection(logger: logger)
+        let redis = try c.redis.makeConnection(logger: logger, eventLoopGroup: group)
+        let settlerRedis = try c.redis.makeConnection(logger: logger, eventLoopGroup: group)
         try await redis.connect()
         try await settlerRedis.connect()
         let store = PipelineStore(client: redis, configuration: storeConfig, logger: logger)
@@ -105,7 +105,7 @@ public final class PipelineRunner: Service, Sendable {
         // The gate's further connections: one gate call in flight on each (`ingest`).
         var gateRedis: [any RedisConnection] = []
         for _ in 1..<max(1, c.gateCallsInFlight) {
-            let connection = try c.redis.makeConnection(logger: logger)
+            let connection = try c.redis.makeConnection(logger: logger, eventLoopGroup: group)
             try await connection.connect()
             gateRedis.append(connection)
         }
@@ -204,7 +204,7 @@ public final class PipelineRunner: Service, Sendable {
         let heartbeat = Task { await self.beatHeartbeat(store: settlerStore) }
         // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
         // of their own, so they never wait behind a gate or settle call.
-        let markRedis = try c.redis.makeConnection(logger: logger)
+        let markRedis = try c.redis.makeConnection(logger: logger, eventLoopGroup: group)
         try await markRedis.connect()
         let marks = WrittenMarks(store: PipelineStore(client: markRedis, configuration: storeConfig, logger: logger), logger: logger)
         let marking = Task { await marks.run() }
@@ -437,7 +437,7 @@ public final class PipelineRunner: Service, Sendable {
         }
         intake.withLock { $0 = decoding }
         // The gate runs ahead of the send stage, with up to `gateStores.count` gate calls in flight at
-        // once, each on a connection of its own (a hiredis connection carries one call at a time): Redis
+        // once, each on a connection of its own (so one call's large reply never waits behind another's): Redis
         // decides on the next batches while this process encodes and hands the current one to the shards.
         // Batches are sent in the order they were decoded, whatever order their gate calls finish in, so
         // one token's jobs keep their order. Two copies of one job id in batches gated at once are safe:

@@ -1,13 +1,18 @@
 import CHiredis
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
 import TimeUnits
 
-/// A connection to one Redis server, over hiredis.
+/// A connection to one Redis server: a SwiftNIO channel (plain TCP, or TLS with swift-nio-ssl for
+/// `rediss://`) on an event loop, speaking RESP through hiredis's reply parser (``RedisChannelHandler``).
 ///
-/// The actor runs on a thread of its own (``RedisThreadExecutor``): hiredis blocks, and blocking belongs
-/// off Swift's cooperative pool. Each call is one round trip: a pipeline appends all its commands, then
-/// reads all replies.
+/// The actor runs on its channel's event loop (its executor is the loop's), so a call writes into the
+/// channel and is resumed by its reply without changing threads, and no connection owns a thread. Calls
+/// made while others wait are written at once behind them (pipelined on the channel); each call is one
+/// flush: a pipeline writes all its commands into one buffer.
 ///
 /// When the server goes away, a call does not fail: it reconnects with exponential back-off (jitter,
 /// cap) and sends its commands again, until ``RedisReconnectPolicy/maximumWait``. A reply lost with the
@@ -28,25 +33,35 @@ public actor RedisClient {
     }
 
     public nonisolated let configuration: RedisConfiguration
-    private nonisolated let executor: RedisThreadExecutor
+    private nonisolated let eventLoop: any EventLoop
+    private nonisolated let executor: any SerialExecutor
     public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 
-    /// Only touched on the actor's thread (and in `deinit`, when no one else can).
-    private var connection = Connection()
-    private var context: UnsafeMutablePointer<redisContext>? {
-        get { connection.context }
-        set { connection.context = newValue }
+    private enum State {
+        case idle
+        /// Opening (TCP, TLS handshake, AUTH/SELECT): calls arriving meanwhile wait for the same one.
+        case connecting(EventLoopFuture<any Channel>)
+        case connected(any Channel)
     }
+    private var state = State.idle
+    /// Made from ``RedisConfiguration/tls`` at the first connect (reading the files once), then kept.
+    private var tlsContext: NIOSSLContext?
     private var logger: Logger
     private var random = SystemRandomNumberGenerator()
     public private(set) var statistics = Statistics()
 
-    public init(configuration: RedisConfiguration, logger: Logger = Logger(label: "apns.redis")) {
+    /// `eventLoopGroup`: where the connection's channel (and this actor) runs; one loop of it is picked.
+    public init(
+        configuration: RedisConfiguration, logger: Logger = Logger(label: "apns.redis"),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) {
         self.configuration = configuration
-        self.executor = RedisThreadExecutor(name: "redis \(configuration.host):\(configuration.port)")
+        self.eventLoop = eventLoopGroup.next()
+        self.executor = eventLoop.executor
         var logger = logger
-        logger[metadataKey: "redis.endpoint"] = "\(configuration.host):\(configuration.port)"
+        logger[metadataKey: "redis.endpoint"] = "\(configuration.endpoint)"
         logger[metadataKey: "redis.db"] = "\(configuration.database)"
+        if configuration.tls != nil { logger[metadataKey: "redis.tls"] = "true" }
         self.logger = logger
     }
 
@@ -55,22 +70,19 @@ public actor RedisClient {
     }
 
     deinit {
-        if let context = connection.context { redisFree(context) }
-        executor.shutdown()
+        if case .connected(let channel) = state { channel.close(promise: nil) }
     }
 
     /// Connects now (if not connected) without retrying: lets a process fail at start-up on a wrong
-    /// address or password instead of waiting in its first call.
-    public func connect() throws {
-        _ = try connectIfNeeded()
+    /// address, password or certificate instead of waiting in its first call.
+    public func connect() async throws {
+        _ = try await connectIfNeeded()
     }
 
     /// Closes the connection; the next call opens a new one.
     public func close() {
-        if let context {
-            redisFree(context)
-            self.context = nil
-        }
+        if case .connected(let channel) = state { channel.close(promise: nil) }
+        state = .idle
     }
 
     /// Sends one command; an error reply throws ``RedisError/server(_:)``.
@@ -85,8 +97,8 @@ public actor RedisClient {
     /// returned in place (``RedisReply/error(_:)``). Retried as a whole when the connection drops.
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RedisReply] {
         if commands.isEmpty { return [] }
-        return try await withReconnect(commands.count == 1 ? commands[0].name : "pipeline") { context in
-            let replies = try roundTrip(commands, on: context)
+        return try await withReconnect(commands.count == 1 ? commands[0].name : "pipeline") { channel in
+            let replies = try await roundTrip(commands, on: channel)
             // A server still loading its dataset answers every command with LOADING: wait for it.
             if case .error(let message) = replies[0], RedisError.server(message).isTransient {
                 throw RedisError.server(message)
@@ -103,11 +115,11 @@ public actor RedisClient {
 
     public func eval(_ script: RedisScript, keys: RedisArguments, arguments: RedisArguments) async throws -> RedisReply {
         let evalsha = RedisCommand(evalsha: script, keys: keys, arguments: arguments)
-        return try await withReconnect("evalsha") { context in
-            var reply = try roundTrip([evalsha], on: context)[0]
+        return try await withReconnect("evalsha") { channel in
+            var reply = try await roundTrip([evalsha], on: channel)[0]
             if case .error(let message) = reply, message.hasPrefix("NOSCRIPT") {
                 logger.debug("loading script", metadata: ["redis.script": "\(script.sha1)"])
-                let replies = try roundTrip([RedisCommand("SCRIPT", "LOAD", script.source), evalsha], on: context)
+                let replies = try await roundTrip([RedisCommand("SCRIPT", "LOAD", script.source), evalsha], on: channel)
                 if case .error(let message) = replies[0] { throw RedisError.server(message) }
                 reply = replies[1]
             }
@@ -118,14 +130,16 @@ public actor RedisClient {
 
     // MARK: - Connection and retries
 
-    private func withReconnect<T>(_ operation: String, _ body: (UnsafeMutablePointer<redisContext>) throws -> T) async throws -> T {
+    private func withReconnect<T>(_ operation: String, _ body: (any Channel) async throws -> T) async throws -> T {
         let clock = ContinuousClock()
         let start = clock.now
         var attempt = 0
         while true {
+            var used: (any Channel)?
             do {
-                let context = try connectIfNeeded()
-                let result = try body(context)
+                let channel = try await connectIfNeeded()
+                used = channel
+                let result = try await body(channel)
                 if attempt > 0 {
                     logger.info(
                         "redis call succeeded after waiting for the server",
@@ -135,7 +149,7 @@ public actor RedisClient {
                 }
                 return result
             } catch let error as RedisError where error.isTransient {
-                if case .connection = error { close() }
+                if case .connection = error, let used { drop(used) }
                 attempt += 1
                 statistics.retries += 1
                 let waited = clock.now - start
@@ -162,19 +176,79 @@ public actor RedisClient {
         }
     }
 
-    private func connectIfNeeded() throws -> UnsafeMutablePointer<redisContext> {
-        if let context { return context }
-        guard let context = redisConnectWithTimeout(configuration.host, Int32(configuration.port), configuration.connectTimeout.timeval)
-        else {
-            throw RedisError.connection("cannot allocate a hiredis context")
+    /// Forgets `channel` after it failed a call, unless a newer connection replaced it meanwhile (calls
+    /// pipelined on one channel all fail with it; only the first one's reconnect counts).
+    private func drop(_ channel: any Channel) {
+        channel.close(promise: nil)
+        if case .connected(let current) = state, current === channel { state = .idle }
+    }
+
+    private func connectIfNeeded() async throws -> any Channel {
+        switch state {
+        // A connection the server closed while idle is replaced here, without a failed call.
+        case .connected(let channel) where channel.isActive: return channel
+        case .connected: state = .idle
+        case .connecting(let opening): return try await opening.get()
+        case .idle: break
         }
-        if context.pointee.err != 0 {
-            let message = Self.errorText(context)
-            redisFree(context)
-            throw RedisError.connection(message)
+        let promise = eventLoop.makePromise(of: (any Channel).self)
+        state = .connecting(promise.futureResult)
+        do {
+            let channel = try await open()
+            guard case .connecting(let opening) = state, opening === promise.futureResult else {
+                // close() was called meanwhile.
+                channel.close(promise: nil)
+                throw RedisError.connection("the connection was closed while it opened")
+            }
+            state = .connected(channel)
+            promise.succeed(channel)
+            return channel
+        } catch {
+            if case .connecting(let opening) = state, opening === promise.futureResult { state = .idle }
+            promise.fail(error)
+            throw error
         }
-        _ = redisSetTimeout(context, configuration.commandTimeout.timeval)
-        _ = redisEnableKeepAlive(context)
+    }
+
+    /// A new channel, connected, TLS handshake done, authenticated and in its database.
+    private func open() async throws -> any Channel {
+        let endpoint = configuration.endpoint
+        var tlsSettings: (context: NIOSSLContext, serverName: String?)?
+        if let settings = configuration.tls {
+            if tlsContext == nil { tlsContext = try settings.makeContext() }
+            tlsSettings = (tlsContext!, settings.serverName(forHost: configuration.host))
+        }
+        let tls = tlsSettings
+        let ready = eventLoop.makePromise(of: Void.self)
+        let commandTimeout = TimeAmount(configuration.commandTimeout)
+        let bootstrap = ClientBootstrap(group: eventLoop)
+            .connectTimeout(TimeAmount(configuration.connectTimeout))
+            .channelOption(.socketOption(.so_keepalive), value: 1)
+            .channelInitializer { channel in
+                do {
+                    let handlers = channel.pipeline.syncOperations
+                    if let tls {
+                        try handlers.addHandler(NIOSSLClientHandler(context: tls.context, serverHostname: tls.serverName))
+                    }
+                    try handlers.addHandler(
+                        RedisChannelHandler(commandTimeout: commandTimeout, ready: ready, tls: tls != nil, endpoint: endpoint))
+                    return channel.eventLoop.makeSucceededVoidFuture()
+                } catch {
+                    return channel.eventLoop.makeFailedFuture(error)
+                }
+            }
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.connect(host: configuration.host, port: configuration.port).get()
+            try await ready.futureResult.get()
+        } catch {
+            ready.fail(error)
+            let error = RedisChannelHandler.redisError(error, endpoint: endpoint)
+            if case .tls = error {
+                logger.error("redis TLS handshake failed", metadata: ["redis.url": "\(configuration.redactedURL)", "error": "\(error)"])
+            }
+            throw error
+        }
 
         // AUTH and SELECT pipelined: one round trip per (re)connect.
         var handshake: [RedisCommand] = []
@@ -190,7 +264,7 @@ public actor RedisClient {
         }
         if !handshake.isEmpty {
             do {
-                let replies = try roundTrip(handshake, on: context)
+                let replies = try await roundTrip(handshake, on: channel)
                 for (command, reply) in zip(handshake, replies) {
                     guard case .error(let message) = reply else { continue }
                     if RedisError.server(message).isTransient { throw RedisError.server(message) }
@@ -198,52 +272,30 @@ public actor RedisClient {
                     throw RedisError.authentication("\(command.name): \(message)")
                 }
             } catch {
-                redisFree(context)
+                channel.close(promise: nil)
                 throw error
             }
         }
-        self.context = context
         statistics.connects += 1
         logger.debug("connected to redis", metadata: ["redis.url": "\(configuration.redactedURL)"])
-        return context
+        return channel
     }
 
-    /// Appends every command, then reads every reply: one flush, one wait.
-    private func roundTrip(_ commands: [RedisCommand], on context: UnsafeMutablePointer<redisContext>) throws -> [RedisReply] {
-        for command in commands {
-            let status = command.arguments.withRESP { resp in
-                redisAppendFormattedCommand(context, resp.baseAddress?.assumingMemoryBound(to: CChar.self), resp.count)
-            }
-            if status != REDIS_OK { throw RedisError.connection(Self.errorText(context)) }
-        }
+    /// Writes every command into one buffer and flushes it once; returns their replies, in order.
+    private func roundTrip(_ commands: [RedisCommand], on channel: any Channel) async throws -> [RedisReply] {
+        // This actor runs on the channel's loop, so this is the channel's state now, not a guess: a
+        // closed channel's handler is gone, and a request written there would wait forever.
+        guard channel.isActive else { throw RedisError.connection("Server closed the connection") }
+        var capacity = 0
+        for command in commands { capacity += command.arguments.respCapacity }
+        var bytes = channel.allocator.buffer(capacity: capacity)
+        for command in commands { command.arguments.writeRESP(into: &bytes) }
+        let promise = eventLoop.makePromise(of: [RedisReply].self)
         statistics.roundTrips += 1
         statistics.commands += commands.count
-        var replies: [RedisReply] = []
-        replies.reserveCapacity(commands.count)
-        for _ in commands {
-            var raw: UnsafeMutableRawPointer?
-            guard redisGetReply(context, &raw) == REDIS_OK, let raw else {
-                throw RedisError.connection(Self.errorText(context))
-            }
-            replies.append(RedisReply(raw.assumingMemoryBound(to: redisReply.self)))
-            freeReplyObject(raw)
-        }
-        return replies
+        channel.writeAndFlush(RedisRequest(bytes: bytes, count: commands.count, promise: promise), promise: nil)
+        return try await promise.futureResult.get()
     }
-
-    private static func errorText(_ context: UnsafeMutablePointer<redisContext>) -> String {
-        let text = withUnsafeBytes(of: context.pointee.errstr) { raw in
-            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-        }
-        if text.isEmpty { return "connection error \(context.pointee.err)" }
-        return text
-    }
-}
-
-/// The hiredis context. `@unchecked Sendable` only so the actor's `deinit` may free it: all other
-/// access happens on the actor's own thread.
-private struct Connection: @unchecked Sendable {
-    var context: UnsafeMutablePointer<redisContext>?
 }
 
 extension RedisReply {

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import TimeUnits
 
 /// A programming or set-up error of a cluster call: retrying cannot help.
@@ -41,7 +43,7 @@ public enum RedisClusterError: Error, Sendable, Hashable, CustomStringConvertibl
 ///   ``RedisError/unavailable(waited:lastError:)``, as a single ``RedisClient`` does.
 ///
 /// Calls are not serialised across nodes: this actor only routes; each node's ``RedisClient`` runs its
-/// round trips on its own thread, so calls to different nodes overlap.
+/// round trips on its own channel and event loop, so calls to different nodes overlap.
 ///
 /// Commands without keys (`PING`, `INFO`, `SCRIPT LOAD`) go to one primary; ``everyPrimary(_:)`` sends
 /// one to all of them (`DBSIZE`, `FLUSHALL`, `KEYS`).
@@ -55,6 +57,7 @@ public actor RedisCluster: RedisConnection {
     }
 
     public nonisolated let configuration: RedisClusterConfiguration
+    private nonisolated let eventLoopGroup: any EventLoopGroup
     private let logger: Logger
     /// Per slot: the index in `primaries` of its owner, or -1 when no node serves it.
     private var owners = [Int](repeating: -1, count: RedisSlot.count)
@@ -68,8 +71,13 @@ public actor RedisCluster: RedisConnection {
     private var random = SystemRandomNumberGenerator()
     public private(set) var statistics = Statistics()
 
-    public init(configuration: RedisClusterConfiguration, logger: Logger = Logger(label: "apns.redis")) {
+    /// `eventLoopGroup`: where the nodes' connections run (each picks one of its loops).
+    public init(
+        configuration: RedisClusterConfiguration, logger: Logger = Logger(label: "apns.redis"),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) {
         self.configuration = configuration
+        self.eventLoopGroup = eventLoopGroup
         var logger = logger
         logger[metadataKey: "redis.cluster"] = "\(configuration.seeds.map(\.description).joined(separator: ","))"
         self.logger = logger
@@ -366,7 +374,7 @@ public actor RedisCluster: RedisConnection {
         nodeConfiguration.reconnect.maximumWait = .zero
         var nodeLogger = logger
         nodeLogger[metadataKey: "redis.cluster"] = nil
-        let client = RedisClient(configuration: nodeConfiguration, logger: nodeLogger)
+        let client = RedisClient(configuration: nodeConfiguration, logger: nodeLogger, eventLoopGroup: eventLoopGroup)
         clients[node] = client
         return client
     }

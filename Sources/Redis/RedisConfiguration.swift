@@ -1,10 +1,14 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
 
 /// Where and how to reach Redis.
 ///
-/// Parsed from `redis://[user:password@]host:port[/db]`. There is no `rediss://`: hiredis 0.14 has no TLS,
-/// so run Redis on loopback or a private network (or behind a TLS tunnel such as stunnel).
+/// Parsed from `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS (``tls``: the server's
+/// certificate verified against the system's roots, or the CA of ``RedisTLSConfiguration/ca``, and its
+/// name against the host).
 public struct RedisConfiguration: Sendable, Hashable {
     /// The server when none is configured (`redis.url`, `--redis`): its one home.
     public static let defaultURL = "redis://127.0.0.1:6379"
@@ -21,6 +25,8 @@ public struct RedisConfiguration: Sendable, Hashable {
     /// retry, which the pipeline operations are built to survive (see ``PipelineStore``).
     public var commandTimeout: Duration
     public var reconnect: RedisReconnectPolicy
+    /// TLS (`rediss://`, or `redis.tls` in the pipeline file); nil: plain TCP.
+    public var tls: RedisTLSConfiguration?
 
     public init(
         host: String = "127.0.0.1",
@@ -30,7 +36,8 @@ public struct RedisConfiguration: Sendable, Hashable {
         database: Int = 0,
         connectTimeout: Duration = .seconds(2),
         commandTimeout: Duration = .seconds(30),
-        reconnect: RedisReconnectPolicy = RedisReconnectPolicy()
+        reconnect: RedisReconnectPolicy = RedisReconnectPolicy(),
+        tls: RedisTLSConfiguration? = nil
     ) {
         self.host = host
         self.port = port
@@ -40,6 +47,7 @@ public struct RedisConfiguration: Sendable, Hashable {
         self.connectTimeout = connectTimeout
         self.commandTimeout = commandTimeout
         self.reconnect = reconnect
+        self.tls = tls
     }
 
     /// `redis://[user:password@]host[:port][/db]`, read as RFC 3986 says: the authority runs from `//`
@@ -53,13 +61,16 @@ public struct RedisConfiguration: Sendable, Hashable {
     public init(url: String) throws {
         self.init()
         let lower = url.prefix(9).lowercased()
+        let scheme: String
         if lower.hasPrefix("rediss://") {
-            throw RedisError.invalidURL("rediss:// (TLS) is not supported: hiredis 0.14 has no TLS")
+            scheme = "rediss://"
+            tls = RedisTLSConfiguration()
+        } else if lower.hasPrefix("redis://") {
+            scheme = "redis://"
+        } else {
+            throw RedisError.invalidURL("expected redis://[user:password@]host:port[/db] (or rediss:// for TLS)")
         }
-        guard lower.hasPrefix("redis://") else {
-            throw RedisError.invalidURL("expected redis://[user:password@]host:port[/db]")
-        }
-        let afterScheme = url.utf8.dropFirst("redis://".utf8.count)
+        let afterScheme = url.utf8.dropFirst(scheme.utf8.count)
         // RFC 3986 §3.2: the authority is terminated by the next "/", "?" or "#".
         let authorityEnd = afterScheme.firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }
         var rest = Substring(url[afterScheme.startIndex..<(authorityEnd ?? url.endIndex)])
@@ -168,7 +179,104 @@ public struct RedisConfiguration: Sendable, Hashable {
             userInfo = (username ?? "") + (password != nil ? ":***" : "") + "@"
         }
         let hostPart = host.contains(":") ? "[\(host)]" : host
-        return "redis://\(userInfo)\(hostPart):\(port)/\(database)"
+        return "\(tls != nil ? "rediss" : "redis")://\(userInfo)\(hostPart):\(port)/\(database)"
+    }
+
+    /// `host:port` (an IPv6 host in brackets), for logs and error messages.
+    public var endpoint: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// TLS to Redis: `rediss://` URLs, and `redis.tls` in the pipeline file. The server's certificate is
+/// always verified — chain and name — and TLS 1.2 is the least accepted.
+public struct RedisTLSConfiguration: Sendable, Hashable {
+    /// PEM file of the CA(s) that sign the server's certificate; nil: the system's trusted roots (a
+    /// managed Redis with a public certificate).
+    public var ca: String?
+    /// PEM files of a client certificate and its key, for a server that asks for one (`tls-auth-clients`).
+    public var certificate: String?
+    public var key: String?
+    /// The name the server's certificate must hold (and the SNI sent), when it is not the host the
+    /// connection is made to (an IP address, or a cluster's nodes announced by address); nil: the host.
+    public var serverName: String?
+
+    public init(ca: String? = nil, certificate: String? = nil, key: String? = nil, serverName: String? = nil) {
+        self.ca = ca
+        self.certificate = certificate
+        self.key = key
+        self.serverName = serverName
+    }
+
+    /// The name to verify and to send as SNI for a connection to `host`: ``serverName``, or `host`
+    /// unless it is an IP address (which is never sent as SNI; the certificate's IP addresses are then
+    /// checked against the peer's address).
+    func serverName(forHost host: String) -> String? {
+        if let serverName { return serverName }
+        return (try? SocketAddress(ipAddress: host, port: 0)) != nil ? nil : host
+    }
+
+    /// What is wrong with one key of ``RedisTLSConfiguration``: `key` is `ca`, `cert`, `key` or
+    /// `server_name` (the pipeline file's names under `redis.tls`), `problem` starts "expected".
+    public struct Problem: Error, Sendable, CustomStringConvertible {
+        public var key: String
+        public var problem: String
+        public var description: String { "redis.tls.\(key): \(problem)" }
+    }
+
+    /// The swift-nio-ssl context: reads the files, so a missing or malformed one fails here, naming it
+    /// (``RedisError/tls(_:)``).
+    public func makeContext() throws -> NIOSSLContext {
+        do {
+            return try checkedContext()
+        } catch let problem as Problem {
+            throw RedisError.tls(problem.description)
+        }
+    }
+
+    /// ``makeContext()`` with its failure as a ``Problem``, for a configuration file's error message.
+    public func checkedContext() throws -> NIOSSLContext {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.minimumTLSVersion = .tlsv12
+        tls.certificateVerification = .fullVerification
+        if let ca {
+            let roots: [NIOSSLCertificate]
+            do {
+                roots = try NIOSSLCertificate.fromPEMFile(ca)
+            } catch {
+                throw Problem(key: "ca", problem: "expected a readable PEM file of CA certificates, \(ca) is not (\(error))")
+            }
+            guard !roots.isEmpty else { throw Problem(key: "ca", problem: "expected PEM certificates, \(ca) holds none") }
+            tls.trustRoots = .certificates(roots)
+        }
+        switch (certificate, key) {
+        case (nil, nil): break
+        case (let certificate?, let key?):
+            do {
+                tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) }
+            } catch {
+                throw Problem(key: "cert", problem: "expected a readable PEM certificate file, \(certificate) is not (\(error))")
+            }
+            guard !tls.certificateChain.isEmpty else {
+                throw Problem(key: "cert", problem: "expected a PEM certificate, \(certificate) holds none")
+            }
+            do {
+                tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
+            } catch {
+                throw Problem(key: "key", problem: "expected a readable PEM private key file, \(key) is not (\(error))")
+            }
+        case (nil, _?):
+            throw Problem(key: "cert", problem: "expected the client certificate that goes with redis.tls.key (give both, or neither)")
+        case (_?, nil):
+            throw Problem(key: "key", problem: "expected the private key of redis.tls.cert (give both, or neither)")
+        }
+        if let serverName, (try? SocketAddress(ipAddress: serverName, port: 0)) != nil {
+            throw Problem(
+                key: "server_name", problem: "expected a DNS name, got the IP address \(serverName) (an IP address is checked without it)")
+        }
+        do {
+            return try NIOSSLContext(configuration: tls)
+        } catch {
+            throw Problem(key: "key", problem: "expected the private key of redis.tls.cert (\(error))")
+        }
     }
 }
 
@@ -195,9 +303,14 @@ public struct RedisClusterConfiguration: Sendable, Hashable {
         guard !entries.isEmpty else { throw RedisError.invalidURL("no cluster nodes: expected a list of host:port") }
         var template: RedisConfiguration?
         var seeds: [RedisNodeAddress] = []
+        var schemes = Set<Bool>()
         for entry in entries {
+            let lower = entry.lowercased()
             let parsed = try RedisConfiguration(
-                url: entry.hasPrefix("redis://") || entry.hasPrefix("rediss://") ? entry : "redis://" + entry)
+                url: lower.hasPrefix("redis://") || lower.hasPrefix("rediss://") ? entry : "redis://" + entry)
+            // A bare host:port follows the others' scheme; rediss:// on one node and redis:// on another
+            // is a mistake, not a mixed cluster.
+            if lower.contains("://") { schemes.insert(parsed.tls != nil) }
             guard parsed.database == 0 else {
                 throw RedisError.invalidURL("\(parsed.host):\(parsed.port): Redis Cluster has only database 0")
             }
@@ -210,7 +323,12 @@ public struct RedisClusterConfiguration: Sendable, Hashable {
             let address = RedisNodeAddress(host: parsed.host, port: parsed.port)
             if !seeds.contains(address) { seeds.append(address) }
         }
-        self.init(seeds: seeds, node: template ?? RedisConfiguration())
+        guard schemes.count <= 1 else {
+            throw RedisError.invalidURL("cluster nodes mix redis:// and rediss://: a cluster is all TLS or none")
+        }
+        var node = template ?? RedisConfiguration()
+        if schemes.first == true, node.tls == nil { node.tls = RedisTLSConfiguration() }
+        self.init(seeds: seeds, node: node)
     }
 
     /// The configuration of the connection to `address`.
@@ -227,7 +345,7 @@ public struct RedisClusterConfiguration: Sendable, Hashable {
         let credentials =
             node.password != nil || node.username != nil
             ? (node.username ?? "") + (node.password != nil ? ":***" : "") + "@" : ""
-        return "redis-cluster://" + credentials + seeds.map(\.description).joined(separator: ",")
+        return (node.tls != nil ? "rediss-cluster://" : "redis-cluster://") + credentials + seeds.map(\.description).joined(separator: ",")
     }
 }
 
@@ -260,10 +378,12 @@ public enum RedisTarget: Sendable, Hashable {
     }
 
     /// A new client for the target (not connected yet: ``RedisConnection/connect()`` does it).
-    public func makeConnection(logger: Logger = Logger(label: "apns.redis")) -> any RedisConnection {
+    public func makeConnection(
+        logger: Logger = Logger(label: "apns.redis"), eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) -> any RedisConnection {
         switch self {
-        case .single(let configuration): return RedisClient(configuration: configuration, logger: logger)
-        case .cluster(let configuration): return RedisCluster(configuration: configuration, logger: logger)
+        case .single(let configuration): return RedisClient(configuration: configuration, logger: logger, eventLoopGroup: eventLoopGroup)
+        case .cluster(let configuration): return RedisCluster(configuration: configuration, logger: logger, eventLoopGroup: eventLoopGroup)
         }
     }
 
@@ -305,6 +425,26 @@ public enum RedisTarget: Sendable, Hashable {
                 self = .single(configuration)
             case .cluster(var configuration):
                 configuration.node.password = newValue
+                self = .cluster(configuration)
+            }
+        }
+    }
+
+    /// TLS for every connection (`redis.tls`): replaces what the URL's scheme says. nil: the URL's.
+    public var tls: RedisTLSConfiguration? {
+        get {
+            switch self {
+            case .single(let configuration): return configuration.tls
+            case .cluster(let configuration): return configuration.node.tls
+            }
+        }
+        set {
+            switch self {
+            case .single(var configuration):
+                configuration.tls = newValue
+                self = .single(configuration)
+            case .cluster(var configuration):
+                configuration.node.tls = newValue
                 self = .cluster(configuration)
             }
         }

@@ -1,4 +1,5 @@
 import Crypto
+import NIOCore
 
 /// One reply from Redis, as the RESP2 protocol types it.
 ///
@@ -53,6 +54,10 @@ public enum RedisError: Error, Sendable, Hashable {
     case unexpectedReply(String)
     /// The server stayed unreachable for longer than ``RedisReconnectPolicy/maximumWait``.
     case unavailable(waited: Duration, lastError: String)
+    /// TLS could not be set up: a certificate file that does not load, or a server certificate that does
+    /// not verify (wrong CA, wrong name). A configuration problem, never retried; the message says what
+    /// to check.
+    case tls(String)
 
     /// Whether waiting and trying again can help: the connection broke, or the server is still loading
     /// its dataset after a restart.
@@ -158,44 +163,61 @@ public struct RedisArguments: Sendable, Hashable {
         return result
     }
 
-    /// Calls `body` with the arguments as one RESP command (`*<n>` then `$<length>` and the bytes of each),
-    /// for `redisAppendFormattedCommand`: hiredis's own formatting from an `argv` array printf-formats
-    /// every argument's header into a fresh buffer (~1 % of `run` with a script call's thousands of
-    /// arguments, issue 14); this writes them in one pass into one buffer.
+    /// Calls `body` with the arguments as one RESP command (`*<n>` then `$<length>` and the bytes of each).
+    /// For tests; the client writes the same bytes straight into its channel's buffer (``writeRESP(into:)``).
     func withRESP<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-        // `$`, up to 20 digits and CRLF before each argument, CRLF after; the same for the count.
-        let capacity = bytes.count + (lengths.count + 1) * 25
-        return try withUnsafeTemporaryAllocation(byteCount: capacity, alignment: 1) { out in
-            var at = 0
-            func header(_ marker: UInt8, _ value: Int) {
-                out[at] = marker
-                at += 1
-                Self.withDecimal(Int64(value)) { digits in
-                    UnsafeMutableRawBufferPointer(rebasing: out[at..<at + digits.count]).copyMemory(from: digits)
-                    at += digits.count
+        try withUnsafeTemporaryAllocation(byteCount: respCapacity, alignment: 1) { out in
+            let written = formatRESP(into: out)
+            return try body(UnsafeRawBufferPointer(rebasing: out[..<written]))
+        }
+    }
+
+    /// Appends the arguments as one RESP command to `buffer`, in one pass and with no allocation of its
+    /// own (the buffer grows at most once): hiredis's `redisFormatCommandArgv` printf-formats every
+    /// argument's header into a fresh buffer (~1 % of `run` with a script call's thousands of arguments,
+    /// issue 14), and its output would then be copied into the channel's buffer again.
+    func writeRESP(into buffer: inout ByteBuffer) {
+        let capacity = respCapacity
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: capacity) { out in
+            formatRESP(into: UnsafeMutableRawBufferPointer(rebasing: out[..<capacity]))
+        }
+    }
+
+    /// An upper bound of the RESP size: `$`, up to 20 digits and CRLF before each argument, CRLF after;
+    /// the same for the count.
+    var respCapacity: Int { bytes.count + (lengths.count + 1) * 25 }
+
+    /// Writes the RESP command into `out` (at least ``respCapacity`` bytes); returns the bytes written.
+    private func formatRESP(into out: UnsafeMutableRawBufferPointer) -> Int {
+        var at = 0
+        func header(_ marker: UInt8, _ value: Int) {
+            out[at] = marker
+            at += 1
+            Self.withDecimal(Int64(value)) { digits in
+                UnsafeMutableRawBufferPointer(rebasing: out[at..<at + digits.count]).copyMemory(from: digits)
+                at += digits.count
+            }
+            out[at] = UInt8(ascii: "\r")
+            out[at + 1] = UInt8(ascii: "\n")
+            at += 2
+        }
+        header(UInt8(ascii: "*"), lengths.count)
+        bytes.withUnsafeBytes { source in
+            var offset = 0
+            for length in lengths {
+                header(UInt8(ascii: "$"), length)
+                if length > 0 {
+                    UnsafeMutableRawBufferPointer(rebasing: out[at..<at + length])
+                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[offset..<offset + length]))
                 }
+                at += length
+                offset += length
                 out[at] = UInt8(ascii: "\r")
                 out[at + 1] = UInt8(ascii: "\n")
                 at += 2
             }
-            header(UInt8(ascii: "*"), lengths.count)
-            bytes.withUnsafeBytes { source in
-                var offset = 0
-                for length in lengths {
-                    header(UInt8(ascii: "$"), length)
-                    if length > 0 {
-                        UnsafeMutableRawBufferPointer(rebasing: out[at..<at + length])
-                            .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[offset..<offset + length]))
-                    }
-                    at += length
-                    offset += length
-                    out[at] = UInt8(ascii: "\r")
-                    out[at + 1] = UInt8(ascii: "\n")
-                    at += 2
-                }
-            }
-            return try body(UnsafeRawBufferPointer(rebasing: out[..<at]))
         }
+        return at
     }
 }
 

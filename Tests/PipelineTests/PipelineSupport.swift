@@ -42,7 +42,9 @@ final class Stack: @unchecked Sendable {
         sim.keepRecordsInMemory = true
         simulator = try GatewaySimulator(configuration: sim)
         try await simulator.start()
-        client = try RedisTarget(url: redis.url, cluster: redis.clusterNodes).makeConnection(logger: testLogger)
+        var redisTarget = try RedisTarget(url: redis.url, cluster: redis.clusterNodes)
+        if let tls = redis.tls { redisTarget.tls = tls }
+        client = redisTarget.makeConnection(logger: testLogger)
         try await client.connect()
         store = PipelineStore(client: client, logger: testLogger)
         producer = try KafkaProducer(
@@ -57,6 +59,7 @@ final class Stack: @unchecked Sendable {
         c.kafka.batchSize = 500
         c.redis.url = redis.url
         c.redis.cluster = redis.clusterNodes
+        c.redis.tls = redis.tls
         c.gateway.addresses = [GatewayAddress(host: "127.0.0.1", port: simulator.ports.gateway)]
         c.gateway.feedbackAddress = GatewayAddress(host: "127.0.0.1", port: simulator.ports.feedback)
         c.gateway.serverHostname = "localhost"
@@ -278,6 +281,7 @@ extension Stack {
               session_timeout_ms: 6000
             redis:
               \(redis.clusterNodes.map { "cluster: [\($0.map { "\"\($0)\"" }.joined(separator: ", "))]" } ?? "url: \(redis.url)")
+              \(redis.tls.map { "tls: {ca: \"\($0.ca ?? "")\"}" } ?? "")
             gateway:
               addresses: ["127.0.0.1:\(simulator.ports.gateway)"]
               feedback_address: "127.0.0.1:\(simulator.ports.feedback)"

@@ -24,7 +24,7 @@ import Testing
         #expect(ipv6.host == "::1")
         #expect(ipv6.port == 7000)
 
-        #expect(throws: RedisError.self) { try RedisConfiguration(url: "rediss://host:6379") }
+        #expect(try RedisConfiguration(url: "rediss://host:6379").tls != nil)  // TLS (TLSTests)
         #expect(throws: RedisError.self) { try RedisConfiguration(url: "http://host") }
         #expect(throws: RedisError.self) { try RedisConfiguration(url: "redis://host:99999") }
         #expect(throws: RedisError.self) { try RedisConfiguration(url: "redis://host:6379/x") }

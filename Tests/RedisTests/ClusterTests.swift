@@ -19,7 +19,7 @@ import Testing
         #expect(throws: RedisError.self) { try RedisClusterConfiguration(nodes: []) }
         #expect(throws: RedisError.self) { try RedisClusterConfiguration(nodes: ["10.0.0.1:7000/2"]) }
         #expect(throws: RedisError.self) { try RedisClusterConfiguration(nodes: ["10.0.0.1:notaport"]) }
-        #expect(throws: RedisError.self) { try RedisClusterConfiguration(nodes: ["rediss://10.0.0.1:7000"]) }
+        #expect(try RedisClusterConfiguration(nodes: ["rediss://10.0.0.1:7000"]).node.tls != nil)  // TLS (TLSTests)
         #expect(throws: RedisError.self) {
             try RedisClusterConfiguration(nodes: ["redis://:a@10.0.0.1:7000", "redis://:b@10.0.0.2:7000"])
         }

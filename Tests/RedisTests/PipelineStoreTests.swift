@@ -459,8 +459,10 @@ struct SettlerTests {
 
     /// redis-server crashes (SIGKILL) while batches are being settled and comes back on the same port:
     /// the waiting calls complete, and every batch is counted exactly once.
-    @Test func serverRestartMidRunLosesNothingAndCountsNothingTwice() async throws {
-        let server = try await RedisServer(persistent: true)
+    /// Over plain TCP and over TLS (`rediss://`: the handshake is redone on the new connection).
+    @Test(arguments: [false, true])
+    func serverRestartMidRunLosesNothingAndCountsNothingTwice(tls: Bool) async throws {
+        let server = try await RedisServer(persistent: true, tls: tls)
         defer { server.stop() }
         let client = try server.client(maximumWait: .seconds(20))
         let store = PipelineStore(client: client)

@@ -13,13 +13,21 @@ import Testing
 /// `redis-cli` for people and benchmarks.
 public final class RedisClusterServer: @unchecked Sendable {
     public let nodes: [RedisServer]
+    /// Whether the nodes speak only TLS, the cluster bus included (`--tls-cluster yes`).
+    public let tls: Bool
 
-    /// `host:port` of every node, as `redis.cluster` lists them.
-    public var addresses: [String] { nodes.map { "127.0.0.1:\($0.port)" } }
+    /// Every node as `redis.cluster` lists them: `host:port`, or `rediss://host:port` over TLS.
+    public var addresses: [String] { nodes.map { "\(tls ? "rediss://" : "")127.0.0.1:\($0.port)" } }
+
+    /// `redis.tls`: the test CA when the nodes speak TLS.
+    public var tlsConfiguration: RedisTLSConfiguration? { nodes.first?.tlsConfiguration }
 
     /// `nodeTimeout`: how long a silent node takes to be marked failed. Full coverage is not required, so
     /// the other primaries keep serving their slots while one is down (what the kill test checks).
-    public init(masters: Int = 3, nodeTimeout: Duration = .seconds(5)) async throws {
+    /// `tls`: every node speaks only TLS (`--tls-port`), to clients and on the cluster bus, and
+    /// announces its TLS port in `CLUSTER SLOTS` (`--tls-cluster yes`).
+    public init(masters: Int = 3, nodeTimeout: Duration = .seconds(5), tls: Bool = false) async throws {
+        self.tls = tls
         var nodes: [RedisServer] = []
         var busPorts: [Int] = []
         for _ in 0..<masters {
@@ -29,16 +37,24 @@ public final class RedisClusterServer: @unchecked Sendable {
             while true {
                 let busPort = try freeLoopbackPort()
                 do {
-                    nodes.append(
-                        try await RedisServer(extraArguments: [
-                            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                            "--cluster-node-timeout",
-                            String(nodeTimeout.components.seconds * 1000 + nodeTimeout.components.attoseconds / 1_000_000_000_000_000),
-                            "--cluster-require-full-coverage", "no",
-                            // The bus port is the client port + 10 000 unless given: a free port of its own
-                            // instead, since client port + 10 000 may be taken or past 65 535.
-                            "--cluster-port", String(busPort),
-                        ]))
+                    var arguments = [
+                        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", String(Int(nodeTimeout / .milliseconds(1))),
+                        "--cluster-require-full-coverage", "no",
+                        // The bus port is the client port + 10 000 unless given: a free port of its own
+                        // instead, since client port + 10 000 may be taken or past 65 535.
+                        "--cluster-port", String(busPort),
+                    ]
+                    if tls {
+                        // On the bus a node is a TLS client too, and the server certificate is for server
+                        // authentication only: it presents a client's certificate of the same CA.
+                        arguments += [
+                            "--tls-cluster", "yes",
+                            "--tls-client-cert-file", TestCertificates.pem("com.example.shop"),
+                            "--tls-client-key-file", TestCertificates.key("com.example.shop"),
+                        ]
+                    }
+                    nodes.append(try await RedisServer(tls: tls, extraArguments: arguments))
                     busPorts.append(busPort)
                     break
                 } catch  where attempt < 3 {
@@ -63,6 +79,7 @@ public final class RedisClusterServer: @unchecked Sendable {
     /// A cluster client seeded with every node, failing fast enough for tests.
     public func client(maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster {
         var configuration = try RedisClusterConfiguration(nodes: addresses)
+        configuration.node.tls = tlsConfiguration
         configuration.node.reconnect = RedisReconnectPolicy(
             initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
         var logger = Logger(label: "apns.redis.cluster.test")
@@ -132,8 +149,19 @@ extension RedisClusterServer {
 public enum RedisTestTarget: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case single
     case cluster
+    /// One redis-server that speaks only TLS (`rediss://`, the test CA).
+    case tls
+    /// A 3-primary Redis Cluster whose nodes speak only TLS (clients and cluster bus).
+    case tlsCluster
 
-    public var testDescription: String { self == .single ? "one redis-server" : "Redis Cluster (3 primaries)" }
+    public var testDescription: String {
+        switch self {
+        case .single: "one redis-server"
+        case .cluster: "Redis Cluster (3 primaries)"
+        case .tls: "one redis-server over TLS"
+        case .tlsCluster: "Redis Cluster (3 primaries) over TLS"
+        }
+    }
 }
 
 /// A running Redis of either kind, started for one test.
@@ -147,12 +175,12 @@ public final class RedisUnderTest: @unchecked Sendable {
     public init(_ target: RedisTestTarget) async throws {
         self.target = target
         switch target {
-        case .single:
-            server = try await RedisServer()
+        case .single, .tls:
+            server = try await RedisServer(tls: target == .tls)
             cluster = nil
-        case .cluster:
+        case .cluster, .tlsCluster:
             server = nil
-            cluster = try await RedisClusterServer()
+            cluster = try await RedisClusterServer(tls: target == .tlsCluster)
         }
     }
 
@@ -165,6 +193,8 @@ public final class RedisUnderTest: @unchecked Sendable {
     /// The pipeline file's view of it: `redis.url` for one server, `redis.cluster` for a cluster.
     public var url: String { server?.url ?? RedisConfiguration.defaultURL }
     public var clusterNodes: [String]? { cluster?.addresses }
+    /// `redis.tls`: the test CA when the server speaks TLS.
+    public var tls: RedisTLSConfiguration? { server?.tlsConfiguration ?? cluster?.tlsConfiguration }
 
     /// Keys matching `pattern` on every node (KEYS reaches one node only).
     public func keys(_ pattern: String) async throws -> [String] {

@@ -20,13 +20,32 @@ public final class RedisServer: @unchecked Sendable {
     let directory: String
     let extraArguments: [String]
     private let persistent: Bool
+    /// Whether the server speaks only TLS (`--tls-port`, no plain port).
+    public let tls: Bool
+    /// Whether the server refuses a TLS client without a certificate of the test CA
+    /// (`--tls-auth-clients yes`); the clients made here then present `com.example.shop`'s.
+    public let requiresClientCertificate: Bool
     private var process: ChildProcess?
 
-    public var url: String { "redis://127.0.0.1:\(port)" }
+    public var url: String { "\(tls ? "rediss" : "redis")://127.0.0.1:\(port)" }
+
+    /// What a client needs to trust the server: the test CA (`ops/certs`), whose `server.pem` names
+    /// `localhost` and `127.0.0.1`. nil for a plain server.
+    public var tlsConfiguration: RedisTLSConfiguration? {
+        guard tls else { return nil }
+        guard requiresClientCertificate else { return RedisTLSConfiguration(ca: TestCertificates.pem("ca")) }
+        return RedisTLSConfiguration(
+            ca: TestCertificates.pem("ca"), certificate: TestCertificates.pem("com.example.shop"),
+            key: TestCertificates.key("com.example.shop"))
+    }
 
     /// `persistent`: append-only file fsync'ed on every write, so a killed and restarted server keeps
     /// its data (for the restart test). Otherwise nothing is written to disk.
-    public init(persistent: Bool = false, extraArguments: [String] = []) async throws {
+    /// `tls`: only TLS, with the test certificates (client certificates accepted, not required unless
+    /// `requireClientCertificate`).
+    public init(
+        persistent: Bool = false, tls: Bool = false, requireClientCertificate: Bool = false, extraArguments: [String] = []
+    ) async throws {
         guard Self.executable != nil else {
             throw TestFailure("redis-server is not installed but CI is set: install Debian's redis-server")
         }
@@ -34,6 +53,8 @@ public final class RedisServer: @unchecked Sendable {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("redis-test-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         self.persistent = persistent
+        self.tls = tls
+        self.requiresClientCertificate = requireClientCertificate
         self.extraArguments = extraArguments
         // A free port is free when it is picked, not when redis-server binds it: a test running in
         // parallel may take it in between, and the server exits at once. Another port, then.
@@ -52,6 +73,14 @@ public final class RedisServer: @unchecked Sendable {
 
     public func start() async throws {
         var arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory]
+        if tls {
+            // Debian's redis-server 7 has TLS built in; `--port 0` leaves TLS the only way in.
+            arguments = [
+                "--port", "0", "--tls-port", String(port), "--bind", "127.0.0.1", "--save", "", "--dir", directory,
+                "--tls-cert-file", TestCertificates.pem("server"), "--tls-key-file", TestCertificates.key("server"),
+                "--tls-ca-cert-file", TestCertificates.pem("ca"), "--tls-auth-clients", requiresClientCertificate ? "yes" : "optional",
+            ]
+        }
         arguments += persistent ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"]
         process = try ChildProcess(executable: Self.executable!, arguments: arguments + extraArguments)
         try await waitForPing()
@@ -75,6 +104,7 @@ public final class RedisServer: @unchecked Sendable {
         var configuration = try RedisConfiguration(url: url + path)
         configuration.reconnect = RedisReconnectPolicy(
             initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
+        configuration.tls = tlsConfiguration
         var logger = Logger(label: "apns.redis.test")
         logger.logLevel = logLevel
         return RedisClient(configuration: configuration, logger: logger)
