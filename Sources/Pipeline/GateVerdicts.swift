@@ -67,6 +67,14 @@ struct GateVerdicts {
                 settle(.deduped)
             case .suppressed:
                 settle(.suppressed)
+            case .cancelled:
+                // Its campaign is cancelled: decided before the gate call, so it holds no lease.
+                var outcome = Redis.Outcome(
+                    jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: .cancelled)
+                outcome.isBroadcast = job.isBroadcast
+                outcome.tookNoLease = true
+                settled.outcomes.append(outcome)
+                settled.refs.append(ref(i))
             case .inFlightElsewhere(let holder):
                 // As below, but the copy belongs to another live process: said once per job (a long wait
                 // here is a stuck process, or a job published twice across processes).

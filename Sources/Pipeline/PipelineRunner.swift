@@ -24,6 +24,8 @@ public final class PipelineRunner: Service, Sendable {
     private let inbox = SettlerInbox()
     private let observed = Mutex(Observed())
     private let waitLog = LeaseWaitLog()
+    /// Campaign control (cancel, …) as this process last read it from Redis (design §2.10).
+    private let controls: CampaignControls
     /// The stage that takes batches from Kafka (set once `ingest` started it): a graceful stop cancels it
     /// alone, so the batches it already took are still gated and sent (`docs/design.md §1.3`).
     private let intake = Mutex<Task<Void, Never>?>(nil)
@@ -56,6 +58,7 @@ public final class PipelineRunner: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
+        controls = CampaignControls(logger: logger)
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
     }
@@ -156,15 +159,18 @@ public final class PipelineRunner: Service, Sendable {
         let transports = try c.apps.map { app -> any NotificationTransport in
             switch app.transport {
             case .binary:
+                var shard = c.gateway.shard
+                shard.cancellations = controls.cancellations  // checked right before each write (design §2.10)
                 return try SenderPool(
                     configuration: PoolConfiguration(
                         credentials: c.credentials(for: app)!, gateways: app.gateways ?? c.gateway.addresses,
-                        shards: app.shards ?? c.gateway.shards, shard: c.gateway.shard, serverHostname: c.gateway.serverHostname),
+                        shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
                     group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
             case .http2:
+                var http2 = try c.http2Configuration(for: app)!
+                http2.cancellations = controls.cancellations
                 return try HTTP2Transport(
-                    configuration: c.http2Configuration(for: app)!, group: group, limiter: http2Limiter, logger: logger,
-                    onOutcomes: onOutcomes)
+                    configuration: http2, group: group, limiter: http2Limiter, logger: logger, onOutcomes: onOutcomes)
             }
         }
         let router = Router(transports: transports)
@@ -191,6 +197,13 @@ public final class PipelineRunner: Service, Sendable {
         try await markRedis.connect()
         let marks = WrittenMarks(store: PipelineStore(client: markRedis, configuration: storeConfig, logger: logger), logger: logger)
         let marking = Task { await marks.run() }
+        // Campaign control (design §2.10), on a connection of its own: read once before the first gate (a
+        // campaign cancelled before this process started is never sent by it), then every 250 ms.
+        let controlRedis = try c.redis.makeConnection(logger: logger)
+        try await controlRedis.connect()
+        let controlStore = PipelineStore(client: controlRedis, configuration: storeConfig, logger: logger)
+        try await controls.poll(store: controlStore)
+        let controlling = Task { await self.controls.run(store: controlStore) }
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
@@ -288,6 +301,10 @@ public final class PipelineRunner: Service, Sendable {
         marks.finish()
         marking.cancel()
         await marking.value
+        controlling.cancel()
+        await controlling.value
+        // A control change no longer waits for this process.
+        try? await controlStore.forgetControlAcknowledgement()
         // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
         do {
             try await settlerStore.endHeartbeat()
@@ -311,6 +328,7 @@ public final class PipelineRunner: Service, Sendable {
         await redis.close()
         await settlerRedis.close()
         await markRedis.close()
+        await controlRedis.close()
         for connection in gateRedis { await connection.close() }
         try? await group.shutdownGracefully()
         if let failure { throw failure }
@@ -484,16 +502,26 @@ public final class PipelineRunner: Service, Sendable {
     /// The gate: one Redis round trip for the whole batch.
     private func gate(_ d: DecodedBatch, call: String, store: PipelineStore) async throws -> [GateDecision] {
         if d.jobs.isEmpty { return [] }
+        // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
+        var decided: [Int: GateDecision] = [:]
+        if let control = controls.snapshot {
+            for (index, job) in d.jobs.enumerated() {
+                if let campaign = job.campaign, let state = control[campaign], state.cancelled { decided[index] = .cancelled }
+            }
+        }
         var requests: [GateRequest] = []
-        requests.reserveCapacity(d.jobs.count)
-        for job in d.jobs {
+        requests.reserveCapacity(d.jobs.count - decided.count)
+        for (index, job) in d.jobs.enumerated() where decided.isEmpty || decided[index] == nil {
             if let channel = job.channel {
                 requests.append(GateRequest(jobID: job.id, app: job.app, channelID: channel.value))
             } else {
                 requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
             }
         }
-        return try await store.gate(requests, call: call)
+        if decided.isEmpty { return try await store.gate(requests, call: call) }
+        // Jobs decided here take no lease and are not in the gate call; the others keep their order.
+        var gated = try await store.gate(requests, call: call).makeIterator()
+        return d.jobs.indices.map { decided[$0] ?? gated.next()! }
     }
 
     private func send(
@@ -728,6 +756,7 @@ public final class PipelineRunner: Service, Sendable {
             case .accepted: .accepted
             case .rejected: .rejected
             case .deadLettered: .deadLettered
+            case .cancelled: .cancelled
             }
         // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
         // token's hash from its hex written into a buffer: its hex as a String (which a binary

@@ -19,6 +19,9 @@
 /// | `{<p>}:shard:<app>:<n>` | HASH | `state gateway connected_since sent replayed last_error` |
 /// | `{<p>}:batch:<id>` | STRING | marker of an applied settle batch's counters (EX 1 h): exactly-once counting |
 /// | `{<p>}:dedup:layout` | STRING | the dedup layout the records were written with (``DedupLayout``), checked by `run` at start |
+/// | `{<p>}:control` | HASH | campaign id → control state (``CampaignControlState``): cancelled, paused, … |
+/// | `{<p>}:control:version` | STRING | counter, incremented with every change of `{<p>}:control` |
+/// | `{<p>}:control:seen` | HASH | lease owner → the control version that `run` process applied |
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
@@ -70,6 +73,12 @@ public struct RedisKeys: Sendable, Hashable {
     public func batch(_ id: String) -> String { "{\(prefix)}:batch:\(id)" }
     /// The dedup layout the records were written with (``DedupLayout/stored``), checked at start.
     public var dedupLayout: String { "{\(prefix)}:dedup:layout" }
+    /// Campaign control (design §2.10): campaign id → its state (``CampaignControlState/stored``).
+    public var control: String { "{\(prefix)}:control" }
+    /// The control state's version: incremented by every change of ``control``.
+    public var controlVersion: String { "{\(prefix)}:control:version" }
+    /// Which control version each `run` process has applied: lease owner → version.
+    public var controlSeen: String { "{\(prefix)}:control:seen" }
 
     // MARK: Per token: tag `{<p>:<app>:<n>}`
 

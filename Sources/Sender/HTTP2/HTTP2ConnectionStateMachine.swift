@@ -142,6 +142,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     private let expiryOf: (Job) -> UInt32
     /// A job's leave to be written (its gate call's "written" mark, issue 28); nil: no wait.
     private let clearanceOf: (Job) -> WriteClearance?
+    /// Whether a job's campaign is cancelled (design §2.10): checked right before it would be written; such
+    /// a job settles ``Delivery/cancelled`` instead. nil: nothing is ever cancelled.
+    private let cancelledOf: ((Job) -> Bool)?
     /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
     private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
@@ -164,12 +167,14 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     init(
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
-        expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil }
+        expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil },
+        cancelled: ((Job) -> Bool)? = nil
     ) {
         self.configuration = configuration
         self.random = random
         self.expiryOf = expiry
         self.clearanceOf = clearance
+        self.cancelledOf = cancelled
         self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
@@ -568,6 +573,11 @@ struct HTTP2ConnectionStateMachine<Job> {
                 queue.prepend(request)
                 ask(clearance, into: &action)
                 return
+            }
+            if let cancelledOf, cancelledOf(request.job) {
+                // Its campaign was cancelled: settled, never written.
+                action.settled.append(Settled(request: request, delivery: .cancelled, code: nil))
+                continue
             }
             if nextStreamID > Self.lastUsableStreamID {
                 queue.prepend(request)

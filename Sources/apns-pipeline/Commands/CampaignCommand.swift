@@ -10,8 +10,8 @@ import Redis
 struct CampaignCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "campaign",
-        abstract: "Publish a bulk campaign to the jobs topic, or follow its progress.",
-        subcommands: [Publish.self, Status.self, Wait.self]
+        abstract: "Publish a bulk campaign to the jobs topic, follow its progress, or cancel it.",
+        subcommands: [Publish.self, Status.self, Wait.self, Cancel.self]
     )
 
     struct Publish: AsyncParsableCommand {
@@ -121,7 +121,8 @@ struct CampaignCommand: AsyncParsableCommand {
                         try await Task.sleep(for: .seconds(1))
                         continue
                     }
-                    let status = Campaign.Status(progress)
+                    var status = Campaign.Status(progress)
+                    status.control = try await store.readControl().campaigns[campaign]
                     // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
                     let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
                     FileHandle.standardOutput.write(Data((text + "\n").utf8))
@@ -218,7 +219,10 @@ struct CampaignCommand: AsyncParsableCommand {
             "  " + name.padding(toLength: 14, withPad: " ", startingAt: 0) + String(repeating: " ", count: max(0, 12 - jobs.count)) + jobs
                 + String(repeating: " ", count: max(0, 12 - messages.count)) + messages
         }
-        var lines = ["campaign \(p.id)" + (p.isPublishing ? " (publishing)" : ""), row("", "jobs", "messages")]
+        var lines = [
+            "campaign \(p.id)" + (p.isPublishing ? " (publishing)" : "") + ": \(status.control?.description ?? "running")",
+            row("", "jobs", "messages"),
+        ]
         let jobs = p.jobs
         func j(_ f: CampaignField) -> String { jobs == nil ? "–" : "\(p[f])" }
         lines.append(row("published", jobs.map(String.init) ?? "–", "\(p.published)"))
@@ -227,6 +231,9 @@ struct CampaignCommand: AsyncParsableCommand {
         lines.append(row("suppressed", j(.jobsSuppressed), "\(p.counters[.suppressed])"))
         lines.append(row("deduped", "", "\(p.counters[.deduped])"))
         lines.append(row("dead_lettered", j(.jobsDeadLettered), "\(p.counters[.deadLettered])"))
+        if p.counters[.cancelled] > 0 || p[.jobsCancelled] > 0 || status.control?.cancelled == true {
+            lines.append(row("cancelled", j(.jobsCancelled), "\(p.counters[.cancelled])"))
+        }
         lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
         let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
         lines.append(
@@ -249,5 +256,88 @@ func exitingOnError(_ body: () async throws -> Void) async throws {
     } catch {
         FileHandle.standardError.write(Data("error: \(error)\n".utf8))
         throw ExitCode(1)
+    }
+}
+
+extension CampaignCommand {
+    struct Cancel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Cancel a campaign: none of its jobs not yet written to a gateway connection is sent.",
+            discussion: """
+                Every job of the campaign not yet written to a connection — still in Kafka, at the gate, or \
+                queued in a transport — settles as `cancelled` (counted per job in `jobs_cancelled`, part of \
+                `jobs_settled`), including jobs published after this command. Final: there is no undo \
+                (publish under a new campaign id). Returns once every running `run` process (heartbeat \
+                present) has applied it: from then on none writes another job of the campaign. Exit status: \
+                0 seen by every process, 1 error (Redis unreachable, bad pipeline file), 2 some process did \
+                not confirm within --timeout (named on stderr; the cancel stays in force, and applies there \
+                as soon as it reads Redis again).
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("campaign: a non-empty id without ':'") }
+        }
+
+        func run() async throws {
+            try await CampaignCommand.changeControl(
+                pipeline: pipeline, campaign: campaign, action: "cancel", timeout: timeout, json: json
+            ) { state in
+                var state = state
+                state.cancelled = true
+                return state
+            }
+        }
+    }
+
+    /// Changes a campaign's control state, then waits until every live `run` process applied it
+    /// (design §2.10): one line of text, or with `--json` one object; exit 2 naming the processes that
+    /// did not confirm within `timeout`.
+    static func changeControl(
+        pipeline: String, campaign: String, action: String, timeout: Double, json: Bool,
+        _ change: (CampaignControlState) -> CampaignControlState
+    ) async throws {
+        try await exitingOnError {
+            let config = try loadPipeline(pipeline)
+            let (redis, store) = try await openStore(config, logger: quietLogger())
+            let started = Date()
+            let (version, state) = try await store.changeControl(campaign: campaign, change)
+            let deadline = started.addingTimeInterval(timeout)
+            var processes: [ControlAcknowledgement] = []
+            var missing: [ControlAcknowledgement] = []
+            while true {
+                processes = try await store.controlAcknowledgements()
+                missing = processes.filter { $0.version < version }
+                if missing.isEmpty || Date() >= deadline { break }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            await redis.close()
+            let elapsed = Date().timeIntervalSince(started)
+            if json {
+                let object: [String: Any] = [
+                    "campaign": campaign, "action": action, "state": state.description, "version": version,
+                    "processes": processes.count, "confirmed": processes.count - missing.count,
+                    "missing": missing.map { ["owner": $0.owner, "process": $0.process] }, "seconds": (elapsed * 1000).rounded() / 1000,
+                ]
+                let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+                print(String(decoding: data, as: UTF8.self))
+            } else if missing.isEmpty {
+                print(
+                    "campaign \(campaign): \(state.description) (\(action) seen by \(processes.count) running process\(processes.count == 1 ? "" : "es") in \(String(format: "%.2f", elapsed)) s)"
+                )
+            }
+            if !missing.isEmpty {
+                FileHandle.standardError.write(
+                    Data(
+                        "campaign \(campaign): \(action) recorded, but \(missing.count) of \(processes.count) running process(es) did not confirm within \(timeout) s: \(missing.map { "\($0.process) (owner \($0.owner))" }.joined(separator: ", ")); it applies there once they read Redis again\n"
+                            .utf8))
+                throw ExitCode(2)
+            }
+        }
     }
 }

@@ -1,0 +1,165 @@
+import APNsProtocol
+import Foundation
+import GatewaySimulator
+import HTTP2Simulator
+import Pipeline
+import Redis
+import Sender
+import TestSupport
+import Testing
+
+/// Campaign control (design §2.10) end to end: two `run` pipelines, the `apns-pipeline campaign …`
+/// commands as processes, real Redis, the Kafka mock cluster over TCP, the simulators over TLS.
+@Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
+struct CampaignControlTests {
+    /// HTTP/2 to `sim`, slowed down (few streams) so a campaign takes seconds.
+    static func http2Configuration(_ stack: Stack, _ sim: HTTP2Simulator) -> PipelineConfiguration {
+        var c = HTTP2PipelineTests.configuration(stack, sim)
+        c.http2.streamCap = 4
+        return c
+    }
+
+    func waitForProcesses(_ stack: Stack, _ count: Int64) async throws {
+        try await eventually("\(count) processes in control:seen") {
+            try await stack.hashLength(stack.store.keys.controlSeen) == count
+        }
+    }
+
+    static func json(_ text: String) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any], "not JSON: \(text)")
+    }
+
+    /// Cancel midway with two processes over HTTP/2: the command returns once both applied it; after
+    /// that, only what was already on the wire (at most one window of streams per connection) reaches
+    /// the simulator; every job settles (accepted before, cancelled after), jobs published after the
+    /// cancel are cancelled too, and another campaign is untouched.
+    @Test func cancelWithTwoProcessesOverHTTP2() async throws {
+        var faults = HTTP2FaultScript()
+        faults.responseDelayMillis = 10
+        let stack = try await Stack()
+        let sim = try await HTTP2Simulator.startedForTests(faults: faults)
+        let c = Self.http2Configuration(stack, sim)
+        let one = RunningPipeline(c)
+        let two = RunningPipeline(c)
+        try await waitForProcesses(stack, 2)
+        let file = try stack.pipelineFile()
+
+        let audience = (0..<6000).map(token)
+        try await stack.publish(campaign: "wrong", template: template, tokens: audience)
+        try await eventually("the campaign is going out") { HTTP2PipelineTests.recorded(sim, campaign: "wrong").count >= 300 }
+
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "wrong", "--pipeline", file, "--json"])
+        let atReturn = HTTP2PipelineTests.recorded(sim, campaign: "wrong").values.reduce(0, +)
+        #expect(cancel.status == 0, "\(cancel.stderr)")
+        let answer = try Self.json(cancel.stdout)
+        #expect(answer["state"] as? String == "cancelled" && answer["action"] as? String == "cancel")
+        #expect((answer["processes"] as? NSNumber)?.intValue == 2 && (answer["confirmed"] as? NSNumber)?.intValue == 2)
+        #expect((answer["missing"] as? [Any])?.isEmpty == true)
+        let version = try #require((answer["version"] as? NSNumber)?.int64Value)
+        // Both processes record the version they applied, after applying it.
+        let seen = try await stack.store.controlAcknowledgements()
+        #expect(seen.count == 2 && seen.allSatisfy { $0.version >= version }, "\(seen)")
+
+        // Jobs of the campaign published after the cancel (still in Kafka when it happened) are cancelled too.
+        let late = (6000..<6200).map(token)
+        try await stack.publish(campaign: "wrong", template: template, tokens: late)
+        // Another campaign goes out in full.
+        try await stack.publish(campaign: "right", template: template, tokens: (0..<300).map(token))
+        try await eventually("every job of both campaigns settled", timeout: .seconds(120)) {
+            let wrong = try await stack.store.readCampaign("wrong")
+            let right = try await stack.store.readCampaign("right")
+            return wrong.jobsSettled == 6200 && right.jobsSettled == 300
+        }
+        let wrong = try await stack.store.readCampaign("wrong")
+        let recorded = HTTP2PipelineTests.recorded(sim, campaign: "wrong")
+        // What was written before the command returned may still arrive: at most the open streams of
+        // every connection (2 processes × 2 connections × 4 streams).
+        let sentAfter = recorded.values.reduce(0, +) - atReturn
+        #expect(sentAfter <= 2 * c.http2.connections * c.http2.streamCap, "\(sentAfter) requests arrived after the cancel returned")
+        #expect(recorded.values.allSatisfy { $0 == 1 }, "no job sent twice")
+        #expect(wrong[.jobsAccepted] == Int64(recorded.count), "every accepted job is recorded, and only those")
+        #expect(wrong[.jobsCancelled] == 6200 - Int64(recorded.count))
+        #expect(wrong[.jobsCancelled] >= 200, "the late jobs at least")
+        #expect(wrong.counters[.cancelled] >= wrong[.jobsCancelled])
+        #expect(late.allSatisfy { recorded["wrong:\($0.hex)"] == nil }, "nothing published after the cancel was sent")
+        #expect(HTTP2PipelineTests.recorded(sim, campaign: "right").count == 300)
+        let totals = try await stack.store.readStats().totals
+        #expect(totals[.cancelled] == wrong.counters[.cancelled])
+        // No lease is left behind: every in-flight hash is empty once all settled.
+        var leases: Int64 = 0
+        for tag in stack.store.keys.tokenTags(app: shop) { leases += try await stack.hashLength("\(tag):inflight") }
+        #expect(leases == 0)
+
+        let status = try await PipelineProcess.command(["campaign", "status", "wrong", "--pipeline", file, "--json"])
+        #expect(status.status == 0, "\(status.stderr)")
+        let object = try Self.json(status.stdout)
+        #expect(object["state"] as? String == "cancelled" && object["done"] as? Bool == true)
+        #expect(((object["jobs"] as? [String: Any])?["cancelled"] as? NSNumber)?.int64Value == wrong[.jobsCancelled])
+        let text = try await PipelineProcess.command(["campaign", "status", "wrong", "--pipeline", file])
+        #expect(text.stdout.contains("wrong: cancelled") && text.stdout.contains("cancelled"), "\(text.stdout)")
+
+        // (A stop during the other's rebalance may fail its final commit: redelivery, not the point here.)
+        try? await one.stop()
+        try? await two.stop()
+        // A stopped process leaves control:seen: the next change does not wait for it.
+        #expect(try await stack.hashLength(stack.store.keys.controlSeen) == 0)
+        try? await sim.stop()
+        await stack.stop()
+    }
+
+    /// Over the binary interface: jobs queued in a shard when the cancel is applied are settled
+    /// `cancelled` at the shard, never written; every job settles exactly once.
+    @Test func cancelOverTheBinaryInterface() async throws {
+        var faults = FaultScript()
+        faults.slowReadBytes = 4096  // the gateway reads slowly: the shards' queues fill
+        faults.slowReadIntervalMillis = 10
+        let stack = try await Stack(faults: faults)
+        var c = stack.configuration()
+        c.gateway.shard.settleAfter = 0.3
+        let pipeline = RunningPipeline(c)
+        try await waitForProcesses(stack, 1)
+        let file = try stack.pipelineFile()
+        let audience = (0..<4000).map(token)
+        try await stack.publish(campaign: "bin", template: template, tokens: audience)
+        try await eventually("the campaign is going out") { stack.recorded(campaign: "bin").count >= 100 }
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "bin", "--pipeline", file])
+        #expect(cancel.status == 0, "\(cancel.stderr)")
+        #expect(cancel.stdout.contains("bin: cancelled") && cancel.stdout.contains("1 running process"), "\(cancel.stdout)")
+        try await eventually("every job settled", timeout: .seconds(120)) { try await stack.store.readCampaign("bin").jobsSettled == 4000 }
+        let bin = try await stack.store.readCampaign("bin")
+        // The slow gateway reads the last frames after they settled (by time, §2.5).
+        try await eventually("the gateway read every accepted frame") { stack.recorded(campaign: "bin").count >= bin[.jobsAccepted] }
+        let recorded = stack.recorded(campaign: "bin")
+        #expect(bin[.jobsCancelled] > 0 && bin[.jobsAccepted] + bin[.jobsCancelled] == 4000)
+        #expect(bin[.jobsAccepted] == Int64(recorded.count), "every accepted job is recorded, and only those")
+        #expect(recorded.values.allSatisfy { $0 == 1 })
+        try await pipeline.stop()
+        await stack.stop()
+    }
+
+    /// No process running: the change is recorded and the command says no process had to confirm; a
+    /// bad pipeline file or campaign id is refused with a clear error.
+    @Test func cancelWithNoProcessAndBadInput() async throws {
+        let stack = try await Stack()
+        let file = try stack.pipelineFile()
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--json"])
+        #expect(cancel.status == 0, "\(cancel.stderr)")
+        let answer = try Self.json(cancel.stdout)
+        #expect((answer["processes"] as? NSNumber)?.intValue == 0)
+        #expect(try await stack.store.readControl().campaigns["x"]?.cancelled == true)
+        let bad = try await PipelineProcess.command(["campaign", "cancel", "a:b", "--pipeline", file])
+        #expect(bad.status != 0 && bad.stderr.contains("without ':'"), "\(bad.stderr)")
+        // A process that stopped beating (a crash) is not waited for, and its entry is removed.
+        try await stack.store.client.send(RedisCommand("HSET", stack.store.keys.controlSeen, "gone", "0"))
+        let again = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--json"])
+        let againAnswer = try Self.json(again.stdout)
+        #expect(again.status == 0 && (againAnswer["processes"] as? NSNumber)?.intValue == 0, "\(again.stderr)")
+        #expect(try await stack.hashLength(stack.store.keys.controlSeen) == 0)
+        // A live process (its heartbeat present) that does not apply the change: exit 2, naming it.
+        try await stack.store.client.send(RedisCommand("SET", stack.store.keys.owner("stuck"), "host-a pid 42", "PX", "60000"))
+        try await stack.store.client.send(RedisCommand("HSET", stack.store.keys.controlSeen, "stuck", "-1"))
+        let timedOut = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--timeout", "0.5"])
+        #expect(timedOut.status == 2 && timedOut.stderr.contains("host-a pid 42"), "\(timedOut.status) \(timedOut.stderr)")
+        await stack.stop()
+    }
+}
