@@ -40,7 +40,9 @@ final class CampaignControls: Sendable {
     /// Applies a snapshot read from Redis: the gate and the transports use it from now on.
     func apply(_ read: CampaignControlSnapshot) {
         states.withLock { $0 = read.campaigns }
-        cancellations.replace(with: Set(read.campaigns.filter { $0.value.cancelled }.keys))
+        cancellations.replace(
+            cancelled: Set(read.campaigns.filter { $0.value.cancelled }.keys),
+            paused: Set(read.campaigns.filter { $0.value.paused && !$0.value.cancelled }.keys))
         active.store(!read.campaigns.isEmpty, ordering: .releasing)
         applied.store(read.version, ordering: .relaxed)
     }

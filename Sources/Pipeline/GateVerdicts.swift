@@ -67,10 +67,12 @@ struct GateVerdicts {
                 settle(.deduped)
             case .suppressed:
                 settle(.suppressed)
-            case .cancelled:
-                // Its campaign is cancelled: decided before the gate call, so it holds no lease.
+            case .cancelled, .deferred:
+                // Its campaign is cancelled (or paused, and the job held in Redis): decided before the gate
+                // call, so it holds no lease.
                 var outcome = Redis.Outcome(
-                    jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: .cancelled)
+                    jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign,
+                    kind: decisions[i] == .cancelled ? .cancelled : .deferred)
                 outcome.isBroadcast = job.isBroadcast
                 outcome.tookNoLease = true
                 settled.outcomes.append(outcome)

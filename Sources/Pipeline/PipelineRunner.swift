@@ -204,6 +204,14 @@ public final class PipelineRunner: Service, Sendable {
         let controlStore = PipelineStore(client: controlRedis, configuration: storeConfig, logger: logger)
         try await controls.poll(store: controlStore)
         let controlling = Task { await self.controls.run(store: controlStore) }
+        // Deferred jobs go back to the jobs topic once their campaign may send (design §2.11): on a
+        // connection of its own (a release waits for Kafka's delivery), through the dead-letter producer.
+        let releaseRedis = try c.redis.makeConnection(logger: logger)
+        try await releaseRedis.connect()
+        let release = DeferredRelease(
+            store: PipelineStore(client: releaseRedis, configuration: storeConfig, logger: logger), producer: producer,
+            topic: c.kafka.jobsTopic, controls: controls, logger: logger)
+        let releasing = Task { await release.run() }
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
@@ -303,6 +311,8 @@ public final class PipelineRunner: Service, Sendable {
         await marking.value
         controlling.cancel()
         await controlling.value
+        releasing.cancel()
+        await releasing.value
         // A control change no longer waits for this process.
         try? await controlStore.forgetControlAcknowledgement()
         // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
@@ -329,6 +339,7 @@ public final class PipelineRunner: Service, Sendable {
         await settlerRedis.close()
         await markRedis.close()
         await controlRedis.close()
+        await releaseRedis.close()
         for connection in gateRedis { await connection.close() }
         try? await group.shutdownGracefully()
         if let failure { throw failure }
@@ -505,9 +516,23 @@ public final class PipelineRunner: Service, Sendable {
         // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
         var decided: [Int: GateDecision] = [:]
         if let control = controls.snapshot {
+            // A paused campaign's jobs are held in Redis (one call for the batch) and settle `deferred`:
+            // they hold no lease, no place in the in-flight budget and no partition (design §2.11).
+            var deferred: [DeferredJob] = []
+            let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
             for (index, job) in d.jobs.enumerated() {
-                if let campaign = job.campaign, let state = control[campaign], state.cancelled { decided[index] = .cancelled }
+                guard let campaign = job.campaign, let state = control[campaign] else { continue }
+                if state.cancelled {
+                    decided[index] = .cancelled
+                } else if state.paused {
+                    decided[index] = .deferred
+                    let message = d.messages[d.jobMessages[index]]
+                    deferred.append(
+                        DeferredJob(
+                            campaign: campaign, message: DeferredRelease.member(key: message.key, value: message.value), dueMs: nowMs))
+                }
             }
+            try await store.deferJobs(deferred)
         }
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count - decided.count)
@@ -757,6 +782,7 @@ public final class PipelineRunner: Service, Sendable {
             case .rejected: .rejected
             case .deadLettered: .deadLettered
             case .cancelled: .cancelled
+            case .deferred: .deferred
             }
         // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
         // token's hash from its hex written into a buffer: its hex as a String (which a binary
@@ -794,6 +820,15 @@ public final class PipelineRunner: Service, Sendable {
                 item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += Int(o.ambiguousResends)
             }
             if !keepingDeadLetters, o.kind == .deadLettered, o.notification.position != nil { continue }
+            if o.kind == .deferred, let campaign = o.notification.campaign {
+                // Held back by its transport (its campaign paused): kept in Redis as the job that would have
+                // been sent, published again on resume (design §2.11).
+                let n = o.notification
+                item.deferred.append(
+                    DeferredJob(
+                        campaign: campaign, message: DeferredRelease.member(key: Array(n.recipientKey.utf8), value: sentJob(n)),
+                        dueMs: Int64(Date().timeIntervalSince1970 * 1000)))
+            }
             item.outcomes.append(redisOutcome(o))
             if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
         }
@@ -820,6 +855,8 @@ public final class PipelineRunner: Service, Sendable {
     /// One Redis round trip per gathered batch, then the Kafka offsets, then the in-flight budget.
     private func settle(store: PipelineStore, consumer: KafkaConsumer) async throws {
         while let item = await inbox.take() {
+            // Jobs a transport held back are stored before their messages settle (one call).
+            if !item.deferred.isEmpty { try await store.deferJobs(item.deferred) }
             if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents

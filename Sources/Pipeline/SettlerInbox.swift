@@ -19,6 +19,8 @@ final class SettlerInbox: Sendable {
         var events = PipelineEvents()
         var shardEvents: [ShardEvents] = []
         var campaignEvents: [String: PipelineEvents] = [:]
+        /// Jobs a transport held back (their campaign paused): stored in Redis before the outcomes settle.
+        var deferred: [DeferredJob] = []
     }
 
     private struct State {
@@ -55,6 +57,7 @@ final class SettlerInbox: Sendable {
 
     private static func merge(_ item: Item, into pending: inout Item) {
         if pending.outcomes.isEmpty { pending.outcomes = item.outcomes } else { pending.outcomes.append(contentsOf: item.outcomes) }
+        if !item.deferred.isEmpty { pending.deferred.append(contentsOf: item.deferred) }
         if pending.refs.isEmpty { pending.refs = item.refs } else { pending.refs.append(contentsOf: item.refs) }
         pending.events.received += item.events.received
         pending.events.replayed += item.events.replayed

@@ -1,4 +1,5 @@
 import Foundation
+import TimeUnits
 
 /// What an operator set for one campaign (`campaign cancel`, `pause`, …), as stored in the field of
 /// `{<p>}:control` named by the campaign id (design §2.10, §4.1).
@@ -189,5 +190,143 @@ extension Scripts {
           redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
         end
         return {redis.call('INCR', KEYS[2]), ARGV[3]}
+        """#)
+}
+
+/// A job held back by the gate (its campaign paused): its message as consumed, due at `dueMs`.
+public struct DeferredJob: Sendable, Hashable {
+    public var campaign: String
+    /// The message's value, exactly as consumed: what is published again when it is released.
+    public var message: [UInt8]
+    /// Epoch milliseconds from which it may be released (for a pause: when it was deferred, so the
+    /// release keeps roughly the order they came in).
+    public var dueMs: Int64
+
+    public init(campaign: String, message: [UInt8], dueMs: Int64) {
+        self.campaign = campaign
+        self.message = message
+        self.dueMs = dueMs
+    }
+}
+
+extension PipelineStore {
+    /// Holds jobs in `{<p>}:deferred:<campaign>` (design §2.11) and lists their campaigns in
+    /// `{<p>}:deferred`: one call for a batch, every key in `{<p>}`. A job already held (the same message)
+    /// is held once.
+    public func deferJobs(_ jobs: [DeferredJob]) async throws {
+        if jobs.isEmpty { return }
+        var byCampaign: [String: [DeferredJob]] = [:]
+        for job in jobs { byCampaign[job.campaign, default: []].append(job) }
+        var keyList = [keys.deferredCampaigns]
+        var arguments = RedisArguments()
+        arguments.append(byCampaign.count)
+        for (campaign, held) in byCampaign.sorted(by: { $0.key < $1.key }) {
+            keyList.append(keys.deferred(campaign: campaign))
+            arguments.append(campaign)
+            arguments.append(held.count)
+            for job in held {
+                arguments.append(job.dueMs)
+                arguments.append(bytes: job.message)
+            }
+        }
+        let reply = try await client.eval(Scripts.deferJobs, keys: RedisArguments(keyList), arguments: arguments)
+        guard reply.integer != nil else { throw RedisError.unexpectedReply("defer: \(reply)") }
+    }
+
+    /// The campaigns that have deferred jobs.
+    public func deferredCampaigns() async throws -> [String] {
+        let reply = try await command(RedisCommand("SMEMBERS", keys.deferredCampaigns))
+        return (reply.array ?? []).compactMap(\.string).sorted()
+    }
+
+    /// How many jobs of `campaign` are deferred now.
+    public func deferredCount(campaign: String) async throws -> Int64 {
+        try await command(RedisCommand("ZCARD", keys.deferred(campaign: campaign))).integer ?? 0
+    }
+
+    /// Takes (or renews) the lock on releasing `campaign`'s jobs for `lease`: one process at a time moves
+    /// them, so a job is not published once per process.
+    public func lockRelease(campaign: String, lease: Duration) async throws -> Bool {
+        let reply = try await client.eval(
+            Scripts.lockRelease, keys: RedisArguments([keys.deferredLock(campaign: campaign)]),
+            arguments: RedisArguments([configuration.leaseOwner, String(max(1, lease.milliseconds))]))
+        return reply.integer == 1
+    }
+
+    /// Gives the lock up (if this process holds it).
+    public func unlockRelease(campaign: String) async throws {
+        _ = try await client.eval(
+            Scripts.unlockRelease, keys: RedisArguments([keys.deferredLock(campaign: campaign)]),
+            arguments: RedisArguments([configuration.leaseOwner]))
+    }
+
+    /// Up to `limit` of `campaign`'s deferred jobs due at `nowMs`, the earliest first.
+    public func dueDeferred(campaign: String, nowMs: Int64, limit: Int) async throws -> [[UInt8]] {
+        let reply = try await command(
+            RedisCommand("ZRANGEBYSCORE", keys.deferred(campaign: campaign), "-inf", String(nowMs), "LIMIT", "0", String(limit)))
+        guard let members = reply.array else { throw RedisError.unexpectedReply("ZRANGEBYSCORE: \(reply)") }
+        return members.compactMap { if case .bulk(let bytes) = $0 { bytes } else { nil } }
+    }
+
+    /// Removes released jobs (after they were published again), and the campaign from `{<p>}:deferred`
+    /// once it holds none: one call.
+    public func removeDeferred(campaign: String, messages: [[UInt8]]) async throws {
+        var arguments = RedisArguments()
+        arguments.append(campaign)
+        for m in messages { arguments.append(bytes: m) }
+        _ = try await client.eval(
+            Scripts.removeDeferred, keys: RedisArguments([keys.deferredCampaigns, keys.deferred(campaign: campaign)]),
+            arguments: arguments)
+    }
+}
+
+extension Scripts {
+    /// KEYS: the deferred campaigns set, then one sorted set per campaign. ARGV: campaigns, then per
+    /// campaign its id, its job count and (score, message) per job.
+    static let deferJobs = RedisScript(
+        #"""
+        local at = 2
+        local n = tonumber(ARGV[1])
+        for c = 1, n do
+          local campaign, count = ARGV[at], tonumber(ARGV[at + 1])
+          at = at + 2
+          for from = 0, count - 1, 500 do
+            local chunk = {}
+            for j = from, math.min(count - 1, from + 499) do
+              chunk[#chunk + 1] = ARGV[at + 2 * j]
+              chunk[#chunk + 1] = ARGV[at + 2 * j + 1]
+            end
+            redis.call('ZADD', KEYS[c + 1], unpack(chunk))
+          end
+          at = at + 2 * count
+          redis.call('SADD', KEYS[1], campaign)
+        end
+        return n
+        """#)
+
+    /// KEYS: the lock. ARGV: owner, lease ms. 1 when this owner holds it (taken or renewed).
+    static let lockRelease = RedisScript(
+        #"""
+        local holder = redis.call('GET', KEYS[1])
+        if holder and holder ~= ARGV[1] then return 0 end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return 1
+        """#)
+
+    /// KEYS: the lock. ARGV: owner.
+    static let unlockRelease = RedisScript(
+        #"""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+        return 1
+        """#)
+
+    /// KEYS: the deferred campaigns set, the campaign's sorted set. ARGV: campaign, messages.
+    static let removeDeferred = RedisScript(
+        #"""
+        for from = 2, #ARGV, 500 do
+          redis.call('ZREM', KEYS[2], unpack(ARGV, from, math.min(#ARGV, from + 499)))
+        end
+        if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('SREM', KEYS[1], ARGV[1]) end
+        return 1
         """#)
 }

@@ -402,6 +402,7 @@ public struct PipelineStore: Sendable {
         case .deduped: "broadcast:deduped"
         case .deadLettered: "broadcast:dead_lettered"
         case .cancelled: "broadcast:cancelled"
+        case .deferred: "broadcast:deferred"
         }
     }
 

@@ -53,6 +53,10 @@ public enum GateDecision: Sendable, Hashable {
     /// an answer of the gate script: `run` decides it from its control snapshot before the gate call, and
     /// takes no lease for the job (design §2.10).
     case cancelled
+    /// Its campaign is paused (`campaign pause`): held in Redis (`{<p>}:deferred:<campaign>`) and released
+    /// to the jobs topic again on resume; this message settles as ``OutcomeKind/deferred``. Decided by
+    /// `run` before the gate call, like ``cancelled`` (design §2.11).
+    case deferred
 }
 
 /// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
@@ -66,6 +70,9 @@ public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
     /// Its campaign was cancelled (`campaign cancel`) before the job was written to a connection: never
     /// sent (design §2.10).
     case cancelled
+    /// Its campaign was paused: the job is held in Redis and comes back to the jobs topic on resume. The
+    /// message is done with (its offset may commit); the job is not: not counted in `jobs_settled`.
+    case deferred
 }
 
 /// One settled job.
@@ -308,6 +315,8 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case gaveUp = "gave_up"
     /// Jobs of a cancelled campaign settled without being sent (an outcome, ``OutcomeKind/cancelled``).
     case cancelled
+    /// Messages of a paused campaign held in Redis, to be published again on resume (``OutcomeKind/deferred``).
+    case deferred
 }
 
 /// The fields of one counters hash, as read.
@@ -380,7 +389,7 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
         case .suppressed: .jobsSuppressed
         case .deadLettered: .jobsDeadLettered
         case .cancelled: .jobsCancelled
-        case .deduped: nil
+        case .deduped, .deferred: nil
         }
     }
 }

@@ -22,6 +22,9 @@
 /// | `{<p>}:control` | HASH | campaign id → control state (``CampaignControlState``): cancelled, paused, … |
 /// | `{<p>}:control:version` | STRING | counter, incremented with every change of `{<p>}:control` |
 /// | `{<p>}:control:seen` | HASH | lease owner → the control version that `run` process applied |
+/// | `{<p>}:deferred` | SET | campaigns with deferred jobs |
+/// | `{<p>}:deferred:<id>` | ZSET | a campaign's deferred job messages, scored by due time (epoch ms) |
+/// | `{<p>}:deferred-lock:<id>` | STRING | owner of the release of a campaign's due jobs (PX) |
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
@@ -79,6 +82,12 @@ public struct RedisKeys: Sendable, Hashable {
     public var controlVersion: String { "{\(prefix)}:control:version" }
     /// Which control version each `run` process has applied: lease owner → version.
     public var controlSeen: String { "{\(prefix)}:control:seen" }
+    /// The campaigns with deferred jobs (a set), so the release loop finds them without a scan.
+    public var deferredCampaigns: String { "{\(prefix)}:deferred" }
+    /// A campaign's deferred jobs (a sorted set): the raw job messages, scored by when they are due (epoch ms).
+    public func deferred(campaign: String) -> String { "{\(prefix)}:deferred:\(campaign)" }
+    /// The lock of the one process moving a campaign's due jobs back to the jobs topic.
+    public func deferredLock(campaign: String) -> String { "{\(prefix)}:deferred-lock:\(campaign)" }
 
     // MARK: Per token: tag `{<p>:<app>:<n>}`
 

@@ -154,13 +154,14 @@ struct BinaryConnectionStateMachine {
 
     /// Takes the next queued notification, gives it the next identifier, encodes it into `buffer` and
     /// keeps it for replay. Call only when `mayTakeFrame`. Returns false when it wrote nothing: the
-    /// notification's campaign is cancelled, and it settles `cancelled` instead (design §2.10).
+    /// notification's campaign is cancelled or paused, and it settles `cancelled` or `held` instead
+    /// (design §2.10, §2.11).
     @discardableResult
     mutating func takeFrame(into buffer: inout ByteBuffer) -> Bool {
         var p = queue.removeFirst()
-        if let cancellations = config.cancellations, cancellations.cancels(p.notification) {
+        if let cancellations = config.cancellations, let instead = cancellations.instead(of: p.notification) {
             // A resend of one reported already (from the grace window) keeps its outcome.
-            if !p.reported { record(p, .cancelled) }
+            if !p.reported { record(p, instead) }
             return false
         }
         p.attempts += 1

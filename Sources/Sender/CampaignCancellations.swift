@@ -1,33 +1,39 @@
 import Synchronization
 
-/// The campaigns cancelled (`campaign cancel`, design §2.10) as this process last read them: a transport
-/// checks a notification against it right before writing it, and settles one of a cancelled campaign as
-/// ``Delivery/cancelled`` instead (never written).
+/// The campaigns cancelled or paused (`campaign cancel`, `campaign pause`: design §2.10, §2.11) as this
+/// process last read them: a transport checks a notification against it right before writing it. One of
+/// a cancelled campaign settles ``Delivery/cancelled``, one of a paused campaign ``Delivery/held`` (the
+/// pipeline holds it in Redis until the campaign resumes); neither is written.
 ///
-/// Costs one atomic load per notification while no campaign is cancelled (the set is empty), and a lock
-/// only for a campaign's notification while some campaign is.
+/// Costs one atomic load per notification while no campaign is cancelled or paused, and a lock only for
+/// a campaign's notification while some campaign is.
 public final class CampaignCancellations: Sendable {
     private let count = Atomic<Int>(0)
-    private let campaigns = Mutex<Set<String>>([])
+    private let campaigns = Mutex<(cancelled: Set<String>, paused: Set<String>)>(([], []))
 
     public init() {}
 
-    /// Replaces the set (the control loop, after each change of the control state).
-    public func replace(with cancelled: Set<String>) {
-        campaigns.withLock { $0 = cancelled }
-        count.store(cancelled.count, ordering: .releasing)
+    /// Replaces both sets (the control loop, after each change of the control state).
+    public func replace(cancelled: Set<String>, paused: Set<String> = []) {
+        campaigns.withLock { $0 = (cancelled, paused) }
+        count.store(cancelled.count + paused.count, ordering: .releasing)
     }
 
     /// Whether `campaign` is cancelled (false for nil).
     public func contains(_ campaign: String?) -> Bool {
         guard count.load(ordering: .acquiring) > 0, let campaign else { return false }
-        return campaigns.withLock { $0.contains(campaign) }
+        return campaigns.withLock { $0.cancelled.contains(campaign) }
     }
 
-    /// Whether a notification must not be written: its campaign is cancelled.
+    /// What becomes of a notification instead of being written: nil to write it; ``Delivery/cancelled``
+    /// when its campaign is cancelled; ``Delivery/held`` when it is paused.
     @inline(__always)
-    func cancels(_ notification: PushNotification) -> Bool {
-        guard count.load(ordering: .acquiring) > 0, let campaign = notification.campaign else { return false }
-        return campaigns.withLock { $0.contains(campaign) }
+    func instead(of notification: PushNotification) -> Delivery? {
+        guard count.load(ordering: .acquiring) > 0, let campaign = notification.campaign else { return nil }
+        return campaigns.withLock { sets in
+            if sets.cancelled.contains(campaign) { return .cancelled }
+            if sets.paused.contains(campaign) { return .held }
+            return nil
+        }
     }
 }

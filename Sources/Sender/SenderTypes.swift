@@ -282,6 +282,9 @@ public enum Delivery: Sendable, Hashable {
     case rejected(Rejection)
     /// Never written: its campaign was cancelled (``CampaignCancellations``) before it was.
     case cancelled
+    /// Not written: its campaign was paused before it was. The pipeline holds the job in Redis and
+    /// publishes it again when the campaign resumes.
+    case held
 }
 
 /// What became of a notification, in the pipeline's counting terms (the raw values are the counter
@@ -294,6 +297,8 @@ public enum OutcomeKind: String, Sendable, Hashable {
     case deadLettered = "dead_lettered"
     /// Its campaign was cancelled before it was written: never sent.
     case cancelled
+    /// Its campaign was paused before it was written: held, to be sent after the resume.
+    case deferred
 }
 
 public struct Outcome: Sendable {
@@ -342,6 +347,7 @@ public struct Outcome: Sendable {
         case .rejected(.invalidToken): .rejected
         case .rejected(.badRequest), .rejected(.transient): .deadLettered
         case .cancelled: .cancelled
+        case .held: .deferred
         }
     }
 

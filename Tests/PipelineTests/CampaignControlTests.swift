@@ -162,4 +162,131 @@ struct CampaignControlTests {
         #expect(timedOut.status == 2 && timedOut.stderr.contains("host-a pid 42"), "\(timedOut.status) \(timedOut.stderr)")
         await stack.stop()
     }
+
+    /// Pause, publish, resume with two processes over HTTP/2: while paused nothing of the campaign is
+    /// sent, its jobs are held in Redis (no lease, nothing in flight) and another campaign goes out in
+    /// full; after the resume every job is sent exactly once.
+    @Test func pauseHoldsJobsAndResumeSendsEachOnce() async throws {
+        let stack = try await Stack()
+        let sim = try await HTTP2Simulator.startedForTests()
+        let c = HTTP2PipelineTests.configuration(stack, sim)
+        let one = RunningPipeline(c)
+        let two = RunningPipeline(c)
+        try await waitForProcesses(stack, 2)
+        let file = try stack.pipelineFile()
+
+        let pause = try await PipelineProcess.command(["campaign", "pause", "p", "--pipeline", file, "--json"])
+        #expect(pause.status == 0, "\(pause.stderr)")
+        let paused = try Self.json(pause.stdout)
+        #expect(paused["state"] as? String == "paused" && (paused["confirmed"] as? NSNumber)?.intValue == 2)
+        try await stack.publish(campaign: "p", template: template, tokens: (0..<3000).map(token))
+        try await stack.publish(campaign: "other", template: template, tokens: (0..<300).map(token))
+        try await eventually("the paused campaign held, the other one sent", timeout: .seconds(120)) {
+            let held = try await stack.store.deferredCount(campaign: "p")
+            let other = try await stack.store.readCampaign("other").jobsSettled
+            return held == 3000 && other == 300
+        }
+        #expect(HTTP2PipelineTests.recorded(sim, campaign: "p").isEmpty, "nothing of a paused campaign is sent")
+        #expect(HTTP2PipelineTests.recorded(sim, campaign: "other").count == 300)
+        let p = try await stack.store.readCampaign("p")
+        #expect(p.jobsSettled == 0 && p.counters[.deferred] >= 3000)
+        #expect(try await stack.store.deferredCampaigns() == ["p"])
+        var leases: Int64 = 0
+        for tag in stack.store.keys.tokenTags(app: shop) { leases += try await stack.hashLength("\(tag):inflight") }
+        #expect(leases == 0, "a held job holds no lease")
+        let status = try await PipelineProcess.command(["campaign", "status", "p", "--pipeline", file, "--json"])
+        let object = try Self.json(status.stdout)
+        #expect(object["state"] as? String == "paused" && (object["deferred"] as? NSNumber)?.intValue == 3000, "\(status.stdout)")
+
+        let resume = try await PipelineProcess.command(["campaign", "resume", "p", "--pipeline", file, "--json"])
+        #expect(resume.status == 0, "\(resume.stderr)")
+        #expect(try Self.json(resume.stdout)["state"] as? String == "running")
+        try await eventually("every job of p settled", timeout: .seconds(120)) {
+            try await stack.store.readCampaign("p").jobsSettled == 3000
+        }
+        let recorded = HTTP2PipelineTests.recorded(sim, campaign: "p")
+        #expect(recorded.count == 3000 && recorded.values.allSatisfy { $0 == 1 }, "each job sent exactly once")
+        #expect(try await stack.store.readCampaign("p")[.jobsAccepted] == 3000)
+        try await eventually("nothing held any more") {
+            let held = try await stack.store.deferredCount(campaign: "p")
+            let campaigns = try await stack.store.deferredCampaigns()
+            return held == 0 && campaigns.isEmpty
+        }
+        try? await one.stop()
+        try? await two.stop()
+        try? await sim.stop()
+        await stack.stop()
+    }
+
+    /// kill -9 of one of two `run` processes while a campaign is paused: the survivor takes its
+    /// partitions over and holds what it had not; nothing is sent while paused, nothing is lost, and
+    /// after the resume each job is sent exactly once.
+    @Test func killWhilePausedLosesNothingAndSendsNothingEarly() async throws {
+        let stack = try await Stack()
+        let file = try stack.pipelineFile()
+        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("pause-\(UUID().uuidString)").path
+        let first = try PipelineProcess(pipelineFile: file, logFile: logs + "-1.log")
+        let second = try PipelineProcess(pipelineFile: file, logFile: logs + "-2.log")
+        try await waitForProcesses(stack, 2)
+        let pause = try await PipelineProcess.command(["campaign", "pause", "k", "--pipeline", file])
+        #expect(pause.status == 0 && pause.stdout.contains("k: paused"), "\(pause.stdout) \(pause.stderr)")
+        let audience = (0..<4000).map(token)
+        try await stack.publish(campaign: "k", template: template, tokens: audience)
+        try await eventually("some jobs held") { try await stack.store.deferredCount(campaign: "k") >= 200 }
+        first.crash()
+        try await eventually("every job held, the crashed process's partitions taken over", timeout: .seconds(120)) {
+            try await stack.store.deferredCount(campaign: "k") == 4000
+        }
+        #expect(stack.recorded(campaign: "k").isEmpty, "nothing sent while paused")
+        // The crashed process stays in control:seen until its heartbeat lapses (redis.owner_heartbeat_s).
+        let resume = try await PipelineProcess.command(["campaign", "resume", "k", "--pipeline", file, "--timeout", "30"])
+        #expect(resume.status == 0, "\(resume.stdout) \(resume.stderr)")
+        try await eventually("every job settled", timeout: .seconds(120)) { try await stack.store.readCampaign("k").jobsSettled == 4000 }
+        let k = try await stack.store.readCampaign("k")
+        #expect(k[.jobsAccepted] == 4000)
+        try await eventually("the gateway read every accepted frame") { stack.recorded(campaign: "k").count == 4000 }
+        #expect(stack.recorded(campaign: "k").values.allSatisfy { $0 == 1 }, "each job sent exactly once")
+        #expect(await second.stop() == 0)
+        await stack.stop()
+    }
+
+    /// Pause while a campaign is going out over HTTP/2: what the gate admitted before and waits in the
+    /// connections' queues is held back too (kept in Redis as the job it would have sent); after the
+    /// resume every job is sent exactly once.
+    @Test func pauseMidwayHoldsQueuedJobsAndResumeSendsEachOnce() async throws {
+        var faults = HTTP2FaultScript()
+        faults.responseDelayMillis = 10
+        let stack = try await Stack()
+        let sim = try await HTTP2Simulator.startedForTests(faults: faults)
+        let c = Self.http2Configuration(stack, sim)
+        let pipeline = RunningPipeline(c)
+        try await waitForProcesses(stack, 1)
+        let file = try stack.pipelineFile()
+        try await stack.publish(campaign: "m", template: template, tokens: (0..<4000).map(token))
+        try await eventually("the campaign is going out") { HTTP2PipelineTests.recorded(sim, campaign: "m").count >= 300 }
+        let pause = try await PipelineProcess.command(["campaign", "pause", "m", "--pipeline", file])
+        let atReturn = HTTP2PipelineTests.recorded(sim, campaign: "m").values.reduce(0, +)
+        #expect(pause.status == 0, "\(pause.stderr)")
+        try await eventually("every job sent or held", timeout: .seconds(120)) {
+            let m = try await stack.store.readCampaign("m")
+            let held = try await stack.store.deferredCount(campaign: "m")
+            return m.jobsSettled + held == 4000
+        }
+        // Jobs held back by the transport are kept as the job they would have sent (its payload carries
+        // the test's `jid`); those the gate held are the messages as published (no `jid`).
+        let held = try await stack.store.dueDeferred(campaign: "m", nowMs: Int64(Date().timeIntervalSince1970 * 1000) + 1000, limit: 5000)
+        let fromTransports = held.filter { String(decoding: $0, as: UTF8.self).contains(#""jid""#) }.count
+        #expect(fromTransports > 0 && fromTransports < held.count, "\(fromTransports) of \(held.count) held back by the transports")
+        let sentWhilePaused = HTTP2PipelineTests.recorded(sim, campaign: "m").values.reduce(0, +) - atReturn
+        #expect(sentWhilePaused <= c.http2.connections * c.http2.streamCap, "\(sentWhilePaused) sent after the pause returned")
+        let resume = try await PipelineProcess.command(["campaign", "resume", "m", "--pipeline", file])
+        #expect(resume.status == 0, "\(resume.stderr)")
+        try await eventually("every job settled", timeout: .seconds(120)) { try await stack.store.readCampaign("m").jobsSettled == 4000 }
+        let recorded = HTTP2PipelineTests.recorded(sim, campaign: "m")
+        #expect(recorded.count == 4000 && recorded.values.allSatisfy { $0 == 1 }, "each job sent exactly once")
+        #expect(try await stack.store.readCampaign("m")[.jobsAccepted] == 4000)
+        try? await pipeline.stop()
+        try? await sim.stop()
+        await stack.stop()
+    }
 }

@@ -239,12 +239,18 @@ import Testing
         m.submitted(batch)
         #expect(write(&m, flush: 1, at: 0) == 6, "nothing cancelled yet")
         m.submitted(batch)
-        cancellations.replace(with: ["wrong"])
+        cancellations.replace(cancelled: ["wrong"])
         #expect(write(&m, flush: 2, at: 0) == 3, "only the other campaign's are written")
         let cancelled = drain(&m).outcomes
         #expect(cancelled.map(\.jobID) == ["job-0", "job-2", "job-4"] && cancelled.allSatisfy { $0.kind == .cancelled })
         _ = m.settleTick(now: Self.second)
         #expect(drain(&m).outcomes.filter { $0.kind == .accepted }.count == 9)
+        // Paused instead: held back (the pipeline keeps them in Redis until the resume), not written.
+        m.submitted(batch)
+        cancellations.replace(cancelled: [], paused: ["right"])
+        #expect(write(&m, flush: 3, at: 0) == 3)
+        let held = drain(&m).outcomes
+        #expect(held.map(\.jobID) == ["job-1", "job-3", "job-5"] && held.allSatisfy { $0.kind == .deferred })
     }
 
     func notification(_ n: Int) -> PushNotification {

@@ -55,7 +55,7 @@ import Testing
         var c = Machine.Configuration()
         c.streamCap = 100
         c.queueCapacity = 1000
-        var m = Machine(configuration: c, random: SplitMix64(seed: 42), cancelled: { $0 % 2 == 0 })
+        var m = Machine(configuration: c, random: SplitMix64(seed: 42), instead: { $0 % 2 == 0 ? .cancelled : nil })
         _ = m.enqueue([1], now: 0)
         let first = m.connected(now: 0)
         _ = m.settings(maxConcurrentStreams: 1000, now: 0)

@@ -97,7 +97,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         let cancellations = configuration.cancellations
         self.machine = Machine(
             configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
-            cancelled: cancellations.map { c in { c.cancels($0.notification) } })
+            instead: cancellations.map { c in { c.instead(of: $0.notification) } })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description

@@ -142,9 +142,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     private let expiryOf: (Job) -> UInt32
     /// A job's leave to be written (its gate call's "written" mark, issue 28); nil: no wait.
     private let clearanceOf: (Job) -> WriteClearance?
-    /// Whether a job's campaign is cancelled (design §2.10): checked right before it would be written; such
-    /// a job settles ``Delivery/cancelled`` instead. nil: nothing is ever cancelled.
-    private let cancelledOf: ((Job) -> Bool)?
+    /// What becomes of a job instead of being written (its campaign cancelled or paused: design §2.10,
+    /// §2.11), checked right before it would be; nil from it: write it. nil: nothing is ever held back.
+    private let insteadOf: ((Job) -> Delivery?)?
     /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
     private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
@@ -168,13 +168,13 @@ struct HTTP2ConnectionStateMachine<Job> {
     init(
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
         expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil },
-        cancelled: ((Job) -> Bool)? = nil
+        instead: ((Job) -> Delivery?)? = nil
     ) {
         self.configuration = configuration
         self.random = random
         self.expiryOf = expiry
         self.clearanceOf = clearance
-        self.cancelledOf = cancelled
+        self.insteadOf = instead
         self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
@@ -574,9 +574,9 @@ struct HTTP2ConnectionStateMachine<Job> {
                 ask(clearance, into: &action)
                 return
             }
-            if let cancelledOf, cancelledOf(request.job) {
-                // Its campaign was cancelled: settled, never written.
-                action.settled.append(Settled(request: request, delivery: .cancelled, code: nil))
+            if let insteadOf, let instead = insteadOf(request.job) {
+                // Its campaign was cancelled (or paused): settled so, not written.
+                action.settled.append(Settled(request: request, delivery: instead, code: nil))
                 continue
             }
             if nextStreamID > Self.lastUsableStreamID {

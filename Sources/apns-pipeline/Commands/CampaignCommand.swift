@@ -10,8 +10,8 @@ import Redis
 struct CampaignCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "campaign",
-        abstract: "Publish a bulk campaign to the jobs topic, follow its progress, or cancel it.",
-        subcommands: [Publish.self, Status.self, Wait.self, Cancel.self]
+        abstract: "Publish a bulk campaign to the jobs topic, follow its progress, pause, resume or cancel it.",
+        subcommands: [Publish.self, Status.self, Wait.self, Pause.self, Resume.self, Cancel.self]
     )
 
     struct Publish: AsyncParsableCommand {
@@ -123,6 +123,7 @@ struct CampaignCommand: AsyncParsableCommand {
                     }
                     var status = Campaign.Status(progress)
                     status.control = try await store.readControl().campaigns[campaign]
+                    status.deferred = try await store.deferredCount(campaign: campaign)
                     // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
                     let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
                     FileHandle.standardOutput.write(Data((text + "\n").utf8))
@@ -235,6 +236,7 @@ struct CampaignCommand: AsyncParsableCommand {
             lines.append(row("cancelled", j(.jobsCancelled), "\(p.counters[.cancelled])"))
         }
         lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
+        if status.deferred > 0 { lines.append(row("held (paused)", "\(status.deferred)", "")) }
         let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
         lines.append(
             "  progress \(pct) of \(status.target) \(status.basis.rawValue)\(status.isDone ? ", done" : "")"
@@ -290,6 +292,67 @@ extension CampaignCommand {
             ) { state in
                 var state = state
                 state.cancelled = true
+                return state
+            }
+        }
+    }
+
+    struct Pause: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pause a campaign: its jobs are held in Redis, not sent, until `campaign resume`.",
+            discussion: """
+                From the moment every running `run` process has applied it (this command returns then), the \
+                gate holds every job of the campaign it reads — from Kafka, including jobs published later — in \
+                Redis (`{<p>}:deferred:<campaign>`) instead of sending it: its message settles `deferred` (its \
+                offset commits; the job is not counted in `jobs_settled`), so it takes no place in the in-flight \
+                budget and holds up nothing else in its partition. Jobs the gate admitted before (at most \
+                pipeline.max_in_flight per process) are still sent. `campaign resume` publishes the held jobs \
+                to the jobs topic again; each is sent once (dedup). Exit status as `campaign cancel`.
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
+        }
+
+        func run() async throws {
+            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "pause", timeout: timeout, json: json) {
+                var state = $0
+                state.paused = true
+                return state
+            }
+        }
+    }
+
+    struct Resume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Resume a paused campaign: its held jobs go back to the jobs topic and are sent, each once.",
+            discussion: """
+                Returns once every running `run` process has applied it; the held jobs are then published to \
+                the jobs topic again by one process (in the background, ~1 000 per round trip) and sent as \
+                usual. A cancelled campaign stays cancelled. Exit status as `campaign cancel`.
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
+        }
+
+        func run() async throws {
+            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "resume", timeout: timeout, json: json)
+            {
+                var state = $0
+                state.paused = false
                 return state
             }
         }
