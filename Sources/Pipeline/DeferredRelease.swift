@@ -21,22 +21,13 @@ struct DeferredRelease: Sendable {
     let controls: CampaignControls
     let logger: Logger
 
-    /// A deferred job's Redis member: the message's key, a 0 byte, its value (keys are token hex or a
-    /// channel id: no 0 byte), so it is published again under the key it came with.
-    static func member(key: [UInt8]?, value: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity((key?.count ?? 0) + 1 + value.count)
-        if let key { out.append(contentsOf: key) }
-        out.append(0)
-        out.append(contentsOf: value)
-        return out
-    }
+    /// The header a released job that already holds its pacing slot carries (design §2.13): the gate
+    /// admits it without taking another slot.
+    static let slotHeader = "apns-paced-slot"
 
-    /// The key (nil when empty) and value of a member made by ``member(key:value:)``.
-    static func message(_ member: [UInt8]) -> (key: [UInt8]?, value: [UInt8]) {
-        guard let zero = member.firstIndex(of: 0) else { return (nil, member) }
-        let key = Array(member[..<zero])
-        return (key.isEmpty ? nil : key, Array(member[(zero + 1)...]))
+    /// Whether a consumed message is a paced job released at its slot.
+    static func holdsSlot(_ message: KafkaConsumerMessage) -> Bool {
+        !message.headers.isEmpty && message.headers.contains { $0.key == slotHeader }
     }
 
     func run() async {
@@ -80,8 +71,10 @@ struct DeferredRelease: Sendable {
                     if let state = controls.snapshot?[campaign], state.paused && !state.cancelled { break }
                     try await producer.sendBatch(
                         due.map { member in
-                            let m = Self.message(member)
-                            return KafkaProducerMessage(topic: topic, key: m.key, value: m.value)
+                            let m = DeferredMessage.parse(member)
+                            return KafkaProducerMessage(
+                                topic: topic, key: m.key, value: m.value,
+                                headers: m.slotted ? [KafkaHeader(key: Self.slotHeader, string: "1")] : [])
                         })
                     try await store.removeDeferred(campaign: campaign, messages: due)
                     released += due.count

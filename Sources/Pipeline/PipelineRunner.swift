@@ -516,23 +516,51 @@ public final class PipelineRunner: Service, Sendable {
         // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
         var decided: [Int: GateDecision] = [:]
         if let control = controls.snapshot {
-            // A paused campaign's jobs are held in Redis (one call for the batch) and settle `deferred`:
-            // they hold no lease, no place in the in-flight budget and no partition (design §2.11).
-            var deferred: [DeferredJob] = []
+            // Jobs of a paused, scheduled or paced campaign are held in Redis (one call for the batch) and
+            // settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
+            // §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted.
             let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+            var deferrals: [Deferral] = []
+            var deferralOf: [String: Int] = [:]
+            var indices: [[Int]] = []
             for (index, job) in d.jobs.enumerated() {
                 guard let campaign = job.campaign, let state = control[campaign] else { continue }
                 if state.cancelled {
                     decided[index] = .cancelled
-                } else if state.paused {
-                    decided[index] = .deferred
-                    let message = d.messages[d.jobMessages[index]]
-                    deferred.append(
-                        DeferredJob(
-                            campaign: campaign, message: DeferredRelease.member(key: message.key, value: message.value), dueMs: nowMs))
+                    continue
+                }
+                let message = d.messages[d.jobMessages[index]]
+                let mode: Deferral.Mode
+                if state.paused {
+                    mode = .hold(dueMs: nowMs)
+                } else if DeferredRelease.holdsSlot(message) {
+                    continue  // released at its pacing slot: admitted without taking another
+                } else if let rate = state.rate {
+                    mode = .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0)
+                } else if let at = state.startAtMs, at > nowMs {
+                    mode = .hold(dueMs: at)
+                } else {
+                    continue
+                }
+                let key = "\(campaign)\u{0}\(mode)"
+                let k: Int
+                if let known = deferralOf[key] {
+                    k = known
+                } else {
+                    k = deferrals.count
+                    deferralOf[key] = k
+                    deferrals.append(Deferral(campaign: campaign, mode: mode, messages: []))
+                    indices.append([])
+                }
+                deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
+                indices[k].append(index)
+            }
+            if !deferrals.isEmpty {
+                let admitted = try await store.deferJobs(deferrals, nowMs: nowMs)
+                for (k, jobs) in indices.enumerated() {
+                    for (position, index) in jobs.enumerated() where !admitted[k][position] { decided[index] = .deferred }
                 }
             }
-            try await store.deferJobs(deferred)
         }
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count - decided.count)
@@ -825,9 +853,9 @@ public final class PipelineRunner: Service, Sendable {
                 // been sent, published again on resume (design §2.11).
                 let n = o.notification
                 item.deferred.append(
-                    DeferredJob(
-                        campaign: campaign, message: DeferredRelease.member(key: Array(n.recipientKey.utf8), value: sentJob(n)),
-                        dueMs: Int64(Date().timeIntervalSince1970 * 1000)))
+                    Deferral(
+                        campaign: campaign, mode: .hold(dueMs: Int64(Date().timeIntervalSince1970 * 1000)),
+                        messages: [DeferredMessage.member(key: Array(n.recipientKey.utf8), value: sentJob(n))]))
             }
             item.outcomes.append(redisOutcome(o))
             if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
@@ -856,7 +884,7 @@ public final class PipelineRunner: Service, Sendable {
     private func settle(store: PipelineStore, consumer: KafkaConsumer) async throws {
         while let item = await inbox.take() {
             // Jobs a transport held back are stored before their messages settle (one call).
-            if !item.deferred.isEmpty { try await store.deferJobs(item.deferred) }
+            if !item.deferred.isEmpty { _ = try await store.deferJobs(item.deferred) }
             if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents

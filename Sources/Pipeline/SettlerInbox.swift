@@ -20,7 +20,7 @@ final class SettlerInbox: Sendable {
         var shardEvents: [ShardEvents] = []
         var campaignEvents: [String: PipelineEvents] = [:]
         /// Jobs a transport held back (their campaign paused): stored in Redis before the outcomes settle.
-        var deferred: [DeferredJob] = []
+        var deferred: [Deferral] = []
     }
 
     private struct State {

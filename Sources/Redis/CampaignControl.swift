@@ -4,14 +4,20 @@ import TimeUnits
 /// What an operator set for one campaign (`campaign cancel`, `pause`, …), as stored in the field of
 /// `{<p>}:control` named by the campaign id (design §2.10, §4.1).
 ///
-/// Stored as comma-separated words: `cancelled`, `paused`. An empty state is no field at all. Words this
-/// version does not know are kept as they are (a newer `run` may have written them) and ignored.
+/// Stored as comma-separated words: `cancelled`, `paused`, `at=<epoch ms>` (scheduled start), `pace=<jobs
+/// per second>`. An empty state is no field at all. Words this version does not know are kept as they
+/// are (a newer `run` may have written them) and ignored.
 public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible {
     /// `campaign cancel`: every job of the campaign not yet written to a connection settles as
     /// `cancelled`. Final: nothing lifts it (publish under a new campaign id instead).
     public var cancelled = false
     /// `campaign pause` (until `campaign resume`).
     public var paused = false
+    /// `campaign publish --at`: nothing of it is sent before this time (epoch milliseconds).
+    public var startAtMs: Int64?
+    /// `campaign pace --rate` / `publish --rate`: at most this many of its jobs per second, over every
+    /// process together.
+    public var rate: Int?
     /// Words of a newer version, kept when this one rewrites the state.
     public var unknown: [String] = []
 
@@ -26,7 +32,14 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
             switch word {
             case "cancelled": cancelled = true
             case "paused": paused = true
-            default: unknown.append(String(word))
+            default:
+                if word.hasPrefix("at="), let ms = Int64(word.dropFirst(3)) {
+                    startAtMs = ms
+                } else if word.hasPrefix("pace="), let n = Int(word.dropFirst(5)), n > 0 {
+                    rate = n
+                } else {
+                    unknown.append(String(word))
+                }
             }
         }
     }
@@ -36,17 +49,28 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
         var words: [String] = []
         if cancelled { words.append("cancelled") }
         if paused { words.append("paused") }
+        if let startAtMs { words.append("at=\(startAtMs)") }
+        if let rate { words.append("pace=\(rate)") }
         return (words + unknown).joined(separator: ",")
     }
 
     public var isEmpty: Bool { stored.isEmpty }
 
-    /// How `campaign status` says it: `cancelled`, `paused` or `running`.
-    public var description: String {
+    /// How `campaign status` says it at `nowMs`: `cancelled`, `paused`, `scheduled for <RFC 3339>`, `paced
+    /// at N/s` (combined with commas), or `running`.
+    public func description(nowMs: Int64) -> String {
         if cancelled { return "cancelled" }
-        if paused { return "paused" }
-        return "running"
+        var parts: [String] = []
+        if paused { parts.append("paused") }
+        if let startAtMs, startAtMs > nowMs {
+            let formatter = ISO8601DateFormatter()
+            parts.append("scheduled for \(formatter.string(from: Date(timeIntervalSince1970: Double(startAtMs) / 1000)))")
+        }
+        if let rate { parts.append("paced at \(rate)/s") }
+        return parts.isEmpty ? "running" : parts.joined(separator: ", ")
     }
+
+    public var description: String { description(nowMs: Int64(Date().timeIntervalSince1970 * 1000)) }
 }
 
 /// The whole control state as one read: its version and every campaign's state.
@@ -193,44 +217,85 @@ extension Scripts {
         """#)
 }
 
-/// A job held back by the gate (its campaign paused): its message as consumed, due at `dueMs`.
-public struct DeferredJob: Sendable, Hashable {
-    public var campaign: String
-    /// The message's value, exactly as consumed: what is published again when it is released.
-    public var message: [UInt8]
-    /// Epoch milliseconds from which it may be released (for a pause: when it was deferred, so the
-    /// release keeps roughly the order they came in).
-    public var dueMs: Int64
+/// Jobs of one campaign the gate (or a transport) holds back, in one deferral call (design §2.11–§2.13).
+public struct Deferral: Sendable, Hashable {
+    public enum Mode: Sendable, Hashable {
+        /// Hold every job until `dueMs` (a pause: now, released on resume; a scheduled start: its time).
+        case hold(dueMs: Int64)
+        /// Pace: each job gets the next slot of the campaign's shared virtual clock (`{<p>}:pace:<id>`),
+        /// 1/rate s apart, never before `notBeforeMs`; the jobs whose slot is due now are admitted (a prefix
+        /// of `messages`), the others held until their slot.
+        case pace(rate: Int, notBeforeMs: Int64)
+    }
 
-    public init(campaign: String, message: [UInt8], dueMs: Int64) {
+    public var campaign: String
+    public var mode: Mode
+    /// The members to hold (``DeferredMessage/member(key:value:)``), in the order they came.
+    public var messages: [[UInt8]]
+
+    public init(campaign: String, mode: Mode, messages: [[UInt8]]) {
         self.campaign = campaign
-        self.message = message
-        self.dueMs = dueMs
+        self.mode = mode
+        self.messages = messages
+    }
+}
+
+/// How a deferred job is kept in `{<p>}:deferred:<campaign>`: a kind byte (`H` held: gated again when
+/// released; `S` holds a pacing slot: admitted when released, without taking another), the Kafka key it
+/// came with, a 0 byte, the message's value. Keys are token hex or a channel id: no 0 byte.
+public enum DeferredMessage {
+    /// The member of a message as the gate holds it (the kind byte is added by the deferral script).
+    public static func member(key: [UInt8]?, value: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity((key?.count ?? 0) + 1 + value.count)
+        if let key { out.append(contentsOf: key) }
+        out.append(0)
+        out.append(contentsOf: value)
+        return out
+    }
+
+    /// A stored member's parts: whether it holds a pacing slot, its key (nil when empty) and its value.
+    public static func parse(_ stored: [UInt8]) -> (slotted: Bool, key: [UInt8]?, value: [UInt8]) {
+        guard let kind = stored.first else { return (false, nil, []) }
+        let body = stored.dropFirst()
+        guard let zero = body.firstIndex(of: 0) else { return (kind == UInt8(ascii: "S"), nil, Array(body)) }
+        let key = Array(body[..<zero])
+        return (kind == UInt8(ascii: "S"), key.isEmpty ? nil : key, Array(body[(zero + 1)...]))
     }
 }
 
 extension PipelineStore {
-    /// Holds jobs in `{<p>}:deferred:<campaign>` (design §2.11) and lists their campaigns in
-    /// `{<p>}:deferred`: one call for a batch, every key in `{<p>}`. A job already held (the same message)
-    /// is held once.
-    public func deferJobs(_ jobs: [DeferredJob]) async throws {
-        if jobs.isEmpty { return }
-        var byCampaign: [String: [DeferredJob]] = [:]
-        for job in jobs { byCampaign[job.campaign, default: []].append(job) }
+    /// Holds jobs in `{<p>}:deferred:<campaign>` and lists their campaigns in `{<p>}:deferred`; paced ones
+    /// take their slots first. One call for a batch, every key in `{<p>}`. Returns, per deferral, which
+    /// of its messages are admitted now (none for ``Deferral/Mode/hold(dueMs:)``), in their order. A
+    /// message already held is held once (a paced one keeps its slot).
+    public func deferJobs(_ deferrals: [Deferral], nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws -> [[Bool]] {
+        if deferrals.isEmpty { return [] }
         var keyList = [keys.deferredCampaigns]
         var arguments = RedisArguments()
-        arguments.append(byCampaign.count)
-        for (campaign, held) in byCampaign.sorted(by: { $0.key < $1.key }) {
-            keyList.append(keys.deferred(campaign: campaign))
-            arguments.append(campaign)
-            arguments.append(held.count)
-            for job in held {
-                arguments.append(job.dueMs)
-                arguments.append(bytes: job.message)
+        arguments.append(nowMs)
+        arguments.append(deferrals.count)
+        for d in deferrals {
+            keyList.append(keys.deferred(campaign: d.campaign))
+            keyList.append(keys.pace(campaign: d.campaign))
+            arguments.append(d.campaign)
+            switch d.mode {
+            case .hold(let dueMs):
+                arguments.append(0)
+                arguments.append(dueMs)
+            case .pace(let rate, let notBeforeMs):
+                arguments.append(rate)
+                arguments.append(notBeforeMs)
             }
+            arguments.append(d.messages.count)
+            for m in d.messages { arguments.append(bytes: m) }
         }
         let reply = try await client.eval(Scripts.deferJobs, keys: RedisArguments(keyList), arguments: arguments)
-        guard reply.integer != nil else { throw RedisError.unexpectedReply("defer: \(reply)") }
+        guard let counts = reply.array, counts.count == deferrals.count else { throw RedisError.unexpectedReply("defer: \(reply)") }
+        return counts.enumerated().map { k, reply in
+            let flags: [UInt8] = if case .bulk(let bytes) = reply { bytes } else { [] }
+            return (0..<deferrals[k].messages.count).map { $0 < flags.count && flags[$0] == UInt8(ascii: "1") }
+        }
     }
 
     /// The campaigns that have deferred jobs.
@@ -281,27 +346,64 @@ extension PipelineStore {
 }
 
 extension Scripts {
-    /// KEYS: the deferred campaigns set, then one sorted set per campaign. ARGV: campaigns, then per
-    /// campaign its id, its job count and (score, message) per job.
+    /// KEYS: the deferred campaigns set, then per deferral its sorted set and its pace key. ARGV: now
+    /// (ms), the deferrals, then per deferral: campaign, rate (0: hold), due or not-before (ms), count,
+    /// members. Answers per deferral a flag per member: `1` admitted now, `0` held (empty for a hold).
+    ///
+    /// Pacing: the pace key holds the campaign's next free slot in microseconds. The batch's jobs take
+    /// consecutive slots from max(next, now, not-before), 1e6 / rate µs apart; a slot not after now is
+    /// admitted (a prefix), the others are held until their slot. An idle campaign accumulates no credit.
     static let deferJobs = RedisScript(
         #"""
-        local at = 2
-        local n = tonumber(ARGV[1])
-        for c = 1, n do
-          local campaign, count = ARGV[at], tonumber(ARGV[at + 1])
-          at = at + 2
-          for from = 0, count - 1, 500 do
-            local chunk = {}
-            for j = from, math.min(count - 1, from + 499) do
-              chunk[#chunk + 1] = ARGV[at + 2 * j]
-              chunk[#chunk + 1] = ARGV[at + 2 * j + 1]
-            end
-            redis.call('ZADD', KEYS[c + 1], unpack(chunk))
+        local now = tonumber(ARGV[1])
+        local at = 3
+        local out = {}
+        local function hold(key, items)
+          for from = 1, #items, 1000 do
+            redis.call('ZADD', key, unpack(items, from, math.min(#items, from + 999)))
           end
-          at = at + 2 * count
-          redis.call('SADD', KEYS[1], campaign)
         end
-        return n
+        for d = 1, tonumber(ARGV[2]) do
+          local campaign, rate, due, count = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+          local zset, pace = KEYS[2 * d], KEYS[2 * d + 1]
+          at = at + 4
+          local items, flags = {}, {}
+          if rate == 0 then
+            for j = 0, count - 1 do
+              items[#items + 1] = due
+              items[#items + 1] = 'H' .. ARGV[at + j]
+            end
+          else
+            local step = math.floor(1000000 / rate)
+            if step < 1 then step = 1 end
+            local slot = tonumber(redis.call('GET', pace) or '0')
+            if slot < now * 1000 then slot = now * 1000 end
+            if slot < due * 1000 then slot = due * 1000 end
+            for j = 0, count - 1 do
+              local member = 'S' .. ARGV[at + j]
+              if redis.call('ZSCORE', zset, member) then
+                -- Held already with its slot (a redelivered copy): it keeps that slot, takes none.
+                flags[j + 1] = '0'
+              elseif slot <= now * 1000 then
+                flags[j + 1] = '1'
+                slot = slot + step
+              else
+                flags[j + 1] = '0'
+                items[#items + 1] = math.floor(slot / 1000)
+                items[#items + 1] = member
+                slot = slot + step
+              end
+            end
+            redis.call('SET', pace, string.format('%d', slot), 'PX', 86400000)
+          end
+          at = at + count
+          if #items > 0 then
+            hold(zset, items)
+            redis.call('SADD', KEYS[1], campaign)
+          end
+          out[#out + 1] = table.concat(flags)
+        end
+        return out
         """#)
 
     /// KEYS: the lock. ARGV: owner, lease ms. 1 when this owner holds it (taken or renewed).

@@ -25,6 +25,7 @@
 /// | `{<p>}:deferred` | SET | campaigns with deferred jobs |
 /// | `{<p>}:deferred:<id>` | ZSET | a campaign's deferred job messages, scored by due time (epoch ms) |
 /// | `{<p>}:deferred-lock:<id>` | STRING | owner of the release of a campaign's due jobs (PX) |
+/// | `{<p>}:pace:<id>` | STRING | a paced campaign's next free slot, epoch µs (PX 1 day) |
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
@@ -86,6 +87,8 @@ public struct RedisKeys: Sendable, Hashable {
     public var deferredCampaigns: String { "{\(prefix)}:deferred" }
     /// A campaign's deferred jobs (a sorted set): the raw job messages, scored by when they are due (epoch ms).
     public func deferred(campaign: String) -> String { "{\(prefix)}:deferred:\(campaign)" }
+    /// A paced campaign's next free slot (epoch µs): its shared virtual clock (design §2.13).
+    public func pace(campaign: String) -> String { "{\(prefix)}:pace:\(campaign)" }
     /// The lock of the one process moving a campaign's due jobs back to the jobs topic.
     public func deferredLock(campaign: String) -> String { "{\(prefix)}:deferred-lock:\(campaign)" }
 

@@ -10,7 +10,8 @@ import Testing
 
 /// Campaign control (design §2.10) end to end: two `run` pipelines, the `apns-pipeline campaign …`
 /// commands as processes, real Redis, the Kafka mock cluster over TCP, the simulators over TLS.
-@Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
+// A time limit per test: a stop or a command that never ends fails its test instead of holding the run.
+@Suite(.serialized, .timeLimit(.minutes(4)), .enabled(if: RedisServer.available, RedisServer.skipReason))
 struct CampaignControlTests {
     /// HTTP/2 to `sim`, slowed down (few streams) so a campaign takes seconds.
     static func http2Configuration(_ stack: Stack, _ sim: HTTP2Simulator) -> PipelineConfiguration {
@@ -286,6 +287,97 @@ struct CampaignControlTests {
         #expect(recorded.count == 4000 && recorded.values.allSatisfy { $0 == 1 }, "each job sent exactly once")
         #expect(try await stack.store.readCampaign("m")[.jobsAccepted] == 4000)
         try? await pipeline.stop()
+        try? await sim.stop()
+        await stack.stop()
+    }
+
+    /// Files for `campaign publish`: the template and `count` tokens from `from`.
+    func publishFiles(from: Int = 0, count: Int) throws -> (template: String, tokens: String) {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("publish-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let templatePath = dir.appendingPathComponent("template.json").path
+        try String(decoding: template.serialized(), as: UTF8.self).write(toFile: templatePath, atomically: true, encoding: .utf8)
+        let tokensPath = dir.appendingPathComponent("tokens.txt").path
+        try (from..<(from + count)).map { token($0).hex }.joined(separator: "\n").write(
+            toFile: tokensPath, atomically: true, encoding: .utf8)
+        return (templatePath, tokensPath)
+    }
+
+    /// `campaign publish --at T`: the jobs are in Kafka at once, nothing reaches the gateway before T,
+    /// everything after it, each job once.
+    @Test func scheduledStartSendsNothingBeforeItsTime() async throws {
+        let stack = try await Stack()
+        let sim = try await HTTP2Simulator.startedForTests()
+        let c = HTTP2PipelineTests.configuration(stack, sim)
+        let one = RunningPipeline(c)
+        let two = RunningPipeline(c)
+        try await waitForProcesses(stack, 2)
+        let file = try stack.pipelineFile()
+        let files = try publishFiles(count: 2000)
+        // Whole seconds (RFC 3339 without a fraction), at least 3 s ahead.
+        let startSeconds = Int64(Date().timeIntervalSince1970) + 4
+        let at = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(startSeconds)))
+        let publish = try await PipelineProcess.command([
+            "campaign", "publish", "--campaign", "s", "--template", files.template, "--tokens", files.tokens, "--pipeline", file, "--at",
+            at,
+            "--quiet",
+        ])
+        #expect(publish.status == 0, "\(publish.stderr)")
+        #expect(publish.stderr.contains("scheduled for"), "\(publish.stderr)")
+        let status = try await PipelineProcess.command(["campaign", "status", "s", "--pipeline", file, "--json"])
+        let object = try Self.json(status.stdout)
+        if Int64(Date().timeIntervalSince1970) < startSeconds - 1 {
+            #expect((object["state"] as? String)?.hasPrefix("scheduled for") == true, "\(status.stdout)")
+        }
+        try await eventually("every job settled", timeout: .seconds(120)) { try await stack.store.readCampaign("s").jobsSettled == 2000 }
+        let records = sim.records.filter { $0.jobID?.hasPrefix("s:") == true }
+        #expect(records.count == 2000 && Set(records.compactMap(\.jobID)).count == 2000, "each job once")
+        let first = try #require(records.map(\.time).min())
+        #expect(first >= startSeconds * 1000, "first sent \(first - startSeconds * 1000) ms after the start time")
+        try? await one.stop()
+        try? await two.stop()
+        try? await sim.stop()
+        await stack.stop()
+    }
+
+    /// `campaign publish --rate N` with two processes: the simulator receives the campaign at N per
+    /// second (±10 %) over the whole campaign, each job once; `campaign pace --rate 0` then lifts it.
+    @Test func pacingHoldsTheRateAcrossTwoProcesses() async throws {
+        let stack = try await Stack()
+        let sim = try await HTTP2Simulator.startedForTests()
+        let c = HTTP2PipelineTests.configuration(stack, sim)
+        let one = RunningPipeline(c)
+        let two = RunningPipeline(c)
+        try await waitForProcesses(stack, 2)
+        let file = try stack.pipelineFile()
+        let rate = 1000
+        let jobs = 8000
+        let files = try publishFiles(count: jobs)
+        let publish = try await PipelineProcess.command([
+            "campaign", "publish", "--campaign", "paced", "--template", files.template, "--tokens", files.tokens, "--pipeline", file,
+            "--rate", "\(rate)", "--quiet",
+        ])
+        #expect(publish.status == 0, "\(publish.stderr)")
+        try await eventually("every job settled", timeout: .seconds(120)) {
+            try await stack.store.readCampaign("paced").jobsSettled == Int64(jobs)
+        }
+        let times = sim.records.filter { $0.jobID?.hasPrefix("paced:") == true }.map(\.time).sorted()
+        #expect(times.count == jobs)
+        let seconds = Double(times.last! - times.first!) / 1000
+        let measured = Double(jobs - 1) / seconds
+        let deferredMessages = try await stack.store.readCampaign("paced").counters[.deferred]
+        var perSecond: [Int64: Int] = [:]
+        for t in times { perSecond[(t - times.first!) / 1000, default: 0] += 1 }
+        #expect(
+            abs(measured - Double(rate)) <= Double(rate) / 10,
+            "\(measured) jobs/s for a pace of \(rate) over \(seconds) s; deferred messages \(deferredMessages); per second \(perSecond.sorted { $0.key < $1.key }.map(\.value))"
+        )
+        // The pace is lifted: a later part goes at full speed (no slot is taken).
+        let lift = try await PipelineProcess.command(["campaign", "pace", "paced", "--rate", "0", "--pipeline", file, "--json"])
+        let lifted = try Self.json(lift.stdout)
+        #expect(lift.status == 0 && lifted["state"] as? String == "running", "\(lift.stdout) \(lift.stderr)")
+        try? await one.stop()
+        try? await two.stop()
         try? await sim.stop()
         await stack.stop()
     }

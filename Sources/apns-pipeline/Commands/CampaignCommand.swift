@@ -11,7 +11,7 @@ struct CampaignCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "campaign",
         abstract: "Publish a bulk campaign to the jobs topic, follow its progress, pause, resume or cancel it.",
-        subcommands: [Publish.self, Status.self, Wait.self, Pause.self, Resume.self, Cancel.self]
+        subcommands: [Publish.self, Status.self, Wait.self, Pause.self, Resume.self, Pace.self, Cancel.self]
     )
 
     struct Publish: AsyncParsableCommand {
@@ -23,11 +23,23 @@ struct CampaignCommand: AsyncParsableCommand {
         @Option(help: "Template JSON: a job without id, token and campaign.") var template: String
         @Option(help: "Tokens: one hex token per line, or a CSV with a token column and an optional language column.") var tokens: String
         @Option(help: "Messages per produce batch.") var batch: Int = 5000
+        @Option(help: "Scheduled start (RFC 3339, e.g. 2026-12-01T09:00:00Z): published now, nothing sent before.") var at: String?
+        @Option(help: "Pace: at most this many jobs per second over every `run` process (as `campaign pace`).") var rate: Int?
+        @Option(help: "Seconds to wait for every running process to confirm --at / --rate before publishing.")
+        var controlTimeout: Double = 10
         @Flag(help: "No progress bar.") var quiet = false
 
         func run() async throws {
             let config = try loadPipeline(pipeline)
             guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("--campaign: a non-empty id without ':'") }
+            var startAtMs: Int64?
+            if let at {
+                guard let date = ISO8601DateFormatter().date(from: at) else {
+                    throw ValidationError("--at: an RFC 3339 time with its zone, e.g. 2026-12-01T09:00:00Z (got \(at))")
+                }
+                startAtMs = Int64(date.timeIntervalSince1970 * 1000)
+            }
+            if let rate, rate <= 0 || rate > 1_000_000 { throw ValidationError("--rate: 1…1000000 jobs per second") }
             let templateValue: JSONValue
             let audience: Campaign.Audience
             do {
@@ -56,6 +68,26 @@ struct CampaignCommand: AsyncParsableCommand {
             let producer = try KafkaProducer(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
             let (redis, store) = try await openStore(config, logger: logger)
+            if startAtMs != nil || rate != nil {
+                // Before any job reaches Kafka, every running `run` process must hold the schedule / pace
+                // (design §2.12): else one could send a job early.
+                let rate = rate
+                let applied = try await CampaignCommand.applyControl(store: store, campaign: campaign, timeout: controlTimeout) {
+                    var state = $0
+                    if let startAtMs { state.startAtMs = startAtMs }
+                    if let rate { state.rate = rate }
+                    return state
+                }
+                if !applied.missing.isEmpty {
+                    await redis.close()
+                    FileHandle.standardError.write(
+                        Data(
+                            "campaign \(campaign): nothing published: \(applied.missing.count) running process(es) did not confirm the schedule/pace within \(controlTimeout) s: \(applied.missing.map(\.process).joined(separator: ", "))\n"
+                                .utf8))
+                    throw ExitCode(2)
+                }
+                FileHandle.standardError.write(Data("campaign \(campaign): \(applied.state.description)\n".utf8))
+            }
 
             let total = recipients.count
             // `campaign wait` is not done while this runs (publish_started_ms > publish_finished_ms).
@@ -358,6 +390,56 @@ extension CampaignCommand {
         }
     }
 
+    struct Pace: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pace a campaign: at most N of its jobs per second, over every `run` process together (0 removes it).",
+            discussion: """
+                Settable while the campaign runs. Each job takes the next slot of the campaign's clock in \
+                Redis (one call per batch); a job whose slot is later is held in Redis and published again at \
+                its slot (design §2.13). Other campaigns run at full speed. Exit status as `campaign cancel`.
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Jobs per second (0: no pacing).") var rate: Int
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard rate >= 0 && rate <= 1_000_000 else { throw ValidationError("--rate: 0…1000000 jobs per second (0 removes pacing)") }
+            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
+        }
+
+        func run() async throws {
+            let rate = rate
+            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "pace", timeout: timeout, json: json) {
+                var state = $0
+                state.rate = rate > 0 ? rate : nil
+                return state
+            }
+        }
+    }
+
+    /// Changes a campaign's control state, then waits until every live `run` process applied it. Returns
+    /// the new version and state, the live processes and those that did not confirm within `timeout`.
+    static func applyControl(
+        store: PipelineStore, campaign: String, timeout: Double, _ change: (CampaignControlState) -> CampaignControlState
+    ) async throws -> (version: Int64, state: CampaignControlState, processes: [ControlAcknowledgement], missing: [ControlAcknowledgement])
+    {
+        let deadline = Date().addingTimeInterval(timeout)
+        let (version, state) = try await store.changeControl(campaign: campaign, change)
+        var processes: [ControlAcknowledgement] = []
+        var missing: [ControlAcknowledgement] = []
+        while true {
+            processes = try await store.controlAcknowledgements()
+            missing = processes.filter { $0.version < version }
+            if missing.isEmpty || Date() >= deadline { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return (version, state, processes, missing)
+    }
+
     /// Changes a campaign's control state, then waits until every live `run` process applied it
     /// (design §2.10): one line of text, or with `--json` one object; exit 2 naming the processes that
     /// did not confirm within `timeout`.
@@ -369,16 +451,8 @@ extension CampaignCommand {
             let config = try loadPipeline(pipeline)
             let (redis, store) = try await openStore(config, logger: quietLogger())
             let started = Date()
-            let (version, state) = try await store.changeControl(campaign: campaign, change)
-            let deadline = started.addingTimeInterval(timeout)
-            var processes: [ControlAcknowledgement] = []
-            var missing: [ControlAcknowledgement] = []
-            while true {
-                processes = try await store.controlAcknowledgements()
-                missing = processes.filter { $0.version < version }
-                if missing.isEmpty || Date() >= deadline { break }
-                try await Task.sleep(for: .milliseconds(50))
-            }
+            let (version, state, processes, missing) = try await applyControl(
+                store: store, campaign: campaign, timeout: timeout, change)
             await redis.close()
             let elapsed = Date().timeIntervalSince(started)
             if json {
