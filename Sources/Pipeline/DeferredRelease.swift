@@ -25,6 +25,9 @@ struct DeferredRelease: Sendable {
     /// admits it without taking another slot.
     static let slotHeader = "apns-paced-slot"
 
+    /// The deferral (`{<p>}:deferred:<name>`, `{<p>}:pace:<name>`) of an app's `max_rate`: `@app:<bundle id>`.
+    static func appDeferral(_ app: String) -> String { "@app:" + app }
+
     /// Whether a consumed message is a paced job released at its slot.
     static func holdsSlot(_ message: KafkaConsumerMessage) -> Bool {
         !message.headers.isEmpty && message.headers.contains { $0.key == slotHeader }

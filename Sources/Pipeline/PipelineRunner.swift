@@ -26,6 +26,8 @@ public final class PipelineRunner: Service, Sendable {
     private let waitLog = LeaseWaitLog()
     /// Campaign control (cancel, …) as this process last read it from Redis (design §2.10).
     private let controls: CampaignControls
+    /// `apps[].max_rate`, by bundle id (empty: no app is paced, and the gate never looks).
+    private let appRates: [String: Int]
     /// The stage that takes batches from Kafka (set once `ingest` started it): a graceful stop cancels it
     /// alone, so the batches it already took are still gated and sent (`docs/design.md §1.3`).
     private let intake = Mutex<Task<Void, Never>?>(nil)
@@ -59,6 +61,7 @@ public final class PipelineRunner: Service, Sendable {
         self.logger = logger
         self.metrics = metrics
         controls = CampaignControls(logger: logger)
+        appRates = Dictionary(uniqueKeysWithValues: configuration.apps.compactMap { app in app.maxRate.map { (app.bundleID, $0) } })
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
     }
@@ -515,7 +518,9 @@ public final class PipelineRunner: Service, Sendable {
         if d.jobs.isEmpty { return [] }
         // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
         var decided: [Int: GateDecision] = [:]
-        if let control = controls.snapshot {
+        let snapshot = controls.snapshot
+        if snapshot != nil || !appRates.isEmpty {
+            let control = snapshot ?? [:]
             // Jobs of a paused, scheduled or paced campaign are held in Redis (one call for the batch) and
             // settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
             // §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted.
@@ -524,32 +529,38 @@ public final class PipelineRunner: Service, Sendable {
             var deferralOf: [String: Int] = [:]
             var indices: [[Int]] = []
             for (index, job) in d.jobs.enumerated() {
-                guard let campaign = job.campaign, let state = control[campaign] else { continue }
-                if state.cancelled {
+                let state = job.campaign.flatMap { control[$0] }
+                if state?.cancelled == true {
                     decided[index] = .cancelled
                     continue
                 }
+                let appRate = appRates.isEmpty ? nil : appRates[job.app]
+                guard state != nil || appRate != nil else { continue }
                 let message = d.messages[d.jobMessages[index]]
-                let mode: Deferral.Mode
-                if state.paused {
-                    mode = .hold(dueMs: nowMs)
+                // Where it is held (a campaign, or `@app:<bundle id>` for an app's max_rate) and how.
+                let held: (name: String, mode: Deferral.Mode)
+                if let state, let campaign = job.campaign, state.paused {
+                    held = (campaign, .hold(dueMs: nowMs))
                 } else if DeferredRelease.holdsSlot(message) {
                     continue  // released at its pacing slot: admitted without taking another
-                } else if let rate = state.rate {
-                    mode = .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0)
-                } else if let at = state.startAtMs, at > nowMs {
-                    mode = .hold(dueMs: at)
+                } else if let state, let campaign = job.campaign, let rate = state.rate {
+                    held = (campaign, .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0))
+                } else if let state, let campaign = job.campaign, let at = state.startAtMs, at > nowMs {
+                    held = (campaign, .hold(dueMs: at))
+                } else if let appRate {
+                    // The app's max_rate, for jobs whose campaign sets no pace of its own.
+                    held = (DeferredRelease.appDeferral(job.app), .pace(rate: appRate, notBeforeMs: 0))
                 } else {
                     continue
                 }
-                let key = "\(campaign)\u{0}\(mode)"
+                let key = "\(held.name)\u{0}\(held.mode)"
                 let k: Int
                 if let known = deferralOf[key] {
                     k = known
                 } else {
                     k = deferrals.count
                     deferralOf[key] = k
-                    deferrals.append(Deferral(campaign: campaign, mode: mode, messages: []))
+                    deferrals.append(Deferral(campaign: held.name, mode: held.mode, messages: []))
                     indices.append([])
                 }
                 deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))

@@ -381,4 +381,28 @@ struct CampaignControlTests {
         try? await sim.stop()
         await stack.stop()
     }
+
+    /// `apps[].max_rate`: every job of the app, campaign or not, goes at that rate (±10 %), each once.
+    @Test func anAppsMaxRateHoldsItsJobs() async throws {
+        let stack = try await Stack()
+        let sim = try await HTTP2Simulator.startedForTests()
+        var c = HTTP2PipelineTests.configuration(stack, sim)
+        c.apps[0].maxRate = 500
+        let pipeline = RunningPipeline(c)
+        try await waitForProcesses(stack, 1)
+        let jobs = 2500
+        try await stack.publishRaw(
+            (0..<jobs).map { #"{"id":"r-\#($0)","app":"com.example.shop","token":"\#(token($0).hex)","payload":{"aps":{"alert":"x"}}}"# })
+        try await eventually("every job sent", timeout: .seconds(120)) {
+            sim.records.filter { $0.jobID?.hasPrefix("r-") == true }.count >= jobs
+        }
+        let records = sim.records.filter { $0.jobID?.hasPrefix("r-") == true }
+        #expect(Set(records.compactMap(\.jobID)).count == jobs && records.count == jobs, "each job once")
+        let times = records.map(\.time).sorted()
+        let measured = Double(jobs - 1) / (Double(times.last! - times.first!) / 1000)
+        #expect(abs(measured - 500) <= 50, "\(measured) jobs/s for a max_rate of 500")
+        try? await pipeline.stop()
+        try? await sim.stop()
+        await stack.stop()
+    }
 }
