@@ -136,6 +136,10 @@ extension Campaign {
         /// Count messages even when per-job fields exist (`campaign wait --messages`: e.g. until a
         /// campaign published again has had every message settled, deduped).
         public var countsMessages: Bool
+        /// The campaign's control state (`campaign cancel`, …; design §2.10), when the caller read it.
+        public var control: CampaignControlState?
+        /// Jobs held in Redis now (a paused campaign's, `{<p>}:deferred:<id>`), when the caller read it.
+        public var deferred: Int64 = 0
 
         public init(_ progress: CampaignProgress, expected: Int64? = nil, countsMessages: Bool = false) {
             self.progress = progress
@@ -169,7 +173,7 @@ extension Campaign {
             init(_ status: Status) { self.status = status }
 
             enum Keys: String, CodingKey {
-                case campaign, basis, target, settled, pending, progress, publishing, done, jobs, messages
+                case campaign, state, deferred, basis, target, settled, pending, progress, publishing, done, jobs, messages
                 case rejectedByCode = "rejected_by_code"
             }
 
@@ -177,6 +181,8 @@ extension Campaign {
                 let p = status.progress
                 var c = encoder.container(keyedBy: Keys.self)
                 try c.encode(p.id, forKey: .campaign)
+                try c.encode(status.control?.description ?? "running", forKey: .state)
+                try c.encode(status.deferred, forKey: .deferred)
                 try c.encode(status.basis, forKey: .basis)
                 try c.encode(status.target, forKey: .target)
                 try c.encode(status.settled, forKey: .settled)
@@ -189,7 +195,7 @@ extension Campaign {
                         [
                             "published": jobs, "settled": p.jobsSettled, "pending": max(0, jobs - p.jobsSettled),
                             "accepted": p[.jobsAccepted], "rejected": p[.jobsRejected], "suppressed": p[.jobsSuppressed],
-                            "dead_lettered": p[.jobsDeadLettered],
+                            "dead_lettered": p[.jobsDeadLettered], "cancelled": p[.jobsCancelled],
                         ], forKey: .jobs)
                 } else {
                     try c.encodeNil(forKey: .jobs)

@@ -72,6 +72,19 @@ struct GateVerdicts {
                 settle(.deduped)
             case .suppressed:
                 settle(.suppressed)
+            case .cancelled, .deferred:
+                // Its campaign is cancelled (or paused, and the job held in Redis): decided before the gate
+                // call, so it holds no lease.
+                var outcome = Redis.Outcome(
+                    jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign,
+                    kind: decisions[i] == .cancelled ? .cancelled : .deferred)
+                outcome.isBroadcast = job.isBroadcast
+                outcome.tookNoLease = true
+                settled.outcomes.append(outcome)
+                settled.refs.append(ref(i))
+                // A held job is not done: its message comes when it settles after the release (a consumer
+                // deduping by id would otherwise keep "deferred" and drop its real outcome).
+                if outcomeMessages, outcome.kind == .cancelled { settled.messages.append(OutcomeMessage(job: job, outcome: .cancelled)) }
             case .inFlightElsewhere(let holder):
                 // As below, but the copy belongs to another live process: said once per job (a long wait
                 // here is a stuck process, or a job published twice across processes).

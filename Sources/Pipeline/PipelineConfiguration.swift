@@ -154,6 +154,9 @@ public struct PipelineConfiguration: Sendable {
         /// against its authentication: a file that names one this app cannot send is refused, naming the
         /// app (`checkPushTypes`). A job of another push type is still judged per job (`checkCanSend`).
         public var pushTypes: [APNsPushType]?
+        /// `max_rate`: at most this many of the app's jobs per second over every `run` process (design
+        /// §2.13); nil: no limit. Jobs beyond it are held in Redis until their slot.
+        public var maxRate: Int?
 
         /// A binary app with a provider certificate.
         public init(bundleID: String, certificate: String, key: String, shards: Int? = nil, gateways: [GatewayAddress]? = nil) {
@@ -579,6 +582,7 @@ public struct PipelineConfiguration: Sendable {
                 throw ConfigurationError(file: file, key: "\(a.path).push_types", problem: problem)
             }
         }
+        if a.has("max_rate") { app.maxRate = try a.int("max_rate", default: 1, range: 1...1_000_000) }
         try a.finish()
         return app
     }

@@ -24,6 +24,8 @@ public final class PipelineMetrics: Sendable {
         public static let suppressed = "apns_suppressed_total"
         public static let deduped = "apns_deduped_total"
         public static let deadLettered = "apns_dead_lettered_total"
+        public static let cancelled = "apns_cancelled_total"
+        public static let deferred = "apns_deferred_total"
         public static let refusals = "apns_gateway_refusals_total"
         public static let replayed = "apns_replayed_total"
         public static let ambiguous = "apns_ambiguous_total"
@@ -121,7 +123,9 @@ public final class PipelineMetrics: Sendable {
             for name in [Name.accepted, Name.rejected, Name.replayed, Name.ambiguous, Name.retried, Name.reconnects, Name.gaveUp] {
                 _ = counter(name, ["app": app, "transport": transport])
             }
-            for name in [Name.suppressed, Name.deduped, Name.deadLettered] { _ = counter(name, ["app": app]) }
+            for name in [Name.suppressed, Name.deduped, Name.deadLettered, Name.cancelled, Name.deferred] {
+                _ = counter(name, ["app": app])
+            }
         }
     }
 
@@ -215,6 +219,8 @@ public final class PipelineMetrics: Sendable {
             case .suppressed: counter(Name.suppressed, ["app": app]).increment(by: n)
             case .deduped: counter(Name.deduped, ["app": app]).increment(by: n)
             case .deadLettered: counter(Name.deadLettered, ["app": app]).increment(by: n)
+            case .cancelled: counter(Name.cancelled, ["app": app]).increment(by: n)
+            case .deferred: counter(Name.deferred, ["app": app]).increment(by: n)
             }
         }
         for (key, n) in byRefusal {

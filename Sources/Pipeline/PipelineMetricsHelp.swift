@@ -9,6 +9,8 @@ extension PipelineMetrics {
         Name.suppressed: "Jobs not sent because their device token is suppressed (apns:stats suppressed).",
         Name.deduped: "Jobs not sent because the same job was already settled (apns:stats deduped).",
         Name.deadLettered: "Jobs written to the dead-letter topic (apns:stats dead_lettered; app unknown when the message did not decode).",
+        Name.cancelled: "Jobs of a cancelled campaign settled without being sent (apns:stats cancelled).",
+        Name.deferred: "Messages of a paused campaign held in Redis until it resumes (apns:stats deferred).",
         Name.refusals: "Gateway refusals by code: binary status or HTTP/2 reason (apns:stats rejected:<code>).",
         Name.replayed: "Notifications resent after a connection was lost (apns:stats replayed).",
         Name.ambiguous: "Notifications that may or may not have been delivered (the transports' part of apns:stats ambiguous).",

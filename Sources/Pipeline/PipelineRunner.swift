@@ -24,6 +24,10 @@ public final class PipelineRunner: Service, Sendable {
     private let inbox = SettlerInbox()
     private let observed = Mutex(Observed())
     private let waitLog = LeaseWaitLog()
+    /// Campaign control (cancel, …) as this process last read it from Redis (design §2.10).
+    private let controls: CampaignControls
+    /// `apps[].max_rate`, by bundle id (empty: no app is paced, and the gate never looks).
+    private let appRates: [String: Int]
     /// The stage that takes batches from Kafka (set once `ingest` started it): a graceful stop cancels it
     /// alone, so the batches it already took are still gated and sent (`docs/design.md §1.3`).
     private let intake = Mutex<Task<Void, Never>?>(nil)
@@ -58,6 +62,8 @@ public final class PipelineRunner: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
+        controls = CampaignControls(logger: logger)
+        appRates = Dictionary(uniqueKeysWithValues: configuration.apps.compactMap { app in app.maxRate.map { (app.bundleID, $0) } })
         group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
         outcomeMessages =
@@ -172,15 +178,18 @@ public final class PipelineRunner: Service, Sendable {
         let transports = try c.apps.map { app -> any NotificationTransport in
             switch app.transport {
             case .binary:
+                var shard = c.gateway.shard
+                shard.cancellations = controls.cancellations  // checked right before each write (design §2.10)
                 return try SenderPool(
                     configuration: PoolConfiguration(
                         credentials: c.credentials(for: app)!, gateways: app.gateways ?? c.gateway.addresses,
-                        shards: app.shards ?? c.gateway.shards, shard: c.gateway.shard, serverHostname: c.gateway.serverHostname),
+                        shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
                     group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
             case .http2:
+                var http2 = try c.http2Configuration(for: app)!
+                http2.cancellations = controls.cancellations
                 return try HTTP2Transport(
-                    configuration: c.http2Configuration(for: app)!, group: group, limiter: http2Limiter, logger: logger,
-                    onOutcomes: onOutcomes)
+                    configuration: http2, group: group, limiter: http2Limiter, logger: logger, onOutcomes: onOutcomes)
             }
         }
         let router = Router(transports: transports)
@@ -208,6 +217,21 @@ public final class PipelineRunner: Service, Sendable {
         try await markRedis.connect()
         let marks = WrittenMarks(store: PipelineStore(client: markRedis, configuration: storeConfig, logger: logger), logger: logger)
         let marking = Task { await marks.run() }
+        // Campaign control (design §2.10), on a connection of its own: read once before the first gate (a
+        // campaign cancelled before this process started is never sent by it), then every 250 ms.
+        let controlRedis = try c.redis.makeConnection(logger: logger)
+        try await controlRedis.connect()
+        let controlStore = PipelineStore(client: controlRedis, configuration: storeConfig, logger: logger)
+        try await controls.poll(store: controlStore)
+        let controlling = Task { await self.controls.run(store: controlStore) }
+        // Deferred jobs go back to the jobs topic once their campaign may send (design §2.11): on a
+        // connection of its own (a release waits for Kafka's delivery), through the dead-letter producer.
+        let releaseRedis = try c.redis.makeConnection(logger: logger)
+        try await releaseRedis.connect()
+        let release = DeferredRelease(
+            store: PipelineStore(client: releaseRedis, configuration: storeConfig, logger: logger), producer: producer,
+            topic: c.kafka.jobsTopic, controls: controls, logger: logger)
+        let releasing = Task { await release.run() }
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
@@ -307,6 +331,12 @@ public final class PipelineRunner: Service, Sendable {
         marks.finish()
         marking.cancel()
         await marking.value
+        controlling.cancel()
+        await controlling.value
+        releasing.cancel()
+        await releasing.value
+        // A control change no longer waits for this process.
+        try? await controlStore.forgetControlAcknowledgement()
         // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
         do {
             try await settlerStore.endHeartbeat()
@@ -331,6 +361,8 @@ public final class PipelineRunner: Service, Sendable {
         await redis.close()
         await settlerRedis.close()
         await markRedis.close()
+        await controlRedis.close()
+        await releaseRedis.close()
         for connection in gateRedis { await connection.close() }
         try? await group.shutdownGracefully()
         if let failure { throw failure }
@@ -512,16 +544,76 @@ public final class PipelineRunner: Service, Sendable {
     /// The gate: one Redis round trip for the whole batch.
     private func gate(_ d: DecodedBatch, call: String, store: PipelineStore) async throws -> [GateDecision] {
         if d.jobs.isEmpty { return [] }
+        // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
+        var decided: [Int: GateDecision] = [:]
+        let snapshot = controls.snapshot
+        if snapshot != nil || !appRates.isEmpty {
+            let control = snapshot ?? [:]
+            // Jobs of a paused, scheduled or paced campaign are held in Redis (one call for the batch) and
+            // settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
+            // §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted.
+            let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+            var deferrals: [Deferral] = []
+            var deferralOf: [String: Int] = [:]
+            var indices: [[Int]] = []
+            for (index, job) in d.jobs.enumerated() {
+                let state = job.campaign.flatMap { control[$0] }
+                if state?.cancelled == true {
+                    decided[index] = .cancelled
+                    continue
+                }
+                let appRate = appRates.isEmpty ? nil : appRates[job.app]
+                guard state != nil || appRate != nil else { continue }
+                let message = d.messages[d.jobMessages[index]]
+                // Where it is held (a campaign, or `@app:<bundle id>` for an app's max_rate) and how.
+                let held: (name: String, mode: Deferral.Mode)
+                if let state, let campaign = job.campaign, state.paused {
+                    held = (campaign, .hold(dueMs: nowMs))
+                } else if DeferredRelease.holdsSlot(message) {
+                    continue  // released at its pacing slot: admitted without taking another
+                } else if let state, let campaign = job.campaign, let rate = state.rate {
+                    held = (campaign, .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0))
+                } else if let state, let campaign = job.campaign, let at = state.startAtMs, at > nowMs {
+                    held = (campaign, .hold(dueMs: at))
+                } else if let appRate {
+                    // The app's max_rate, for jobs whose campaign sets no pace of its own.
+                    held = (DeferredRelease.appDeferral(job.app), .pace(rate: appRate, notBeforeMs: 0))
+                } else {
+                    continue
+                }
+                let key = "\(held.name)\u{0}\(held.mode)"
+                let k: Int
+                if let known = deferralOf[key] {
+                    k = known
+                } else {
+                    k = deferrals.count
+                    deferralOf[key] = k
+                    deferrals.append(Deferral(campaign: held.name, mode: held.mode, messages: []))
+                    indices.append([])
+                }
+                deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
+                indices[k].append(index)
+            }
+            if !deferrals.isEmpty {
+                let admitted = try await store.deferJobs(deferrals, nowMs: nowMs)
+                for (k, jobs) in indices.enumerated() {
+                    for (position, index) in jobs.enumerated() where !admitted[k][position] { decided[index] = .deferred }
+                }
+            }
+        }
         var requests: [GateRequest] = []
-        requests.reserveCapacity(d.jobs.count)
-        for job in d.jobs {
+        requests.reserveCapacity(d.jobs.count - decided.count)
+        for (index, job) in d.jobs.enumerated() where decided.isEmpty || decided[index] == nil {
             if let channel = job.channel {
                 requests.append(GateRequest(jobID: job.id, app: job.app, channelID: channel.value))
             } else {
                 requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
             }
         }
-        return try await store.gate(requests, call: call)
+        if decided.isEmpty { return try await store.gate(requests, call: call) }
+        // Jobs decided here take no lease and are not in the gate call; the others keep their order.
+        var gated = try await store.gate(requests, call: call).makeIterator()
+        return d.jobs.indices.map { decided[$0] ?? gated.next()! }
     }
 
     private func send(
@@ -777,6 +869,8 @@ public final class PipelineRunner: Service, Sendable {
             case .accepted: .accepted
             case .rejected: .rejected
             case .deadLettered: .deadLettered
+            case .cancelled: .cancelled
+            case .deferred: .deferred
             }
         // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
         // token's hash from its hex written into a buffer: its hex as a String (which a binary
@@ -817,10 +911,21 @@ public final class PipelineRunner: Service, Sendable {
                 item.campaignEvents[campaign, default: PipelineEvents()].ambiguous += Int(o.ambiguousResends)
             }
             if !keepingDeadLetters, o.kind == .deadLettered, o.notification.position != nil { continue }
+            if o.kind == .deferred, let campaign = o.notification.campaign {
+                // Held back by its transport (its campaign paused): kept in Redis as the job that would have
+                // been sent, published again on resume (design §2.11).
+                let n = o.notification
+                item.deferred.append(
+                    Deferral(
+                        campaign: campaign, mode: .hold(dueMs: Int64(Date().timeIntervalSince1970 * 1000)),
+                        messages: [DeferredMessage.member(key: Array(n.recipientKey.utf8), value: sentJob(n))]))
+            }
             let outcome = redisOutcome(o)
             item.outcomes.append(outcome)
             if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
-            if let messages {
+            // A job held back (its campaign paused) is not done: its message comes when it settles after
+            // the release.
+            if let messages, outcome.kind != .deferred {
                 let reason = o.kind == .deadLettered ? o.rejection.map(GatewayRefusal.reason) : nil
                 item.messages.append(OutcomeMessage(o, kind: outcome.kind, reason: reason, http2: messages.http2Apps.contains(batch.app)))
             }
@@ -850,6 +955,8 @@ public final class PipelineRunner: Service, Sendable {
     /// nothing is recorded or committed before its message is in the outcomes topic.
     private func settle(store: PipelineStore, consumer: KafkaConsumer, outcomes: OutcomeStream?) async throws {
         while let item = await inbox.take() {
+            // Jobs a transport held back are stored before their messages settle (one call).
+            if !item.deferred.isEmpty { _ = try await store.deferJobs(item.deferred) }
             if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents

@@ -22,6 +22,8 @@ final class SettlerInbox: Sendable {
         /// The outcomes stream's messages of these outcomes (`kafka.outcomes_topic`; empty without it).
         /// Delivered before the outcomes are recorded and the refs settled.
         var messages: [OutcomeMessage] = []
+        /// Jobs a transport held back (their campaign paused): stored in Redis before the outcomes settle.
+        var deferred: [Deferral] = []
     }
 
     private struct State {
@@ -58,6 +60,7 @@ final class SettlerInbox: Sendable {
 
     private static func merge(_ item: Item, into pending: inout Item) {
         if pending.outcomes.isEmpty { pending.outcomes = item.outcomes } else { pending.outcomes.append(contentsOf: item.outcomes) }
+        if !item.deferred.isEmpty { pending.deferred.append(contentsOf: item.deferred) }
         if pending.refs.isEmpty { pending.refs = item.refs } else { pending.refs.append(contentsOf: item.refs) }
         if !item.messages.isEmpty {
             if pending.messages.isEmpty { pending.messages = item.messages } else { pending.messages.append(contentsOf: item.messages) }

@@ -401,6 +401,8 @@ public struct PipelineStore: Sendable {
         case .suppressed: "broadcast:suppressed"
         case .deduped: "broadcast:deduped"
         case .deadLettered: "broadcast:dead_lettered"
+        case .cancelled: "broadcast:cancelled"
+        case .deferred: "broadcast:deferred"
         }
     }
 
@@ -479,8 +481,9 @@ public struct PipelineStore: Sendable {
                 progress = (campaign, field)
             }
             // A deduped or suppressed job without a suppression to write writes nothing in its tag (it holds
-            // no lease).
-            guard (outcome.kind != .deduped && outcome.kind != .suppressed) || outcome.suppressToken != nil else {
+            // no lease), nor does a job cancelled before its gate call.
+            let holdsNoLease = outcome.kind == .deduped || outcome.kind == .suppressed || outcome.tookNoLease
+            guard !holdsNoLease || outcome.suppressToken != nil else {
                 if let progress {
                     counters.other(campaign: progress.campaign, keys: keys, field: progress.field.rawValue, member: fingerprint.member)
                 }
@@ -501,7 +504,7 @@ public struct PipelineStore: Sendable {
                 }
                 // A deduped or suppressed job never took a lease (the gate takes none for them); its id's
                 // lease, if any, belongs to another copy.
-                if outcome.kind != .deduped && outcome.kind != .suppressed { parts[p].release(member: fingerprint.member) }
+                if !holdsNoLease { parts[p].release(member: fingerprint.member) }
             }
             // The hex is there (Outcome's init requires it with a suppression).
             if let suppression = outcome.suppressToken, let tokenHex = outcome.tokenHex {

@@ -49,6 +49,14 @@ public enum GateDecision: Sendable, Hashable {
     /// The token is suppressed (feedback or invalid token) and has not registered since: settle it as
     /// ``OutcomeKind/suppressed``.
     case suppressed
+    /// Its campaign is cancelled (`campaign cancel`): not sent, settled as ``OutcomeKind/cancelled``. Never
+    /// an answer of the gate script: `run` decides it from its control snapshot before the gate call, and
+    /// takes no lease for the job (design §2.10).
+    case cancelled
+    /// Its campaign is paused (`campaign pause`): held in Redis (`{<p>}:deferred:<campaign>`) and released
+    /// to the jobs topic again on resume; this message settles as ``OutcomeKind/deferred``. Decided by
+    /// `run` before the gate call, like ``cancelled`` (design §2.11).
+    case deferred
 }
 
 /// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
@@ -59,6 +67,12 @@ public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
     case suppressed
     case deduped
     case deadLettered = "dead_lettered"
+    /// Its campaign was cancelled (`campaign cancel`) before the job was written to a connection: never
+    /// sent (design §2.10).
+    case cancelled
+    /// Its campaign was paused: the job is held in Redis and comes back to the jobs topic on resume. The
+    /// message is done with (its offset may commit); the job is not: not counted in `jobs_settled`.
+    case deferred
 }
 
 /// One settled job.
@@ -89,6 +103,10 @@ public struct Outcome: Sendable, Hashable {
     /// totals and the dashboard show broadcasts apart (one broadcast reaches many devices). Never
     /// suppresses (a channel is no token).
     public var isBroadcast = false
+    /// The gate took no lease for it (a job of a cancelled campaign settled before its gate call): its
+    /// settle frees none, since the id's lease, if any, belongs to another copy. Deduped and suppressed
+    /// outcomes never hold one either, whatever this says.
+    public var tookNoLease = false
 
     /// `tokenHex` may be nil only without `suppressToken`.
     public init(
@@ -295,6 +313,10 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     /// Jobs whose retries ran out of time (`gateway-gave-up`) or past their expiration (`expired`).
     /// Each resend is also counted by its reason in `retried:<reason>` fields.
     case gaveUp = "gave_up"
+    /// Jobs of a cancelled campaign settled without being sent (an outcome, ``OutcomeKind/cancelled``).
+    case cancelled
+    /// Messages of a paused campaign held in Redis, to be published again on resume (``OutcomeKind/deferred``).
+    case deferred
 }
 
 /// The fields of one counters hash, as read.
@@ -343,12 +365,14 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
     /// Distinct job ids `campaign publish` produced (a job published twice counts once). Absent on
     /// campaigns published before per-job progress existed: their progress is the message figures.
     case jobs
-    /// Jobs settled at least once: the sum of the four below.
+    /// Jobs settled at least once: the sum of the five below.
     case jobsSettled = "jobs_settled"
     case jobsAccepted = "jobs_accepted"
     case jobsRejected = "jobs_rejected"
     case jobsSuppressed = "jobs_suppressed"
     case jobsDeadLettered = "jobs_dead_lettered"
+    /// Jobs whose first settlement was `cancelled` (`campaign cancel`): part of `jobs_settled`.
+    case jobsCancelled = "jobs_cancelled"
     /// How many sets hold the campaign's published-job marks (fixed by its first publish).
     case jobMarkSets = "job_mark_sets"
     /// Epoch milliseconds at which the last `campaign publish` of it started, and at which one finished:
@@ -364,7 +388,8 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
         case .rejected: .jobsRejected
         case .suppressed: .jobsSuppressed
         case .deadLettered: .jobsDeadLettered
-        case .deduped: nil
+        case .cancelled: .jobsCancelled
+        case .deduped, .deferred: nil
         }
     }
 }
@@ -394,7 +419,7 @@ public struct CampaignProgress: Sendable, Hashable {
 
     /// Messages settled: the per-message outcome fields added up (a redelivered message counts again).
     public var messagesSettled: Int64 {
-        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered].reduce(0) { $0 + counters[$1] }
+        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered, .cancelled].reduce(0) { $0 + counters[$1] }
     }
 
     /// A `campaign publish` of it started and has not finished (or died before it finished).

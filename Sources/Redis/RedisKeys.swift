@@ -19,6 +19,13 @@
 /// | `{<p>}:shard:<app>:<n>` | HASH | `state gateway connected_since sent replayed last_error` |
 /// | `{<p>}:batch:<id>` | STRING | marker of an applied settle batch's counters (EX 1 h): exactly-once counting |
 /// | `{<p>}:dedup:layout` | STRING | the dedup layout the records were written with (``DedupLayout``), checked by `run` at start |
+/// | `{<p>}:control` | HASH | campaign id → control state (``CampaignControlState``): cancelled, paused, … |
+/// | `{<p>}:control:version` | STRING | counter, incremented with every change of `{<p>}:control` |
+/// | `{<p>}:control:seen` | HASH | lease owner → the control version that `run` process applied |
+/// | `{<p>}:deferred` | SET | campaigns with deferred jobs |
+/// | `{<p>}:deferred:<id>` | ZSET | a campaign's deferred job messages, scored by due time (epoch ms) |
+/// | `{<p>}:deferred-lock:<id>` | STRING | owner of the release of a campaign's due jobs (PX) |
+/// | `{<p>}:pace:<id>` | STRING | a paced campaign's next free slot, epoch µs (PX 1 day) |
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
@@ -70,6 +77,20 @@ public struct RedisKeys: Sendable, Hashable {
     public func batch(_ id: String) -> String { "{\(prefix)}:batch:\(id)" }
     /// The dedup layout the records were written with (``DedupLayout/stored``), checked at start.
     public var dedupLayout: String { "{\(prefix)}:dedup:layout" }
+    /// Campaign control (design §2.10): campaign id → its state (``CampaignControlState/stored``).
+    public var control: String { "{\(prefix)}:control" }
+    /// The control state's version: incremented by every change of ``control``.
+    public var controlVersion: String { "{\(prefix)}:control:version" }
+    /// Which control version each `run` process has applied: lease owner → version.
+    public var controlSeen: String { "{\(prefix)}:control:seen" }
+    /// The campaigns with deferred jobs (a set), so the release loop finds them without a scan.
+    public var deferredCampaigns: String { "{\(prefix)}:deferred" }
+    /// A campaign's deferred jobs (a sorted set): the raw job messages, scored by when they are due (epoch ms).
+    public func deferred(campaign: String) -> String { "{\(prefix)}:deferred:\(campaign)" }
+    /// A paced campaign's next free slot (epoch µs): its shared virtual clock (design §2.13).
+    public func pace(campaign: String) -> String { "{\(prefix)}:pace:\(campaign)" }
+    /// The lock of the one process moving a campaign's due jobs back to the jobs topic.
+    public func deferredLock(campaign: String) -> String { "{\(prefix)}:deferred-lock:\(campaign)" }
 
     // MARK: Per token: tag `{<p>:<app>:<n>}`
 

@@ -45,6 +45,8 @@ struct BinaryConnectionStateMachine {
         /// such failure, whatever the count (`maxAttempts` no longer applies): the same by-time rule
         /// as HTTP/2's retries (docs/design.md §2.9), then dead-lettered `gateway-gave-up`.
         var giveUpAfter: UInt64?
+        /// Cancelled campaigns: checked right before a notification is written (``takeFrame(into:)``).
+        var cancellations: CampaignCancellations?
 
         init() {}
 
@@ -58,6 +60,7 @@ struct BinaryConnectionStateMachine {
             settleGrace = UInt64(c.settleGrace * 1e9)
             maxAttempts = c.maxAttempts
             giveUpAfter = c.giveUpAfter.map { UInt64($0 * 1e9) }
+            cancellations = c.cancellations
         }
     }
 
@@ -150,9 +153,17 @@ struct BinaryConnectionStateMachine {
     }
 
     /// Takes the next queued notification, gives it the next identifier, encodes it into `buffer` and
-    /// keeps it for replay. Call only when `mayTakeFrame`.
-    mutating func takeFrame(into buffer: inout ByteBuffer) {
+    /// keeps it for replay. Call only when `mayTakeFrame`. Returns false when it wrote nothing: the
+    /// notification's campaign is cancelled or paused, and it settles `cancelled` or `held` instead
+    /// (design §2.10, §2.11).
+    @discardableResult
+    mutating func takeFrame(into buffer: inout ByteBuffer) -> Bool {
         var p = queue.removeFirst()
+        if let cancellations = config.cancellations, let instead = cancellations.instead(of: p.notification) {
+            // A resend of one reported already (from the grace window) keeps its outcome.
+            if !p.reported { record(p, instead) }
+            return false
+        }
         p.attempts += 1
         let identifier = nextIdentifier
         nextIdentifier &+= 1
@@ -163,7 +174,11 @@ struct BinaryConnectionStateMachine {
                 expiry: p.notification.expiry, priority: p.notification.priority, into: &buffer)
         }
         replay.append(identifier: identifier, item: p, bytes: buffer.writerIndex - before)
+        return true
     }
+
+    /// Outcomes are waiting to be taken (``takeBatch()``).
+    var hasOutcomes: Bool { !outcomes.isEmpty }
 
     /// The identifier for the drain probe (it is not kept: its answer is what the driver waits for).
     mutating func takeProbeIdentifier() -> UInt32 {

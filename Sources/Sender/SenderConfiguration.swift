@@ -62,6 +62,9 @@ public struct ShardConfiguration: Sendable {
     public var drainTimeout = 5.0
     public var connectTimeout = 10.0
     public var reconnect = ReconnectPolicy()
+    /// Cancelled campaigns (`campaign cancel`, design §2.10): a queued notification of one is settled
+    /// ``Delivery/cancelled`` instead of being written. nil: nothing is cancelled.
+    public var cancellations: CampaignCancellations?
 
     public init() {}
 

@@ -280,6 +280,11 @@ public enum Delivery: Sendable, Hashable {
     /// HTTP/2: answered 200).
     case accepted
     case rejected(Rejection)
+    /// Never written: its campaign was cancelled (``CampaignCancellations``) before it was.
+    case cancelled
+    /// Not written: its campaign was paused before it was. The pipeline holds the job in Redis and
+    /// publishes it again when the campaign resumes.
+    case held
 }
 
 /// What became of a notification, in the pipeline's counting terms (the raw values are the counter
@@ -290,6 +295,10 @@ public enum OutcomeKind: String, Sendable, Hashable {
     case rejected
     /// Given up: a bad request, or a transient failure after the allowed attempts.
     case deadLettered = "dead_lettered"
+    /// Its campaign was cancelled before it was written: never sent.
+    case cancelled
+    /// Its campaign was paused before it was written: held, to be sent after the resume.
+    case deferred
 }
 
 public struct Outcome: Sendable {
@@ -337,6 +346,8 @@ public struct Outcome: Sendable {
         case .accepted: .accepted
         case .rejected(.invalidToken): .rejected
         case .rejected(.badRequest), .rejected(.transient): .deadLettered
+        case .cancelled: .cancelled
+        case .held: .deferred
         }
     }
 

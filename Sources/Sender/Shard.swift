@@ -98,11 +98,16 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         guard lifecycle.mayWrite, let channel else { return }  // nothing goes after the probe
         machine.forgetSettled(now: now)
         // The unsettled window (`unsettledByteLimit`) is the bound on what may sit unread at the gateway.
+        var cancelled = false
         while machine.mayTakeFrame, channel.isWritable {
-            machine.takeFrame(into: &outgoing)
+            guard machine.takeFrame(into: &outgoing) else {
+                cancelled = true  // its campaign is cancelled: settled, not written
+                continue
+            }
             framesInOutgoing += 1
             if outgoing.readableBytes >= config.batchBytes { flush(channel) }
         }
+        if cancelled { emit() }
         statistics.maxReplayBytes = max(statistics.maxReplayBytes, machine.replay.keptBytes)
         statistics.maxReplayCount = max(statistics.maxReplayCount, machine.replay.keptCount)
         statistics.maxUnsettledBytes = max(statistics.maxUnsettledBytes, machine.replay.bytes)

@@ -66,4 +66,20 @@ import Testing
             #expect(error.problem.contains("found \"livactivity\"") && error.problem.contains("liveactivity"), "\(error)")
         }
     }
+
+    /// `apps[].max_rate` (issue 30): jobs per second, over every process; absent means no limit; 0 or a
+    /// word is refused naming the key.
+    @Test func maxRateIsReadAndChecked() throws {
+        #expect(
+            try PipelineConfiguration.load(file: try write(tokenApp + "    max_rate: 2000\n"), environment: [:]).apps[0].maxRate == 2000)
+        #expect(try PipelineConfiguration.load(file: try write(tokenApp), environment: [:]).apps[0].maxRate == nil)
+        for bad in ["0", "fast"] {
+            do {
+                _ = try PipelineConfiguration.load(file: try write(tokenApp + "    max_rate: \(bad)\n"), environment: [:])
+                Issue.record("max_rate \(bad) loaded")
+            } catch let error as ConfigurationError {
+                #expect(error.key == "apps[0].max_rate", "\(error)")
+            }
+        }
+    }
 }

@@ -223,6 +223,36 @@ import Testing
             campaign: "spring-sale", position: SourcePosition(partition: 3, offset: Int64(n)))
     }
 
+    /// A notification of a cancelled campaign is settled `cancelled` where it would be written, never
+    /// encoded; the others are written as before, in order; a change of the set applies to what is queued.
+    @Test func aCancelledCampaignsNotificationsSettleCancelledInsteadOfBeingWritten() {
+        let cancellations = CampaignCancellations()
+        var c = BinaryConnectionStateMachine.Configuration()
+        c.settleAfter = Self.second
+        c.cancellations = cancellations
+        var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
+        let batch = (0..<6).map { n in
+            var x = notification(n)
+            x.campaign = n % 2 == 0 ? "wrong" : "right"
+            return x
+        }
+        m.submitted(batch)
+        #expect(write(&m, flush: 1, at: 0) == 6, "nothing cancelled yet")
+        m.submitted(batch)
+        cancellations.replace(cancelled: ["wrong"])
+        #expect(write(&m, flush: 2, at: 0) == 3, "only the other campaign's are written")
+        let cancelled = drain(&m).outcomes
+        #expect(cancelled.map(\.jobID) == ["job-0", "job-2", "job-4"] && cancelled.allSatisfy { $0.kind == .cancelled })
+        _ = m.settleTick(now: Self.second)
+        #expect(drain(&m).outcomes.filter { $0.kind == .accepted }.count == 9)
+        // Paused instead: held back (the pipeline keeps them in Redis until the resume), not written.
+        m.submitted(batch)
+        cancellations.replace(cancelled: [], paused: ["right"])
+        #expect(write(&m, flush: 3, at: 0) == 3)
+        let held = drain(&m).outcomes
+        #expect(held.map(\.jobID) == ["job-1", "job-3", "job-5"] && held.allSatisfy { $0.kind == .deferred })
+    }
+
     func notification(_ n: Int) -> PushNotification {
         var bytes = [UInt8](repeating: 0x22, count: 32)
         bytes[31] = UInt8(n)

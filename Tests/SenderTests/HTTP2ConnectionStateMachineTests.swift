@@ -49,6 +49,23 @@ import Testing
         #expect(r.writes.map(\.request.job) == [2, 3, 4, 5])
     }
 
+    /// A queued request whose campaign is cancelled settles `cancelled` when its turn comes, without a
+    /// stream; the rest are written in order.
+    @Test func cancelledRequestsSettleWithoutAStream() {
+        var c = Machine.Configuration()
+        c.streamCap = 100
+        c.queueCapacity = 1000
+        var m = Machine(configuration: c, random: SplitMix64(seed: 42), instead: { $0 % 2 == 0 ? .cancelled : nil })
+        _ = m.enqueue([1], now: 0)
+        let first = m.connected(now: 0)
+        _ = m.settings(maxConcurrentStreams: 1000, now: 0)
+        _ = m.response(streamID: first.writes[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
+        let a = m.enqueue(Array(2...7), now: 1)
+        #expect(a.writes.map(\.request.job) == [3, 5, 7])
+        #expect(a.writes.map(\.streamID) == [3, 5, 7], "no stream id spent on a cancelled request")
+        #expect(a.settled.map(\.request.job) == [2, 4, 6] && a.settled.allSatisfy { $0.delivery == .cancelled })
+    }
+
     @Test func permitsAreTheSmallerOfServerLimitAndCap() {
         var m = Self.authenticated(cap: 3, serverMax: 1000)
         #expect(m.permits == 3)

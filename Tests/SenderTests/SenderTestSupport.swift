@@ -20,8 +20,7 @@ extension BinaryConnectionStateMachine {
         var buffer = ByteBufferAllocator().buffer(capacity: 4096)
         var frames = 0
         while mayTakeFrame {
-            takeFrame(into: &buffer)
-            frames += 1
+            if takeFrame(into: &buffer) { frames += 1 }
         }
         flushed(flush, frames: frames, bytes: buffer.readableBytes)
         writeCompleted(flush, now: at)

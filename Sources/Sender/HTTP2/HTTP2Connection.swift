@@ -94,8 +94,10 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.logger[metadataKey: "host"] = "\(host)"
         self.proxy = configuration.proxy?.proxy(for: host.host)
         if let proxy { self.logger[metadataKey: "proxy"] = "\(proxy.address)" }  // host:port only, never credentials
+        let cancellations = configuration.cancellations
         self.machine = Machine(
-            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance })
+            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
+            instead: cancellations.map { c in { c.instead(of: $0.notification) } })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description

@@ -142,6 +142,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     private let expiryOf: (Job) -> UInt32
     /// A job's leave to be written (its gate call's "written" mark, issue 28); nil: no wait.
     private let clearanceOf: (Job) -> WriteClearance?
+    /// What becomes of a job instead of being written (its campaign cancelled or paused: design §2.10,
+    /// §2.11), checked right before it would be; nil from it: write it. nil: nothing is ever held back.
+    private let insteadOf: ((Job) -> Delivery?)?
     /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
     private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
@@ -164,12 +167,14 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     init(
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
-        expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil }
+        expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil },
+        instead: ((Job) -> Delivery?)? = nil
     ) {
         self.configuration = configuration
         self.random = random
         self.expiryOf = expiry
         self.clearanceOf = clearance
+        self.insteadOf = instead
         self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
@@ -568,6 +573,11 @@ struct HTTP2ConnectionStateMachine<Job> {
                 queue.prepend(request)
                 ask(clearance, into: &action)
                 return
+            }
+            if let insteadOf, let instead = insteadOf(request.job) {
+                // Its campaign was cancelled (or paused): settled so, not written.
+                action.settled.append(Settled(request: request, delivery: instead, code: nil))
+                continue
             }
             if nextStreamID > Self.lastUsableStreamID {
                 queue.prepend(request)

@@ -80,6 +80,9 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var resolver: any HostResolver = SystemHostResolver()
     /// An HTTPS proxy (HTTP CONNECT) to reach the hosts through, but those its `noProxy` lists.
     public var proxy: HTTPSProxySettings?
+    /// Cancelled campaigns (`campaign cancel`, design §2.10): a queued request of one settles
+    /// ``Delivery/cancelled`` instead of being written. nil: nothing is cancelled.
+    public var cancellations: CampaignCancellations?
 
     public init(app: String, authentication: HTTP2Authentication, hosts: [GatewayAddress]) {
         precondition(!hosts.isEmpty)

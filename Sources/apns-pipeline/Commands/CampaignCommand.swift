@@ -10,8 +10,8 @@ import Redis
 struct CampaignCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "campaign",
-        abstract: "Publish a bulk campaign to the jobs topic, or follow its progress.",
-        subcommands: [Publish.self, Status.self, Wait.self]
+        abstract: "Publish a bulk campaign to the jobs topic, follow its progress, pause, resume or cancel it.",
+        subcommands: [Publish.self, Status.self, Wait.self, Pause.self, Resume.self, Pace.self, Cancel.self]
     )
 
     struct Publish: AsyncParsableCommand {
@@ -23,11 +23,23 @@ struct CampaignCommand: AsyncParsableCommand {
         @Option(help: "Template JSON: a job without id, token and campaign.") var template: String
         @Option(help: "Tokens: one hex token per line, or a CSV with a token column and an optional language column.") var tokens: String
         @Option(help: "Messages per produce batch.") var batch: Int = 5000
+        @Option(help: "Scheduled start (RFC 3339, e.g. 2026-12-01T09:00:00Z): published now, nothing sent before.") var at: String?
+        @Option(help: "Pace: at most this many jobs per second over every `run` process (as `campaign pace`).") var rate: Int?
+        @Option(help: "Seconds to wait for every running process to confirm --at / --rate before publishing.")
+        var controlTimeout: Double = 10
         @Flag(help: "No progress bar.") var quiet = false
 
         func run() async throws {
             let config = try loadPipeline(pipeline)
             guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("--campaign: a non-empty id without ':'") }
+            var startAtMs: Int64?
+            if let at {
+                guard let date = ISO8601DateFormatter().date(from: at) else {
+                    throw ValidationError("--at: an RFC 3339 time with its zone, e.g. 2026-12-01T09:00:00Z (got \(at))")
+                }
+                startAtMs = Int64(date.timeIntervalSince1970 * 1000)
+            }
+            if let rate, rate <= 0 || rate > 1_000_000 { throw ValidationError("--rate: 1…1000000 jobs per second") }
             let templateValue: JSONValue
             let audience: Campaign.Audience
             do {
@@ -56,6 +68,26 @@ struct CampaignCommand: AsyncParsableCommand {
             let producer = try KafkaProducer(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
             let (redis, store) = try await openStore(config, logger: logger)
+            if startAtMs != nil || rate != nil {
+                // Before any job reaches Kafka, every running `run` process must hold the schedule / pace
+                // (design §2.12): else one could send a job early.
+                let rate = rate
+                let applied = try await CampaignCommand.applyControl(store: store, campaign: campaign, timeout: controlTimeout) {
+                    var state = $0
+                    if let startAtMs { state.startAtMs = startAtMs }
+                    if let rate { state.rate = rate }
+                    return state
+                }
+                if !applied.missing.isEmpty {
+                    await redis.close()
+                    FileHandle.standardError.write(
+                        Data(
+                            "campaign \(campaign): nothing published: \(applied.missing.count) running process(es) did not confirm the schedule/pace within \(controlTimeout) s: \(applied.missing.map(\.process).joined(separator: ", "))\n"
+                                .utf8))
+                    throw ExitCode(2)
+                }
+                FileHandle.standardError.write(Data("campaign \(campaign): \(applied.state.description)\n".utf8))
+            }
 
             let total = recipients.count
             // `campaign wait` is not done while this runs (publish_started_ms > publish_finished_ms).
@@ -121,7 +153,9 @@ struct CampaignCommand: AsyncParsableCommand {
                         try await Task.sleep(for: .seconds(1))
                         continue
                     }
-                    let status = Campaign.Status(progress)
+                    var status = Campaign.Status(progress)
+                    status.control = try await store.readControl().campaigns[campaign]
+                    status.deferred = try await store.deferredCount(campaign: campaign)
                     // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
                     let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
                     FileHandle.standardOutput.write(Data((text + "\n").utf8))
@@ -218,7 +252,10 @@ struct CampaignCommand: AsyncParsableCommand {
             "  " + name.padding(toLength: 14, withPad: " ", startingAt: 0) + String(repeating: " ", count: max(0, 12 - jobs.count)) + jobs
                 + String(repeating: " ", count: max(0, 12 - messages.count)) + messages
         }
-        var lines = ["campaign \(p.id)" + (p.isPublishing ? " (publishing)" : ""), row("", "jobs", "messages")]
+        var lines = [
+            "campaign \(p.id)" + (p.isPublishing ? " (publishing)" : "") + ": \(status.control?.description ?? "running")",
+            row("", "jobs", "messages"),
+        ]
         let jobs = p.jobs
         func j(_ f: CampaignField) -> String { jobs == nil ? "–" : "\(p[f])" }
         lines.append(row("published", jobs.map(String.init) ?? "–", "\(p.published)"))
@@ -227,7 +264,11 @@ struct CampaignCommand: AsyncParsableCommand {
         lines.append(row("suppressed", j(.jobsSuppressed), "\(p.counters[.suppressed])"))
         lines.append(row("deduped", "", "\(p.counters[.deduped])"))
         lines.append(row("dead_lettered", j(.jobsDeadLettered), "\(p.counters[.deadLettered])"))
+        if p.counters[.cancelled] > 0 || p[.jobsCancelled] > 0 || status.control?.cancelled == true {
+            lines.append(row("cancelled", j(.jobsCancelled), "\(p.counters[.cancelled])"))
+        }
         lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
+        if status.deferred > 0 { lines.append(row("held (paused)", "\(status.deferred)", "")) }
         let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
         lines.append(
             "  progress \(pct) of \(status.target) \(status.basis.rawValue)\(status.isDone ? ", done" : "")"
@@ -249,5 +290,191 @@ func exitingOnError(_ body: () async throws -> Void) async throws {
     } catch {
         FileHandle.standardError.write(Data("error: \(error)\n".utf8))
         throw ExitCode(1)
+    }
+}
+
+extension CampaignCommand {
+    struct Cancel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Cancel a campaign: none of its jobs not yet written to a gateway connection is sent.",
+            discussion: """
+                Every job of the campaign not yet written to a connection — still in Kafka, at the gate, or \
+                queued in a transport — settles as `cancelled` (counted per job in `jobs_cancelled`, part of \
+                `jobs_settled`), including jobs published after this command. Final: there is no undo \
+                (publish under a new campaign id). Returns once every running `run` process (heartbeat \
+                present) has applied it: from then on none writes another job of the campaign. Exit status: \
+                0 seen by every process, 1 error (Redis unreachable, bad pipeline file), 2 some process did \
+                not confirm within --timeout (named on stderr; the cancel stays in force, and applies there \
+                as soon as it reads Redis again).
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("campaign: a non-empty id without ':'") }
+        }
+
+        func run() async throws {
+            try await CampaignCommand.changeControl(
+                pipeline: pipeline, campaign: campaign, action: "cancel", timeout: timeout, json: json
+            ) { state in
+                var state = state
+                state.cancelled = true
+                return state
+            }
+        }
+    }
+
+    struct Pause: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pause a campaign: its jobs are held in Redis, not sent, until `campaign resume`.",
+            discussion: """
+                From the moment every running `run` process has applied it (this command returns then), the \
+                gate holds every job of the campaign it reads — from Kafka, including jobs published later — in \
+                Redis (`{<p>}:deferred:<campaign>`) instead of sending it: its message settles `deferred` (its \
+                offset commits; the job is not counted in `jobs_settled`), so it takes no place in the in-flight \
+                budget and holds up nothing else in its partition. Jobs the gate admitted before (at most \
+                pipeline.max_in_flight per process) are still sent. `campaign resume` publishes the held jobs \
+                to the jobs topic again; each is sent once (dedup). Exit status as `campaign cancel`.
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
+        }
+
+        func run() async throws {
+            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "pause", timeout: timeout, json: json) {
+                var state = $0
+                state.paused = true
+                return state
+            }
+        }
+    }
+
+    struct Resume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Resume a paused campaign: its held jobs go back to the jobs topic and are sent, each once.",
+            discussion: """
+                Returns once every running `run` process has applied it; the held jobs are then published to \
+                the jobs topic again by one process (in the background, ~1 000 per round trip) and sent as \
+                usual. A cancelled campaign stays cancelled. Exit status as `campaign cancel`.
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
+        }
+
+        func run() async throws {
+            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "resume", timeout: timeout, json: json)
+            {
+                var state = $0
+                state.paused = false
+                return state
+            }
+        }
+    }
+
+    struct Pace: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pace a campaign: at most N of its jobs per second, over every `run` process together (0 removes it).",
+            discussion: """
+                Settable while the campaign runs. Each job takes the next slot of the campaign's clock in \
+                Redis (one call per batch); a job whose slot is later is held in Redis and published again at \
+                its slot (design §2.13). Other campaigns run at full speed. Exit status as `campaign cancel`.
+                """)
+
+        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+        @Argument(help: "Campaign id.") var campaign: String
+        @Option(help: "Jobs per second (0: no pacing).") var rate: Int
+        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+        @Flag(help: "Print one JSON object.") var json = false
+
+        func validate() throws {
+            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+            guard rate >= 0 && rate <= 1_000_000 else { throw ValidationError("--rate: 0…1000000 jobs per second (0 removes pacing)") }
+            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
+        }
+
+        func run() async throws {
+            let rate = rate
+            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "pace", timeout: timeout, json: json) {
+                var state = $0
+                state.rate = rate > 0 ? rate : nil
+                return state
+            }
+        }
+    }
+
+    /// Changes a campaign's control state, then waits until every live `run` process applied it. Returns
+    /// the new version and state, the live processes and those that did not confirm within `timeout`.
+    static func applyControl(
+        store: PipelineStore, campaign: String, timeout: Double, _ change: (CampaignControlState) -> CampaignControlState
+    ) async throws -> (version: Int64, state: CampaignControlState, processes: [ControlAcknowledgement], missing: [ControlAcknowledgement])
+    {
+        let deadline = Date().addingTimeInterval(timeout)
+        let (version, state) = try await store.changeControl(campaign: campaign, change)
+        var processes: [ControlAcknowledgement] = []
+        var missing: [ControlAcknowledgement] = []
+        while true {
+            processes = try await store.controlAcknowledgements()
+            missing = processes.filter { $0.version < version }
+            if missing.isEmpty || Date() >= deadline { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return (version, state, processes, missing)
+    }
+
+    /// Changes a campaign's control state, then waits until every live `run` process applied it
+    /// (design §2.10): one line of text, or with `--json` one object; exit 2 naming the processes that
+    /// did not confirm within `timeout`.
+    static func changeControl(
+        pipeline: String, campaign: String, action: String, timeout: Double, json: Bool,
+        _ change: (CampaignControlState) -> CampaignControlState
+    ) async throws {
+        try await exitingOnError {
+            let config = try loadPipeline(pipeline)
+            let (redis, store) = try await openStore(config, logger: quietLogger())
+            let started = Date()
+            let (version, state, processes, missing) = try await applyControl(
+                store: store, campaign: campaign, timeout: timeout, change)
+            await redis.close()
+            let elapsed = Date().timeIntervalSince(started)
+            if json {
+                let object: [String: Any] = [
+                    "campaign": campaign, "action": action, "state": state.description, "version": version,
+                    "processes": processes.count, "confirmed": processes.count - missing.count,
+                    "missing": missing.map { ["owner": $0.owner, "process": $0.process] }, "seconds": (elapsed * 1000).rounded() / 1000,
+                ]
+                let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+                print(String(decoding: data, as: UTF8.self))
+            } else if missing.isEmpty {
+                print(
+                    "campaign \(campaign): \(state.description) (\(action) seen by \(processes.count) running process\(processes.count == 1 ? "" : "es") in \(String(format: "%.2f", elapsed)) s)"
+                )
+            }
+            if !missing.isEmpty {
+                FileHandle.standardError.write(
+                    Data(
+                        "campaign \(campaign): \(action) recorded, but \(missing.count) of \(processes.count) running process(es) did not confirm within \(timeout) s: \(missing.map { "\($0.process) (owner \($0.owner))" }.joined(separator: ", ")); it applies there once they read Redis again\n"
+                            .utf8))
+                throw ExitCode(2)
+            }
+        }
     }
 }

@@ -227,7 +227,7 @@ struct StatsCommand: AsyncParsableCommand {
             rows.append(["settled", jobs ? grouped(campaign.jobsSettled) : "–", share(status.settled), grouped(campaign.messagesSettled)])
             let fields: [(CampaignField?, CounterField)] = [
                 (.jobsAccepted, .accepted), (.jobsRejected, .rejected), (.jobsSuppressed, .suppressed), (nil, .deduped),
-                (.jobsDeadLettered, .deadLettered),
+                (.jobsDeadLettered, .deadLettered), (.jobsCancelled, .cancelled),
             ]
             for (jobField, messageField) in fields {
                 let value = jobField.map { campaign[$0] }

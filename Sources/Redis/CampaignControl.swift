@@ -1,0 +1,434 @@
+import Foundation
+import TimeUnits
+
+/// What an operator set for one campaign (`campaign cancel`, `pause`, …), as stored in the field of
+/// `{<p>}:control` named by the campaign id (design §2.10, §4.1).
+///
+/// Stored as comma-separated words: `cancelled`, `paused`, `at=<epoch ms>` (scheduled start), `pace=<jobs
+/// per second>`. An empty state is no field at all. Words this version does not know are kept as they
+/// are (a newer `run` may have written them) and ignored.
+public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible {
+    /// `campaign cancel`: every job of the campaign not yet written to a connection settles as
+    /// `cancelled`. Final: nothing lifts it (publish under a new campaign id instead).
+    public var cancelled = false
+    /// `campaign pause` (until `campaign resume`).
+    public var paused = false
+    /// `campaign publish --at`: nothing of it is sent before this time (epoch milliseconds).
+    public var startAtMs: Int64?
+    /// `campaign pace --rate` / `publish --rate`: at most this many of its jobs per second, over every
+    /// process together.
+    public var rate: Int?
+    /// Words of a newer version, kept when this one rewrites the state.
+    public var unknown: [String] = []
+
+    public init(cancelled: Bool = false, paused: Bool = false) {
+        self.cancelled = cancelled
+        self.paused = paused
+    }
+
+    /// Parses a stored value; never fails (unknown words are kept in ``unknown``).
+    public init(stored: String) {
+        for word in stored.split(separator: ",") {
+            switch word {
+            case "cancelled": cancelled = true
+            case "paused": paused = true
+            default:
+                if word.hasPrefix("at="), let ms = Int64(word.dropFirst(3)) {
+                    startAtMs = ms
+                } else if word.hasPrefix("pace="), let n = Int(word.dropFirst(5)), n > 0 {
+                    rate = n
+                } else {
+                    unknown.append(String(word))
+                }
+            }
+        }
+    }
+
+    /// The value stored in `{<p>}:control` (empty: the field is removed).
+    public var stored: String {
+        var words: [String] = []
+        if cancelled { words.append("cancelled") }
+        if paused { words.append("paused") }
+        if let startAtMs { words.append("at=\(startAtMs)") }
+        if let rate { words.append("pace=\(rate)") }
+        return (words + unknown).joined(separator: ",")
+    }
+
+    public var isEmpty: Bool { stored.isEmpty }
+
+    /// How `campaign status` says it at `nowMs`: `cancelled`, `paused`, `scheduled for <RFC 3339>`, `paced
+    /// at N/s` (combined with commas), or `running`.
+    public func description(nowMs: Int64) -> String {
+        if cancelled { return "cancelled" }
+        var parts: [String] = []
+        if paused { parts.append("paused") }
+        if let startAtMs, startAtMs > nowMs {
+            let formatter = ISO8601DateFormatter()
+            parts.append("scheduled for \(formatter.string(from: Date(timeIntervalSince1970: Double(startAtMs) / 1000)))")
+        }
+        if let rate { parts.append("paced at \(rate)/s") }
+        return parts.isEmpty ? "running" : parts.joined(separator: ", ")
+    }
+
+    public var description: String { description(nowMs: Int64(Date().timeIntervalSince1970 * 1000)) }
+}
+
+/// The whole control state as one read: its version and every campaign's state.
+public struct CampaignControlSnapshot: Sendable, Hashable {
+    /// `{<p>}:control:version` (0 before any change).
+    public var version: Int64
+    public var campaigns: [String: CampaignControlState]
+
+    public init(version: Int64 = 0, campaigns: [String: CampaignControlState] = [:]) {
+        self.version = version
+        self.campaigns = campaigns
+    }
+}
+
+/// A `run` process as a control change's waiter sees it: alive (its heartbeat exists) and the control
+/// version it has applied.
+public struct ControlAcknowledgement: Sendable, Hashable {
+    /// Its lease owner id (``PipelineStoreConfiguration/leaseOwner``).
+    public var owner: String
+    /// Its heartbeat's text: `<host> pid <pid>`.
+    public var process: String
+    /// The control version it applied last; -1 while it had not applied any.
+    public var version: Int64
+
+    public init(owner: String, process: String, version: Int64) {
+        self.owner = owner
+        self.process = process
+        self.version = version
+    }
+}
+
+extension PipelineStore {
+    /// Reads every campaign's control state and the version, in one round trip.
+    public func readControl() async throws -> CampaignControlSnapshot {
+        let replies = try await commands([RedisCommand("GET", keys.controlVersion), RedisCommand("HGETALL", keys.control)])
+        return CampaignControlSnapshot(
+            version: replies[0].string.flatMap { Int64($0) } ?? 0, campaigns: try Self.controlStates(replies[1]))
+    }
+
+    /// One poll of `run`'s control loop (design §2.10): records that this process has applied version
+    /// `applied` (-1: none yet) in `{<p>}:control:seen`, and returns the control state if its version is
+    /// not `applied` (nil: unchanged). One call. The record is written before the read, in the same
+    /// script, so a `campaign cancel` that changes the state after this process read it finds this
+    /// process in `seen` with an older version, and waits for it.
+    public func pollControl(applied: Int64) async throws -> CampaignControlSnapshot? {
+        let reply = try await client.eval(
+            Scripts.controlPoll, keys: RedisArguments([keys.control, keys.controlVersion, keys.controlSeen]),
+            arguments: RedisArguments([configuration.leaseOwner, String(applied)]))
+        guard let parts = reply.array, let version = parts.first?.integer else {
+            throw RedisError.unexpectedReply("control poll: \(reply)")
+        }
+        if parts.count == 1 { return nil }
+        return CampaignControlSnapshot(version: version, campaigns: try Self.controlStates(parts[1]))
+    }
+
+    /// Records that this process has applied control version `version` (after it did).
+    public func acknowledgeControl(version: Int64) async throws {
+        _ = try await command(RedisCommand("HSET", keys.controlSeen, configuration.leaseOwner, String(version)))
+    }
+
+    /// Removes this process from `{<p>}:control:seen` (a graceful stop): a control change no longer waits for it.
+    public func forgetControlAcknowledgement() async throws {
+        _ = try await command(RedisCommand("HDEL", keys.controlSeen, configuration.leaseOwner))
+    }
+
+    /// Changes one campaign's control state with `change` (read, changed, written only if nobody changed
+    /// it meanwhile, else again) and increments the version, so every `run` process reloads it. Returns
+    /// the new version and state. The version is incremented even when the state stays the same, so a
+    /// waiter still learns that every process has it.
+    public func changeControl(
+        campaign: String, _ change: (CampaignControlState) -> CampaignControlState
+    ) async throws -> (version: Int64, state: CampaignControlState) {
+        var expected = try await command(RedisCommand("HGET", keys.control, campaign)).string ?? ""
+        for _ in 0..<100 {
+            let state = change(CampaignControlState(stored: expected))
+            let reply = try await client.eval(
+                Scripts.controlChange, keys: RedisArguments([keys.control, keys.controlVersion]),
+                arguments: RedisArguments([campaign, expected, state.stored]))
+            guard let parts = reply.array, parts.count == 2, let version = parts[0].integer else {
+                throw RedisError.unexpectedReply("control change: \(reply)")
+            }
+            if version >= 0 { return (version, state) }
+            expected = parts[1].string ?? ""
+        }
+        throw RedisError.unexpectedReply("control change of \(campaign): the state kept changing under it (100 attempts)")
+    }
+
+    /// The live `run` processes (heartbeat present) in `{<p>}:control:seen` and the version each applied.
+    /// Entries of processes whose heartbeat is gone are removed (a process that comes back re-adds its
+    /// entry with its next poll).
+    public func controlAcknowledgements() async throws -> [ControlAcknowledgement] {
+        let reply = try await command(RedisCommand("HGETALL", keys.controlSeen))
+        guard let elements = reply.array, elements.count % 2 == 0 else { throw RedisError.unexpectedReply("HGETALL seen: \(reply)") }
+        var live: [ControlAcknowledgement] = []
+        for index in stride(from: 0, to: elements.count, by: 2) {
+            guard let owner = elements[index].string else { continue }
+            let version = elements[index + 1].string.flatMap { Int64($0) } ?? -1
+            // Heartbeats are keys of no shared slot: read one by one (a handful of processes).
+            if let process = try await command(RedisCommand("GET", keys.owner(owner))).string {
+                live.append(ControlAcknowledgement(owner: owner, process: process, version: version))
+            } else {
+                _ = try? await command(RedisCommand("HDEL", keys.controlSeen, owner))
+            }
+        }
+        return live.sorted { $0.owner < $1.owner }
+    }
+
+    static func controlStates(_ reply: RedisReply) throws -> [String: CampaignControlState] {
+        guard let elements = reply.array, elements.count % 2 == 0 else { throw RedisError.unexpectedReply("HGETALL control: \(reply)") }
+        var states: [String: CampaignControlState] = [:]
+        for index in stride(from: 0, to: elements.count, by: 2) {
+            guard let campaign = elements[index].string, let value = elements[index + 1].string else { continue }
+            let state = CampaignControlState(stored: value)
+            if !state.isEmpty { states[campaign] = state }
+        }
+        return states
+    }
+}
+
+extension Scripts {
+    /// KEYS: control, version, seen. ARGV: owner, the version it applied (-1: none). Records the applied
+    /// version first, then answers `{version}` when it is unchanged, else `{version, HGETALL control}`.
+    static let controlPoll = RedisScript(
+        #"""
+        redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+        local v = tonumber(redis.call('GET', KEYS[2]) or '0')
+        if v == tonumber(ARGV[2]) then return {v} end
+        return {v, redis.call('HGETALL', KEYS[1])}
+        """#)
+
+    /// KEYS: control, version. ARGV: campaign, the value expected now ('' = none), the new value ('' =
+    /// remove). Answers `{new version, value}`, or `{-1, current value}` when the value was not the
+    /// expected one (nothing written).
+    static let controlChange = RedisScript(
+        #"""
+        local current = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+        if current ~= ARGV[2] then return {-1, current} end
+        if ARGV[3] == '' then
+          redis.call('HDEL', KEYS[1], ARGV[1])
+        else
+          redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+        end
+        return {redis.call('INCR', KEYS[2]), ARGV[3]}
+        """#)
+}
+
+/// Jobs of one campaign the gate (or a transport) holds back, in one deferral call (design §2.11–§2.13).
+public struct Deferral: Sendable, Hashable {
+    public enum Mode: Sendable, Hashable {
+        /// Hold every job until `dueMs` (a pause: now, released on resume; a scheduled start: its time).
+        case hold(dueMs: Int64)
+        /// Pace: each job gets the next slot of the campaign's shared virtual clock (`{<p>}:pace:<id>`),
+        /// 1/rate s apart, never before `notBeforeMs`; the jobs whose slot is due now are admitted (a prefix
+        /// of `messages`), the others held until their slot.
+        case pace(rate: Int, notBeforeMs: Int64)
+    }
+
+    public var campaign: String
+    public var mode: Mode
+    /// The members to hold (``DeferredMessage/member(key:value:)``), in the order they came.
+    public var messages: [[UInt8]]
+
+    public init(campaign: String, mode: Mode, messages: [[UInt8]]) {
+        self.campaign = campaign
+        self.mode = mode
+        self.messages = messages
+    }
+}
+
+/// How a deferred job is kept in `{<p>}:deferred:<campaign>`: a kind byte (`H` held: gated again when
+/// released; `S` holds a pacing slot: admitted when released, without taking another), the Kafka key it
+/// came with, a 0 byte, the message's value. Keys are token hex or a channel id: no 0 byte.
+public enum DeferredMessage {
+    /// The member of a message as the gate holds it (the kind byte is added by the deferral script).
+    public static func member(key: [UInt8]?, value: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity((key?.count ?? 0) + 1 + value.count)
+        if let key { out.append(contentsOf: key) }
+        out.append(0)
+        out.append(contentsOf: value)
+        return out
+    }
+
+    /// A stored member's parts: whether it holds a pacing slot, its key (nil when empty) and its value.
+    public static func parse(_ stored: [UInt8]) -> (slotted: Bool, key: [UInt8]?, value: [UInt8]) {
+        guard let kind = stored.first else { return (false, nil, []) }
+        let body = stored.dropFirst()
+        guard let zero = body.firstIndex(of: 0) else { return (kind == UInt8(ascii: "S"), nil, Array(body)) }
+        let key = Array(body[..<zero])
+        return (kind == UInt8(ascii: "S"), key.isEmpty ? nil : key, Array(body[(zero + 1)...]))
+    }
+}
+
+extension PipelineStore {
+    /// Holds jobs in `{<p>}:deferred:<campaign>` and lists their campaigns in `{<p>}:deferred`; paced ones
+    /// take their slots first. One call for a batch, every key in `{<p>}`. Returns, per deferral, which
+    /// of its messages are admitted now (none for ``Deferral/Mode/hold(dueMs:)``), in their order. A
+    /// message already held is held once (a paced one keeps its slot).
+    public func deferJobs(_ deferrals: [Deferral], nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) async throws -> [[Bool]] {
+        if deferrals.isEmpty { return [] }
+        var keyList = [keys.deferredCampaigns]
+        var arguments = RedisArguments()
+        arguments.append(nowMs)
+        arguments.append(deferrals.count)
+        for d in deferrals {
+            keyList.append(keys.deferred(campaign: d.campaign))
+            keyList.append(keys.pace(campaign: d.campaign))
+            arguments.append(d.campaign)
+            switch d.mode {
+            case .hold(let dueMs):
+                arguments.append(0)
+                arguments.append(dueMs)
+            case .pace(let rate, let notBeforeMs):
+                arguments.append(rate)
+                arguments.append(notBeforeMs)
+            }
+            arguments.append(d.messages.count)
+            for m in d.messages { arguments.append(bytes: m) }
+        }
+        let reply = try await client.eval(Scripts.deferJobs, keys: RedisArguments(keyList), arguments: arguments)
+        guard let counts = reply.array, counts.count == deferrals.count else { throw RedisError.unexpectedReply("defer: \(reply)") }
+        return counts.enumerated().map { k, reply in
+            let flags: [UInt8] = if case .bulk(let bytes) = reply { bytes } else { [] }
+            return (0..<deferrals[k].messages.count).map { $0 < flags.count && flags[$0] == UInt8(ascii: "1") }
+        }
+    }
+
+    /// The campaigns that have deferred jobs.
+    public func deferredCampaigns() async throws -> [String] {
+        let reply = try await command(RedisCommand("SMEMBERS", keys.deferredCampaigns))
+        return (reply.array ?? []).compactMap(\.string).sorted()
+    }
+
+    /// How many jobs of `campaign` are deferred now.
+    public func deferredCount(campaign: String) async throws -> Int64 {
+        try await command(RedisCommand("ZCARD", keys.deferred(campaign: campaign))).integer ?? 0
+    }
+
+    /// Takes (or renews) the lock on releasing `campaign`'s jobs for `lease`: one process at a time moves
+    /// them, so a job is not published once per process.
+    public func lockRelease(campaign: String, lease: Duration) async throws -> Bool {
+        let reply = try await client.eval(
+            Scripts.lockRelease, keys: RedisArguments([keys.deferredLock(campaign: campaign)]),
+            arguments: RedisArguments([configuration.leaseOwner, String(max(1, lease.milliseconds))]))
+        return reply.integer == 1
+    }
+
+    /// Gives the lock up (if this process holds it).
+    public func unlockRelease(campaign: String) async throws {
+        _ = try await client.eval(
+            Scripts.unlockRelease, keys: RedisArguments([keys.deferredLock(campaign: campaign)]),
+            arguments: RedisArguments([configuration.leaseOwner]))
+    }
+
+    /// Up to `limit` of `campaign`'s deferred jobs due at `nowMs`, the earliest first.
+    public func dueDeferred(campaign: String, nowMs: Int64, limit: Int) async throws -> [[UInt8]] {
+        let reply = try await command(
+            RedisCommand("ZRANGEBYSCORE", keys.deferred(campaign: campaign), "-inf", String(nowMs), "LIMIT", "0", String(limit)))
+        guard let members = reply.array else { throw RedisError.unexpectedReply("ZRANGEBYSCORE: \(reply)") }
+        return members.compactMap { if case .bulk(let bytes) = $0 { bytes } else { nil } }
+    }
+
+    /// Removes released jobs (after they were published again), and the campaign from `{<p>}:deferred`
+    /// once it holds none: one call.
+    public func removeDeferred(campaign: String, messages: [[UInt8]]) async throws {
+        var arguments = RedisArguments()
+        arguments.append(campaign)
+        for m in messages { arguments.append(bytes: m) }
+        _ = try await client.eval(
+            Scripts.removeDeferred, keys: RedisArguments([keys.deferredCampaigns, keys.deferred(campaign: campaign)]),
+            arguments: arguments)
+    }
+}
+
+extension Scripts {
+    /// KEYS: the deferred campaigns set, then per deferral its sorted set and its pace key. ARGV: now
+    /// (ms), the deferrals, then per deferral: campaign, rate (0: hold), due or not-before (ms), count,
+    /// members. Answers per deferral a flag per member: `1` admitted now, `0` held (empty for a hold).
+    ///
+    /// Pacing: the pace key holds the campaign's next free slot in microseconds. The batch's jobs take
+    /// consecutive slots from max(next, now, not-before), 1e6 / rate µs apart; a slot not after now is
+    /// admitted (a prefix), the others are held until their slot. An idle campaign accumulates no credit.
+    static let deferJobs = RedisScript(
+        #"""
+        local now = tonumber(ARGV[1])
+        local at = 3
+        local out = {}
+        local function hold(key, items)
+          for from = 1, #items, 1000 do
+            redis.call('ZADD', key, unpack(items, from, math.min(#items, from + 999)))
+          end
+        end
+        for d = 1, tonumber(ARGV[2]) do
+          local campaign, rate, due, count = ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+          local zset, pace = KEYS[2 * d], KEYS[2 * d + 1]
+          at = at + 4
+          local items, flags = {}, {}
+          if rate == 0 then
+            for j = 0, count - 1 do
+              items[#items + 1] = due
+              items[#items + 1] = 'H' .. ARGV[at + j]
+            end
+          else
+            local step = math.floor(1000000 / rate)
+            if step < 1 then step = 1 end
+            local slot = tonumber(redis.call('GET', pace) or '0')
+            if slot < now * 1000 then slot = now * 1000 end
+            if slot < due * 1000 then slot = due * 1000 end
+            for j = 0, count - 1 do
+              local member = 'S' .. ARGV[at + j]
+              if redis.call('ZSCORE', zset, member) then
+                -- Held already with its slot (a redelivered copy): it keeps that slot, takes none.
+                flags[j + 1] = '0'
+              elseif slot <= now * 1000 then
+                flags[j + 1] = '1'
+                slot = slot + step
+              else
+                flags[j + 1] = '0'
+                items[#items + 1] = math.floor(slot / 1000)
+                items[#items + 1] = member
+                slot = slot + step
+              end
+            end
+            redis.call('SET', pace, string.format('%d', slot), 'PX', 86400000)
+          end
+          at = at + count
+          if #items > 0 then
+            hold(zset, items)
+            redis.call('SADD', KEYS[1], campaign)
+          end
+          out[#out + 1] = table.concat(flags)
+        end
+        return out
+        """#)
+
+    /// KEYS: the lock. ARGV: owner, lease ms. 1 when this owner holds it (taken or renewed).
+    static let lockRelease = RedisScript(
+        #"""
+        local holder = redis.call('GET', KEYS[1])
+        if holder and holder ~= ARGV[1] then return 0 end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return 1
+        """#)
+
+    /// KEYS: the lock. ARGV: owner.
+    static let unlockRelease = RedisScript(
+        #"""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+        return 1
+        """#)
+
+    /// KEYS: the deferred campaigns set, the campaign's sorted set. ARGV: campaign, messages.
+    static let removeDeferred = RedisScript(
+        #"""
+        for from = 2, #ARGV, 500 do
+          redis.call('ZREM', KEYS[2], unpack(ARGV, from, math.min(#ARGV, from + 499)))
+        end
+        if redis.call('ZCARD', KEYS[2]) == 0 then redis.call('SREM', KEYS[1], ARGV[1]) end
+        return 1
+        """#)
+}
