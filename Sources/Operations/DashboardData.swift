@@ -16,6 +16,9 @@ public struct DashboardSnapshot: Codable, Sendable {
         public var id: String
         public var published: Int64
         public var counters: [String: Int64]
+        /// What an operator set (`campaign pause`, `cancel`, …: design §2.10) as `campaign status` says it:
+        /// `running` when nothing is set.
+        public var state: String = "running"
     }
 
     public struct Connection: Codable, Sendable {
@@ -34,6 +37,9 @@ public struct DashboardSnapshot: Codable, Sendable {
     public var connections: [Connection] = []
     /// Set when Redis could not be read: the page says so instead of showing stale numbers as current.
     public var error: String?
+    /// Whether the page may show the pause / resume / cancel buttons: the server takes them (a bearer
+    /// token is set, `POST /api/campaigns/<id>/<action>`).
+    public var controls = false
 }
 
 /// Reads a ``DashboardSnapshot`` with a connection of its own that gives up quickly (a dashboard must
@@ -59,6 +65,8 @@ public final class DashboardData: Sendable {
     private let address: String
     private let keys: RedisKeys
     private let store: PipelineStore
+    /// Whether the page shows the campaign buttons (the server was given a token and ``controlRoute``).
+    private let controls: Bool
     /// Campaign and shard hashes read per refresh at most (SCAN over the prefix, then one pipeline).
     public static let maxCampaigns = 200
     public static let maxConnections = 1024
@@ -73,7 +81,12 @@ public final class DashboardData: Sendable {
     /// cluster they live on one primary, where SCAN is sent).
     /// `cacheFor`: how long one snapshot answers every viewer (0: each request reads, concurrent ones
     /// still share a read).
-    public init(redis: RedisTarget, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration) throws {
+    /// `controls`: the page shows the campaign buttons (the server serves ``controlRoute`` behind a token).
+    public init(
+        redis: RedisTarget, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration,
+        controls: Bool = false
+    ) throws {
+        self.controls = controls
         func quick(_ configuration: RedisConfiguration) -> RedisConfiguration {
             var configuration = configuration
             configuration.connectTimeout = .seconds(1)
@@ -116,6 +129,7 @@ public final class DashboardData: Sendable {
     public func snapshot() async -> DashboardSnapshot {
         let now = PipelineStore.epochNow()
         var s = DashboardSnapshot(now: now, prefix: keys.prefix)
+        s.controls = controls
         do {
             let stats = try await store.readStats(lastMinutes: 60, now: now)
             s.totals = stats.totals.fields
@@ -123,10 +137,13 @@ public final class DashboardData: Sendable {
             let campaignKeys = try await scan(keys.campaignPrefix, limit: Self.maxCampaigns)
             let shardKeys = try await scan(keys.shardPrefix, limit: Self.maxConnections)
             let replies = try await client.pipeline((campaignKeys + shardKeys).map { RedisCommand("HGETALL", $0) })
+            let control = campaignKeys.isEmpty ? CampaignControlSnapshot() : try await store.readControl()
             for (key, reply) in zip(campaignKeys, replies) {
                 let fields = Self.fields(reply).compactMapValues { Int64($0) }
                 let id = String(key.dropFirst(keys.campaignPrefix.count))
-                s.campaigns.append(.init(id: id, published: fields["published"] ?? 0, counters: fields))
+                var campaign = DashboardSnapshot.Campaign(id: id, published: fields["published"] ?? 0, counters: fields)
+                if let state = control.campaigns[id] { campaign.state = state.description }
+                s.campaigns.append(campaign)
             }
             for (key, reply) in zip(shardKeys, replies.dropFirst(campaignKeys.count)) {
                 // {<p>}:shard:<app>:<n>; the app (a bundle id) has no colon.
@@ -152,6 +169,9 @@ public final class DashboardData: Sendable {
         encoder.outputFormatting = [.sortedKeys]
         return (try? Array(encoder.encode(await snapshot()))) ?? Array(#"{"error":"encoding failed"}"#.utf8)
     }
+
+    /// The route of the dashboard's campaign buttons, on this data's quick-failing connection.
+    public var controlRoute: CampaignControlRoute { CampaignControlRoute(store: store) }
 
     public func close() async {
         await client.close()

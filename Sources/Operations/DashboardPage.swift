@@ -41,7 +41,7 @@ enum DashboardPage {
           <section class="reasons"><h2>Rejections by reason</h2><div id="reasons"></div>
             <h2>Retries by reason</h2><div id="retries"></div>
             <h2>Broadcasts</h2><div id="broadcasts"></div></section>
-          <section class="campaigns"><h2>Campaigns</h2><div id="campaigns"></div></section>
+          <section class="campaigns"><h2>Campaigns</h2><div id="control-note" class="note"></div><div id="campaigns"></div></section>
           <section class="connections"><h2>Gateway connections</h2><div id="connections"></div></section>
         </main>
         </body>
@@ -91,6 +91,10 @@ enum DashboardPage {
         .empty { color:var(--dim); padding:10px 0; }
         #banner { display:none; grid-column: span 12; background:rgba(248,81,73,.12); border:1px solid var(--bad); color:var(--bad); padding:10px 14px; border-radius:8px; }
         .done { color:var(--ok); font-weight:600; }
+        .note { color:var(--dim); min-height:1.2em; }
+        td.state[data-state*="paused"] { color:var(--warn); } td.state[data-state*="cancelled"] { color:var(--dead); }
+        button.ctl { font:inherit; font-size:12px; padding:1px 8px; border-radius:4px; border:1px solid var(--dim); background:none; color:inherit; cursor:pointer; }
+        button.ctl.danger { border-color:var(--bad); color:var(--bad); }
         #login { display:none; grid-column: span 12; max-width:520px; }
         #login p { margin:0 0 10px; color:var(--dim); }
         #login input { width:100%; padding:8px 10px; background:#0b1015; color:var(--text); border:1px solid var(--line); border-radius:6px; font:inherit; }
@@ -190,7 +194,7 @@ enum DashboardPage {
           const back = history.find(h => cur.t - h.t <= 30) || null;
           put("campaigns", `<table><tr><th>campaign</th><th>progress</th>
             <th class="num">published</th>${OUTCOMES.map(([, n]) => `<th class="num">${n.toLowerCase()}</th>`).join("")}
-            <th class="num">rate</th><th class="num">ETA</th></tr>` + rows.map(({c, settled}) => {
+            <th class="num">rate</th><th class="num">ETA</th><th>state</th>${d.controls ? "<th></th>" : ""}</tr>` + rows.map(({c, settled}) => {
               const p = c.published || 0;
               const segs = OUTCOMES.map(([k, , color]) => `<span data-style="width:${p ? Math.min(100, (c.counters[k] || 0) / p * 100) : 0}%;background:${color}"></span>`).join("");
               const pct = p ? Math.min(100, settled / p * 100) : 0;
@@ -200,9 +204,42 @@ enum DashboardPage {
               return `<tr data-campaign="${esc(c.id)}" data-published="${p}" data-settled="${settled}">
                 <td>${esc(c.id)}</td><td><div class="bar">${segs}<div class="label">${pct.toFixed(1)}%</div></div></td>
                 <td class="num">${fmt(p)}</td>${OUTCOMES.map(([k]) => `<td class="num" data-field="${k}" data-value="${c.counters[k] || 0}">${fmt(c.counters[k])}</td>`).join("")}
-                <td class="num">${r == null ? "–" : fmtRate(r) + "/s"}</td><td class="num">${eta}</td></tr>`;
+                <td class="num">${r == null ? "–" : fmtRate(r) + "/s"}</td><td class="num">${eta}</td>
+                <td class="state" data-state="${esc(c.state)}">${esc(c.state)}</td>${d.controls ? `<td>${controlButtons(c)}</td>` : ""}</tr>`;
             }).join("") + `</table>`);
         }
+
+        // Pause / resume / cancel (only when the server takes them: behind metrics.auth_token). A cancel is
+        // final, so it asks first. The answer says how many running processes confirmed the change.
+        function controlButtons(c) {
+          const state = String(c.state || "running");
+          if (state.includes("cancelled")) return "";
+          const id = esc(c.id);
+          const pauseOrResume = state.includes("paused")
+            ? `<button class="ctl" data-action="resume" data-campaign="${id}">resume</button>`
+            : `<button class="ctl" data-action="pause" data-campaign="${id}">pause</button>`;
+          return pauseOrResume + ` <button class="ctl danger" data-action="cancel" data-campaign="${id}">cancel</button>`;
+        }
+        async function control(campaign, action) {
+          if (action === "cancel" && !confirm(`Cancel campaign ${campaign}? None of its jobs not yet sent will be sent. This cannot be undone.`)) return;
+          const note = document.getElementById("control-note");
+          try {
+            const res = await fetch(`/api/campaigns/${encodeURIComponent(campaign)}/${action}`, {method: "POST", headers: authHeaders()});
+            const text = await res.text();
+            let answer = null;
+            try { answer = JSON.parse(text); } catch (e) {}
+            note.textContent = res.ok && answer
+              ? `${campaign}: ${answer.state} (${action} confirmed by ${answer.confirmed} of ${answer.processes} running processes)`
+              : `${campaign}: ${action} refused (${res.status}): ${answer && answer.error ? answer.error : text.trim()}`;
+          } catch (e) {
+            note.textContent = `${campaign}: ${action} failed: ${e}`;
+          }
+          refresh();
+        }
+        document.addEventListener("click", ev => {
+          const b = ev.target.closest ? ev.target.closest("button.ctl") : null;
+          if (b) control(b.dataset.campaign, b.dataset.action);
+        });
 
         function renderConnections(d) {
           if (d.connections.length === 0) { put("connections", `<div class="empty">No connections reported (a run process writes them every 5 s).</div>`); return; }

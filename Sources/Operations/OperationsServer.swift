@@ -26,14 +26,18 @@ public final class OperationsServer: Sendable {
         public var readiness: (@Sendable () async -> [String])?
         /// The dashboard's data, as JSON.
         public var dashboard: (@Sendable () async -> [UInt8])?
+        /// The dashboard's pause / resume / cancel buttons (`POST /api/campaigns/<id>/<action>`); served
+        /// only behind the bearer token.
+        public var campaignControl: CampaignControlRoute?
 
         public init(
             metrics: (@Sendable () -> [UInt8])? = nil, readiness: (@Sendable () async -> [String])? = nil,
-            dashboard: (@Sendable () async -> [UInt8])? = nil
+            dashboard: (@Sendable () async -> [UInt8])? = nil, campaignControl: CampaignControlRoute? = nil
         ) {
             self.metrics = metrics
             self.readiness = readiness
             self.dashboard = dashboard
+            self.campaignControl = campaignControl
         }
     }
 
@@ -197,7 +201,13 @@ public final class OperationsServer: Sendable {
     }
 
     static func respond(method: HTTPMethod, path: String, authorization: String?, token: [UInt8]?, routes: Routes) async -> Response {
-        guard method == .GET || method == .HEAD else { return .text(.methodNotAllowed, "only GET\n") }
+        let isControl = path.hasPrefix(CampaignControlRoute.prefix)
+        // POST only where something changes (the campaign buttons), GET and HEAD everywhere else.
+        guard isControl ? method == .POST : (method == .GET || method == .HEAD) else {
+            var response = Response.text(.methodNotAllowed, isControl ? "only POST\n" : "only GET\n")
+            response.headers = [("allow", isControl ? "POST" : "GET, HEAD")]
+            return response
+        }
         if let token, !isOpen(path), !authorized(authorization, token: token) {
             // RFC 6750 §3: the challenge, and `invalid_token` when a token was sent and is not this one.
             let challenge =
@@ -233,6 +243,15 @@ public final class OperationsServer: Sendable {
         case "/api/dashboard":
             guard let dashboard = routes.dashboard else { return .text(.notFound, "no dashboard here\n") }
             return Response(.ok, "application/json", await dashboard())
+        case _ where isControl:
+            guard let control = routes.campaignControl else { return .text(.notFound, "no campaign control here\n") }
+            guard token != nil else {
+                return .text(.forbidden, "campaign control needs metrics.auth_token in the pipeline file (the buttons stop campaigns)\n")
+            }
+            switch CampaignControlRoute.parse(path) {
+            case .failure(let bad): return .text(.badRequest, bad.problem + "\n")
+            case .success(let (campaign, action)): return await control.perform(campaign: campaign, action: action)
+            }
         default:
             return .text(.notFound, "not found: try /metrics, /healthz, /readyz, /\n")
         }

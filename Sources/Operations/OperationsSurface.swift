@@ -51,7 +51,8 @@ public enum OperationsSurface {
         logger: Logger, limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
     ) async throws -> (server: OperationsServer, data: DashboardData) {
         let data = try DashboardData(
-            redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger, cacheFor: cacheFor)
+            redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger, cacheFor: cacheFor,
+            controls: configuration.metricsAuthToken != nil)
         let refusals = Dictionary(
             uniqueKeysWithValues: OperationsServer.Refusal.allCases.map { reason in
                 (
@@ -68,7 +69,7 @@ public enum OperationsSurface {
                 if let redis = await data.redisProblem() { problems.append(redis) }
                 return problems
             },
-            dashboard: { await data.snapshotJSON() })
+            dashboard: { await data.snapshotJSON() }, campaignControl: data.controlRoute)
         let server: OperationsServer
         do {
             server = try await OperationsServer(
@@ -98,10 +99,10 @@ public enum OperationsSurface {
         redis: RedisTarget, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
         limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
     ) async throws -> (server: OperationsServer, data: DashboardData) {
-        let data = try DashboardData(redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor)
+        let data = try DashboardData(redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor, controls: authToken != nil)
         let routes = OperationsServer.Routes(
             readiness: { await data.redisProblem().map { [$0] } ?? [] },
-            dashboard: { await data.snapshotJSON() })
+            dashboard: { await data.snapshotJSON() }, campaignControl: data.controlRoute)
         let server: OperationsServer
         do {
             server = try await OperationsServer(

@@ -347,6 +347,13 @@ struct OperationsTests {
         let dom = try await runChromium(chromium, ["--dump-dom", "--enable-logging=stderr", "--v=0", url], stderr: &console)
         _ = try await runChromium(chromium, ["--screenshot=\(shot)", "--window-size=1400,1000", url])
         let asked = try await runChromium(chromium, ["--dump-dom", "http://127.0.0.1:\(server.port)/"])
+        // Paused (as `campaign pause` or the page's button does): the row says so and offers resume.
+        _ = try await store.changeControl(campaign: "spring-sale") {
+            var state = $0
+            state.paused = true
+            return state
+        }
+        let paused = try await runChromium(chromium, ["--dump-dom", url])
         // Redis gone: the page says so instead of showing the last numbers as live.
         redis.kill()
         let down = try await runChromium(chromium, ["--dump-dom", url])
@@ -371,6 +378,10 @@ struct OperationsTests {
         // The policy let the page's script and styles run, and refused nothing; the script threw nothing.
         #expect(!console.contains("Content Security Policy") && !console.contains("Content-Security-Policy"), "\(console)")
         #expect(!console.contains("Uncaught"), "\(console)")
+        // The campaign's state, and its buttons (the server has a token, so it takes them).
+        #expect(dom.contains(#"data-state="running""#) && dom.contains(#"data-action="pause" data-campaign="spring-sale""#))
+        #expect(dom.contains(#"data-action="cancel" data-campaign="spring-sale""#) && !dom.contains(#"data-action="resume""#))
+        #expect(paused.contains(#"data-state="paused""#) && paused.contains(#"data-action="resume" data-campaign="spring-sale""#))
         // Without the token: the form, no data.
         #expect(asked.contains(#"data-state="asked""#) && asked.contains("token needed"))
         #expect(!asked.contains(#"data-campaign="spring-sale""#) && !asked.contains(#"data-field="accepted""#))
