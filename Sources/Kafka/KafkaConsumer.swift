@@ -230,6 +230,13 @@ final class ConsumerCore: @unchecked Sendable {
         var resumeRequested = false
         var commitRequests: [CheckedContinuation<Void, any Error>] = []
         var stopping = false
+        /// Set when the poll thread starts closing the consumer: from then on nothing in the close path
+        /// (its own commit, the rebalance callback librdkafka runs inside `consumer_close`) blocks or
+        /// sleeps. librdkafka asserts (`rd_kafka_cgrp_terminated: !rd_kafka_assignment_in_progress`,
+        /// seen with two members of one group stopping together) when the group terminates while an
+        /// assignment it handed to the callback is still being applied; a callback that waited on a
+        /// network call or slept through commit retries there left that window open.
+        var closing = false
         var finished = false
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var stats = KafkaConsumerStatistics()
@@ -603,10 +610,13 @@ final class ConsumerCore: @unchecked Sendable {
             // The committed offsets are where fetching starts: knowing them lets the tracker report a first
             // message above them as a gap (data dropped while nobody consumed).
             var committed: [TopicPartition: Int64?] = [:]
-            do {
-                committed = try client.committed(partitions, timeoutMs: 10_000)
-            } catch {
-                logger.warning("Kafka committed offsets unknown at assignment: no gap check at start", metadata: ["error": "\(error)"])
+            // Closing: assigned only to be revoked again at once; no blocking lookup in between.
+            if !state.withLock({ $0.closing }) {
+                do {
+                    committed = try client.committed(partitions, timeoutMs: 10_000)
+                } catch {
+                    logger.warning("Kafka committed offsets unknown at assignment: no gap check at start", metadata: ["error": "\(error)"])
+                }
             }
             state.withLock { s in
                 for tp in partitions {
@@ -654,7 +664,9 @@ final class ConsumerCore: @unchecked Sendable {
                 logger.warning(
                     "Kafka partitions lost (not committing): their unsettled messages go to the next owner",
                     metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
-            } else if case .failure(let error) = commitPositions(positions, attempts: 5, reason: "revoke") {
+            } else if case .failure(let error) = commitPositions(
+                positions, attempts: state.withLock({ $0.closing }) ? 1 : 5, reason: "revoke")
+            {
                 state.withLock {
                     $0.stats.revokeCommitFailures += 1
                     $0.stats.settledButUncommittedAtRevoke += uncommitted
@@ -676,7 +688,10 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private func shutdown() {
-        commitSettled(attempts: 5, reason: "close")
+        state.withLock { $0.closing = true }
+        // One attempt: a group rebalancing now refuses it, and the revoke inside `consumer_close` commits
+        // the same positions anyway (once, without sleeping: see `State.closing`).
+        commitSettled(attempts: 1, reason: "close")
         // Leaves the group; the final revoke goes through handleRebalance (commits anything settled since).
         let err = client.consumerClose()
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
