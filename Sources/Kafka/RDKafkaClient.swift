@@ -221,10 +221,18 @@ final class RDKafkaClient: @unchecked Sendable {
     /// Makes a blocked `consumeBatch` on `queue` return early.
     func wake(queue: OpaquePointer) { rd_kafka_queue_yield(queue) }
 
+    /// The group's rebalance protocol, read once (it is fixed by the configuration): asked again from the
+    /// revoke callback that `rd_kafka_consumer_close` serves, `rd_kafka_rebalance_protocol` blocked for
+    /// good now and then (a stop of one of two in-process consumers of a group hung, issue 30's tests).
+    /// The first ask is the first assignment's callback, served by an ordinary poll.
     var rebalanceProtocolIsCooperative: Bool {
+        if let known = cooperative.withLock({ $0 }) { return known }
         guard let p = rd_kafka_rebalance_protocol(handle) else { return false }
-        return String(cString: p) == "COOPERATIVE"
+        let answer = String(cString: p) == "COOPERATIVE"
+        cooperative.withLock { $0 = answer }
+        return answer
     }
+    private let cooperative = Mutex<Bool?>(nil)
 
     var assignmentLost: Bool { rd_kafka_assignment_lost(handle) != 0 }
 

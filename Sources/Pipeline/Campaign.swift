@@ -137,9 +137,11 @@ extension Campaign {
         /// campaign published again has had every message settled, deduped).
         public var countsMessages: Bool
         /// The campaign's control state (`campaign cancel`, …; design §2.10), when the caller read it.
-        public var control: CampaignControlState?
+        public var control: CampaignControlState? { didSet { controlRead = true } }
         /// Jobs held in Redis now (a paused campaign's, `{<p>}:deferred:<id>`), when the caller read it.
         public var deferred: Int64 = 0
+        /// Whether the caller read the control state (`state` and `deferred` are in the JSON only then).
+        public private(set) var controlRead = false
 
         public init(_ progress: CampaignProgress, expected: Int64? = nil, countsMessages: Bool = false) {
             self.progress = progress
@@ -181,8 +183,10 @@ extension Campaign {
                 let p = status.progress
                 var c = encoder.container(keyedBy: Keys.self)
                 try c.encode(p.id, forKey: .campaign)
-                try c.encode(status.control?.description ?? "running", forKey: .state)
-                try c.encode(status.deferred, forKey: .deferred)
+                if status.controlRead {
+                    try c.encode(status.control?.description ?? "running", forKey: .state)
+                    try c.encode(status.deferred, forKey: .deferred)
+                }
                 try c.encode(status.basis, forKey: .basis)
                 try c.encode(status.target, forKey: .target)
                 try c.encode(status.settled, forKey: .settled)

@@ -956,7 +956,7 @@ public final class PipelineRunner: Service, Sendable {
     private func settle(store: PipelineStore, consumer: KafkaConsumer, outcomes: OutcomeStream?) async throws {
         while let item = await inbox.take() {
             // Jobs a transport held back are stored before their messages settle (one call).
-            if !item.deferred.isEmpty { _ = try await store.deferJobs(item.deferred) }
+            if !item.deferred.isEmpty { _ = try await store.deferJobs(Self.byCampaign(item.deferred)) }
             if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents
@@ -970,6 +970,22 @@ public final class PipelineRunner: Service, Sendable {
                 metrics?.committable(consumer.commitPositions, topic: configuration.kafka.jobsTopic)
             }
         }
+    }
+
+    /// Transport-held jobs come one deferral each: one per campaign in the call (they are all holds, due
+    /// when held; the first one's time stands for the campaign's).
+    static func byCampaign(_ deferrals: [Deferral]) -> [Deferral] {
+        var merged: [Deferral] = []
+        var index: [String: Int] = [:]
+        for d in deferrals {
+            if let i = index[d.campaign] {
+                merged[i].messages.append(contentsOf: d.messages)
+            } else {
+                index[d.campaign] = merged.count
+                merged.append(d)
+            }
+        }
+        return merged
     }
 
     // MARK: heartbeat

@@ -14,6 +14,12 @@ public struct JobStatus: Sendable, Equatable {
         /// Its token is suppressed (410 Unregistered, BadDeviceToken, the feedback service) and has not
         /// registered since: the gate will not send it.
         case suppressed
+        /// None of the above, and its campaign is cancelled (`campaign cancel`, design §2.10): it is (or
+        /// will be) settled `cancelled`, never sent.
+        case cancelled
+        /// None of the above, and its campaign is paused, scheduled for later or paced (design §2.11–§2.13):
+        /// held in Redis until ``deferredUntil`` (nil: until `campaign resume`), or still in Kafka.
+        case deferred
         /// None of the above: never gated, still in Kafka, dead-lettered, or its record expired.
         case notSeen = "not-seen"
     }
@@ -29,12 +35,37 @@ public struct JobStatus: Sendable, Equatable {
     public var suppressedAt: Int64?
     public var suppressedReason: String?
     public var registeredAt: Int64?
+    /// Its campaign's control state, when the campaign was known (design §2.10).
+    public var campaignControl: CampaignControlState?
+    /// ``State/deferred`` by a scheduled start: not before this time (epoch ms).
+    public var deferredUntilMs: Int64?
 }
 
 extension PipelineStore {
     /// The state of job `jobID` for `app` and the token `tokenHex` (any case) at `now` (epoch seconds).
-    public func jobStatus(jobID: String, app: String, tokenHex: String, now: Int64 = PipelineStore.epochNow()) async throws -> JobStatus {
-        try await jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now)
+    public func jobStatus(
+        jobID: String, app: String, tokenHex: String, campaign: String? = nil, now: Int64 = PipelineStore.epochNow()
+    ) async throws -> JobStatus {
+        try await withCampaign(jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now), campaign, now: now)
+    }
+
+    /// A job neither accepted, in flight nor suppressed whose campaign has control state: cancelled, or
+    /// deferred (one `HGET` of `{<p>}:control`, a key of another slot).
+    private func withCampaign(_ status: JobStatus, _ campaign: String?, now: Int64) async throws -> JobStatus {
+        guard let campaign, status.state == .notSeen else { return status }
+        guard let stored = try await command(RedisCommand("HGET", keys.control, campaign)).string else { return status }
+        var status = status
+        let control = CampaignControlState(stored: stored)
+        status.campaignControl = control
+        if control.cancelled {
+            status.state = .cancelled
+        } else if control.paused || control.rate != nil {
+            status.state = .deferred
+        } else if let at = control.startAtMs, at > now * 1000 {
+            status.state = .deferred
+            status.deferredUntilMs = at
+        }
+        return status
     }
 
     /// The state of broadcast job `jobID` for `app` on the channel `channelID` (as the job gave it): its

@@ -159,9 +159,10 @@ struct BinaryConnectionStateMachine {
     @discardableResult
     mutating func takeFrame(into buffer: inout ByteBuffer) -> Bool {
         var p = queue.removeFirst()
-        if let cancellations = config.cancellations, let instead = cancellations.instead(of: p.notification) {
-            // A resend of one reported already (from the grace window) keeps its outcome.
-            if !p.reported { record(p, instead) }
+        // A resend of one reported already (accepted, from the grace window: the gateway discarded it) is
+        // written again whatever its campaign's state: its outcome went out, so it cannot become another.
+        if !p.reported, let cancellations = config.cancellations, let instead = cancellations.instead(of: p.notification) {
+            record(p, instead)
             return false
         }
         p.attempts += 1

@@ -405,4 +405,40 @@ struct CampaignControlTests {
         try? await sim.stop()
         await stack.stop()
     }
+
+    /// kill -9 of one of two `run` processes while a campaign is paced (binary interface): nothing is
+    /// lost (every job settles, each recorded once) and nothing goes early (never faster than the pace).
+    @Test func killWhilePacedLosesNothingAndKeepsThePace() async throws {
+        let stack = try await Stack()
+        let file = try stack.pipelineFile(settleAfterMs: 500)
+        let logs = FileManager.default.temporaryDirectory.appendingPathComponent("pace-\(UUID().uuidString)").path
+        let first = try PipelineProcess(pipelineFile: file, logFile: logs + "-1.log")
+        let second = try PipelineProcess(pipelineFile: file, logFile: logs + "-2.log")
+        try await waitForProcesses(stack, 2)
+        let rate = 400
+        let pace = try await PipelineProcess.command(["campaign", "pace", "q", "--rate", "\(rate)", "--pipeline", file])
+        #expect(pace.status == 0 && pace.stdout.contains("paced at \(rate)/s"), "\(pace.stdout) \(pace.stderr)")
+        let jobs = 3000
+        try await stack.publish(campaign: "q", template: template, tokens: (0..<jobs).map(token))
+        try await eventually("the campaign is going out") { stack.recorded(campaign: "q").count >= 400 }
+        first.crash()
+        try await eventually("every job settled", timeout: .seconds(120)) {
+            try await stack.store.readCampaign("q").jobsSettled == Int64(jobs)
+        }
+        try await eventually("the gateway read every accepted frame") { stack.recorded(campaign: "q").count == jobs }
+        let records = stack.simulator.records.filter { $0.jobID?.hasPrefix("q:") == true }
+        // The crash's own duplicate window (design §2.4): what the dead process had written and not
+        // settled is sent again by the survivor, each such job counted `ambiguous`.
+        let ambiguous = try await stack.store.readCampaign("q").counters[.ambiguous]
+        #expect(Set(records.compactMap(\.jobID)).count == jobs, "every job recorded")
+        #expect(Int64(records.count - jobs) <= ambiguous, "\(records.count - jobs) duplicates, \(ambiguous) counted ambiguous")
+        // First record of each job: never faster than the pace (resends of the crash window aside).
+        var firstTime: [String: Int64] = [:]
+        for r in records { if let id = r.jobID { firstTime[id] = min(firstTime[id] ?? .max, r.time) } }
+        let times = firstTime.values.sorted()
+        let measured = Double(jobs - 1) / (Double(times.last! - times.first!) / 1000)
+        #expect(measured <= Double(rate) * 1.1, "\(measured) jobs/s for a pace of \(rate): nothing early")
+        #expect(await second.stop() == 0)
+        await stack.stop()
+    }
 }

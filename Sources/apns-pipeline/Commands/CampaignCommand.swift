@@ -337,9 +337,10 @@ extension CampaignCommand {
                 gate holds every job of the campaign it reads — from Kafka, including jobs published later — in \
                 Redis (`{<p>}:deferred:<campaign>`) instead of sending it: its message settles `deferred` (its \
                 offset commits; the job is not counted in `jobs_settled`), so it takes no place in the in-flight \
-                budget and holds up nothing else in its partition. Jobs the gate admitted before (at most \
-                pipeline.max_in_flight per process) are still sent. `campaign resume` publishes the held jobs \
-                to the jobs topic again; each is sent once (dedup). Exit status as `campaign cancel`.
+                budget and holds up nothing else in its partition. Jobs the gate admitted before and not yet \
+                written to a connection are held back by the transports the same way (what was already written \
+                goes out). `campaign resume` publishes the held jobs to the jobs topic again; each is sent once \
+                (dedup). Exit status as `campaign cancel`.
                 """)
 
         @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"

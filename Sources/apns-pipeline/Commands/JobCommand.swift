@@ -16,7 +16,9 @@ struct JobCommand: AsyncParsableCommand {
                 broadcast, --channel) are needed beside the id. accepted: Apple accepted it, settled within the dedup bucket shown (records \
                 live redis.dedup_ttl_hours); in-flight: a live `run` process holds its lease now; suppressed: its \
                 token was refused (410, BadDeviceToken, feedback) and has not registered since, so the gate will not \
-                send it; not-seen: none of these (still in Kafka, dead-lettered: see the dead-letter topic, or its \
+                send it; cancelled / deferred: none of these, and its campaign (--campaign, or the part before ':' \
+                of a `campaign publish` id) is cancelled, or paused, paced or scheduled for later (held in Redis \
+                until then); not-seen: none of these (still in Kafka, dead-lettered: see the dead-letter topic, or its \
                 record expired). Exit status: 0, 1 on an error (Redis unreachable, bad pipeline file or token), 3 \
                 not seen.
                 """)
@@ -25,6 +27,7 @@ struct JobCommand: AsyncParsableCommand {
         @Option(help: "The job's app (bundle id).") var app: String
         @Option(help: "The job's device token (hex).") var token: String?
         @Option(help: "A broadcast job's channel id (instead of --token), as the job gave it.") var channel: String?
+        @Option(help: "The job's campaign (default: the part before ':' of an id `<campaign>:<token>`).") var campaign: String?
         @Argument(help: "Job id.") var id: String
         @Flag(help: "Print one JSON object.") var json = false
 
@@ -39,6 +42,15 @@ struct JobCommand: AsyncParsableCommand {
             else { throw ValidationError("--token: expected the device token as hex (an even number of 0-9 a-f, at most 200)") }
         }
 
+        /// `--campaign`, else the campaign of a `campaign publish` id (`<campaign>:<token hex>`).
+        var jobCampaign: String? {
+            if let campaign { return campaign }
+            guard let token, let colon = id.lastIndex(of: ":"), id[id.index(after: colon)...].lowercased() == token.lowercased() else {
+                return nil
+            }
+            return String(id[..<colon])
+        }
+
         func run() async throws {
             try await exitingOnError {
                 let config = try loadPipeline(pipeline)
@@ -50,7 +62,7 @@ struct JobCommand: AsyncParsableCommand {
                     if let channel {
                         try await store.jobStatus(jobID: id, app: app, channelID: channel)
                     } else {
-                        try await store.jobStatus(jobID: id, app: app, tokenHex: token ?? "")
+                        try await store.jobStatus(jobID: id, app: app, tokenHex: token ?? "", campaign: jobCampaign)
                     }
                 await redis.close()
                 let text =
@@ -79,6 +91,8 @@ struct JobCommand: AsyncParsableCommand {
             lines.append("  token suppressed since \(time(at)) (\(s.suppressedReason ?? "?"))")
         }
         if let at = s.registeredAt { lines.append("  token registered at \(time(at))") }
+        if let control = s.campaignControl { lines.append("  campaign: \(control.description)") }
+        if let until = s.deferredUntilMs { lines.append("  deferred until \(time(until / 1000))") }
         return lines.joined(separator: "\n")
     }
 
@@ -100,6 +114,8 @@ struct JobCommand: AsyncParsableCommand {
             object["suppressed_reason"] = s.suppressedReason ?? ""
         }
         if let at = s.registeredAt { object["registered_at"] = time(at) }
+        if let control = s.campaignControl { object["campaign_state"] = control.description }
+        if let until = s.deferredUntilMs { object["deferred_until"] = time(until / 1000) }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
