@@ -29,6 +29,10 @@ public struct PipelineConfiguration: Sendable {
         public var jobsTopic = "apns.jobs"
         public var deadLetterTopic = "apns.jobs.dlq"
         public var registrationsTopic: String? = "apns.registrations"
+        /// `kafka.priority_topic`: the priority lane's topic (nil: no priority lane). Its jobs are consumed
+        /// beside the jobs topic's, with their own in-flight budget and gate calls, and every transport
+        /// writes them ahead of the jobs topic's (`docs/design.md §1.4`).
+        public var priorityTopic: String?
         public var batchSize = consumerDefaults.maxBatchSize
         public var sessionTimeoutMs = Int(consumerDefaults.sessionTimeout.milliseconds)
         /// The dead-letter producer's `message.max.bytes`: a dead letter larger than this is written
@@ -226,6 +230,9 @@ public struct PipelineConfiguration: Sendable {
     /// Gate calls in flight at once, each on a Redis connection of its own (`pipeline.gate_calls_in_flight`):
     /// Redis decides on the next batches while this process sends the current one.
     public var gateCallsInFlight = 2
+    /// The priority lane's own in-flight budget (`pipeline.priority_max_in_flight`): priority jobs taken
+    /// and not settled, apart from `maxInFlight` (a campaign filling that budget never holds them back).
+    public var priorityMaxInFlight = 1_000
     /// Bytes of large messages (over 4 KiB) taken from Kafka and not yet settled
     /// (`pipeline.max_in_flight_bytes`): with `maxInFlight`, what bounds `run`'s memory (design §1.2).
     public var maxInFlightBytes = 256 << 20
@@ -272,6 +279,20 @@ public struct PipelineConfiguration: Sendable {
         c.kafka.deadLetterTopic = try k.string("dead_letter_topic", default: c.kafka.deadLetterTopic)
         c.kafka.registrationsTopic = try k.string("registrations_topic") ?? c.kafka.registrationsTopic
         if try k.bool("consume_registrations", default: true) == false { c.kafka.registrationsTopic = nil }
+        if let topic = try k.string("priority_topic") {
+            let others = [
+                ("kafka.jobs_topic", c.kafka.jobsTopic), ("kafka.dead_letter_topic", c.kafka.deadLetterTopic),
+                ("kafka.registrations_topic", c.kafka.registrationsTopic ?? ""),
+            ]
+            if topic.isEmpty {
+                throw ConfigurationError(file: file, key: "kafka.priority_topic", problem: "expected a topic name (or leave the key out)")
+            }
+            if let (key, _) = others.first(where: { $0.1 == topic }) {
+                throw ConfigurationError(
+                    file: file, key: "kafka.priority_topic", problem: "expected a topic of its own: \(topic) is already \(key)")
+            }
+            c.kafka.priorityTopic = topic
+        }
         c.kafka.batchSize = try k.int("batch_size", default: c.kafka.batchSize, range: 1...100_000)
         c.kafka.sessionTimeoutMs = try k.int("session_timeout_ms", default: c.kafka.sessionTimeoutMs, range: 1000...300_000)
         // librdkafka's own range for message.max.bytes.
@@ -427,6 +448,7 @@ public struct PipelineConfiguration: Sendable {
         let p = try root.section("pipeline")
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
         c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
+        c.priorityMaxInFlight = try p.int("priority_max_in_flight", default: c.priorityMaxInFlight, range: 1...1_000_000)
         c.maxInFlightBytes = try p.int("max_in_flight_bytes", default: c.maxInFlightBytes, range: (1 << 20)...(64 << 30))
         c.eventLoopThreads = try p.int("event_loop_threads", default: c.eventLoopThreads, range: 1...64)
         c.drainTimeout = .milliseconds(

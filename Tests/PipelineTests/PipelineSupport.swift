@@ -15,7 +15,7 @@ let shop = "com.example.shop"
 
 var testLogger: Logger {
     var l = Logger(label: "pipeline-test", factory: { StreamLogHandler.standardError(label: $0) })
-    l.logLevel = .warning
+    l.logLevel = ProcessInfo.processInfo.environment["TEST_LOG_INFO"] != nil ? .info : .warning
     return l
 }
 
@@ -29,13 +29,16 @@ final class Stack: @unchecked Sendable {
     let producer: KafkaProducer
     private let client: any RedisConnection
 
-    init(faults: FaultScript = FaultScript(), partitions: Int32 = 8, redis target: RedisTestTarget = .single) async throws {
+    init(
+        faults: FaultScript = FaultScript(), partitions: Int32 = 8, redis target: RedisTestTarget = .single,
+        extraTopics: [MockCluster.Topic] = []
+    ) async throws {
         cluster = try MockCluster(
             brokers: 1,
             topics: [
                 .init(name: "apns.jobs", partitions: partitions), .init(name: "apns.jobs.dlq", partitions: 1),
                 .init(name: "apns.registrations", partitions: 2),
-            ], logger: testLogger)
+            ] + extraTopics, logger: testLogger)
         redis = try await RedisUnderTest(target)
         var sim = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
         sim.faults = faults

@@ -95,7 +95,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.proxy = configuration.proxy?.proxy(for: host.host)
         if let proxy { self.logger[metadataKey: "proxy"] = "\(proxy.address)" }  // host:port only, never credentials
         self.machine = Machine(
-            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance })
+            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
+            lane: { $0.notification.lane })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
@@ -108,8 +109,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     /// Queues jobs (built and checked on the caller's thread by `HTTP2Transport.send`); `refused` ones
     /// (invalid before sending) settle at once as bad requests, reported with this connection's outcomes.
-    /// The future completes when the queue is back within its capacity (back-pressure).
-    func submit(_ jobs: [HTTP2Job], refused: [(notification: PushNotification, reason: String)] = []) -> EventLoopFuture<Void> {
+    /// The future completes when the queue is back within its capacity (back-pressure). `priority` jobs
+    /// go to the priority lane's queue, written before every bulk one, and never wait for room.
+    func submit(
+        _ jobs: [HTTP2Job], priority: [HTTP2Job] = [], refused: [(notification: PushNotification, reason: String)] = []
+    ) -> EventLoopFuture<Void> {
         eventLoop.flatSubmit { [self] in
             if machine.draining { return eventLoop.makeFailedFuture(SenderError.draining(app: configuration.app)) }
             for r in refused {
@@ -118,9 +122,10 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                         notification: r.notification, delivery: .rejected(.badRequest(reason: r.reason)), code: r.reason,
                         attempts: 0, connection: index))
             }
-            apply(machine.enqueue(jobs, now: now))
+            if !priority.isEmpty { apply(machine.enqueue(priority, lane: .priority, now: now)) }
+            if !jobs.isEmpty || priority.isEmpty { apply(machine.enqueue(jobs, now: now)) }
             statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
-            if machine.hasRoom { return eventLoop.makeSucceededVoidFuture() }
+            if jobs.isEmpty || machine.hasRoom { return eventLoop.makeSucceededVoidFuture() }
             let promise = eventLoop.makePromise(of: Void.self)
             waiters.append(promise)
             statistics.callerWaits += 1
