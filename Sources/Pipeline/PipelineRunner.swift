@@ -80,6 +80,7 @@ public final class PipelineRunner: Service, Sendable {
     /// Most messages per priority batch: what the priority consumer holds is handed out at once, never
     /// waited for to fill a batch, so a batch is as large as what came while the last one was gated.
     static let priorityBatchSize = 256
+    static let priorityPollTimeout: Duration = .milliseconds(2)
     /// The priority consumer's group: the jobs group's name and `.priority`.
     static func priorityGroup(_ group: String) -> String { group + ".priority" }
 
@@ -174,12 +175,18 @@ public final class PipelineRunner: Service, Sendable {
         if let topic = c.kafka.priorityTopic, let priorityBudget {
             var properties = consumerProperties
             if c.kafka.properties["queued.max.messages.kbytes"] == nil { properties["queued.max.messages.kbytes"] = "1024" }
-            let priorityConsumer = try KafkaConsumer(
-                configuration: KafkaConsumerConfiguration(
-                    bootstrapServers: bootstrap, groupID: Self.priorityGroup(c.kafka.group), topics: [topic], properties: properties,
-                    sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: Self.priorityBatchSize,
-                    maxBufferedMessages: max(c.priorityMaxInFlight, Self.priorityBatchSize)),
-                logger: logger)
+            // A fetch waits at most this long for data (a real broker answers as soon as a message comes;
+            // librdkafka's mock cluster waits it out): the priority consumer asks more often than the
+            // jobs consumer's 50 ms.
+            if c.kafka.properties["fetch.wait.max.ms"] == nil { properties["fetch.wait.max.ms"] = "5" }
+            var consumerConfiguration = KafkaConsumerConfiguration(
+                bootstrapServers: bootstrap, groupID: Self.priorityGroup(c.kafka.group), topics: [topic], properties: properties,
+                sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: Self.priorityBatchSize,
+                maxBufferedMessages: max(c.priorityMaxInFlight, Self.priorityBatchSize))
+            // A message is handed on within ~2 ms of librdkafka having it, never held to fill a batch
+            // (the jobs consumer waits up to 100 ms: measured, that was most of a priority job's latency).
+            consumerConfiguration.pollTimeout = Self.priorityPollTimeout
+            let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
             let connection = try c.redis.makeConnection(logger: logger)
             try await connection.connect()
             priorityLane = PriorityLaneParts(
@@ -245,8 +252,11 @@ public final class PipelineRunner: Service, Sendable {
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
+        // The priority lane's tasks run at a higher priority than the bulk lane's (its decoding and send
+        // tasks inherit it): on a busy machine the cooperative threads take its work before the next
+        // bulk batch's decoding or encoding, which would otherwise each hold a thread for milliseconds.
         let priorityIngest = priorityLane.map { lane in
-            Task {
+            Task(priority: .high) {
                 do {
                     try await self.priorityIngest(lane, router: router, deadLetters: deadLetters, marks: marks)
                 } catch is CancellationError {
@@ -591,6 +601,11 @@ public final class PipelineRunner: Service, Sendable {
                 observed.withLock { $0.received += batch.count }
                 metrics?.priorityBatch(batch.count)
                 clock?.note(batch)
+                if logger.logLevel <= .debug, let t = batch.first?.timestampMilliseconds {
+                    logger.debug(
+                        "priority batch taken",
+                        metadata: ["count": "\(batch.count)", "publish_to_taken_ms": "\(Int64(Date().timeIntervalSince1970 * 1000) - t)"])
+                }
                 var d = decode(batch, decoder: decoder, templates: templates)
                 if d.jobs.contains(where: { $0.campaign != nil }) {
                     var jobs: [Job] = []
@@ -624,7 +639,13 @@ public final class PipelineRunner: Service, Sendable {
                 while let d = await handoff.next() {
                     if sendingStopped.load(ordering: .relaxed) { break }
                     let call = PipelineStore.newBatchID()
+                    let gateStart = ContinuousClock.now
                     let decisions = try await gate(d, call: call, store: lane.store)
+                    if logger.logLevel <= .debug {
+                        logger.debug(
+                            "priority batch gated",
+                            metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
+                    }
                     try await send(
                         GatedBatch(decoded: d, call: call, decisions: decisions), lane: .priority, router: router, deadLetters: deadLetters,
                         handoff: handoff, marks: marks)
