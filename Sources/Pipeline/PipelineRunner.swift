@@ -189,9 +189,12 @@ public final class PipelineRunner: Service, Sendable {
             let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
             let connection = try c.redis.makeConnection(logger: logger)
             try await connection.connect()
+            let markConnection = try c.redis.makeConnection(logger: logger)
+            try await markConnection.connect()
             priorityLane = PriorityLaneParts(
                 consumer: priorityConsumer, budget: priorityBudget, topic: topic, redis: connection,
-                store: PipelineStore(client: connection, configuration: storeConfig, logger: logger))
+                store: PipelineStore(client: connection, configuration: storeConfig, logger: logger), markRedis: markConnection,
+                markStore: PipelineStore(client: markConnection, configuration: storeConfig, logger: logger))
         }
 
         let inbox = self.inbox
@@ -387,6 +390,7 @@ public final class PipelineRunner: Service, Sendable {
         if let lane = priorityLane {
             await lane.consumer.close()
             await lane.redis.close()
+            await lane.markRedis.close()
             if let error = lane.consumer.finalCommitError {
                 logger.error(
                     "final Kafka commit of the priority topic failed: settled messages will be consumed again by the next process",
@@ -573,6 +577,9 @@ public final class PipelineRunner: Service, Sendable {
         var topic: String
         var redis: any RedisConnection
         var store: PipelineStore
+        /// The lane's "written" marks, set while its batches are gated.
+        var markRedis: any RedisConnection
+        var markStore: PipelineStore
     }
 
     /// The dead-letter reason of a campaign's job published to the priority topic: campaigns stay in
@@ -640,15 +647,27 @@ public final class PipelineRunner: Service, Sendable {
                     if sendingStopped.load(ordering: .relaxed) { break }
                     let call = PipelineStore.newBatchID()
                     let gateStart = ContinuousClock.now
+                    // The batch's "written" mark is set while it is gated, on a connection of its own (design
+                    // §1.4): one Redis wait instead of two before a priority job can be written.
+                    async let marked: Void = lane.markStore.markWritten(call: call)
                     let decisions = try await gate(d, call: call, store: lane.store)
+                    try await marked
                     if logger.logLevel <= .debug {
                         logger.debug(
                             "priority batch gated",
                             metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
                     }
                     try await send(
-                        GatedBatch(decoded: d, call: call, decisions: decisions), lane: .priority, router: router, deadLetters: deadLetters,
+                        GatedBatch(decoded: d, call: call, decisions: decisions), lane: .priority, marked: true, router: router,
+                        deadLetters: deadLetters,
                         handoff: handoff, marks: marks)
+                    if logger.logLevel <= .debug, let t = d.messages.first?.timestampMilliseconds {
+                        logger.debug(
+                            "priority batch handed to the transports",
+                            metadata: [
+                                "count": "\(d.jobs.count)", "publish_to_handoff_ms": "\(Int64(Date().timeIntervalSince1970 * 1000) - t)",
+                            ])
+                    }
                 }
             } onCancel: {
                 decoding.cancel()
@@ -691,8 +710,11 @@ public final class PipelineRunner: Service, Sendable {
         return try await store.gate(requests, call: call)
     }
 
+    /// `marked`: the batch's "written" mark is set already (the priority lane sets it while the batch is
+    /// gated); else it is set as `WrittenMarks` decides.
     private func send(
-        _ g: GatedBatch, lane: Lane, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>, marks: WrittenMarks
+        _ g: GatedBatch, lane: Lane, marked: Bool = false, router: Router, deadLetters: DeadLetterWriter,
+        handoff: BatchHandoff<DecodedBatch>, marks: WrittenMarks
     ) async throws {
         let c = configuration
         let d = g.decoded
@@ -811,7 +833,11 @@ public final class PipelineRunner: Service, Sendable {
             // these (issue 28). HTTP/2 connections ask for the mark when the batch nears the front of their
             // queue (up to `connections × queue_capacity` wait there); a binary shard writes what it is
             // given at once, so a batch with binary apps is marked before the hand-off.
-            if hasBinaryApp {
+            if marked {
+                // The priority lane's mark: a priority request at the head of a connection's queue would
+                // otherwise wait for it behind the bulk batches' marks (one connection asks them in turn).
+                clearance.grant()
+            } else if hasBinaryApp {
                 try await marks.markNow(call: g.call, clearance: clearance)
             }
             let orphans = try await router.send(notifications)
