@@ -84,8 +84,9 @@ public final class PipelineRunner: Service, Sendable {
     /// The priority consumer's group: the jobs group's name and `.priority`.
     static func priorityGroup(_ group: String) -> String { group + ".priority" }
 
-    /// The Kafka position a notification carries through the sender (the jobs topic is the only one
-    /// the sender sees, so the topic is not repeated in every notification).
+    /// The Kafka position a notification carries through the sender: its partition, offset and lane, which
+    /// names its topic (the jobs topic, or the priority topic, design §1.4), so no notification carries
+    /// a topic's name.
     static func position(of message: KafkaConsumerMessage, lane: Lane = .bulk) -> SourcePosition {
         SourcePosition(partition: message.partition, offset: message.offset, lane: lane)
     }
