@@ -15,7 +15,7 @@ let shop = "com.example.shop"
 
 var testLogger: Logger {
     var l = Logger(label: "pipeline-test", factory: { StreamLogHandler.standardError(label: $0) })
-    l.logLevel = ProcessInfo.processInfo.environment["TEST_LOG_INFO"] != nil ? .info : .warning
+    l.logLevel = .warning
     return l
 }
 
