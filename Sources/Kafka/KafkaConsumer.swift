@@ -24,6 +24,10 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// The same bound in bytes (message values): a buffer of ~1 MB messages must not reach
     /// `maxBufferedMessages` of them (issue 28). Whichever bound is reached first holds the poll thread.
     public var maxBufferedBytes: Int = 32 << 20
+    /// How long one poll of librdkafka waits to fill a batch (`rd_kafka_consume_batch_queue` returns when
+    /// it has `maxBatchSize` messages or this passed): what a message may wait in librdkafka's queue for
+    /// others to join it. The priority lane polls every few milliseconds (`docs/design.md §1.4`).
+    public var pollTimeout: Duration = .milliseconds(100)
     /// How often settled positions are committed (also on revoke and on close).
     public var commitInterval: Duration
     /// `auto.offset.reset`: where a group with no committed offset starts, and where librdkafka goes when
@@ -396,6 +400,7 @@ final class ConsumerCore: @unchecked Sendable {
         var lastCommit = ContinuousClock.now
         var nudge = FetchNudge(interval: Self.nudgeInterval)
         let nudgesFetcher = !RDKafkaClient.hasFetchQueueBackoff
+        let pollTimeoutMs = Int32(clamping: max(1, configuration.pollTimeout.milliseconds))
         while true {
             let (stop, resume, requests) = state.withLock { s in
                 defer {
@@ -428,7 +433,7 @@ final class ConsumerCore: @unchecked Sendable {
                 usleep(2_000)
                 continue
             }
-            let n = client.consumeBatch(queue: queue!, timeoutMs: 100, into: buffer, capacity: capacity)
+            let n = client.consumeBatch(queue: queue!, timeoutMs: pollTimeoutMs, into: buffer, capacity: capacity)
             if n > 0 { ingest(buffer, count: n) }
             if nudgesFetcher, nudge.isDue(afterReceiving: n, capacity: capacity, now: .now) {
                 // The request wakes the broker thread that answers it; the metadata is not used (a

@@ -18,6 +18,7 @@ public struct PrometheusMetrics: Sendable {
         factory.durationHistogramBuckets = [
             PipelineMetrics.Name.settlementLatency: PipelineMetrics.latencyBuckets,
             PipelineMetrics.Name.answerLatency: PipelineMetrics.answerLatencyBuckets,
+            PipelineMetrics.Name.priorityLatency: PipelineMetrics.priorityLatencyBuckets,
         ]
         factory.valueHistogramBuckets = [
             PipelineMetrics.Name.kafkaBatch: PipelineMetrics.batchBuckets,

@@ -33,6 +33,10 @@ public struct PipelineConfiguration: Sendable {
         /// `kafka.outcomes_topic`: one message per settled job (design.md §3.5), delivered before the job's
         /// offset is committed. nil (the default): no outcomes stream, and nothing of it is built.
         public var outcomesTopic: String?
+        /// `kafka.priority_topic`: the priority lane's topic (nil: no priority lane). Its jobs are consumed
+        /// beside the jobs topic's, with their own in-flight budget and gate calls, and every transport
+        /// writes them ahead of the jobs topic's (`docs/design.md §1.4`).
+        public var priorityTopic: String?
         public var batchSize = consumerDefaults.maxBatchSize
         public var sessionTimeoutMs = Int(consumerDefaults.sessionTimeout.milliseconds)
         /// The dead-letter producer's `message.max.bytes`: a dead letter larger than this is written
@@ -243,6 +247,9 @@ public struct PipelineConfiguration: Sendable {
     /// Gate calls in flight at once, each on a Redis connection of its own (`pipeline.gate_calls_in_flight`):
     /// Redis decides on the next batches while this process sends the current one.
     public var gateCallsInFlight = 2
+    /// The priority lane's own in-flight budget (`pipeline.priority_max_in_flight`): priority jobs taken
+    /// and not settled, apart from `maxInFlight` (a campaign filling that budget never holds them back).
+    public var priorityMaxInFlight = 1_000
     /// Bytes of large messages (over 4 KiB) taken from Kafka and not yet settled
     /// (`pipeline.max_in_flight_bytes`): with `maxInFlight`, what bounds `run`'s memory (design §1.2).
     public var maxInFlightBytes = 256 << 20
@@ -289,6 +296,20 @@ public struct PipelineConfiguration: Sendable {
         c.kafka.deadLetterTopic = try k.string("dead_letter_topic", default: c.kafka.deadLetterTopic)
         c.kafka.registrationsTopic = try k.string("registrations_topic") ?? c.kafka.registrationsTopic
         if try k.bool("consume_registrations", default: true) == false { c.kafka.registrationsTopic = nil }
+        if let topic = try k.string("priority_topic") {
+            let others = [
+                ("kafka.jobs_topic", c.kafka.jobsTopic), ("kafka.dead_letter_topic", c.kafka.deadLetterTopic),
+                ("kafka.registrations_topic", c.kafka.registrationsTopic ?? ""),
+            ]
+            if topic.isEmpty {
+                throw ConfigurationError(file: file, key: "kafka.priority_topic", problem: "expected a topic name (or leave the key out)")
+            }
+            if let (key, _) = others.first(where: { $0.1 == topic }) {
+                throw ConfigurationError(
+                    file: file, key: "kafka.priority_topic", problem: "expected a topic of its own: \(topic) is already \(key)")
+            }
+            c.kafka.priorityTopic = topic
+        }
         if let topic = try k.string("outcomes_topic") {
             c.kafka.outcomesTopic = try outcomesTopic(topic, kafka: c.kafka, file: file)
         }
@@ -462,6 +483,7 @@ public struct PipelineConfiguration: Sendable {
         let p = try root.section("pipeline")
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
         c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
+        c.priorityMaxInFlight = try p.int("priority_max_in_flight", default: c.priorityMaxInFlight, range: 1...1_000_000)
         c.maxInFlightBytes = try p.int("max_in_flight_bytes", default: c.maxInFlightBytes, range: (1 << 20)...(64 << 30))
         c.eventLoopThreads = try p.int("event_loop_threads", default: c.eventLoopThreads, range: 1...64)
         c.drainTimeout = .milliseconds(
@@ -648,7 +670,8 @@ public struct PipelineConfiguration: Sendable {
                 problem: "expected a Kafka topic name (1…249 characters of a-z, A-Z, 0-9, '.', '_', '-'), found \"\(topic)\"")
         }
         for (other, name) in [("kafka.jobs_topic", kafka.jobsTopic), ("kafka.dead_letter_topic", kafka.deadLetterTopic)]
-            + (kafka.registrationsTopic.map { [("kafka.registrations_topic", $0)] } ?? []) where name == topic
+            + (kafka.registrationsTopic.map { [("kafka.registrations_topic", $0)] } ?? [])
+            + (kafka.priorityTopic.map { [("kafka.priority_topic", $0)] } ?? []) where name == topic
         {
             throw ConfigurationError(
                 file: file, key: key, problem: "expected a topic of its own, found \(other)'s (\"\(topic)\")")

@@ -68,6 +68,11 @@ public final class PipelineMetrics: Sendable {
         public static let outcomeMessages = "apns_outcome_messages_total"
         /// Outcome messages the outcomes topic did not take (each retried; settling waits for them).
         public static let outcomeMessageFailures = "apns_outcome_message_failures_total"
+        /// The priority lane (`kafka.priority_topic`): a priority job's Kafka timestamp (its publish) to
+        /// its transport reporting it accepted, every accepted priority job.
+        public static let priorityLatency = "apns_priority_latency_seconds"
+        /// Messages the priority lane took from its topic.
+        public static let priorityReceived = "apns_priority_received_total"
     }
 
     /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
@@ -81,6 +86,11 @@ public final class PipelineMetrics: Sendable {
     ]
     /// The sender's own fixed buckets (`GatewayAnswerLatency`), so Prometheus' buckets match them.
     public static let answerLatencyBuckets: [Duration] = GatewayAnswerLatency.upperBounds
+    /// The priority lane's latency buckets: its goal is a p99 of 100 ms (benchmarks.md §7.3).
+    public static let priorityLatencyBuckets: [Duration] = [
+        .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),
+        .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30),
+    ]
     public static let batchBuckets: [Double] = [1, 10, 50, 100, 250, 500, 1000, 2000, 5000, 10_000]
 
     private let factory: any MetricsFactory
@@ -101,6 +111,7 @@ public final class PipelineMetrics: Sendable {
     private let settlementLatency: CoreMetrics.Timer
     private let kafkaBatch: Recorder
     private let settleBatch: Recorder
+    private let priorityLatency: CoreMetrics.Timer
     /// Per partition, (offset, Kafka timestamp) of the first message of each batch not yet known settled:
     /// the latency histogram samples one message per partition and batch (per-batch work, not per job).
     private let latencySamples = Mutex<[Int32: [(offset: Int64, timestampMs: Int64)]]>([:])
@@ -118,6 +129,7 @@ public final class PipelineMetrics: Sendable {
         settlementLatency = CoreMetrics.Timer(label: Name.settlementLatency, factory: factory)
         kafkaBatch = Recorder(label: Name.kafkaBatch, factory: factory)
         settleBatch = Recorder(label: Name.settleBatch, factory: factory)
+        priorityLatency = CoreMetrics.Timer(label: Name.priorityLatency, factory: factory)
         // Every series exists from the start (at 0), so rates and alerts work before the first event.
         for (app, transport) in transports {
             for name in [Name.accepted, Name.rejected, Name.replayed, Name.ambiguous, Name.retried, Name.reconnects, Name.gaveUp] {
@@ -307,6 +319,18 @@ public final class PipelineMetrics: Sendable {
             return out
         }
         for ms in observed { settlementLatency.recordMilliseconds(max(0, ms)) }
+    }
+
+    /// A batch taken by the priority lane (counted as received too; its messages are no sample of the
+    /// jobs topic's settlement latency).
+    func priorityBatch(_ count: Int) {
+        received.increment(by: count)
+        counter(Name.priorityReceived, [:]).increment(by: count)
+    }
+
+    /// A priority job reported accepted, `latencyMs` after it was published.
+    func priorityAccepted(latencyMs: Int64) {
+        priorityLatency.recordMilliseconds(latencyMs)
     }
 
     // MARK: gauges (sampled)

@@ -38,6 +38,9 @@ extension PipelineMetrics {
         Name.settlementLatency:
             "Kafka message timestamp to the message settled and committable (first message of each batch per partition).",
         Name.kafkaBatch: "Messages per Kafka batch.",
+        Name.priorityLatency:
+            "Priority lane: a job's Kafka timestamp (publish) to its transport reporting it accepted (HTTP/2: its 200; binary: settled by time), every accepted priority job.",
+        Name.priorityReceived: "Priority lane: messages taken from kafka.priority_topic (also counted in apns_received_total).",
         Name.settleBatch: "Outcomes per settle call.",
         Name.answerLatency: "HTTP/2: a request's frames written to its answer, every answer.",
         Name.retries:

@@ -21,6 +21,14 @@ public final class PipelineRunner: Service, Sendable {
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
     private let budget: InFlightBudget
+    /// The priority lane's own budget (`pipeline.priority_max_in_flight`); nil without `kafka.priority_topic`.
+    private let priorityBudget: InFlightBudget?
+    /// The priority lane's publish times, for its latency histogram (nil without the lane).
+    private let priorityClock: PriorityClock?
+    /// The priority lane's intake (as `intake`): a graceful stop cancels it alone.
+    private let priorityIntake = Mutex<Task<Void, Never>?>(nil)
+    /// The priority lane's failure, if it ended the process.
+    private let priorityFailure = Mutex<(any Error)?>(nil)
     private let inbox = SettlerInbox()
     private let observed = Mutex(Observed())
     private let waitLog = LeaseWaitLog()
@@ -69,15 +77,34 @@ public final class PipelineRunner: Service, Sendable {
         outcomeMessages =
             configuration.kafka.outcomesTopic == nil
             ? nil : OutcomeMessageOptions(http2Apps: Set(configuration.apps.filter { $0.transport == .http2 }.map(\.bundleID)))
+        if configuration.kafka.priorityTopic != nil {
+            // Large priority messages get a quarter of the byte budget, on top of the bulk lane's.
+            priorityBudget = InFlightBudget(
+                capacity: configuration.priorityMaxInFlight, byteCapacity: max(1 << 20, configuration.maxInFlightBytes / 4))
+            priorityClock = PriorityClock()
+        } else {
+            priorityBudget = nil
+            priorityClock = nil
+        }
     }
 
-    /// The Kafka position a notification carries through the sender (the jobs topic is the only one
-    /// the sender sees, so the topic is not repeated in every notification).
-    static func position(of message: KafkaConsumerMessage) -> SourcePosition {
-        SourcePosition(partition: message.partition, offset: message.offset)
+    /// Most messages per priority batch: what the priority consumer holds is handed out at once, never
+    /// waited for to fill a batch, so a batch is as large as what came while the last one was gated.
+    static let priorityBatchSize = 256
+    static let priorityPollTimeout: Duration = .milliseconds(2)
+    /// The priority consumer's group: the jobs group's name and `.priority`.
+    static func priorityGroup(_ group: String) -> String { group + ".priority" }
+
+    /// The Kafka position a notification carries through the sender: its partition, offset and lane, which
+    /// names its topic (the jobs topic, or the priority topic, design §1.4), so no notification carries
+    /// a topic's name.
+    static func position(of message: KafkaConsumerMessage, lane: Lane = .bulk) -> SourcePosition {
+        SourcePosition(partition: message.partition, offset: message.offset, lane: lane)
     }
-    static func ref(topic: String, position: SourcePosition) -> MessageRef {
-        MessageRef(topic: topic, partition: position.partition, offset: position.offset)
+    /// The message a position names: in the jobs topic (`topic`), or for the priority lane in `priorityTopic`.
+    static func ref(topic: String, priorityTopic: String? = nil, position: SourcePosition) -> MessageRef {
+        let topic = position.lane == .priority ? (priorityTopic ?? topic) : topic
+        return MessageRef(topic: topic, partition: position.partition, offset: position.offset)
     }
 
     public func run() async throws {
@@ -160,9 +187,42 @@ public final class PipelineRunner: Service, Sendable {
                 // the peak for no speed (1M-job runs, 2026-11-25).
                 maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
             logger: logger)
+        // The priority lane (`docs/design.md §1.4`): a consumer of its own, in a group of its own
+        // (`<group>.priority`, as registrations have `<group>.registrations`), so a bulk backlog holding
+        // the jobs consumer's poll thread (back-pressure, §1.2) never holds the priority topic's messages,
+        // nor a rebalance of the priority topic (an eager rebalance waits for every member of a group,
+        // and a held poll thread rejoins late). Its own gate connection: its gate calls never queue
+        // behind the bulk lane's.
+        var priorityLane: PriorityLaneParts?
+        if let topic = c.kafka.priorityTopic, let priorityBudget {
+            var properties = consumerProperties
+            if c.kafka.properties["queued.max.messages.kbytes"] == nil { properties["queued.max.messages.kbytes"] = "1024" }
+            // A fetch waits at most this long for data (a real broker answers as soon as a message comes;
+            // librdkafka's mock cluster waits it out): the priority consumer asks more often than the
+            // jobs consumer's 50 ms.
+            if c.kafka.properties["fetch.wait.max.ms"] == nil { properties["fetch.wait.max.ms"] = "5" }
+            var consumerConfiguration = KafkaConsumerConfiguration(
+                bootstrapServers: bootstrap, groupID: Self.priorityGroup(c.kafka.group), topics: [topic], properties: properties,
+                sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: Self.priorityBatchSize,
+                maxBufferedMessages: max(c.priorityMaxInFlight, Self.priorityBatchSize))
+            // A message is handed on within ~2 ms of librdkafka having it, never held to fill a batch
+            // (the jobs consumer waits up to 100 ms: measured, that was most of a priority job's latency).
+            consumerConfiguration.pollTimeout = Self.priorityPollTimeout
+            let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
+            let connection = try c.redis.makeConnection(logger: logger)
+            try await connection.connect()
+            let markConnection = try c.redis.makeConnection(logger: logger)
+            try await markConnection.connect()
+            priorityLane = PriorityLaneParts(
+                consumer: priorityConsumer, budget: priorityBudget, topic: topic, redis: connection,
+                store: PipelineStore(client: connection, configuration: storeConfig, logger: logger), markRedis: markConnection,
+                markStore: PipelineStore(client: markConnection, configuration: storeConfig, logger: logger))
+        }
 
         let inbox = self.inbox
         let jobsTopic = c.kafka.jobsTopic
+        let priorityTopic = c.kafka.priorityTopic
+        let priorityClock = self.priorityClock
         // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
         let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
         let http2Limiter = ConnectionLimiter(attemptsPerSecond: c.http2.reconnect.attemptsPerSecondPerGateway)
@@ -170,7 +230,8 @@ public final class PipelineRunner: Service, Sendable {
         let outcomeMessages = self.outcomeMessages
         let onOutcomes: OutcomeHandler = { batch in
             metrics?.senderEvents(app: batch.app, batch.events)
-            let share = Self.settlerShare(batch, topic: jobsTopic, messages: outcomeMessages)
+            if let priorityClock, let metrics { priorityClock.observeAccepted(batch, metrics: metrics) }
+            let share = Self.settlerShare(batch, topic: jobsTopic, priorityTopic: priorityTopic, messages: outcomeMessages)
             inbox.put(share.item)
             // Jobs the gateway refused settle once their dead letters are stored.
             if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
@@ -198,6 +259,7 @@ public final class PipelineRunner: Service, Sendable {
             "pipeline starting",
             metadata: [
                 "bootstrap": "\(bootstrap)", "group": "\(c.kafka.group)", "topic": "\(c.kafka.jobsTopic)",
+                "priority_topic": "\(c.kafka.priorityTopic ?? "none")",
                 "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(owner)",
                 "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")", "event_loop_threads": "\(c.eventLoopThreads)",
                 "outcomes_topic": "\(c.kafka.outcomesTopic ?? "none")",
@@ -235,14 +297,31 @@ public final class PipelineRunner: Service, Sendable {
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
+        // The priority lane's tasks run at a higher priority than the bulk lane's (its decoding and send
+        // tasks inherit it): on a busy machine the cooperative threads take its work before the next
+        // bulk batch's decoding or encoding, which would otherwise each hold a thread for milliseconds.
+        let priorityIngest = priorityLane.map { lane in
+            Task(priority: .high) {
+                do {
+                    try await self.priorityIngest(lane, router: router, deadLetters: deadLetters, marks: marks)
+                } catch is CancellationError {
+                } catch {
+                    // As a failure of the bulk lane: the process stops (what is unsettled is redelivered).
+                    self.logger.error("priority lane stopped; shutting down", metadata: ["error": "\(error)"])
+                    self.priorityFailure.withLock { $0 = error }
+                    ingest.cancel()
+                }
+            }
+        }
         // If the settler fails (Redis gone for longer than the client waits), nothing settles any more
         // and the in-flight budget never frees: stop taking jobs, and let the process exit non-zero.
         let settler = Task {
             do {
-                try await self.settle(store: settlerStore, consumer: consumer, outcomes: outcomeStream)
+                try await self.settle(store: settlerStore, consumer: consumer, priority: priorityLane, outcomes: outcomeStream)
             } catch {
                 self.sendingStopped.store(true, ordering: .relaxed)
                 ingest.cancel()
+                priorityIngest?.cancel()
                 throw error
             }
         }
@@ -279,6 +358,7 @@ public final class PipelineRunner: Service, Sendable {
             self.live.withLock { $0 = nil }  // readiness: "not running" from here on
             // Only the intake stops: batches already taken are still gated and sent.
             self.intake.withLock { $0 }?.cancel()
+            self.priorityIntake.withLock { $0 }?.cancel()
         }
         // The stop is bounded whatever Apple, Redis or Kafka do (`docs/design.md §1.3`): the batches
         // already taken get until `drainTimeout` to be gated and sent, and the transports until the same
@@ -293,6 +373,15 @@ public final class PipelineRunner: Service, Sendable {
                 metadata: ["drain_timeout_s": "\(c.drainTimeout.components.seconds)"])
             ingest.cancel()
         }
+        if let priorityIngest {
+            self.priorityIntake.withLock { $0 }?.cancel()
+            let wrapped: Task<Void, any Error> = Task { await priorityIngest.value }
+            if await !Self.finished(wrapped, before: stopDeadline) {
+                logger.warning("stop: priority jobs taken were not all sent before the drain timeout; the rest stay unsettled")
+                priorityIngest.cancel()
+            }
+        }
+        if let error = priorityFailure.withLock({ $0 }) { failure = failure ?? error }
         // Dead letters still failing are abandoned: their messages stay unsettled, so are redelivered.
         await deadLetters.finish()
         sidecars.cancel()
@@ -348,6 +437,17 @@ public final class PipelineRunner: Service, Sendable {
             for (tp, offset) in positions where tp.topic == c.kafka.jobsTopic { o.finalCommitPositions[tp.partition] = offset }
         }
         await consumer.close()  // commits the settled positions
+        if let lane = priorityLane {
+            await lane.consumer.close()
+            await lane.redis.close()
+            await lane.markRedis.close()
+            if let error = lane.consumer.finalCommitError {
+                logger.error(
+                    "final Kafka commit of the priority topic failed: settled messages will be consumed again by the next process",
+                    metadata: ["error": "\(error.message)"])
+                failure = failure ?? error
+            }
+        }
         if let error = consumer.finalCommitError {
             // Nothing is lost (the messages come again, and dedup keeps accepted ones from being sent
             // twice), but a clean exit would hide that Kafka was unreachable: exit non-zero.
@@ -432,39 +532,7 @@ public final class PipelineRunner: Service, Sendable {
                 guard await budget.acquire(batch: batch) else { break }
                 observed.withLock { $0.received += batch.count }
                 metrics?.kafkaBatch(batch)
-                let now = UInt32(Date().timeIntervalSince1970)
-                var d = DecodedBatch(messages: batch, jobs: [], jobMessages: [], deadLetters: [])
-                d.jobs.reserveCapacity(batch.count)
-                d.jobMessages.reserveCapacity(batch.count)
-                for index in batch.indices {
-                    do throws(JobError) {
-                        let job = try batch[index].value.withUnsafeBytes { raw in
-                            Result { () throws(JobError) in try decoder.decode(raw, now: now, templates: templates) }
-                        }.get()
-                        d.jobs.append(job)
-                        d.jobMessages.append(index)
-                    } catch {
-                        let m = batch[index]
-                        // A job valid but for its app keeps its id and campaign: counted in the campaign's
-                        // progress, as when the router refused it. Its app is no label or key (issue 28).
-                        d.deadLetters.append(
-                            (
-                                m, error.reason.rawValue,
-                                Redis.Outcome(
-                                    jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
-                            ))
-                        if outcomeMessages != nil {
-                            // No valid job: its id and campaign when it was valid but for its app, else nothing.
-                            d.deadLetterMessages.append(
-                                OutcomeMessage(
-                                    id: error.jobID, campaign: error.campaign, outcome: .deadLettered, reason: error.reason.rawValue))
-                        }
-                        logger.debug(
-                            "job refused",
-                            metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
-                    }
-                }
-                await handoff.put(d)
+                await handoff.put(decode(batch, decoder: decoder, templates: templates))
             }
         }
         intake.withLock { $0 = decoding }
@@ -505,7 +573,7 @@ public final class PipelineRunner: Service, Sendable {
                     // The settler gave up: what is sent now could never be settled.
                     if sendingStopped.load(ordering: .relaxed) { break }
                     let g = GatedBatch(decoded: pending.decoded, call: pending.call, decisions: try await pending.decisions.value)
-                    try await send(g, router: router, deadLetters: deadLetters, handoff: handoff, marks: marks)
+                    try await send(g, lane: .bulk, router: router, deadLetters: deadLetters, handoff: handoff, marks: marks)
                 }
             } onCancel: {
                 decoding.cancel()
@@ -524,6 +592,152 @@ public final class PipelineRunner: Service, Sendable {
         // A gate call's failure (Redis gone longer than the client waits) ended the send stage above
         // with its error; here everything was gated and sent.
         await gating.value
+    }
+
+    /// Decodes a batch from Kafka: its valid jobs, and its refused messages with their reasons.
+    private func decode(_ batch: [KafkaConsumerMessage], decoder: JobDecoder, templates: JobTemplates) -> DecodedBatch {
+        let now = UInt32(Date().timeIntervalSince1970)
+        var d = DecodedBatch(messages: batch, jobs: [], jobMessages: [], deadLetters: [])
+        d.jobs.reserveCapacity(batch.count)
+        d.jobMessages.reserveCapacity(batch.count)
+        for index in batch.indices {
+            do throws(JobError) {
+                let job = try batch[index].value.withUnsafeBytes { raw in
+                    Result { () throws(JobError) in try decoder.decode(raw, now: now, templates: templates) }
+                }.get()
+                d.jobs.append(job)
+                d.jobMessages.append(index)
+            } catch {
+                let m = batch[index]
+                // A job valid but for its app keeps its id and campaign: counted in the campaign's
+                // progress, as when the router refused it. Its app is no label or key (issue 28).
+                d.deadLetters.append(
+                    (
+                        m, error.reason.rawValue,
+                        Redis.Outcome(jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
+                    ))
+                if outcomeMessages != nil {
+                    // No valid job: its id and campaign when it was valid but for its app, else nothing.
+                    d.deadLetterMessages.append(
+                        OutcomeMessage(id: error.jobID, campaign: error.campaign, outcome: .deadLettered, reason: error.reason.rawValue))
+                }
+                logger.debug(
+                    "job refused", metadata: ["reason": "\(error.reason.rawValue)", "detail": "\(error.detail)", "offset": "\(m.ref)"])
+            }
+        }
+        return d
+    }
+
+    // MARK: the priority lane
+
+    /// What the priority lane runs on (`docs/design.md §1.4`).
+    struct PriorityLaneParts: Sendable {
+        var consumer: KafkaConsumer
+        var budget: InFlightBudget
+        var topic: String
+        var redis: any RedisConnection
+        var store: PipelineStore
+        /// The lane's "written" marks, set while its batches are gated.
+        var markRedis: any RedisConnection
+        var markStore: PipelineStore
+    }
+
+    /// The dead-letter reason of a campaign's job published to the priority topic: campaigns stay in
+    /// the bulk lane, so a campaign published to the wrong topic never takes the lane from urgent jobs.
+    static let campaignOnPriorityTopic = "campaign-on-priority-topic"
+
+    /// The priority lane: its consumer's batches (whatever came since the last one: never waited for to
+    /// fill), its own budget, one gate call at a time on its own connection, then the transports' priority
+    /// queues. Settles through the same settler as the bulk lane.
+    private func priorityIngest(
+        _ lane: PriorityLaneParts, router: Router, deadLetters: DeadLetterWriter, marks: WrittenMarks
+    ) async throws {
+        let handoff = BatchHandoff<DecodedBatch>(capacity: 2)
+        let decoder = JobDecoder(payloadLimit: configuration.largestPayloadLimit, apps: KnownApps(configuration.apps.map(\.bundleID)))
+        let clock = priorityClock
+        let decoding = Task {
+            defer { handoff.finish() }
+            if Task.isCancelled { return }
+            let templates = JobTemplates()
+            while !Task.isCancelled {
+                guard let batch = await lane.consumer.nextBatch(), !batch.isEmpty else {
+                    if Task.isCancelled { break }
+                    continue
+                }
+                guard await lane.budget.acquire(batch: batch) else { break }
+                observed.withLock { $0.received += batch.count }
+                metrics?.priorityBatch(batch.count)
+                clock?.note(batch)
+                if logger.logLevel <= .debug, let t = batch.first?.timestampMilliseconds {
+                    logger.debug(
+                        "priority batch taken",
+                        metadata: ["count": "\(batch.count)", "publish_to_taken_ms": "\(Int64(Date().timeIntervalSince1970 * 1000) - t)"])
+                }
+                var d = decode(batch, decoder: decoder, templates: templates)
+                if d.jobs.contains(where: { $0.campaign != nil }) {
+                    var jobs: [Job] = []
+                    var jobMessages: [Int] = []
+                    for (job, m) in zip(d.jobs, d.jobMessages) {
+                        if let campaign = job.campaign {
+                            d.deadLetters.append(
+                                (
+                                    batch[m], Self.campaignOnPriorityTopic,
+                                    Redis.Outcome(
+                                        jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: campaign, kind: .deadLettered,
+                                        isBroadcast: job.channel != nil)
+                                ))
+                        } else {
+                            jobs.append(job)
+                            jobMessages.append(m)
+                        }
+                    }
+                    d.jobs = jobs
+                    d.jobMessages = jobMessages
+                    logger.warning(
+                        "campaign jobs on the priority topic are dead-lettered: publish campaigns to the jobs topic",
+                        metadata: ["topic": "\(lane.topic)", "reason": "\(Self.campaignOnPriorityTopic)"])
+                }
+                await handoff.put(d)
+            }
+        }
+        priorityIntake.withLock { $0 = decoding }
+        do {
+            try await withTaskCancellationHandler {
+                while let d = await handoff.next() {
+                    if sendingStopped.load(ordering: .relaxed) { break }
+                    let call = PipelineStore.newBatchID()
+                    let gateStart = ContinuousClock.now
+                    // The batch's "written" mark is set while it is gated, on a connection of its own (design
+                    // §1.4): one Redis wait instead of two before a priority job can be written.
+                    async let marked: Void = lane.markStore.markWritten(call: call)
+                    let decisions = try await gate(d, call: call, store: lane.store)
+                    try await marked
+                    if logger.logLevel <= .debug {
+                        logger.debug(
+                            "priority batch gated",
+                            metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
+                    }
+                    try await send(
+                        GatedBatch(decoded: d, call: call, decisions: decisions), lane: .priority, marked: true, router: router,
+                        deadLetters: deadLetters,
+                        handoff: handoff, marks: marks)
+                    if logger.logLevel <= .debug, let t = d.messages.first?.timestampMilliseconds {
+                        logger.debug(
+                            "priority batch handed to the transports",
+                            metadata: [
+                                "count": "\(d.jobs.count)", "publish_to_handoff_ms": "\(Int64(Date().timeIntervalSince1970 * 1000) - t)",
+                            ])
+                    }
+                }
+            } onCancel: {
+                decoding.cancel()
+            }
+        } catch {
+            decoding.cancel()
+            handoff.finish()
+            throw error
+        }
+        await decoding.value
     }
 
     /// A decoded batch whose gate call is under way.
@@ -616,8 +830,11 @@ public final class PipelineRunner: Service, Sendable {
         return d.jobs.indices.map { decided[$0] ?? gated.next()! }
     }
 
+    /// `marked`: the batch's "written" mark is set already (the priority lane sets it while the batch is
+    /// gated); else it is set as `WrittenMarks` decides.
     private func send(
-        _ g: GatedBatch, router: Router, deadLetters: DeadLetterWriter, handoff: BatchHandoff<DecodedBatch>, marks: WrittenMarks
+        _ g: GatedBatch, lane: Lane, marked: Bool = false, router: Router, deadLetters: DeadLetterWriter,
+        handoff: BatchHandoff<DecodedBatch>, marks: WrittenMarks
     ) async throws {
         let c = configuration
         let d = g.decoded
@@ -683,7 +900,7 @@ public final class PipelineRunner: Service, Sendable {
                     encoderFor = (app, pushType, encoder)
                 }
                 let payload = try job.encodedPayload(language: admitted.language, encoder: encoder, jobIDKey: jobIDKey)
-                let position = SourcePosition(partition: batch[m].partition, offset: batch[m].offset)
+                let position = SourcePosition(partition: batch[m].partition, offset: batch[m].offset, lane: lane)
                 if let channel {
                     notifications.append(
                         PushNotification(
@@ -743,20 +960,26 @@ public final class PipelineRunner: Service, Sendable {
             // these (issue 28). HTTP/2 connections ask for the mark when the batch nears the front of their
             // queue (up to `connections × queue_capacity` wait there); a binary shard writes what it is
             // given at once, so a batch with binary apps is marked before the hand-off.
-            if hasBinaryApp {
+            if marked {
+                // The priority lane's mark: a priority request at the head of a connection's queue would
+                // otherwise wait for it behind the bulk batches' marks (one connection asks them in turn).
+                clearance.grant()
+            } else if hasBinaryApp {
                 try await marks.markNow(call: g.call, clearance: clearance)
             }
             let orphans = try await router.send(notifications)
             if !orphans.isEmpty {
                 // Validated jobs for an app with no certificate here: dead letters, with the reason.
                 var orphanItem = SettlerInbox.Item()
-                let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (Self.position(of: $0), $0) })
+                let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (Self.position(of: $0, lane: lane), $0) })
                 for n in orphans {
                     orphanItem.outcomes.append(
                         Redis.Outcome(
                             jobID: n.jobID, app: n.app, tokenHex: n.recipientKey, campaign: n.campaign, kind: .deadLettered,
                             isBroadcast: n.channel != nil))
-                    if let position = n.position { orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, position: position)) }
+                    if let position = n.position {
+                        orphanItem.refs.append(Self.ref(topic: c.kafka.jobsTopic, priorityTopic: c.kafka.priorityTopic, position: position))
+                    }
                     if outcomeMessages != nil {
                         orphanItem.messages.append(
                             OutcomeMessage(notification: n, outcome: .deadLettered, reason: "no-certificate-for-app"))
@@ -793,18 +1016,21 @@ public final class PipelineRunner: Service, Sendable {
     }
 
     /// `messages`: also make each outcome's message for the outcomes stream (`kafka.outcomes_topic` is set).
-    static func settlerShare(_ batch: OutcomeBatch, topic: String, messages: OutcomeMessageOptions? = nil) -> SettlerShare {
+    static func settlerShare(
+        _ batch: OutcomeBatch, topic: String, priorityTopic: String? = nil, messages: OutcomeMessageOptions? = nil
+    ) -> SettlerShare {
         var share = SettlerShare()
-        share.item = settlerItem(batch, topic: topic, keepingDeadLetters: false, messages: messages)
+        share.item = settlerItem(batch, topic: topic, priorityTopic: priorityTopic, keepingDeadLetters: false, messages: messages)
         for o in batch.outcomes {
             guard let rejection = o.rejection, o.kind == .deadLettered, let position = o.notification.position else { continue }
             let reason = GatewayRefusal.reason(rejection)
             let message = KafkaConsumerMessage(
-                topic: topic, partition: position.partition, offset: position.offset, key: Array(o.notification.recipientKey.utf8),
+                topic: position.lane == .priority ? (priorityTopic ?? topic) : topic, partition: position.partition,
+                offset: position.offset, key: Array(o.notification.recipientKey.utf8),
                 value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
             share.deadLetters.append((message, reason))
             share.deadLetterItem.outcomes.append(redisOutcome(o))
-            share.deadLetterItem.refs.append(ref(topic: topic, position: position))
+            share.deadLetterItem.refs.append(ref(topic: topic, priorityTopic: priorityTopic, position: position))
             if let messages {
                 share.deadLetterItem.messages.append(
                     OutcomeMessage(o, kind: .deadLettered, reason: reason, http2: messages.http2Apps.contains(batch.app)))
@@ -899,7 +1125,8 @@ public final class PipelineRunner: Service, Sendable {
     /// through `settlerShare`'s dead letters).
     /// With `messages`, each outcome's message for the outcomes stream too.
     static func settlerItem(
-        _ batch: OutcomeBatch, topic: String, keepingDeadLetters: Bool = true, messages: OutcomeMessageOptions? = nil
+        _ batch: OutcomeBatch, topic: String, priorityTopic: String? = nil, keepingDeadLetters: Bool = true,
+        messages: OutcomeMessageOptions? = nil
     ) -> SettlerInbox.Item {
         var item = SettlerInbox.Item()
         item.outcomes.reserveCapacity(batch.outcomes.count)
@@ -922,7 +1149,9 @@ public final class PipelineRunner: Service, Sendable {
             }
             let outcome = redisOutcome(o)
             item.outcomes.append(outcome)
-            if let position = o.notification.position { item.refs.append(ref(topic: topic, position: position)) }
+            if let position = o.notification.position {
+                item.refs.append(ref(topic: topic, priorityTopic: priorityTopic, position: position))
+            }
             // A job held back (its campaign paused) is not done: its message comes when it settles after
             // the release.
             if let messages, outcome.kind != .deferred {
@@ -953,7 +1182,9 @@ public final class PipelineRunner: Service, Sendable {
     /// One Redis round trip per gathered batch, then the Kafka offsets, then the in-flight budget. With
     /// the outcomes stream, the batch's outcome messages are delivered first (one wait for all of them):
     /// nothing is recorded or committed before its message is in the outcomes topic.
-    private func settle(store: PipelineStore, consumer: KafkaConsumer, outcomes: OutcomeStream?) async throws {
+    private func settle(
+        store: PipelineStore, consumer: KafkaConsumer, priority: PriorityLaneParts?, outcomes: OutcomeStream?
+    ) async throws {
         while let item = await inbox.take() {
             // Jobs a transport held back are stored before their messages settle (one call).
             if !item.deferred.isEmpty { _ = try await store.deferJobs(Self.byCampaign(item.deferred)) }
@@ -964,9 +1195,20 @@ public final class PipelineRunner: Service, Sendable {
                 try await store.settle(batch)
                 metrics?.settled(outcomes: item.outcomes, events: item.events)
             }
-            if !item.refs.isEmpty {
-                _ = consumer.settle(item.refs)
-                budget.release(refs: item.refs)
+            var refs = item.refs
+            if let priority, !refs.isEmpty {
+                // Each lane's positions go back to its own consumer and budget.
+                let priorityRefs = refs.filter { $0.topic == priority.topic }
+                if !priorityRefs.isEmpty {
+                    refs.removeAll { $0.topic == priority.topic }
+                    _ = priority.consumer.settle(priorityRefs)
+                    priority.budget.release(refs: priorityRefs)
+                    priorityClock?.forget(priorityRefs)
+                }
+            }
+            if !refs.isEmpty {
+                _ = consumer.settle(refs)
+                budget.release(refs: refs)
                 metrics?.committable(consumer.commitPositions, topic: configuration.kafka.jobsTopic)
             }
         }

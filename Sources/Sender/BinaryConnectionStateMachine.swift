@@ -118,7 +118,11 @@ struct BinaryConnectionStateMachine {
     /// The app every notification of this shard is for (the grace window does not keep it per notification).
     let app: String
     private let config: Configuration
+    /// The bulk lane's queue (bounded by `queueCapacity`: callers wait).
     private(set) var queue = CircularBuffer<Pending>(initialCapacity: 1024)
+    /// The priority lane's queue: always written from first; not bounded here (the pipeline's
+    /// `priority_max_in_flight` bounds it), so a priority batch never waits behind a full bulk queue.
+    private(set) var priorityQueue = CircularBuffer<Pending>(initialCapacity: 16)
     private(set) var replay = ReplayBuffer<Pending>()
     private var nextIdentifier: UInt32 = 1
     /// The unsettled window in force (see the rules above).
@@ -137,19 +141,34 @@ struct BinaryConnectionStateMachine {
 
     // MARK: events in
 
-    mutating func submitted(_ batch: [PushNotification]) {
+    /// Queues `batch`, each notification in its lane's queue. Returns whether any went to the bulk
+    /// queue (only those make the caller wait for room).
+    @discardableResult
+    mutating func submitted(_ batch: [PushNotification]) -> Bool {
+        var bulk = false
         for n in batch {
             assert(n.app == app, "a shard sends its app's notifications only")
-            queue.append(Pending(notification: n))
+            if n.lane == .priority {
+                priorityQueue.append(Pending(notification: n))
+            } else {
+                queue.append(Pending(notification: n))
+                bulk = true
+            }
         }
+        return bulk
     }
 
-    /// The queue is over its capacity: callers wait.
+    /// The bulk queue is over its capacity: callers wait.
     var queueIsFull: Bool { queue.count > config.queueCapacity }
+
+    /// Nothing queued in either lane.
+    var queueIsEmpty: Bool { queue.isEmpty && priorityQueue.isEmpty }
+    /// Notifications queued in both lanes.
+    var queuedCount: Int { queue.count + priorityQueue.count }
 
     /// Another notification may be written now: something is queued and the unsettled window has room.
     var mayTakeFrame: Bool {
-        !queue.isEmpty && replay.count < config.replayMaxCount && replay.bytes < window
+        !queueIsEmpty && replay.count < config.replayMaxCount && replay.bytes < window
     }
 
     /// Takes the next queued notification, gives it the next identifier, encodes it into `buffer` and
@@ -158,7 +177,8 @@ struct BinaryConnectionStateMachine {
     /// (design §2.10, §2.11).
     @discardableResult
     mutating func takeFrame(into buffer: inout ByteBuffer) -> Bool {
-        var p = queue.removeFirst()
+        // The priority lane first (`docs/design.md §1.4`).
+        var p = priorityQueue.isEmpty ? queue.removeFirst() : priorityQueue.removeFirst()
         // A resend of one reported already (accepted, from the grace window: the gateway discarded it) is
         // written again whatever its campaign's state: its outcome went out, so it cannot become another.
         if !p.reported, let cancellations = config.cancellations, let instead = cancellations.instead(of: p.notification) {
@@ -314,7 +334,9 @@ struct BinaryConnectionStateMachine {
         front += r.discarded.map(\.item)
         notes.resent = front.count + behind.count
         requeueAtFront(front)
-        for p in behind { queue.append(p) }
+        for p in behind {
+            if p.notification.lane == .priority { priorityQueue.append(p) } else { queue.append(p) }
+        }
         return notes
     }
 
@@ -362,8 +384,10 @@ struct BinaryConnectionStateMachine {
                 attempts: p.attempts, connection: connection, ambiguousResends: p.ambiguousResends))
     }
 
-    /// Puts notifications back at the front of the queue, in their original order.
+    /// Puts notifications back at the front of their lane's queue, in their original order.
     private mutating func requeueAtFront(_ items: [Pending]) {
-        for p in items.reversed() { queue.prepend(p) }
+        for p in items.reversed() {
+            if p.notification.lane == .priority { priorityQueue.prepend(p) } else { queue.prepend(p) }
+        }
     }
 }

@@ -3,16 +3,33 @@ import APNsProtocol
 /// Where a notification came from: its job's Kafka partition and offset. The sender never reads it; it
 /// travels with the notification so the settler can commit the offset once the outcome is recorded.
 /// (The sender does not depend on the Kafka module; the pipeline maps this to its `MessageRef`.)
+///
+/// It also names the job's lane (`docs/design.md §1.4`): which topic it came from (the jobs topic or
+/// `kafka.priority_topic`), and so which queue a transport puts it in. The lane sits in the padding
+/// between the two numbers: a position is no larger for it.
 public struct SourcePosition: Sendable, Hashable, CustomStringConvertible {
     public var partition: Int32
+    public var lane: Lane
     public var offset: Int64
 
-    public init(partition: Int32, offset: Int64) {
+    public init(partition: Int32, offset: Int64, lane: Lane = .bulk) {
         self.partition = partition
+        self.lane = lane
         self.offset = offset
     }
 
-    public var description: String { "\(partition)@\(offset)" }
+    public var description: String { lane == .bulk ? "\(partition)@\(offset)" : "priority:\(partition)@\(offset)" }
+}
+
+/// The two lanes a job travels in (`docs/design.md §1.4`). Every transport keeps a queue per lane and
+/// always writes from the priority queue first; within a lane the order is kept (one token's jobs stay
+/// in order). The priority lane does not make its caller wait for room: its own in-flight budget
+/// (`pipeline.priority_max_in_flight`) bounds it.
+public enum Lane: UInt8, Sendable, Hashable {
+    /// The jobs topic: campaigns and everything else.
+    case bulk
+    /// `kafka.priority_topic`: single urgent jobs, written ahead of every bulk job.
+    case priority
 }
 
 /// One notification to send: what a transport needs and nothing else. The payload is already encoded
@@ -204,6 +221,8 @@ public struct PushNotification: Sendable {
         get { storage.position }
         set { unique().position = newValue }
     }
+    /// Its lane (from its position; `send`'s notifications, which have none, are bulk).
+    public var lane: Lane { storage.position?.lane ?? .bulk }
     /// Leave to write it (its gate call's "written" mark); nil: may be written at once.
     public var clearance: WriteClearance? {
         get { storage.clearance }

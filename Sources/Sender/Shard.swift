@@ -74,11 +74,12 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         eventLoop.flatSubmit { [self] in
             if lifecycle.isStopped { return eventLoop.makeFailedFuture(SenderError.closed(app: app)) }
             if lifecycle.isDraining { return eventLoop.makeFailedFuture(SenderError.draining(app: app)) }
-            machine.submitted(batch)
-            statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
+            let bulk = machine.submitted(batch)
+            statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queuedCount)
             connectIfNeeded()
             pump()
-            if !machine.queueIsFull { return eventLoop.makeSucceededVoidFuture() }
+            // A priority batch never waits for room in the bulk queue (`docs/design.md §1.4`).
+            if !bulk || !machine.queueIsFull { return eventLoop.makeSucceededVoidFuture() }
             let promise = eventLoop.makePromise(of: Void.self)
             waiters.append(promise)
             statistics.callerWaits += 1
@@ -111,7 +112,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         statistics.maxReplayBytes = max(statistics.maxReplayBytes, machine.replay.keptBytes)
         statistics.maxReplayCount = max(statistics.maxReplayCount, machine.replay.keptCount)
         statistics.maxUnsettledBytes = max(statistics.maxUnsettledBytes, machine.replay.bytes)
-        if lifecycle.shouldSendProbe(queueIsEmpty: machine.queue.isEmpty) { sendProbe(channel) }
+        if lifecycle.shouldSendProbe(queueIsEmpty: machine.queueIsEmpty) { sendProbe(channel) }
         if outgoing.readableBytes > 0, lingerTask == nil {
             lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.linger * 1e9))) { [self] in
                 lingerTask = nil
@@ -273,7 +274,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                 metadata: ["ambiguous": "\(ambiguous)"])
         }
         channel = nil
-        let closed = lifecycle.connectionClosed(hasQueued: !machine.queue.isEmpty, random: &random)
+        let closed = lifecycle.connectionClosed(hasQueued: !machine.queueIsEmpty, random: &random)
         emit()
         guard case .idle(let connect) = closed else { return }
         if let connect { scheduleConnect(connect) }
@@ -343,7 +344,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                     pump()
                 case .failure(let error):
                     let (ignored, next) = lifecycle.connectFailed(
-                        epoch: connectionEpoch, hasQueued: !machine.queue.isEmpty, random: &random)
+                        epoch: connectionEpoch, hasQueued: !machine.queueIsEmpty, random: &random)
                     if ignored { return }
                     statistics.lastError = "connect \(gateway): \(error)"
                     logger.warning(
@@ -366,7 +367,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
             // what is still queued may take longer than the timeout, and is not the gateway being silent.
             let start = lifecycle.drainRequested(
-                somethingKept: !machine.queue.isEmpty || !machine.replay.isEmpty, random: &random)
+                somethingKept: !machine.queueIsEmpty || !machine.replay.isEmpty, random: &random)
             switch start {
             case .alreadyStopped:
                 return eventLoop.makeSucceededFuture(.nothingToDrain)
@@ -390,7 +391,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     private func finishDrainIfSettled() {
         if let result = lifecycle.finishDrainIfSettled(
-            queueIsEmpty: machine.queue.isEmpty, hasUnsettled: machine.replay.hasUnsettled)
+            queueIsEmpty: machine.queueIsEmpty, hasUnsettled: machine.replay.hasUnsettled)
         {
             finish(result)
         }
@@ -414,7 +415,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             s.app = app
             s.index = index
             s.state = lifecycle.stateName
-            s.queueDepth = machine.queue.count
+            s.queueDepth = machine.queuedCount
             s.replayCount = machine.replay.keptCount
             s.replayBytes = machine.replay.keptBytes
             return s

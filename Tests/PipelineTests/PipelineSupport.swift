@@ -29,13 +29,16 @@ final class Stack: @unchecked Sendable {
     let producer: KafkaProducer
     private let client: any RedisConnection
 
-    init(faults: FaultScript = FaultScript(), partitions: Int32 = 8, redis target: RedisTestTarget = .single) async throws {
+    init(
+        faults: FaultScript = FaultScript(), partitions: Int32 = 8, redis target: RedisTestTarget = .single,
+        extraTopics: [MockCluster.Topic] = []
+    ) async throws {
         cluster = try MockCluster(
             brokers: 1,
             topics: [
                 .init(name: "apns.jobs", partitions: partitions), .init(name: "apns.jobs.dlq", partitions: 1),
                 .init(name: "apns.registrations", partitions: 2),
-            ], logger: testLogger)
+            ] + extraTopics, logger: testLogger)
         redis = try await RedisUnderTest(target)
         var sim = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
         sim.faults = faults

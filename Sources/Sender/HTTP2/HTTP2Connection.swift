@@ -97,7 +97,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         let cancellations = configuration.cancellations
         self.machine = Machine(
             configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
-            instead: cancellations.map { c in { c.instead(of: $0.notification) } })
+            instead: cancellations.map { c in { c.instead(of: $0.notification) } },
+            lane: { $0.notification.lane })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
@@ -110,8 +111,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     /// Queues jobs (built and checked on the caller's thread by `HTTP2Transport.send`); `refused` ones
     /// (invalid before sending) settle at once as bad requests, reported with this connection's outcomes.
-    /// The future completes when the queue is back within its capacity (back-pressure).
-    func submit(_ jobs: [HTTP2Job], refused: [(notification: PushNotification, reason: String)] = []) -> EventLoopFuture<Void> {
+    /// The future completes when the queue is back within its capacity (back-pressure). `priority` jobs
+    /// go to the priority lane's queue, written before every bulk one, and never wait for room.
+    func submit(
+        _ jobs: [HTTP2Job], priority: [HTTP2Job] = [], refused: [(notification: PushNotification, reason: String)] = []
+    ) -> EventLoopFuture<Void> {
         eventLoop.flatSubmit { [self] in
             if machine.draining { return eventLoop.makeFailedFuture(SenderError.draining(app: configuration.app)) }
             for r in refused {
@@ -120,9 +124,10 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                         notification: r.notification, delivery: .rejected(.badRequest(reason: r.reason)), code: r.reason,
                         attempts: 0, connection: index))
             }
-            apply(machine.enqueue(jobs, now: now))
+            if !priority.isEmpty { apply(machine.enqueue(priority, lane: .priority, now: now)) }
+            if !jobs.isEmpty || priority.isEmpty { apply(machine.enqueue(jobs, now: now)) }
             statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
-            if machine.hasRoom { return eventLoop.makeSucceededVoidFuture() }
+            if jobs.isEmpty || machine.hasRoom { return eventLoop.makeSucceededVoidFuture() }
             let promise = eventLoop.makePromise(of: Void.self)
             waiters.append(promise)
             statistics.callerWaits += 1

@@ -128,7 +128,9 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     let configuration: Configuration
     private(set) var phase = Phase.idle
-    private(set) var queue = FIFO<Request>()
+    /// What waits for a stream, per lane: the priority lane's requests are always written first
+    /// (`docs/design.md §1.4`); each lane keeps its order.
+    private(set) var queue = LaneFIFO<Request>()
     private(set) var inFlight: [UInt32: InFlight] = [:]
     /// Retries waiting for their time (back-off); `elsewhere` ones are rerouted when due.
     private(set) var delayed = DueQueue<(request: Request, elsewhere: Bool)>()
@@ -145,6 +147,8 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// What becomes of a job instead of being written (its campaign cancelled or paused: design §2.10,
     /// §2.11), checked right before it would be; nil from it: write it. nil: nothing is ever held back.
     private let insteadOf: ((Job) -> Delivery?)?
+    /// A job's lane, for a request put back or adopted (new work comes with its lane).
+    private let laneOf: (Job) -> Lane
     /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
     private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
@@ -168,13 +172,15 @@ struct HTTP2ConnectionStateMachine<Job> {
     init(
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
         expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil },
-        instead: ((Job) -> Delivery?)? = nil
+        instead: ((Job) -> Delivery?)? = nil,
+        lane: @escaping (Job) -> Lane = { _ in .bulk }
     ) {
         self.configuration = configuration
         self.random = random
         self.expiryOf = expiry
         self.clearanceOf = clearance
         self.insteadOf = instead
+        self.laneOf = lane
         self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
@@ -191,8 +197,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// Whether the pool should give this connection new work.
     var acceptsWork: Bool { !suspended && phase != .closed && !breaker.isOpen }
 
-    /// Whether the caller's queue is within its bound (back-pressure).
-    var hasRoom: Bool { queue.count <= configuration.queueCapacity }
+    /// Whether the caller's queue is within its bound (back-pressure). The bulk lane's only: the
+    /// priority lane is bounded by the pipeline's own budget and never waits for room.
+    var hasRoom: Bool { queue.bulk.count <= configuration.queueCapacity }
 
     var isEmpty: Bool { queue.isEmpty && inFlight.isEmpty && delayed.isEmpty }
 
@@ -204,10 +211,10 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     // MARK: work arriving
 
-    mutating func enqueue(_ jobs: some Sequence<Job>, now: Double) -> Action {
+    mutating func enqueue(_ jobs: some Sequence<Job>, lane: Lane = .bulk, now: Double) -> Action {
         // Straight into the queue: an array of requests in between was one more retain and release
         // of every job.
-        for job in jobs { queue.append(Request(job: job)) }
+        for job in jobs { queue.append(Request(job: job), lane: lane) }
         var action = Action()
         wakeUp(now: now, into: &action)
         pump(now: now, into: &action)
@@ -216,7 +223,7 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     /// Requests from the caller or rerouted from another connection (with their history).
     mutating func adopt(_ requests: [Request], now: Double) -> Action {
-        for r in requests { queue.append(r) }
+        for r in requests { queue.append(r, lane: laneOf(r.job)) }
         var action = Action()
         wakeUp(now: now, into: &action)
         pump(now: now, into: &action)
@@ -320,10 +327,10 @@ struct HTTP2ConnectionStateMachine<Job> {
             request.renewedToken = true
             events.retried += 1
             events.retriedBy[.expiredProviderToken] += 1
-            queue.prepend(request)
+            queue.prepend(request, lane: laneOf(request.job))
             action.renewToken = true
         case .renewProviderToken, .stopConnection:
-            queue.prepend(request)
+            queue.prepend(request, lane: laneOf(request.job))
             suspend(reason: code, into: &action)
         case .retryLater:
             noteAuthenticated()
@@ -369,7 +376,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         if request.replays < .max { request.replays += 1 }
         events.retriedBy[reason] += 1
         if request.replays < 2 {
-            queue.prepend(request)
+            queue.prepend(request, lane: laneOf(request.job))
         } else {
             let delay = configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random)
             delayed.insert((request, false), due: now + delay)
@@ -445,7 +452,11 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func tick(now: Double) -> Action {
         var action = Action()
         while let entry = delayed.popDue(now: now) {
-            if entry.elsewhere && !draining { action.reroute.append(entry.request) } else { queue.append(entry.request) }
+            if entry.elsewhere && !draining {
+                action.reroute.append(entry.request)
+            } else {
+                queue.append(entry.request, lane: laneOf(entry.request.job))
+            }
         }
         _ = breaker.tick(now: now)
         if case .waitingToReconnect(let at) = phase, at <= now {
@@ -564,13 +575,14 @@ struct HTTP2ConnectionStateMachine<Job> {
     private mutating func pump(now: Double, into action: inout Action) {
         guard phase == .active, !suspended, !breaker.isOpen else { return }
         let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
-        while inFlight.count < permits, var request = queue.popFirst() {
+        while inFlight.count < permits, let (popped, lane) = queue.popFirst() {
+            var request = popped
             // Nothing of a gate call is written before its "written" mark is set (issue 28): the head
             // of the queue waits for its leave, and so does everything behind it (order kept). Popped
             // first and put back when it must wait: a look at the head before every pop cost a copy of
             // every request.
             if let clearance = clearanceOf(request.job), !clearance.isGranted {
-                queue.prepend(request)
+                queue.prepend(request, lane: lane)
                 ask(clearance, into: &action)
                 return
             }
@@ -580,7 +592,7 @@ struct HTTP2ConnectionStateMachine<Job> {
                 continue
             }
             if nextStreamID > Self.lastUsableStreamID {
-                queue.prepend(request)
+                queue.prepend(request, lane: lane)
                 phase = .goingAway
                 finishIfGoingAway(into: &action)
                 return
@@ -632,6 +644,36 @@ struct HTTP2ConnectionStateMachine<Job> {
 }
 
 extension HTTP2ConnectionStateMachine.Request: Sendable where Job: Sendable {}
+
+/// Two `FIFO`s, one per lane: taken from the priority lane first, each lane in its own order. Counted
+/// and indexed as one queue, the priority lane's items first.
+struct LaneFIFO<Element> {
+    private(set) var priority = FIFO<Element>()
+    private(set) var bulk = FIFO<Element>()
+
+    var count: Int { priority.count + bulk.count }
+    var isEmpty: Bool { priority.isEmpty && bulk.isEmpty }
+    func element(at k: Int) -> Element? { k < priority.count ? priority.element(at: k) : bulk.element(at: k - priority.count) }
+
+    mutating func append(_ element: Element, lane: Lane) {
+        if lane == .priority { priority.append(element) } else { bulk.append(element) }
+    }
+
+    mutating func prepend(_ element: Element, lane: Lane) {
+        if lane == .priority { priority.prepend(element) } else { bulk.prepend(element) }
+    }
+
+    mutating func popFirst() -> (element: Element, lane: Lane)? {
+        if !priority.isEmpty, let e = priority.popFirst() { return (e, .priority) }
+        return bulk.popFirst().map { ($0, .bulk) }
+    }
+
+    /// Everything, the priority lane's first.
+    mutating func removeAll() -> [Element] {
+        if priority.isEmpty { return bulk.removeAll() }
+        return priority.removeAll() + bulk.removeAll()
+    }
+}
 
 /// A first-in first-out queue that can also put items back at its head (a resent request goes before
 /// newer ones). Standard library only, so the state machine stays free of NIO types.

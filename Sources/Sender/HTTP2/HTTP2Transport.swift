@@ -102,20 +102,23 @@ public final class HTTP2Transport: NotificationTransport {
     public func send(_ notifications: [PushNotification]) async throws {
         let n = connections.count
         var jobs = Array(repeating: [HTTP2Job](), count: n)
+        // The priority lane's jobs (`docs/design.md §1.4`), queued ahead of the bulk ones.
+        var priority = Array(repeating: [HTTP2Job](), count: n)
         var refused = Array(repeating: [(notification: PushNotification, reason: String)](), count: n)
         if n == 1 { jobs[0].reserveCapacity(notifications.count) }
         var memo = HTTP2Request.Memo()
         for notification in notifications {
             let i = n == 1 ? 0 : notification.channel.map { connectionIndex(for: $0) } ?? connectionIndex(for: notification.token)
             do throws(HTTP2Request.Invalid) {
-                jobs[i].append(HTTP2Job(notification: notification, head: try HTTP2Request(notification, memo: &memo)))
+                let job = HTTP2Job(notification: notification, head: try HTTP2Request(notification, memo: &memo))
+                if notification.lane == .priority { priority[i].append(job) } else { jobs[i].append(job) }
             } catch {
                 refused[i].append((notification, error.reason))
             }
         }
         var waits: [EventLoopFuture<Void>] = []
-        for i in 0..<n where !jobs[i].isEmpty || !refused[i].isEmpty {
-            waits.append(connections[i].submit(jobs[i], refused: refused[i]))
+        for i in 0..<n where !jobs[i].isEmpty || !priority[i].isEmpty || !refused[i].isEmpty {
+            waits.append(connections[i].submit(jobs[i], priority: priority[i], refused: refused[i]))
         }
         for w in waits { try await w.get() }
     }
