@@ -57,7 +57,15 @@ import Testing
         try await produce(900..<1200)
         try await consume(until: 1200)
 
-        #expect(seen.sorted() == Array(0..<1200), "every message once")
+        // Every message at least once (design §2.1). Once only, unless a commit on revoke was refused
+        // while the coordinator moved (seen on a loaded machine: the group rejoined before the settled
+        // positions were committed): then what it held comes again, and the consumer counts it.
+        #expect(Set(seen) == Set(0..<1200), "every message at least once")
+        let repeats = seen.count - Set(seen).count
+        let stats = consumer.statistics
+        #expect(
+            repeats == 0 || stats.revokeCommitFailures + stats.commitFailures > 0 || stats.settledButUncommittedAtRevoke > 0,
+            "\(repeats) messages came twice with no refused commit: \(stats)")
         #expect(consumer.statistics.offsetGaps == 0)
         #expect(throws: KafkaError.self) { try cluster.setBroker(4, up: false) }
         await consumer.close()

@@ -84,7 +84,7 @@ public final class RedisClusterServer: @unchecked Sendable {
             initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)
         var logger = Logger(label: "apns.redis.cluster.test")
         logger.logLevel = logLevel
-        return RedisCluster(configuration: configuration, logger: logger)
+        return RedisCluster(configuration: configuration, logger: logger, eventLoopGroup: RedisServer.clientLoops)
     }
 
     /// A plain client of node `index` (no routing: sees only that node's keys).

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOPosix
 import ProcessSupport
 import Redis
 import Testing
@@ -99,6 +100,11 @@ public final class RedisServer: @unchecked Sendable {
 
     deinit { stop() }
 
+    /// The event loops of the tests' Redis clients: more than `MultiThreadedEventLoopGroup.singleton`'s
+    /// one per core, which the whole suite's clients, simulators and pollers would otherwise share (a
+    /// test's large replies parsed on a loop held up another test's feedback poll for seconds).
+    public static let clientLoops = MultiThreadedEventLoopGroup(numberOfThreads: 8)
+
     /// A client that fails fast enough for tests when something is wrong.
     public func client(path: String = "", maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisClient {
         var configuration = try RedisConfiguration(url: url + path)
@@ -107,7 +113,7 @@ public final class RedisServer: @unchecked Sendable {
         configuration.tls = tlsConfiguration
         var logger = Logger(label: "apns.redis.test")
         logger.logLevel = logLevel
-        return RedisClient(configuration: configuration, logger: logger)
+        return RedisClient(configuration: configuration, logger: logger, eventLoopGroup: RedisServer.clientLoops)
     }
 
     /// Until the server answers (PONG, or NOAUTH when it requires a password: up all the same), and it
