@@ -412,8 +412,17 @@ struct OperationsTests {
         defer { try? FileManager.default.removeItem(atPath: errPath) }
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
         try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
+        // Read and wait on a thread of their own, never on the cooperative pool: the page's requests are
+        // answered there, and two tests each blocking a pool thread (two on 2 cores) while their Chromium
+        // waits for an answer was a deadlock (a CI run hung on it).
+        let running = UncheckedProcess(process: process, output: out)
+        let data: Data = await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                let data = running.output.fileHandleForReading.readDataToEndOfFile()
+                running.process.waitUntilExit()
+                continuation.resume(returning: data)
+            }
+        }
         stderr = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
         return String(decoding: data, as: UTF8.self)
     }
@@ -514,4 +523,10 @@ struct OperationsTests {
         return listen.port == first.port && "\(listen)".contains("127.0.0.1:\(first.port)") && "\(listen)".contains("in use")
     }
     await first.stop()
+}
+
+/// A started `Process` and its output pipe, handed to the thread that waits for it (and only to it).
+struct UncheckedProcess: @unchecked Sendable {
+    let process: Process
+    let output: Pipe
 }
