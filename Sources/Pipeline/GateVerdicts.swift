@@ -73,13 +73,13 @@ struct GateVerdicts {
             case .suppressed:
                 settle(.suppressed)
             case .cancelled, .deferred:
-                // Its campaign is cancelled (or paused, and the job held in Redis): decided before the gate
-                // call, so it holds no lease.
+                // Its campaign is cancelled (admitted by the gate: the settle frees its lease) or paused
+                // (held in Redis, decided before the gate call: no lease).
                 var outcome = Redis.Outcome(
                     jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign,
                     kind: decisions[i] == .cancelled ? .cancelled : .deferred)
                 outcome.isBroadcast = job.isBroadcast
-                outcome.tookNoLease = true
+                outcome.tookNoLease = decisions[i] == .deferred
                 settled.outcomes.append(outcome)
                 settled.refs.append(ref(i))
                 // A held job is not done: its message comes when it settles after the release (a consumer

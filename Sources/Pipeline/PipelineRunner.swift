@@ -760,6 +760,10 @@ public final class PipelineRunner: Service, Sendable {
         if d.jobs.isEmpty { return [] }
         // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
         var decided: [Int: GateDecision] = [:]
+        // Jobs of a cancelled campaign: gated like the others, so that one accepted before the cancel
+        // settles `deduped` (a redelivery after a rebalance), not `cancelled` as well; the others are not
+        // sent (design §2.10).
+        var cancelled = Set<Int>()
         let snapshot = controls.snapshot
         if snapshot != nil || !appRates.isEmpty {
             let control = snapshot ?? [:]
@@ -773,7 +777,7 @@ public final class PipelineRunner: Service, Sendable {
             for (index, job) in d.jobs.enumerated() {
                 let state = job.campaign.flatMap { control[$0] }
                 if state?.cancelled == true {
-                    decided[index] = .cancelled
+                    cancelled.insert(index)
                     continue
                 }
                 let appRate = appRates.isEmpty ? nil : appRates[job.app]
@@ -824,10 +828,21 @@ public final class PipelineRunner: Service, Sendable {
                 requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
             }
         }
-        if decided.isEmpty { return try await store.gate(requests, call: call) }
-        // Jobs decided here take no lease and are not in the gate call; the others keep their order.
-        var gated = try await store.gate(requests, call: call).makeIterator()
-        return d.jobs.indices.map { decided[$0] ?? gated.next()! }
+        var decisions: [GateDecision]
+        if decided.isEmpty {
+            decisions = try await store.gate(requests, call: call)
+        } else {
+            // Jobs decided here take no lease and are not in the gate call; the others keep their order.
+            var gated = try await store.gate(requests, call: call).makeIterator()
+            decisions = d.jobs.indices.map { decided[$0] ?? gated.next()! }
+        }
+        for index in cancelled {
+            switch decisions[index] {
+            case .admitted, .takenOver: decisions[index] = .cancelled
+            default: break  // deduped (accepted before the cancel), suppressed, or in flight (gated again)
+            }
+        }
+        return decisions
     }
 
     /// `marked`: the batch's "written" mark is set already (the priority lane sets it while the batch is
@@ -930,7 +945,23 @@ public final class PipelineRunner: Service, Sendable {
                 }
             }
         }
-        inbox.put(verdicts.settled)
+        var settled = verdicts.settled
+        if settled.events.resentAfterCrash > 0 {
+            // Jobs taken over from a dead process: counted in Redis before any of them can be written again.
+            var events = PipelineEvents()
+            events.resentAfterCrash = settled.events.resentAfterCrash
+            events.ambiguous = settled.events.ambiguous
+            var perCampaign: [String: PipelineEvents] = [:]
+            for (campaign, e) in settled.campaignEvents where e.resentAfterCrash != 0 || e.ambiguous != 0 {
+                perCampaign[campaign] = PipelineEvents(ambiguous: e.ambiguous, resentAfterCrash: e.resentAfterCrash)
+                settled.campaignEvents[campaign]?.resentAfterCrash = 0
+                settled.campaignEvents[campaign]?.ambiguous = 0
+            }
+            try await marks.recordTakeOvers(call: g.call, events: events, campaignEvents: perCampaign)
+            settled.events.resentAfterCrash = 0
+            settled.events.ambiguous = 0
+        }
+        inbox.put(settled)
         for (app, count) in liveActivity10 { metrics?.liveActivityPriority10(app: app, count: count) }
         for (app, count) in broadcasts { metrics?.broadcastsSent(app: app, count: count) }
         // Dead letters are delivered to the DLQ (delivery checked) before their offsets may settle; a

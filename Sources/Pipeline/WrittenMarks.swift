@@ -33,6 +33,19 @@ final class WrittenMarks: Sendable {
         clearance.grant()
     }
 
+    /// Records in Redis, before any of gate call `call`'s notifications may be written, the jobs it took
+    /// over from a process that died (`resent_after_crash`, and `ambiguous` for those the dead process may
+    /// have written; design §2.4). Counted at the next settle instead, a kill -9 between the take-over and
+    /// that settle lost the count while the jobs had already gone out once more: a job sent by three
+    /// processes in turn was counted once for two duplicates (soak scenario a, two kills, 2026-11-26).
+    /// Exactly once per call (the batch id `takeover-<call>` is the settle's marker). Only the take-over
+    /// path pays this round trip.
+    func recordTakeOvers(call: String, events: PipelineEvents, campaignEvents: [String: PipelineEvents]) async throws {
+        var batch = SettleBatch(id: "takeover-" + call, outcomes: [], events: events)
+        batch.campaignEvents = campaignEvents
+        try await store.settle(batch)
+    }
+
     /// Sets the marks asked for until cancelled.
     func run() async {
         for await ask in asks {

@@ -49,9 +49,10 @@ public enum GateDecision: Sendable, Hashable {
     /// The token is suppressed (feedback or invalid token) and has not registered since: settle it as
     /// ``OutcomeKind/suppressed``.
     case suppressed
-    /// Its campaign is cancelled (`campaign cancel`): not sent, settled as ``OutcomeKind/cancelled``. Never
-    /// an answer of the gate script: `run` decides it from its control snapshot before the gate call, and
-    /// takes no lease for the job (design §2.10).
+    /// Its campaign is cancelled (`campaign cancel`) and the gate script admitted it (its id was not
+    /// accepted before): not sent, settled as ``OutcomeKind/cancelled``, which frees its lease. Never an
+    /// answer of the gate script: `run` puts it in place of ``admitted(language:)`` or
+    /// ``takenOver(language:written:)`` for the jobs its control snapshot says are cancelled (design §2.10).
     case cancelled
     /// Its campaign is paused (`campaign pause`): held in Redis (`{<p>}:deferred:<campaign>`) and released
     /// to the jobs topic again on resume; this message settles as ``OutcomeKind/deferred``. Decided by

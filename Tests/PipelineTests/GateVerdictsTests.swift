@@ -58,4 +58,14 @@ struct GateVerdictsTests {
         #expect(v.settled.campaignEvents.isEmpty)
         #expect(v.admitted == [.init(index: 0, language: nil)])
     }
+
+    /// A cancelled job was admitted by the gate (its lease is freed when it settles); a held one never went
+    /// through the gate (nothing to free). Neither is sent.
+    @Test func cancelledJobsFreeTheirLeaseHeldOnesHaveNone() {
+        let v = verdicts([.cancelled, .deferred, .admitted(language: nil)])
+        #expect(v.admitted == [.init(index: 2, language: nil)])
+        #expect(v.settled.outcomes.map(\.kind) == [.cancelled, .deferred])
+        #expect(v.settled.outcomes.map(\.tookNoLease) == [false, true])
+        #expect(v.settled.refs.map(\.offset) == [100, 101])
+    }
 }

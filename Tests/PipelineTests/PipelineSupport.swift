@@ -15,7 +15,15 @@ let shop = "com.example.shop"
 
 var testLogger: Logger {
     var l = Logger(label: "pipeline-test", factory: { StreamLogHandler.standardError(label: $0) })
-    l.logLevel = .warning
+    // APNS_TEST_LOG_LEVEL=info (or debug, trace) to see what the in-process pipelines do.
+    l.logLevel = ProcessInfo.processInfo.environment["APNS_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
+    return l
+}
+
+/// `testLogger` with `process` in its metadata: which of a test's in-process pipelines said it.
+func testLogger(process: String) -> Logger {
+    var l = testLogger
+    l[metadataKey: "test.process"] = "\(process)"
     return l
 }
 
@@ -172,13 +180,15 @@ final class RunningPipeline: Sendable {
 
 func eventually(
     _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation,
-    _ condition: () async throws -> Bool
+    _ condition: () async throws -> Bool, orRecord state: () -> String = { "" }
 ) async throws {
     let deadline = ContinuousClock.now + timeout
     while try await !condition() {
         if ContinuousClock.now > deadline {
-            Issue.record("timed out waiting for: \(what)", sourceLocation: sourceLocation)
-            throw TestFailure("timed out waiting for: \(what)")
+            let last = state()
+            let detail = last.isEmpty ? what : "\(what) (last seen: \(last))"
+            Issue.record("timed out waiting for: \(detail)", sourceLocation: sourceLocation)
+            throw TestFailure("timed out waiting for: \(detail)")
         }
         try await Task.sleep(for: .milliseconds(50))
     }
