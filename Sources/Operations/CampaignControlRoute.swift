@@ -7,7 +7,7 @@ public enum CampaignAction: String, Sendable, CaseIterable {
     case pause, resume, cancel
 
     /// The state after the action. A cancelled campaign stays cancelled (resume changes nothing there).
-    func apply(to state: CampaignControlState) -> CampaignControlState {
+    public func apply(to state: CampaignControlState) -> CampaignControlState {
         var state = state
         switch self {
         case .pause: state.paused = true
@@ -89,20 +89,14 @@ public struct CampaignControlRoute: Sendable {
             if action == .resume, before.cancelled {
                 return .json(.conflict, ["error": .string("campaign \(campaign) is cancelled: that is final (publish under a new id)")])
             }
-            let (version, state) = try await store.changeControl(campaign: campaign) { action.apply(to: $0) }
-            let clock = ContinuousClock()
-            let deadline = clock.now + confirmationWait
-            var processes = try await store.controlAcknowledgements()
-            while processes.contains(where: { $0.version < version }), clock.now < deadline {
-                try await Task.sleep(for: .milliseconds(50))
-                processes = try await store.controlAcknowledgements()
-            }
-            let confirmed = processes.filter { $0.version >= version }.count
+            let change = try await store.changeControlAndWait(campaign: campaign, wait: confirmationWait) { action.apply(to: $0) }
+            let confirmed = change.processes.count - change.missing.count
             return .json(
                 .ok,
                 [
-                    "campaign": .string(campaign), "action": .string(action.rawValue), "state": .string(state.description),
-                    "version": .int(version), "processes": .int(Int64(processes.count)), "confirmed": .int(Int64(confirmed)),
+                    "campaign": .string(campaign), "action": .string(action.rawValue), "state": .string(change.state.description),
+                    "version": .int(change.version), "processes": .int(Int64(change.processes.count)),
+                    "confirmed": .int(Int64(confirmed)),
                 ])
         } catch {
             return .json(.serviceUnavailable, ["error": .string("Redis did not take the change: \(error)")])

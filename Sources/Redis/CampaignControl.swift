@@ -158,6 +158,32 @@ extension PipelineStore {
         throw RedisError.unexpectedReply("control change of \(campaign): the state kept changing under it (100 attempts)")
     }
 
+    /// What a control change came to: the new version and state, the live `run` processes, and those of
+    /// them that had not applied it when the wait ended.
+    public struct ControlChange: Sendable {
+        public var version: Int64
+        public var state: CampaignControlState
+        public var processes: [ControlAcknowledgement]
+        public var missing: [ControlAcknowledgement]
+    }
+
+    /// ``changeControl(campaign:_:)``, then waits up to `wait` until every live `run` process has applied
+    /// the new version (design §2.10): what `campaign cancel|pause|resume|pace`, `campaign publish --at|--rate`
+    /// and the dashboard's buttons do.
+    public func changeControlAndWait(
+        campaign: String, wait: Duration, _ change: (CampaignControlState) -> CampaignControlState
+    ) async throws -> ControlChange {
+        let clock = ContinuousClock()
+        let deadline = clock.now + wait
+        let (version, state) = try await changeControl(campaign: campaign, change)
+        var processes = try await controlAcknowledgements()
+        while processes.contains(where: { $0.version < version }), clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            processes = try await controlAcknowledgements()
+        }
+        return ControlChange(version: version, state: state, processes: processes, missing: processes.filter { $0.version < version })
+    }
+
     /// The live `run` processes (heartbeat present) in `{<p>}:control:seen` and the version each applied.
     /// Entries of processes whose heartbeat is gone are removed (a process that comes back re-adds its
     /// entry with its next poll).

@@ -40,8 +40,8 @@ struct CampaignControlTests {
         let stack = try await Stack()
         let sim = try await HTTP2Simulator.startedForTests(faults: faults)
         let c = Self.http2Configuration(stack, sim)
-        let one = RunningPipeline(c)
-        let two = RunningPipeline(c)
+        let one = RunningPipeline(c, logger: testLogger(process: "one"))
+        let two = RunningPipeline(c, logger: testLogger(process: "two"))
         try await waitForProcesses(stack, 2)
         let file = try stack.pipelineFile()
 
@@ -66,10 +66,14 @@ struct CampaignControlTests {
         try await stack.publish(campaign: "wrong", template: template, tokens: late)
         // Another campaign goes out in full.
         try await stack.publish(campaign: "right", template: template, tokens: (0..<300).map(token))
+        var progress = ""
         try await eventually("every job of both campaigns settled", timeout: .seconds(120)) {
             let wrong = try await stack.store.readCampaign("wrong")
             let right = try await stack.store.readCampaign("right")
+            progress = "wrong \(wrong.jobsSettled) of 6200 (\(wrong.counters)), right \(right.jobsSettled) of 300 (\(right.counters))"
             return wrong.jobsSettled == 6200 && right.jobsSettled == 300
+        } orRecord: {
+            progress
         }
         let wrong = try await stack.store.readCampaign("wrong")
         let recorded = HTTP2PipelineTests.recorded(sim, campaign: "wrong")
@@ -138,6 +142,40 @@ struct CampaignControlTests {
         await stack.stop()
     }
 
+    /// A job accepted before its campaign was cancelled and consumed again afterwards (a redelivery after a
+    /// rebalance, a producer's retry) settles `deduped`, not `cancelled` as well: the campaign's per-job
+    /// count stays at one outcome per job (it passed `jobs` by the redelivered copies, and `campaign wait`
+    /// never ended, when the gate cancelled jobs without reading their dedup record).
+    @Test func aJobAcceptedBeforeTheCancelIsDedupedNotCancelledAgain() async throws {
+        let stack = try await Stack()
+        let c = stack.configuration()
+        let pipeline = RunningPipeline(c)
+        try await waitForProcesses(stack, 1)
+        let file = try stack.pipelineFile()
+        let first = (0..<200).map(token)
+        try await stack.publish(campaign: "again", template: template, tokens: first)
+        try await eventually("the first part accepted", timeout: .seconds(60)) {
+            try await stack.store.readCampaign("again")[.jobsAccepted] == 200
+        }
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "again", "--pipeline", file])
+        #expect(cancel.status == 0, "\(cancel.stderr)")
+        // The same 200 jobs again (their ids are the campaign and token), and 100 new ones.
+        try await stack.publish(campaign: "again", template: template, tokens: first + (200..<300).map(token))
+        try await eventually("every message settled", timeout: .seconds(60)) {
+            let p = try await stack.store.readCampaign("again")
+            return p.counters[.deduped] + p.counters[.cancelled] >= 300
+        }
+        let p = try await stack.store.readCampaign("again")
+        #expect(p.counters[.deduped] == 200 && p.counters[.cancelled] == 100, "\(p.counters)")
+        #expect(p[.jobsAccepted] == 200 && p[.jobsCancelled] == 100 && p.jobsSettled == 300, "\(p.counters)")
+        #expect(stack.recorded(campaign: "again").count == 200, "nothing sent after the cancel")
+        var leases: Int64 = 0
+        for tag in stack.store.keys.tokenTags(app: shop) { leases += try await stack.hashLength("\(tag):inflight") }
+        #expect(leases == 0, "the cancelled jobs' leases are freed")
+        try await pipeline.stop()
+        await stack.stop()
+    }
+
     /// No process running: the change is recorded and the command says no process had to confirm; a
     /// bad pipeline file or campaign id is refused with a clear error.
     @Test func cancelWithNoProcessAndBadInput() async throws {
@@ -150,6 +188,12 @@ struct CampaignControlTests {
         #expect(try await stack.store.readControl().campaigns["x"]?.cancelled == true)
         let bad = try await PipelineProcess.command(["campaign", "cancel", "a:b", "--pipeline", file])
         #expect(bad.status != 0 && bad.stderr.contains("without ':'"), "\(bad.stderr)")
+        for action in ["pause", "resume"] {
+            let refused = try await PipelineProcess.command(["campaign", action, "a:b", "--pipeline", file])
+            #expect(refused.status != 0 && refused.stderr.contains("without ':'"), "\(action): \(refused.stderr)")
+        }
+        let badRate = try await PipelineProcess.command(["campaign", "pace", "x", "--rate", "-1", "--pipeline", file])
+        #expect(badRate.status != 0 && badRate.stderr.contains("--rate"), "\(badRate.stderr)")
         // A process that stopped beating (a crash) is not waited for, and its entry is removed.
         try await stack.store.client.send(RedisCommand("HSET", stack.store.keys.controlSeen, "gone", "0"))
         let again = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--json"])
@@ -350,8 +394,9 @@ struct CampaignControlTests {
         let two = RunningPipeline(c)
         try await waitForProcesses(stack, 2)
         let file = try stack.pipelineFile()
-        let rate = 1000
-        let jobs = 8000
+        // The 2 000/s, over 10 s (a minute would be 120 000 jobs through two debug-built pipelines).
+        let rate = 2000
+        let jobs = 20000
         let files = try publishFiles(count: jobs)
         let publish = try await PipelineProcess.command([
             "campaign", "publish", "--campaign", "paced", "--template", files.template, "--tokens", files.tokens, "--pipeline", file,

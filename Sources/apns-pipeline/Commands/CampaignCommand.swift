@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import Kafka
 import Logging
+import Operations
 import Pipeline
 import Redis
 
@@ -72,7 +73,7 @@ struct CampaignCommand: AsyncParsableCommand {
                 // Before any job reaches Kafka, every running `run` process must hold the schedule / pace
                 // (design §2.12): else one could send a job early.
                 let rate = rate
-                let applied = try await CampaignCommand.applyControl(store: store, campaign: campaign, timeout: controlTimeout) {
+                let applied = try await store.changeControlAndWait(campaign: campaign, wait: .seconds(controlTimeout)) {
                     var state = $0
                     if let startAtMs { state.startAtMs = startAtMs }
                     if let rate { state.rate = rate }
@@ -308,25 +309,9 @@ extension CampaignCommand {
                 as soon as it reads Redis again).
                 """)
 
-        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
-        @Argument(help: "Campaign id.") var campaign: String
-        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
-        @Flag(help: "Print one JSON object.") var json = false
+        @OptionGroup var control: ControlOptions
 
-        func validate() throws {
-            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
-            guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("campaign: a non-empty id without ':'") }
-        }
-
-        func run() async throws {
-            try await CampaignCommand.changeControl(
-                pipeline: pipeline, campaign: campaign, action: "cancel", timeout: timeout, json: json
-            ) { state in
-                var state = state
-                state.cancelled = true
-                return state
-            }
-        }
+        func run() async throws { try await control.apply(.cancel) }
     }
 
     struct Pause: AsyncParsableCommand {
@@ -343,23 +328,9 @@ extension CampaignCommand {
                 (dedup). Exit status as `campaign cancel`.
                 """)
 
-        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
-        @Argument(help: "Campaign id.") var campaign: String
-        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
-        @Flag(help: "Print one JSON object.") var json = false
+        @OptionGroup var control: ControlOptions
 
-        func validate() throws {
-            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
-            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
-        }
-
-        func run() async throws {
-            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "pause", timeout: timeout, json: json) {
-                var state = $0
-                state.paused = true
-                return state
-            }
-        }
+        func run() async throws { try await control.apply(.pause) }
     }
 
     struct Resume: AsyncParsableCommand {
@@ -371,24 +342,9 @@ extension CampaignCommand {
                 usual. A cancelled campaign stays cancelled. Exit status as `campaign cancel`.
                 """)
 
-        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
-        @Argument(help: "Campaign id.") var campaign: String
-        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
-        @Flag(help: "Print one JSON object.") var json = false
+        @OptionGroup var control: ControlOptions
 
-        func validate() throws {
-            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
-            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
-        }
-
-        func run() async throws {
-            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "resume", timeout: timeout, json: json)
-            {
-                var state = $0
-                state.paused = false
-                return state
-            }
-        }
+        func run() async throws { try await control.apply(.resume) }
     }
 
     struct Pace: AsyncParsableCommand {
@@ -400,21 +356,16 @@ extension CampaignCommand {
                 its slot (design §2.13). Other campaigns run at full speed. Exit status as `campaign cancel`.
                 """)
 
-        @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
-        @Argument(help: "Campaign id.") var campaign: String
+        @OptionGroup var control: ControlOptions
         @Option(help: "Jobs per second (0: no pacing).") var rate: Int
-        @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
-        @Flag(help: "Print one JSON object.") var json = false
 
         func validate() throws {
-            guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
             guard rate >= 0 && rate <= 1_000_000 else { throw ValidationError("--rate: 0…1000000 jobs per second (0 removes pacing)") }
-            guard !campaign.isEmpty else { throw ValidationError("campaign: a non-empty id") }
         }
 
         func run() async throws {
             let rate = rate
-            try await CampaignCommand.changeControl(pipeline: pipeline, campaign: campaign, action: "pace", timeout: timeout, json: json) {
+            try await control.apply(action: "pace") {
                 var state = $0
                 state.rate = rate > 0 ? rate : nil
                 return state
@@ -422,39 +373,38 @@ extension CampaignCommand {
         }
     }
 
-    /// Changes a campaign's control state, then waits until every live `run` process applied it. Returns
-    /// the new version and state, the live processes and those that did not confirm within `timeout`.
-    static func applyControl(
-        store: PipelineStore, campaign: String, timeout: Double, _ change: (CampaignControlState) -> CampaignControlState
-    ) async throws -> (version: Int64, state: CampaignControlState, processes: [ControlAcknowledgement], missing: [ControlAcknowledgement])
-    {
-        let deadline = Date().addingTimeInterval(timeout)
-        let (version, state) = try await store.changeControl(campaign: campaign, change)
-        var processes: [ControlAcknowledgement] = []
-        var missing: [ControlAcknowledgement] = []
-        while true {
-            processes = try await store.controlAcknowledgements()
-            missing = processes.filter { $0.version < version }
-            if missing.isEmpty || Date() >= deadline { break }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return (version, state, processes, missing)
+}
+
+/// What `campaign cancel|pause|resume|pace` share: the campaign, the pipeline file, the wait for every
+/// running process, the output.
+struct ControlOptions: ParsableArguments {
+    @Option(help: "The pipeline file (Redis settings).") var pipeline: String = "Pipelines/default.yaml"
+    @Argument(help: "Campaign id.") var campaign: String
+    @Option(help: "Seconds to wait for every running process to confirm.") var timeout: Double = 10
+    @Flag(help: "Print one JSON object.") var json = false
+
+    func validate() throws {
+        guard timeout > 0 else { throw ValidationError("--timeout must be positive") }
+        // As `campaign publish` (a job id is `<campaign>:<token>`): no such campaign can exist.
+        guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("campaign: a non-empty id without ':'") }
     }
 
-    /// Changes a campaign's control state, then waits until every live `run` process applied it
+    /// The dashboard button's change (``CampaignAction``), from the command line.
+    func apply(_ action: CampaignAction) async throws {
+        try await apply(action: action.rawValue) { action.apply(to: $0) }
+    }
+
+    /// Changes the campaign's control state, then waits until every live `run` process applied it
     /// (design §2.10): one line of text, or with `--json` one object; exit 2 naming the processes that
     /// did not confirm within `timeout`.
-    static func changeControl(
-        pipeline: String, campaign: String, action: String, timeout: Double, json: Bool,
-        _ change: (CampaignControlState) -> CampaignControlState
-    ) async throws {
+    func apply(action: String, _ change: (CampaignControlState) -> CampaignControlState) async throws {
         try await exitingOnError {
             let config = try loadPipeline(pipeline)
             let (redis, store) = try await openStore(config, logger: quietLogger())
             let started = Date()
-            let (version, state, processes, missing) = try await applyControl(
-                store: store, campaign: campaign, timeout: timeout, change)
+            let applied = try await store.changeControlAndWait(campaign: campaign, wait: .seconds(timeout), change)
             await redis.close()
+            let (version, state, processes, missing) = (applied.version, applied.state, applied.processes, applied.missing)
             let elapsed = Date().timeIntervalSince(started)
             if json {
                 let object: [String: Any] = [
