@@ -1,3 +1,4 @@
+import Foundation
 import NIOHTTP1
 import Redis
 
@@ -6,13 +7,16 @@ import Redis
 public enum CampaignAction: String, Sendable, CaseIterable {
     case pause, resume, cancel
 
-    /// The state after the action. A cancelled campaign stays cancelled (resume changes nothing there).
-    public func apply(to state: CampaignControlState) -> CampaignControlState {
+    /// The state after the action at `nowMs`. A cancelled campaign stays cancelled (resume changes nothing
+    /// there); a cancel records when it was first made (its entry expires a retention later, design §2.10).
+    public func apply(to state: CampaignControlState, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> CampaignControlState {
         var state = state
         switch self {
         case .pause: state.paused = true
         case .resume: state.paused = false
-        case .cancel: state.cancelled = true
+        case .cancel:
+            if !state.cancelled { state.cancelledAtMs = nowMs }
+            state.cancelled = true
         }
         return state
     }

@@ -14,6 +14,8 @@ final class CampaignControls: Sendable {
     /// How often each `run` process reads the control state: a `campaign cancel` returns about this long
     /// (plus one round trip) after it changed the state, once every process applied it.
     static let pollInterval: Duration = .milliseconds(250)
+    /// How often each process removes the cancels that outlived their campaign.
+    static let expiryInterval: Duration = .seconds(60)
 
     /// What the transports check right before writing.
     let cancellations = CampaignCancellations()
@@ -72,10 +74,20 @@ final class CampaignControls: Sendable {
     /// every 10 s); a `campaign cancel` waits for this process meanwhile, and names it if it times out.
     func run(store: PipelineStore) async {
         var lastWarning: ContinuousClock.Instant?
+        var nextExpiry = ContinuousClock.now + Self.expiryInterval
         while !Task.isCancelled {
             do {
                 try await Task.sleep(for: Self.pollInterval)
                 try await poll(store: store)
+                if ContinuousClock.now >= nextExpiry {
+                    nextExpiry = ContinuousClock.now + Self.expiryInterval
+                    // A cancel outlives its campaign's hash by nothing (design §2.10): the campaign's other
+                    // keys are gone then, and its jobs, if ever published again, are a new run.
+                    let removed = try await store.expireCancellations(retentionMs: store.jobMarkRetention * 1000)
+                    if !removed.isEmpty {
+                        logger.notice("expired campaign cancels removed", metadata: ["campaigns": "\(removed.joined(separator: " "))"])
+                    }
+                }
             } catch is CancellationError {
                 return
             } catch {

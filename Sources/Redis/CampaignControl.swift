@@ -4,13 +4,17 @@ import TimeUnits
 /// What an operator set for one campaign (`campaign cancel`, `pause`, …), as stored in the field of
 /// `{<p>}:control` named by the campaign id (design §2.10, §4.1).
 ///
-/// Stored as comma-separated words: `cancelled`, `paused`, `at=<epoch ms>` (scheduled start), `pace=<jobs
-/// per second>`. An empty state is no field at all. Words this version does not know are kept as they
+/// Stored as comma-separated words: `cancelled` (with `cancelled_at=<epoch ms>`), `paused`, `at=<epoch ms>`
+/// (scheduled start), `pace=<jobs per second>`. An empty state is no field at all. Words this version does not know are kept as they
 /// are (a newer `run` may have written them) and ignored.
 public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible {
     /// `campaign cancel`: every job of the campaign not yet written to a connection settles as
     /// `cancelled`. Final: nothing lifts it (publish under a new campaign id instead).
     public var cancelled = false
+    /// When it was cancelled (epoch ms): the entry is removed once it is older than the campaign's
+    /// retention and the campaign's hash has expired (``PipelineStore/expireCancellations(retentionMs:nowMs:)``).
+    /// Nil for a cancel written before this was recorded: stamped then.
+    public var cancelledAtMs: Int64?
     /// `campaign pause` (until `campaign resume`).
     public var paused = false
     /// `campaign publish --at`: nothing of it is sent before this time (epoch milliseconds).
@@ -35,6 +39,8 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
             default:
                 if word.hasPrefix("at="), let ms = Int64(word.dropFirst(3)) {
                     startAtMs = ms
+                } else if word.hasPrefix("cancelled_at="), let ms = Int64(word.dropFirst(13)) {
+                    cancelledAtMs = ms
                 } else if word.hasPrefix("pace="), let n = Int(word.dropFirst(5)), n > 0 {
                     rate = n
                 } else {
@@ -48,6 +54,7 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
     public var stored: String {
         var words: [String] = []
         if cancelled { words.append("cancelled") }
+        if let cancelledAtMs { words.append("cancelled_at=\(cancelledAtMs)") }
         if paused { words.append("paused") }
         if let startAtMs { words.append("at=\(startAtMs)") }
         if let rate { words.append("pace=\(rate)") }
@@ -204,6 +211,39 @@ extension PipelineStore {
         return live.sorted { $0.owner < $1.owner }
     }
 
+    /// Removes the cancels that have outlived their campaign (design §2.10): a cancel older than
+    /// `retentionMs` whose campaign hash (`{<p>}:campaign:<id>`, refreshed by every settled job of the
+    /// campaign, expiring the same retention after its last activity) is gone, so that no job of it can
+    /// come again except as a new run (as a publish after its dedup records expired). Stamps a cancel
+    /// recorded without its time (the time starts then). A removal increments the version, so every
+    /// process drops the entry (and its per-job lookup) at its next poll. Returns the campaigns removed.
+    /// Every `run` process calls it about once a minute: a read of the control hash, and a call per
+    /// entry only when one is due.
+    @discardableResult
+    public func expireCancellations(
+        retentionMs: Int64, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+    ) async throws
+        -> [String]
+    {
+        var removed: [String] = []
+        for (campaign, state) in try await readControl().campaigns where state.cancelled {
+            guard let at = state.cancelledAtMs else {
+                _ = try await changeControl(campaign: campaign) { current in
+                    var stamped = current
+                    if stamped.cancelled && stamped.cancelledAtMs == nil { stamped.cancelledAtMs = nowMs }
+                    return stamped
+                }
+                continue
+            }
+            guard nowMs - at > retentionMs else { continue }
+            let reply = try await client.eval(
+                Scripts.controlExpire, keys: RedisArguments([keys.control, keys.controlVersion, keys.campaign(campaign)]),
+                arguments: RedisArguments([campaign, state.stored]))
+            if reply.integer == 1 { removed.append(campaign) }
+        }
+        return removed.sorted()
+    }
+
     static func controlStates(_ reply: RedisReply) throws -> [String: CampaignControlState] {
         guard let elements = reply.array, elements.count % 2 == 0 else { throw RedisError.unexpectedReply("HGETALL control: \(reply)") }
         var states: [String: CampaignControlState] = [:]
@@ -225,6 +265,17 @@ extension Scripts {
         local v = tonumber(redis.call('GET', KEYS[2]) or '0')
         if v == tonumber(ARGV[2]) then return {v} end
         return {v, redis.call('HGETALL', KEYS[1])}
+        """#)
+
+    /// KEYS: control, version, the campaign's hash. ARGV: campaign, its value as read. Removes the entry if
+    /// it still holds that value and the campaign's hash is gone, incrementing the version: 1, else 0.
+    static let controlExpire = RedisScript(
+        #"""
+        if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+        if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+        redis.call('HDEL', KEYS[1], ARGV[1])
+        redis.call('INCR', KEYS[2])
+        return 1
         """#)
 
     /// KEYS: control, version. ARGV: campaign, the value expected now ('' = none), the new value ('' =

@@ -68,7 +68,11 @@ struct CampaignControlRouteTests {
         #expect(cancelled.status == 200 && cancelled.body.contains(#""state":"cancelled""#), "\(cancelled)")
         let refused = try await request("POST", base + "spring%20sale/resume", headers: bearer)
         #expect(refused.status == 409 && refused.body.contains("final"), "\(refused)")
-        #expect(try await store.readControl().campaigns["spring sale"]?.cancelled == true)
+        let stored = try await store.readControl().campaigns["spring sale"]
+        #expect(stored?.cancelled == true)
+        // The cancel's time, from which its entry expires with the campaign (design §2.10).
+        let cancelledAt = try #require(stored?.cancelledAtMs)
+        #expect(abs(cancelledAt - Int64(Date().timeIntervalSince1970 * 1000)) < 600_000)
 
         let versionBefore = try await store.readControl().version
         #expect(try await request("POST", base + "other/pause").status == 401)

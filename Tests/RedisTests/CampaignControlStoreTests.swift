@@ -42,6 +42,8 @@ struct CampaignControlStoreTests {
         _ = try await a.client.send(RedisCommand("HSET", a.keys.control, "d", "cancelled,future=1"))
         let (_, kept) = try await a.changeControl(campaign: "d") { $0 }
         #expect(kept.cancelled && kept.stored == "cancelled,future=1")
+        #expect(CampaignControlState(stored: "cancelled,cancelled_at=17").cancelledAtMs == 17)
+        #expect(CampaignControlState(stored: "cancelled_at=17,cancelled").stored == "cancelled,cancelled_at=17")
         _ = try await a.changeControl(campaign: "c") { _ in CampaignControlState() }
         #expect(try await a.readControl().campaigns["c"] == nil)
         #expect(CampaignControlState(stored: "paused,pace=10").description(nowMs: 0) == "paused, paced at 10/s")
@@ -81,6 +83,50 @@ struct CampaignControlStoreTests {
         try await s.unlockRelease(campaign: "p")
         #expect(try await other.lockRelease(campaign: "p", lease: .seconds(5)))
         #expect(try await s.deferredCampaigns() == ["h"])
+    }
+
+    /// A cancel lives as long as its campaign: removed once older than the retention and the campaign's
+    /// hash is gone (the version moves, so every process drops it); kept while the campaign has activity
+    /// or the cancel is recent; a cancel recorded without its time is stamped first.
+    @Test(arguments: RedisTestTarget.allCases)
+    func cancelsExpireWithTheirCampaign(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let s = try store(server, owner: "a")
+        let day: Int64 = 86_400_000
+        let now: Int64 = 1_800_000_000_000
+        func cancel(_ campaign: String, at: Int64?) async throws {
+            _ = try await s.changeControl(campaign: campaign) {
+                var state = $0
+                state.cancelled = true
+                state.cancelledAtMs = at
+                return state
+            }
+        }
+        try await cancel("old", at: now - 3 * day)
+        try await cancel("active", at: now - 3 * day)
+        try await cancel("recent", at: now - day / 2)
+        try await cancel("legacy", at: nil)
+        _ = try await s.changeControl(campaign: "paused") {
+            var state = $0
+            state.paused = true
+            return state
+        }
+        // "active" still settles jobs: its hash exists.
+        _ = try await s.client.send(RedisCommand("HSET", s.keys.campaign("active"), "accepted", "1"))
+        let before = try await s.readControl().version
+        let removed = try await s.expireCancellations(retentionMs: 2 * day, nowMs: now)
+        #expect(removed == ["old"])
+        let after = try await s.readControl()
+        #expect(Set(after.campaigns.keys) == ["active", "recent", "legacy", "paused"])
+        #expect(after.version > before, "every process reloads")
+        #expect(after.campaigns["legacy"]?.cancelledAtMs == now && after.campaigns["legacy"]?.cancelled == true)
+        // Nothing due: nothing removed, the version stays.
+        #expect(try await s.expireCancellations(retentionMs: 2 * day, nowMs: now).isEmpty)
+        #expect(try await s.readControl().version == after.version)
+        // Two days on the legacy cancel goes too; "active" stays while its hash lives.
+        #expect(try await s.expireCancellations(retentionMs: 2 * day, nowMs: now + 2 * day + 1) == ["legacy", "recent"])
+        #expect(Set(try await s.readControl().campaigns.keys) == ["active", "paused"])
     }
 
     /// `job status` of a job its campaign's control holds: cancelled, or deferred (until a scheduled start).
