@@ -244,6 +244,12 @@ public final class PipelineMetrics: Sendable {
         settleBatch.record(outcomes.count)
     }
 
+    /// Jobs a gate call took over from a dead process (counted in Redis before they are sent again, not
+    /// with their settle batch).
+    func takenOver(_ n: Int) {
+        if n > 0 { resentAfterCrash.increment(by: n) }
+    }
+
     /// A transport's outcome batch: its connection events (counted here, with the app, as they are
     /// reported; Redis counts the same numbers when the batch settles).
     func senderEvents(app: String, _ e: SenderEvents) {

@@ -958,6 +958,7 @@ public final class PipelineRunner: Service, Sendable {
                 settled.campaignEvents[campaign]?.ambiguous = 0
             }
             try await marks.recordTakeOvers(call: g.call, events: events, campaignEvents: perCampaign)
+            metrics?.takenOver(events.resentAfterCrash)
             settled.events.resentAfterCrash = 0
             settled.events.ambiguous = 0
         }
