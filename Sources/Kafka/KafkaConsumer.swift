@@ -249,8 +249,18 @@ final class ConsumerCore: @unchecked Sendable {
         var finalCommitError: KafkaError?
     }
     private let state = Mutex(State())
+    /// Wakes the poll thread while it holds (its buffer full: it is not in librdkafka's poll, so
+    /// `rd_kafka_queue_yield` does not reach it): a drained buffer, a commit request, a stop. A signal that
+    /// finds it polling only makes its next hold return at once.
+    private let holdWakeUp = DispatchSemaphore(value: 0)
 
     var finalCommitError: KafkaError? { state.withLock { $0.finalCommitError } }
+
+    /// Wakes the poll thread, whether it is in librdkafka's poll or holding.
+    private func wakePollThread() {
+        if let queue { client.wake(queue: queue) }
+        holdWakeUp.signal()
+    }
 
     init(client: RDKafkaClient, configuration: KafkaConsumerConfiguration, logger: Logger) {
         self.client = client
@@ -274,7 +284,7 @@ final class ConsumerCore: @unchecked Sendable {
 
     func requestStop() {
         state.withLock { $0.stopping = true }
-        if let queue { client.wake(queue: queue) }
+        wakePollThread()
     }
 
     // MARK: API side
@@ -295,7 +305,7 @@ final class ConsumerCore: @unchecked Sendable {
                     s.waiters.append((id, c))
                     return (false, nil, false)
                 }
-                if wake, let queue { client.wake(queue: queue) }
+                if wake { wakePollThread() }
                 if now { c.resume(returning: batch) }
             }
         } onCancel: {
@@ -353,7 +363,7 @@ final class ConsumerCore: @unchecked Sendable {
                 s.commitRequests.append(c)
                 return false
             }
-            if closed { c.resume(throwing: KafkaError.closed) } else if let queue { client.wake(queue: queue) }
+            if closed { c.resume(throwing: KafkaError.closed) } else { wakePollThread() }
         }
     }
 
@@ -380,7 +390,7 @@ final class ConsumerCore: @unchecked Sendable {
                 s.closeWaiters.append(c)
                 return false
             }
-            if done { c.resume() } else if let queue { client.wake(queue: queue) }
+            if done { c.resume() } else { wakePollThread() }
         }
     }
 
@@ -401,6 +411,9 @@ final class ConsumerCore: @unchecked Sendable {
         var nudge = FetchNudge(interval: Self.nudgeInterval)
         let nudgesFetcher = !RDKafkaClient.hasFetchQueueBackoff
         let pollTimeoutMs = Int32(clamping: max(1, configuration.pollTimeout.milliseconds))
+        // Commit requests refused while the group rebalances, tried again after the next polls (which
+        // serve the rebalance) instead of sleeping on this thread, which would hold the rebalance up.
+        var retry: (requests: [CheckedContinuation<Void, any Error>], attempt: Int, due: ContinuousClock.Instant)?
         while true {
             let (stop, resume, requests) = state.withLock { s in
                 defer {
@@ -411,16 +424,32 @@ final class ConsumerCore: @unchecked Sendable {
                 return (s.stopping, s.resumeRequested, s.commitRequests)
             }
             if stop {
-                for r in requests { r.resume(throwing: KafkaError.closed) }
+                for r in requests + (retry?.requests ?? []) { r.resume(throwing: KafkaError.closed) }
                 break
             }
             if resume {
                 logger.debug("Kafka consumer buffer drained: consuming again")
             }
-            if !requests.isEmpty || (ContinuousClock.now - lastCommit).milliseconds >= interval {
-                let result = commitSettled(attempts: requests.isEmpty ? 1 : 5, reason: requests.isEmpty ? "periodic" : "requested")
-                lastCommit = ContinuousClock.now
-                for r in requests { r.resume(with: result) }
+            let now = ContinuousClock.now
+            if !requests.isEmpty || retry.map({ now >= $0.due }) == true || (now - lastCommit).milliseconds >= interval {
+                var waiting = requests
+                var attempt = 1
+                if let r = retry {
+                    waiting += r.requests
+                    attempt = r.attempt + 1
+                    retry = nil
+                }
+                let reason = waiting.isEmpty ? "periodic" : "requested"
+                switch attemptCommit(reason: reason) {
+                case .success:
+                    for r in waiting { r.resume() }
+                case .failure(let error) where error.isRebalanceInProgress && !waiting.isEmpty && attempt < Self.commitAttempts:
+                    retry = (waiting, attempt, now + Self.commitRetryDelay)
+                case .failure(let error):
+                    noteCommitFailure(error, reason: reason, attempts: attempt)
+                    for r in waiting { r.resume(throwing: error) }
+                }
+                lastCommit = now
             }
             // Buffer full: hold, leaving fetched messages in librdkafka's own queue, which stops fetching
             // at `queued.max.messages.kbytes` (librdkafka's default is 64 MiB, which cost ~100 MiB of
@@ -428,9 +457,12 @@ final class ConsumerCore: @unchecked Sendable {
             // `PipelineRunner.prefetchKilobytes`). (Pausing the partitions instead purges that queue, and
             // each resume then left the consumer idle for the better part of a second while it refetched.)
             // While holding, rebalance events wait too: at most the time the pipeline takes to drain
-            // half the buffer.
+            // half the buffer. The hold ends when woken (the buffer half drained, a commit request, a
+            // stop) or when the periodic commit or a commit retry is due.
             if state.withLock({ $0.paused }) {
-                usleep(2_000)
+                let nextCommit = min(lastCommit + configuration.commitInterval, retry?.due ?? .now + .seconds(3600))
+                let waitMs = max(1, min(1000, (nextCommit - .now).milliseconds))
+                _ = holdWakeUp.wait(timeout: .now() + .milliseconds(Int(waitMs)))
                 continue
             }
             let n = client.consumeBatch(queue: queue!, timeoutMs: pollTimeoutMs, into: buffer, capacity: capacity)
@@ -564,48 +596,61 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
-    /// Commits positions that moved since the last successful commit. Poll thread only.
-    @discardableResult
-    private func commitSettled(attempts: Int, reason: String, only: Set<TopicPartition>? = nil) -> Result<Void, any Error> {
-        let positions = state.withLock { s in
+    /// How often a requested commit is tried while the group refuses it as rebalancing, and how far apart
+    /// (the poll thread polls in between: that is what lets the rebalance finish).
+    static let commitAttempts = 5
+    static let commitRetryDelay: Duration = .milliseconds(100)
+
+    /// The positions that moved since the last successful commit (`only`: of these partitions).
+    private func positionsToCommit(only: Set<TopicPartition>? = nil) -> [TopicPartition: Int64] {
+        state.withLock { s in
             s.tracker.commitPositions.filter { tp, pos in
                 (only == nil || only!.contains(tp)) && s.lastCommitted[tp].map { $0 < pos } ?? true
             }
         }
-        return commitPositions(positions, attempts: attempts, reason: reason)
     }
 
-    private func commitPositions(_ positions: [TopicPartition: Int64], attempts: Int, reason: String) -> Result<Void, any Error> {
+    /// One attempt to commit what moved since the last successful commit. Poll thread only; never
+    /// sleeps. Nothing to commit is a success.
+    private func attemptCommit(reason: String) -> Result<Void, KafkaError> {
+        attemptCommit(positionsToCommit(), reason: reason)
+    }
+
+    private func attemptCommit(_ positions: [TopicPartition: Int64], reason: String) -> Result<Void, KafkaError> {
         guard !positions.isEmpty else { return .success(()) }
-        var attempt = 1
-        while true {
-            switch client.commit(positions) {
-            case .success:
-                state.withLock { s in
-                    for (tp, pos) in positions { s.lastCommitted[tp] = max(pos, s.lastCommitted[tp] ?? pos) }
-                    s.lastCommitError = nil
-                }
-                logger.trace("Kafka offsets committed", metadata: ["reason": "\(reason)", "kafka.partitions": "\(positions.count)"])
-                return .success(())
-            case .failure(let error):
-                // The mock cluster (and a real one between generations) refuses commits while the group
-                // rebalances; that is retried, everything else is reported.
-                let retriable = error.code == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS.rawValue
-                if retriable && attempt < attempts {
-                    attempt += 1
-                    Thread.sleep(forTimeInterval: 0.1)
-                    continue
-                }
-                state.withLock {
-                    $0.stats.commitFailures += 1
-                    $0.lastCommitError = error
-                }
-                logger.log(
-                    level: reason == "periodic" && retriable ? .debug : .warning, "Kafka commit failed",
-                    metadata: ["reason": "\(reason)", "error": "\(error.message)", "attempts": "\(attempt)"])
-                return .failure(error)
+        switch client.commit(positions) {
+        case .success:
+            state.withLock { s in
+                for (tp, pos) in positions { s.lastCommitted[tp] = max(pos, s.lastCommitted[tp] ?? pos) }
+                s.lastCommitError = nil
             }
+            logger.trace("Kafka offsets committed", metadata: ["reason": "\(reason)", "kafka.partitions": "\(positions.count)"])
+            return .success(())
+        case .failure(let error):
+            return .failure(error)
         }
+    }
+
+    /// A commit that failed for good: counted, kept as the last error, and logged (a periodic one the
+    /// group refused while rebalancing at debug: the next one carries its positions).
+    private func noteCommitFailure(_ error: KafkaError, reason: String, attempts: Int) {
+        state.withLock {
+            $0.stats.commitFailures += 1
+            $0.lastCommitError = error
+        }
+        logger.log(
+            level: reason == "periodic" && error.isRebalanceInProgress ? .debug : .warning, "Kafka commit failed",
+            metadata: ["reason": "\(reason)", "error": "\(error.message)", "attempts": "\(attempts)"])
+    }
+
+    /// One attempt, its failure noted: for the revoke and the close, which cannot wait for a retry (the
+    /// group's rebalance waits for the revoke callback to return, so a retry from inside it could only
+    /// be refused again; a close must end).
+    @discardableResult
+    private func commitOnce(_ positions: [TopicPartition: Int64], reason: String) -> Result<Void, KafkaError> {
+        let result = attemptCommit(positions, reason: reason)
+        if case .failure(let error) = result { noteCommitFailure(error, reason: reason, attempts: 1) }
+        return result
     }
 
     /// Rebalance callback (poll thread, inside consume or close).
@@ -669,9 +714,7 @@ final class ConsumerCore: @unchecked Sendable {
                 logger.warning(
                     "Kafka partitions lost (not committing): their unsettled messages go to the next owner",
                     metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
-            } else if case .failure(let error) = commitPositions(
-                positions, attempts: state.withLock({ $0.closing }) ? 1 : 5, reason: "revoke")
-            {
+            } else if case .failure(let error) = commitOnce(positions, reason: "revoke") {
                 state.withLock {
                     $0.stats.revokeCommitFailures += 1
                     $0.stats.settledButUncommittedAtRevoke += uncommitted
@@ -696,7 +739,7 @@ final class ConsumerCore: @unchecked Sendable {
         state.withLock { $0.closing = true }
         // One attempt: a group rebalancing now refuses it, and the revoke inside `consumer_close` commits
         // the same positions anyway (once, without sleeping: see `State.closing`).
-        commitSettled(attempts: 1, reason: "close")
+        commitOnce(positionsToCommit(), reason: "close")
         // Leaves the group; the final revoke goes through handleRebalance (commits anything settled since).
         let err = client.consumerClose()
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {

@@ -104,6 +104,11 @@ public struct KafkaProducerMessage: Sendable {
 
 /// An error from librdkafka or from this layer.
 public struct KafkaError: Error, Sendable, CustomStringConvertible {
+    /// The group refused a commit because it is rebalancing (the mock cluster does while any rebalance
+    /// is under way; a real one between generations): the next commit after the rebalance carries the
+    /// same positions.
+    public var isRebalanceInProgress: Bool { code == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS.rawValue }
+
     /// librdkafka's `rd_kafka_resp_err_t` value (negative: client-side, positive: broker), or 0 when
     /// the error is this layer's own (`kind` says which).
     public var code: Int32
