@@ -920,7 +920,7 @@ public final class PipelineRunner: Service, Sendable {
                     notifications.append(
                         PushNotification(
                             jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
+                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
                             position: position, clearance: clearance))
                     broadcasts[app, default: 0] += 1
                 } else {
@@ -928,7 +928,7 @@ public final class PipelineRunner: Service, Sendable {
                         PushNotification(
                             jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
                             payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                            collapseID: job.collapseID, pushType: pushType?.rawValue, position: position, clearance: clearance))
+                            collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance))
                 }
                 if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
             } catch {
@@ -1107,7 +1107,7 @@ public final class PipelineRunner: Service, Sendable {
         }
         if let pushType = n.pushType {
             key("push_type")
-            JSONWriter.writeString(pushType, into: &out)
+            JSONWriter.writeString(pushType.rawValue, into: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out

@@ -18,7 +18,7 @@ import Testing
         let pool = try SenderPool(configuration: config, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
         let broadcast = PushNotification(
             jobID: "b", app: shop, recipient: .channel(BroadcastChannelID("dHN0")!), payload: Array("{}".utf8), expiry: 0,
-            priority: .immediate, pushType: "liveactivity")
+            priority: .immediate, pushType: .liveactivity)
         try await pool.send([broadcast])
         #expect(log.outcomes.map(\.jobID) == ["b"])
         #expect(log.outcomes.first?.rejection == .badRequest(reason: "broadcast-needs-http2-token-auth"))
