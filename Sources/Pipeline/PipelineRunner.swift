@@ -1305,7 +1305,7 @@ public final class PipelineRunner: Service, Sendable {
     private func sampleGauges(_ metrics: PipelineMetrics, transports: [any NotificationTransport], consumer: KafkaConsumer) async throws {
         while !Task.isCancelled {
             metrics.inFlight(budget.inFlight)
-            var all: [(transport: String, statistics: [ShardStatistics])] = []
+            var all: [(transport: String, statistics: [ConnectionStatistics])] = []
             for t in transports { all.append((t.protocolName, await t.statistics())) }
             metrics.connections(all)
             metrics.consumer(assigned: consumer.statistics.assignedPartitions.count, lag: consumer.consumerLag)

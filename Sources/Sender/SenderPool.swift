@@ -102,15 +102,15 @@ public final class SenderPool: NotificationTransport {
     }
 
     /// Drains every shard (drain probe, or `settleAfter` as a fallback) and closes the connections.
-    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult] {
-        var results: [DrainResult] = []
+    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainOutcome] {
+        var results: [DrainOutcome] = []
         for f in shards.map({ $0.drainAndClose() }) { results.append((try? await f.get()) ?? .settledByTime) }
         return results
     }
 
-    public func statistics() async -> [ShardStatistics] {
-        var out: [ShardStatistics] = []
-        for s in shards { out.append((try? await s.currentStatistics().get()) ?? ShardStatistics()) }
+    public func statistics() async -> [ConnectionStatistics] {
+        var out: [ConnectionStatistics] = []
+        for s in shards { out.append((try? await s.currentStatistics().get()) ?? ConnectionStatistics()) }
         return out
     }
 }

@@ -270,7 +270,7 @@ struct SendCommand: AsyncParsableCommand {
                 if s.examples.count < 10 { s.examples.append("  line \(line): \(reason): \(detail)") }
             }
         }
-        func render(drained: [DrainResult]) -> String {
+        func render(drained: [DrainOutcome]) -> String {
             state.withLock { s in
                 var out = ["sent \(s.sent)"]
                 for (k, n) in [(OutcomeKind.accepted, s.accepted), (.rejected, s.rejected), (.deadLettered, s.deadLettered)] {
