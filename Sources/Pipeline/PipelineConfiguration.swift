@@ -232,7 +232,7 @@ public struct PipelineConfiguration: Sendable {
         public var truncateAlert = false
         /// Dev/test only: adds the job id to each payload as `jid`, so the simulator records it.
         public var embedJobID = false
-        public var shards = PoolConfiguration.defaultShards
+        public var shards = BinaryTransportConfiguration.defaultShards
         public var shard = ShardConfiguration()
     }
 

@@ -241,8 +241,8 @@ public final class PipelineRunner: Service, Sendable {
             case .binary:
                 var shard = c.gateway.shard
                 shard.cancellations = controls.cancellations  // checked right before each write (design §2.10)
-                return try SenderPool(
-                    configuration: PoolConfiguration(
+                return try BinaryTransport(
+                    configuration: BinaryTransportConfiguration(
                         credentials: c.credentials(for: app)!, gateways: app.gateways ?? c.gateway.addresses,
                         shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
                     group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)

@@ -30,7 +30,7 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "CA bundle the gateway's certificate must chain to (default: system roots).") var ca: String?
     @Option(help: "Gateway host:port (repeatable; default: Apple's production host for the protocol).") var gateway: [String] = []
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
-    @Option(help: "Connections (shards).") var shards: Int = PoolConfiguration.defaultShards
+    @Option(help: "Connections (shards).") var shards: Int = BinaryTransportConfiguration.defaultShards
     @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration()
         .settleAfter
     @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
@@ -97,8 +97,8 @@ struct SendCommand: AsyncParsableCommand {
                 guard let cert, let key else { throw ValidationError("--protocol binary needs --cert and --key") }
                 var shard = ShardConfiguration()
                 shard.settleAfter = settleAfter
-                pool = try SenderPool(
-                    configuration: PoolConfiguration(
+                pool = try BinaryTransport(
+                    configuration: BinaryTransportConfiguration(
                         credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
                         gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname),
                     group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: { summary.add($0) })

@@ -8,15 +8,15 @@ import NIOSSL
 /// The binary transport of one app: `shards` TLS connections to its gateways, each a `Shard`.
 /// Notifications route to a shard by a stable hash of their token, so one token's notifications keep
 /// their order.
-public final class SenderPool: NotificationTransport {
-    public let configuration: PoolConfiguration
+public final class BinaryTransport: NotificationTransport {
+    public let configuration: BinaryTransportConfiguration
     private let shards: [Shard]
     private let onOutcomes: OutcomeHandler
 
     /// Builds the pool; connections open on the first notification. Throws when the certificate,
     /// key or CA cannot be loaded (the error names the file).
     public init(
-        configuration: PoolConfiguration, group: any EventLoopGroup, limiter: ConnectionLimiter? = nil,
+        configuration: BinaryTransportConfiguration, group: any EventLoopGroup, limiter: ConnectionLimiter? = nil,
         logger: Logger = Logger(label: "apns.sender"), onOutcomes: @escaping OutcomeHandler
     ) throws {
         self.configuration = configuration
