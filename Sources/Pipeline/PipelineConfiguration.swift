@@ -699,6 +699,19 @@ public struct PipelineConfiguration: Sendable {
         apps.map { $0.transport == .http2 ? APNsPushType.voip.maxPayloadBytes : gateway.payloadLimit }.max() ?? gateway.payloadLimit
     }
 
+    /// What `app`'s transport is built from (``TransportFactory``): its protocol's configuration, from
+    /// the app's entry and the file's `gateway` or `http2` section.
+    public func transportConfiguration(for app: App) throws -> any TransportConfiguration {
+        switch app.transport {
+        case .binary:
+            BinaryTransportConfiguration(
+                credentials: credentials(for: app)!, gateways: app.gateways ?? gateway.addresses,
+                shards: app.shards ?? gateway.shards, shard: gateway.shard, serverHostname: gateway.serverHostname)
+        case .http2:
+            try http2Configuration(for: app)!
+        }
+    }
+
     /// The HTTP/2 transport's configuration for an app (nil for a binary app).
     public func http2Configuration(for app: App) throws -> HTTP2TransportConfiguration? {
         guard app.transport == .http2 else { return nil }

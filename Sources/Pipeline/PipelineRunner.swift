@@ -223,9 +223,6 @@ public final class PipelineRunner: Service, Sendable {
         let jobsTopic = c.kafka.jobsTopic
         let priorityTopic = c.kafka.priorityTopic
         let priorityClock = self.priorityClock
-        // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
-        let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
-        let http2Limiter = ConnectionLimiter(attemptsPerSecond: c.http2.reconnect.attemptsPerSecondPerGateway)
         let metrics = self.metrics
         let outcomeMessages = self.outcomeMessages
         let onOutcomes: OutcomeHandler = { batch in
@@ -236,22 +233,13 @@ public final class PipelineRunner: Service, Sendable {
             // Jobs the gateway refused settle once their dead letters are stored.
             if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
         }
+        // One factory for the process: its transports of a kind share a connection limiter (the gateway
+        // counts connection attempts, whichever app makes them).
+        let factory = TransportFactory(group: group, logger: logger)
         let transports = try c.apps.map { app -> any NotificationTransport in
-            switch app.transport {
-            case .binary:
-                var shard = c.gateway.shard
-                shard.cancellations = controls.cancellations  // checked right before each write (design §2.10)
-                return try BinaryTransport(
-                    configuration: BinaryTransportConfiguration(
-                        credentials: c.credentials(for: app)!, gateways: app.gateways ?? c.gateway.addresses,
-                        shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
-                    group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
-            case .http2:
-                var http2 = try c.http2Configuration(for: app)!
-                http2.cancellations = controls.cancellations
-                return try HTTP2Transport(
-                    configuration: http2, group: group, limiter: http2Limiter, logger: logger, onOutcomes: onOutcomes)
-            }
+            var configuration = try c.transportConfiguration(for: app)
+            configuration.cancellations = controls.cancellations  // checked right before each write (design §2.10)
+            return try factory.make(configuration, onOutcomes: onOutcomes)
         }
         let router = Router(transports: transports)
         live.withLock { $0 = LiveParts(consumer: consumer, transports: transports) }

@@ -1,4 +1,6 @@
 import APNsTransport
+import Logging
+import NIOCore
 
 /// One app's binary transport: N shards, each its own TLS connection to one of the gateways.
 public struct BinaryTransportConfiguration: Sendable {
@@ -88,5 +90,20 @@ public struct ShardConfiguration: Sendable {
         if let m = maxUnsettledBytes { return m }
         let sized = Int(settleAfter * Double(Self.defaultUnsettledRate))
         return max(32 * 1024, min(sized, replayMaxBytes))
+    }
+}
+
+extension BinaryTransportConfiguration: TransportConfiguration {
+    public var attemptsPerSecondPerGateway: Double { shard.reconnect.attemptsPerSecondPerGateway }
+
+    public var cancellations: CampaignCancellations? {
+        get { shard.cancellations }
+        set { shard.cancellations = newValue }
+    }
+
+    public func makeTransport(
+        group: any EventLoopGroup, limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler
+    ) throws -> any NotificationTransport {
+        try BinaryTransport(configuration: self, group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
     }
 }

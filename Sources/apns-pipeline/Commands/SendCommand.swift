@@ -9,11 +9,11 @@ import Sender
 import Synchronization
 
 /// `apns-pipeline send`: jobs (`docs/design.md §3.1` JSON, one per line) from a file or stdin, through one app's
-/// pool, straight to the gateways — for operators, and for testing without Kafka or Redis.
+/// transport, straight to the gateways — for operators, and for testing without Kafka or Redis.
 struct SendCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "send",
-        abstract: "Send jobs (one JSON job per line, from a file or stdin) through a sender pool and print a summary.",
+        abstract: "Send jobs (one JSON job per line, from a file or stdin) through the app's transport and print a summary.",
         discussion: "No dedup or suppression here (that is Redis's job in `run`): every valid line is sent."
     )
 
@@ -75,6 +75,7 @@ struct SendCommand: AsyncParsableCommand {
         let summary = Summary()
         let pool: any NotificationTransport
         do {
+            let transportConfiguration: any TransportConfiguration
             if http2 {
                 let auth: HTTP2Authentication
                 if let tokenKey {
@@ -90,19 +91,18 @@ struct SendCommand: AsyncParsableCommand {
                 configuration.streamCap = streams
                 configuration.serverHostname = serverHostname
                 configuration.proxy = try proxySettings(environment: ProcessInfo.processInfo.environment)
-                pool = try HTTP2Transport(
-                    configuration: configuration, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
-                    onOutcomes: { summary.add($0) })
+                transportConfiguration = configuration
             } else {
                 guard let cert, let key else { throw ValidationError("--protocol binary needs --cert and --key") }
                 var shard = ShardConfiguration()
                 shard.settleAfter = settleAfter
-                pool = try BinaryTransport(
-                    configuration: BinaryTransportConfiguration(
-                        credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
-                        gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname),
-                    group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: { summary.add($0) })
+                transportConfiguration = BinaryTransportConfiguration(
+                    credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
+                    gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname)
             }
+            // Built as `run` builds an app's transport (`TransportFactory`).
+            pool = try TransportFactory(group: MultiThreadedEventLoopGroup.singleton, logger: logger).make(
+                transportConfiguration, onOutcomes: { summary.add($0) })
         } catch let error as ValidationError {
             throw error
         } catch {
