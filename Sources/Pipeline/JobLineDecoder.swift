@@ -65,7 +65,7 @@ public final class JobLineDecoder {
             return .success(
                 PushNotification(
                     jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: job.expiry, priority: job.priority,
-                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType?.rawValue))
+                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType))
         } catch {
             if error.reason == .noCertificateForApp {
                 return .failure(Refusal(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)"))

@@ -232,7 +232,7 @@ public struct PipelineConfiguration: Sendable {
         public var truncateAlert = false
         /// Dev/test only: adds the job id to each payload as `jid`, so the simulator records it.
         public var embedJobID = false
-        public var shards = PoolConfiguration.defaultShards
+        public var shards = BinaryTransportConfiguration.defaultShards
         public var shard = ShardConfiguration()
     }
 
@@ -697,6 +697,19 @@ public struct PipelineConfiguration: Sendable {
     /// The largest payload any app here takes: what the decoder lets through before the per-app check.
     public var largestPayloadLimit: Int {
         apps.map { $0.transport == .http2 ? APNsPushType.voip.maxPayloadBytes : gateway.payloadLimit }.max() ?? gateway.payloadLimit
+    }
+
+    /// What `app`'s transport is built from (``TransportFactory``): its protocol's configuration, from
+    /// the app's entry and the file's `gateway` or `http2` section.
+    public func transportConfiguration(for app: App) throws -> any TransportConfiguration {
+        switch app.transport {
+        case .binary:
+            BinaryTransportConfiguration(
+                credentials: credentials(for: app)!, gateways: app.gateways ?? gateway.addresses,
+                shards: app.shards ?? gateway.shards, shard: gateway.shard, serverHostname: gateway.serverHostname)
+        case .http2:
+            try http2Configuration(for: app)!
+        }
     }
 
     /// The HTTP/2 transport's configuration for an app (nil for a binary app).

@@ -75,7 +75,7 @@ public final class PipelineMetrics: Sendable {
         public static let priorityReceived = "apns_priority_received_total"
     }
 
-    /// The connection states a transport reports (ShardStatistics.state), each a row of `apns_connections`.
+    /// The connection states a transport reports (ConnectionStatistics.state), each a row of `apns_connections`.
     static let connectionStates = ["idle", "connecting", "connected", "backing-off", "waiting", "draining", "closing", "stopped", "closed"]
 
     /// Buckets of the histograms, for the factory (`PrometheusMetricsFactory.durationHistogramBuckets`
@@ -344,7 +344,7 @@ public final class PipelineMetrics: Sendable {
     func inFlight(_ jobs: Int) { inFlightJobs.record(jobs) }
 
     /// Every connection of every transport: state, queue, replay buffer (binary) or streams (HTTP/2).
-    func connections(_ all: [(transport: String, statistics: [ShardStatistics])]) {
+    func connections(_ all: [(transport: String, statistics: [ConnectionStatistics])]) {
         for (transport, stats) in all {
             var perState: [String: [String: Int]] = [:]
             var tokenAge: [String: Int64] = [:]

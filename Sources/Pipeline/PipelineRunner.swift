@@ -223,9 +223,6 @@ public final class PipelineRunner: Service, Sendable {
         let jobsTopic = c.kafka.jobsTopic
         let priorityTopic = c.kafka.priorityTopic
         let priorityClock = self.priorityClock
-        // One limiter for the process: the gateway counts connection attempts, whichever app makes them.
-        let limiter = ConnectionLimiter(attemptsPerSecond: c.gateway.shard.reconnect.attemptsPerSecondPerGateway)
-        let http2Limiter = ConnectionLimiter(attemptsPerSecond: c.http2.reconnect.attemptsPerSecondPerGateway)
         let metrics = self.metrics
         let outcomeMessages = self.outcomeMessages
         let onOutcomes: OutcomeHandler = { batch in
@@ -236,22 +233,13 @@ public final class PipelineRunner: Service, Sendable {
             // Jobs the gateway refused settle once their dead letters are stored.
             if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
         }
+        // One factory for the process: its transports of a kind share a connection limiter (the gateway
+        // counts connection attempts, whichever app makes them).
+        let factory = TransportFactory(group: group, logger: logger)
         let transports = try c.apps.map { app -> any NotificationTransport in
-            switch app.transport {
-            case .binary:
-                var shard = c.gateway.shard
-                shard.cancellations = controls.cancellations  // checked right before each write (design §2.10)
-                return try SenderPool(
-                    configuration: PoolConfiguration(
-                        credentials: c.credentials(for: app)!, gateways: app.gateways ?? c.gateway.addresses,
-                        shards: app.shards ?? c.gateway.shards, shard: shard, serverHostname: c.gateway.serverHostname),
-                    group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
-            case .http2:
-                var http2 = try c.http2Configuration(for: app)!
-                http2.cancellations = controls.cancellations
-                return try HTTP2Transport(
-                    configuration: http2, group: group, limiter: http2Limiter, logger: logger, onOutcomes: onOutcomes)
-            }
+            var configuration = try c.transportConfiguration(for: app)
+            configuration.cancellations = controls.cancellations  // checked right before each write (design §2.10)
+            return try factory.make(configuration, onOutcomes: onOutcomes)
         }
         let router = Router(transports: transports)
         live.withLock { $0 = LiveParts(consumer: consumer, transports: transports) }
@@ -920,7 +908,7 @@ public final class PipelineRunner: Service, Sendable {
                     notifications.append(
                         PushNotification(
                             jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType?.rawValue,
+                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
                             position: position, clearance: clearance))
                     broadcasts[app, default: 0] += 1
                 } else {
@@ -928,7 +916,7 @@ public final class PipelineRunner: Service, Sendable {
                         PushNotification(
                             jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
                             payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                            collapseID: job.collapseID, pushType: pushType?.rawValue, position: position, clearance: clearance))
+                            collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance))
                 }
                 if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
             } catch {
@@ -1108,7 +1096,7 @@ public final class PipelineRunner: Service, Sendable {
         }
         if let pushType = n.pushType {
             key("push_type")
-            JSONWriter.writeString(pushType, into: &out)
+            JSONWriter.writeString(pushType.rawValue, into: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out
@@ -1306,7 +1294,7 @@ public final class PipelineRunner: Service, Sendable {
     private func sampleGauges(_ metrics: PipelineMetrics, transports: [any NotificationTransport], consumer: KafkaConsumer) async throws {
         while !Task.isCancelled {
             metrics.inFlight(budget.inFlight)
-            var all: [(transport: String, statistics: [ShardStatistics])] = []
+            var all: [(transport: String, statistics: [ConnectionStatistics])] = []
             for t in transports { all.append((t.protocolName, await t.statistics())) }
             metrics.connections(all)
             metrics.consumer(assigned: consumer.statistics.assignedPartitions.count, lag: consumer.consumerLag)

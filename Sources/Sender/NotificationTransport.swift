@@ -16,10 +16,10 @@ public protocol NotificationTransport: Sendable {
     /// connections. A stop must end (`docs/design.md §1.3`): once `deadline` passes, what is still
     /// unanswered is reported as `.timedOut(unanswered:)` and left unsettled. (The binary transport's
     /// drain is bounded by its own probe timeout and settle delay.)
-    func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult]
+    func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainOutcome]
 
     /// One entry per connection (shard), for dashboards and tests.
-    func statistics() async -> [ShardStatistics]
+    func statistics() async -> [ConnectionStatistics]
 }
 
 /// Routes notifications to the transport of their app (one certificate or token topic per app).
@@ -52,12 +52,12 @@ public final class Router: Sendable {
         return orphans
     }
 
-    public func drainAndClose(before deadline: ContinuousClock.Instant = .distantFuture) async -> [String: [DrainResult]] {
-        await withTaskGroup(of: (String, [DrainResult]).self) { group in
+    public func drainAndClose(before deadline: ContinuousClock.Instant = .distantFuture) async -> [String: [DrainOutcome]] {
+        await withTaskGroup(of: (String, [DrainOutcome]).self) { group in
             for (app, transport) in transports {
                 group.addTask { (app, await transport.drainAndClose(before: deadline)) }
             }
-            var out: [String: [DrainResult]] = [:]
+            var out: [String: [DrainOutcome]] = [:]
             for await (app, results) in group { out[app] = results }
             return out
         }
@@ -66,7 +66,7 @@ public final class Router: Sendable {
 
 extension NotificationTransport {
     /// Drains with no deadline: every outcome reported, however long that takes (tests, `send`).
-    public func drainAndClose() async -> [DrainResult] { await drainAndClose(before: .distantFuture) }
+    public func drainAndClose() async -> [DrainOutcome] { await drainAndClose(before: .distantFuture) }
 }
 
 extension ContinuousClock.Instant {

@@ -56,7 +56,7 @@ public struct PushNotification: Sendable {
         var priority: Priority
         var campaign: String?
         var collapseID: String?
-        var pushType: String?
+        var pushType: APNsPushType?
         var position: SourcePosition?
         var clearance: WriteClearance?
         /// A broadcast's channel (then `token` is a placeholder nothing sends); nil for a device.
@@ -64,7 +64,7 @@ public struct PushNotification: Sendable {
 
         init(
             jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
-            campaign: String?, collapseID: String?, pushType: String?, position: SourcePosition?, clearance: WriteClearance? = nil,
+            campaign: String?, collapseID: String?, pushType: APNsPushType?, position: SourcePosition?, clearance: WriteClearance? = nil,
             channel: BroadcastChannelID? = nil
         ) {
             self.jobID = jobID
@@ -211,8 +211,9 @@ public struct PushNotification: Sendable {
         get { storage.collapseID }
         set { unique().collapseID = newValue }
     }
-    /// HTTP/2 `apns-push-type` (`alert`, `background`, …); nil lets the transport infer it from the payload.
-    public var pushType: String? {
+    /// HTTP/2 `apns-push-type`, typed from the job to the request's header (the codec writes the header
+    /// from the enum; nothing parses it back); nil lets the transport infer it from the payload.
+    public var pushType: APNsPushType? {
         get { storage.pushType }
         set { unique().pushType = newValue }
     }
@@ -232,7 +233,7 @@ public struct PushNotification: Sendable {
     /// `tokenHex`, when given, is `token`'s lower-case hex (``DeviceToken/hex``), kept rather than made again.
     public init(
         jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
-        campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil,
+        campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
         clearance: WriteClearance? = nil
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
@@ -247,7 +248,7 @@ public struct PushNotification: Sendable {
     /// channel (sent as `POST /4/broadcasts/apps/<bundle id>`; HTTP/2 with token authentication only).
     public init(
         jobID: String, app: String, recipient: Recipient, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
-        campaign: String? = nil, collapseID: String? = nil, pushType: String? = nil, position: SourcePosition? = nil,
+        campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
         clearance: WriteClearance? = nil
     ) {
         switch recipient {

@@ -17,7 +17,7 @@ import Testing
         Sender.Outcome(
             notification: PushNotification(
                 jobID: id, app: "com.example.shop", recipient: .channel(channel), payload: Array(#"{"aps":{}}"#.utf8), expiry: 7,
-                priority: .conservePower, pushType: "liveactivity", position: SourcePosition(partition: 1, offset: offset)),
+                priority: .conservePower, pushType: .liveactivity, position: SourcePosition(partition: 1, offset: offset)),
             delivery: delivery, code: code, attempts: 1, connection: 0)
     }
 
@@ -72,7 +72,7 @@ import Testing
         let n = try JobLineDecoder(app: "com.example.shop", payloadLimit: 4096, canBroadcast: true)
             .notification(Self.line, now: 1_767_000_000).get()
         #expect(
-            n.recipient == .channel(BroadcastSettlerTests.channel) && n.pushType == "liveactivity"
+            n.recipient == .channel(BroadcastSettlerTests.channel) && n.pushType == .liveactivity
                 && n.recipientKey == BroadcastSettlerTests.channel.value)
     }
 }

@@ -30,7 +30,7 @@ import Testing
             return .success(
                 PushNotification(
                     jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
-                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType?.rawValue))
+                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType))
         } catch {
             if error.reason == .noCertificateForApp {
                 return .failure(.init(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)"))

@@ -127,7 +127,7 @@ import Testing
             Sender.Outcome(
                 notification: PushNotification(
                     jobID: id, app: "com.example.shop", recipient: .channel(channel), payload: Array(#"{"aps":{}}"#.utf8), expiry: 7,
-                    priority: .conservePower, pushType: "liveactivity", position: SourcePosition(partition: 1, offset: offset)),
+                    priority: .conservePower, pushType: .liveactivity, position: SourcePosition(partition: 1, offset: offset)),
                 delivery: delivery, code: code, attempts: 1, connection: 0)
         }
         let batch = OutcomeBatch(

@@ -92,7 +92,7 @@ import Testing
         var bad = Self.outcome("bad", .rejected(.badRequest(reason: "BadTopic")), code: "BadTopic", offset: 13)
         bad.notification.payload = Array(#"{"aps":{"alert":"Bonjour"},"jid":"bad"}"#.utf8)
         bad.notification.collapseID = "score-42"
-        bad.notification.pushType = "alert"
+        bad.notification.pushType = .alert
         let batch = OutcomeBatch(
             app: "com.example.shop", connection: 2,
             outcomes: [

@@ -12,13 +12,13 @@ import Testing
 @Suite struct BinaryBroadcastTests {
     @Test func aBinaryPoolRefusesABroadcast() async throws {
         let log = OutcomeLog()
-        let config = PoolConfiguration(
+        let config = BinaryTransportConfiguration(
             credentials: .test(app: shop, in: TestCertificates.directory), gateways: [GatewayAddress(host: "127.0.0.1", port: 9)],
             shards: 2, shard: ShardConfiguration(), serverHostname: "localhost")
-        let pool = try SenderPool(configuration: config, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
+        let pool = try BinaryTransport(configuration: config, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
         let broadcast = PushNotification(
             jobID: "b", app: shop, recipient: .channel(BroadcastChannelID("dHN0")!), payload: Array("{}".utf8), expiry: 0,
-            priority: .immediate, pushType: "liveactivity")
+            priority: .immediate, pushType: .liveactivity)
         try await pool.send([broadcast])
         #expect(log.outcomes.map(\.jobID) == ["b"])
         #expect(log.outcomes.first?.rejection == .badRequest(reason: "broadcast-needs-http2-token-auth"))

@@ -22,7 +22,7 @@ import TestSupport
     static func broadcast(_ id: String, channel: String, priority: Priority = .immediate) -> PushNotification {
         PushNotification(
             jobID: id, app: shop, recipient: .channel(BroadcastChannelID(channel)!), payload: Array((update + "\"\(id)\"}").utf8),
-            expiry: 1_800_000_000, priority: priority, pushType: APNsPushType.liveactivity.rawValue,
+            expiry: 1_800_000_000, priority: priority, pushType: .liveactivity,
             position: SourcePosition(partition: 0, offset: 0))
     }
 
@@ -50,7 +50,7 @@ import TestSupport
 
     @Test func aBroadcastThatIsNotALiveActivityIsRefusedBeforeSending() {
         var n = Self.broadcast("b-2", channel: "dHN0")
-        n.pushType = APNsPushType.alert.rawValue
+        n.pushType = .alert
         #expect(throws: HTTP2Request.Invalid.invalidPushType) { try HTTP2Request(n) }
     }
 

@@ -19,7 +19,7 @@ import TestSupport
         let id = "today-\(n)"
         return PushNotification(
             jobID: id, app: shop, token: testToken(n), payload: Array((payload + "\"\(id)\"}").utf8), expiry: 0, priority: priority,
-            pushType: pushType?.rawValue, position: SourcePosition(partition: 0, offset: Int64(n)))
+            pushType: pushType, position: SourcePosition(partition: 0, offset: Int64(n)))
     }
 
     static func tokenAuth() throws -> HTTP2Authentication {

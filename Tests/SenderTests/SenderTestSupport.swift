@@ -75,12 +75,12 @@ func testShardConfiguration() -> ShardConfiguration {
 func makePool(
     simulators: [GatewaySimulator], shards: Int, shard: ShardConfiguration = testShardConfiguration(),
     log: OutcomeLog
-) throws -> SenderPool {
-    let config = PoolConfiguration(
+) throws -> BinaryTransport {
+    let config = BinaryTransportConfiguration(
         credentials: .test(app: shop, in: TestCertificates.directory),
         gateways: simulators.map { GatewayAddress(host: "127.0.0.1", port: $0.ports.gateway) },
         shards: shards, shard: shard, serverHostname: "localhost")
-    return try SenderPool(configuration: config, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
+    return try BinaryTransport(configuration: config, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
 }
 
 func testToken(_ n: Int) -> DeviceToken {

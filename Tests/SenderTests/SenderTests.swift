@@ -128,7 +128,7 @@ import Testing
         // An error near the end (the first probe may be discarded), on a job that is not its shard's last:
         // whether the error arrives before the drain begins (a loaded machine) or after its first probe, a
         // later job of that shard is still unsettled, so both shards settle by a probe.
-        func shardOf(_ n: Int) -> UInt64 { testToken(n).stableHash % 2 }  // the pool's routing (`SenderPool.shardIndex`)
+        func shardOf(_ n: Int) -> UInt64 { testToken(n).stableHash % 2 }  // the pool's routing (`BinaryTransport.shardIndex`)
         let invalid = try #require((0..<1_999).last { shardOf($0) == shardOf(1_999) })
         var faults = FaultScript()
         faults.invalidTokens = [testToken(invalid).hex]

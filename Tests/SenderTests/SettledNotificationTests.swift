@@ -10,7 +10,7 @@ import Testing
     func notification(jobID: String, campaign: String?) -> PushNotification {
         PushNotification(
             jobID: jobID, app: "com.example.shop", token: Self.token, payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8),
-            expiry: 1_900_000_000, priority: .conservePower, campaign: campaign, collapseID: "c", pushType: "alert",
+            expiry: 1_900_000_000, priority: .conservePower, campaign: campaign, collapseID: "c", pushType: .alert,
             position: SourcePosition(partition: 3, offset: 42))
     }
 

@@ -144,12 +144,12 @@ enum GatewayBenchmark {
         // the raw TLS limit on loopback: here the whole replay buffer may be unsettled.
         shard.maxUnsettledBytes = shard.replayMaxBytes
         shard.minUnsettledBytes = shard.replayMaxBytes
-        let config = PoolConfiguration(
+        let config = BinaryTransportConfiguration(
             credentials: .test(app: "com.example.shop", in: certificates),
             gateways: [GatewayAddress(host: "127.0.0.1", port: port)], shards: shards, shard: shard,
             serverHostname: "localhost")
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let pool = try SenderPool(configuration: config, group: group, onOutcomes: { events.add($0) })
+        let pool = try BinaryTransport(configuration: config, group: group, onOutcomes: { events.add($0) })
         // Notifications are built before the clock starts: this measures the sender, not job decoding.
         let batch = 1000
         var batches: [[PushNotification]] = []

@@ -413,6 +413,8 @@ struct HTTP2ClientFrameCodec {
     private mutating func writeDeliveryHeaders(_ head: HTTP2Request) {
         encoder.encode(.expiration, head.expiration, into: &outbound)
         encoder.encode(.priority, head.priority, into: &outbound)
+        // From the enum, typed from the job on (its raw value is a small literal: nothing is parsed or
+        // allocated per request, and after a connection's first use of a type it is a one-byte index).
         encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
         if let c = head.collapseID {
             HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &outbound)

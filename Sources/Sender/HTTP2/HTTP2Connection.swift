@@ -66,7 +66,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     private var connectFailures = 0
     /// The HTTPS proxy this connection's host is reached through (nil: directly, or listed in NO_PROXY).
     private let proxy: HTTPSProxy?
-    private(set) var statistics = ShardStatistics()
+    private(set) var statistics = ConnectionStatistics()
 
     /// Whether the transport should route new work here (read from other threads).
     let acceptsWork = Atomic<Bool>(true)
@@ -158,7 +158,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         }
     }
 
-    func currentStatistics() -> EventLoopFuture<ShardStatistics> {
+    func currentStatistics() -> EventLoopFuture<ConnectionStatistics> {
         eventLoop.submit { [self] in
             var s = statistics
             s.queueDepth = machine.queue.count

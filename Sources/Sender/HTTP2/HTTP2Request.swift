@@ -77,13 +77,7 @@ struct HTTP2Request: Equatable, Sendable {
 
     /// As `init(_:)`, with what `memo` already knows from the notifications before this one.
     init(_ n: PushNotification, memo: inout Memo) throws(Invalid) {
-        let type: APNsPushType
-        if let named = n.pushType {
-            guard let known = APNsPushType(rawValue: named) else { throw .invalidPushType }
-            type = known
-        } else {
-            type = memo.inferredPushType(n.payload)
-        }
+        let type = n.pushType ?? memo.inferredPushType(n.payload)
         guard !n.payload.isEmpty else { throw .payloadEmpty }
         guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
         if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }

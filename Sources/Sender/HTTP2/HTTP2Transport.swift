@@ -128,7 +128,7 @@ public final class HTTP2Transport: NotificationTransport {
     /// With Apple unreachable that could be forever, so the wait ends at `deadline`: what is still
     /// unanswered is reported (`.timedOut`) and left unsettled; the connections are closed when the
     /// event loops shut down.
-    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult] {
+    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainOutcome] {
         let drain = Task {
             while !Task.isCancelled {
                 for c in connections { try? await c.drain().get() }
@@ -149,10 +149,10 @@ public final class HTTP2Transport: NotificationTransport {
         }
         if answered { return connections.map { _ in .allAnswered } }
         drain.cancel()
-        var results: [DrainResult] = []
+        var results: [DrainOutcome] = []
         for c in connections {
             // The event loop still answers (only the gateway does not): written requests not yet answered.
-            let s = (try? await c.currentStatistics().get()) ?? ShardStatistics()
+            let s = (try? await c.currentStatistics().get()) ?? ConnectionStatistics()
             results.append(.timedOut(unanswered: s.replayCount))
         }
         return results
@@ -163,9 +163,9 @@ public final class HTTP2Transport: NotificationTransport {
         return true
     }
 
-    public func statistics() async -> [ShardStatistics] {
-        var out: [ShardStatistics] = []
-        for c in connections { out.append((try? await c.currentStatistics().get()) ?? ShardStatistics()) }
+    public func statistics() async -> [ConnectionStatistics] {
+        var out: [ConnectionStatistics] = []
+        for c in connections { out.append((try? await c.currentStatistics().get()) ?? ConnectionStatistics()) }
         return out
     }
 }

@@ -1,4 +1,6 @@
 import APNsTransport
+import Logging
+import NIOCore
 import NIOSSL
 
 /// How an HTTP/2 transport proves who it is.
@@ -106,5 +108,15 @@ public struct HTTP2TransportConfiguration: Sendable {
         c.reconnect = reconnect
         c.authFailureDelay = authFailureDelay
         return c
+    }
+}
+
+extension HTTP2TransportConfiguration: TransportConfiguration {
+    public var attemptsPerSecondPerGateway: Double { reconnect.attemptsPerSecondPerGateway }
+
+    public func makeTransport(
+        group: any EventLoopGroup, limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler
+    ) throws -> any NotificationTransport {
+        try HTTP2Transport(configuration: self, group: group, limiter: limiter, logger: logger, onOutcomes: onOutcomes)
     }
 }

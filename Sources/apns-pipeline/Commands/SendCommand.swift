@@ -9,11 +9,11 @@ import Sender
 import Synchronization
 
 /// `apns-pipeline send`: jobs (`docs/design.md §3.1` JSON, one per line) from a file or stdin, through one app's
-/// pool, straight to the gateways — for operators, and for testing without Kafka or Redis.
+/// transport, straight to the gateways — for operators, and for testing without Kafka or Redis.
 struct SendCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "send",
-        abstract: "Send jobs (one JSON job per line, from a file or stdin) through a sender pool and print a summary.",
+        abstract: "Send jobs (one JSON job per line, from a file or stdin) through the app's transport and print a summary.",
         discussion: "No dedup or suppression here (that is Redis's job in `run`): every valid line is sent."
     )
 
@@ -30,7 +30,7 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "CA bundle the gateway's certificate must chain to (default: system roots).") var ca: String?
     @Option(help: "Gateway host:port (repeatable; default: Apple's production host for the protocol).") var gateway: [String] = []
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
-    @Option(help: "Connections (shards).") var shards: Int = PoolConfiguration.defaultShards
+    @Option(help: "Connections (shards).") var shards: Int = BinaryTransportConfiguration.defaultShards
     @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration()
         .settleAfter
     @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
@@ -75,6 +75,7 @@ struct SendCommand: AsyncParsableCommand {
         let summary = Summary()
         let pool: any NotificationTransport
         do {
+            let transportConfiguration: any TransportConfiguration
             if http2 {
                 let auth: HTTP2Authentication
                 if let tokenKey {
@@ -90,19 +91,18 @@ struct SendCommand: AsyncParsableCommand {
                 configuration.streamCap = streams
                 configuration.serverHostname = serverHostname
                 configuration.proxy = try proxySettings(environment: ProcessInfo.processInfo.environment)
-                pool = try HTTP2Transport(
-                    configuration: configuration, group: MultiThreadedEventLoopGroup.singleton, logger: logger,
-                    onOutcomes: { summary.add($0) })
+                transportConfiguration = configuration
             } else {
                 guard let cert, let key else { throw ValidationError("--protocol binary needs --cert and --key") }
                 var shard = ShardConfiguration()
                 shard.settleAfter = settleAfter
-                pool = try SenderPool(
-                    configuration: PoolConfiguration(
-                        credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
-                        gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname),
-                    group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: { summary.add($0) })
+                transportConfiguration = BinaryTransportConfiguration(
+                    credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
+                    gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname)
             }
+            // Built as `run` builds an app's transport (`TransportFactory`).
+            pool = try TransportFactory(group: MultiThreadedEventLoopGroup.singleton, logger: logger).make(
+                transportConfiguration, onOutcomes: { summary.add($0) })
         } catch let error as ValidationError {
             throw error
         } catch {
@@ -270,7 +270,7 @@ struct SendCommand: AsyncParsableCommand {
                 if s.examples.count < 10 { s.examples.append("  line \(line): \(reason): \(detail)") }
             }
         }
-        func render(drained: [DrainResult]) -> String {
+        func render(drained: [DrainOutcome]) -> String {
             state.withLock { s in
                 var out = ["sent \(s.sent)"]
                 for (k, n) in [(OutcomeKind.accepted, s.accepted), (.rejected, s.rejected), (.deadLettered, s.deadLettered)] {

@@ -37,10 +37,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     private var flushCount: UInt64 = 0
     private var lingerTask: Scheduled<Void>?
     private var settleTask: Scheduled<Void>?
-    private var drainPromise: EventLoopPromise<DrainResult>?
+    private var drainPromise: EventLoopPromise<DrainOutcome>?
     private var probeTimeout: Scheduled<Void>?
     private var random = SystemRandomNumberGenerator()
-    private(set) var statistics = ShardStatistics()
+    private(set) var statistics = ConnectionStatistics()
 
     init(
         app: String, index: Int, eventLoop: any EventLoop, config: ShardConfiguration, sslContext: NIOSSLContext,
@@ -362,7 +362,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     /// Sends what is queued, then proves it processed with a drain probe (or, if the probe is not
     /// answered within `drainTimeout`, waits out `settleAfter`), then closes. New submissions fail.
-    func drainAndClose() -> EventLoopFuture<DrainResult> {
+    func drainAndClose() -> EventLoopFuture<DrainOutcome> {
         eventLoop.flatSubmit { [self] in
             // The drain timeout runs from when the probe is written (sendProbe), not from here: sending
             // what is still queued may take longer than the timeout, and is not the gateway being silent.
@@ -375,12 +375,12 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
                 guard let drainPromise else { return eventLoop.makeSucceededFuture(.nothingToDrain) }
                 return drainPromise.futureResult
             case .finish(let result):
-                let promise = eventLoop.makePromise(of: DrainResult.self)
+                let promise = eventLoop.makePromise(of: DrainOutcome.self)
                 drainPromise = promise
                 finish(result)
                 return promise.futureResult
             case .proceed(let connect):
-                let promise = eventLoop.makePromise(of: DrainResult.self)
+                let promise = eventLoop.makePromise(of: DrainOutcome.self)
                 drainPromise = promise
                 if let connect { scheduleConnect(connect) }
                 pump()
@@ -397,7 +397,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         }
     }
 
-    private func finish(_ result: DrainResult) {
+    private func finish(_ result: DrainOutcome) {
         guard let promise = drainPromise, !lifecycle.isStopped else { return }
         probeTimeout?.cancel()
         probeTimeout = nil
@@ -409,7 +409,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         promise.succeed(result)
     }
 
-    func currentStatistics() -> EventLoopFuture<ShardStatistics> {
+    func currentStatistics() -> EventLoopFuture<ConnectionStatistics> {
         eventLoop.submit { [self] in
             var s = statistics
             s.app = app
@@ -421,56 +421,4 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
             return s
         }
     }
-}
-
-public enum DrainResult: Sendable, Equatable {
-    /// The gateway answered the drain probe: everything sent was processed.
-    case provedByProbe
-    /// The probe went unanswered; everything was settled by `settleAfter`.
-    case settledByTime
-    case nothingToDrain
-    /// HTTP/2: every request had its answer (no probe or timer needed).
-    case allAnswered
-    /// HTTP/2: the stop's deadline passed with this many requests written and still unanswered; they
-    /// stay unsettled (Kafka redelivers them) and may have reached a device (`ambiguous`).
-    case timedOut(unanswered: Int)
-}
-
-public enum SenderError: Error, CustomStringConvertible {
-    case closed(app: String)
-    case draining(app: String)
-
-    public var description: String {
-        switch self {
-        case .closed(let app): "sender for \(app) is closed"
-        case .draining(let app): "sender for \(app) is draining; no new notifications are taken"
-        }
-    }
-}
-
-/// What a shard has seen, for tests, benchmarks and the shard hash in Redis.
-public struct ShardStatistics: Sendable {
-    public var app = ""
-    public var index = 0
-    /// idle, connecting, connected, closing, stopped.
-    public var state = "idle"
-    /// The gateway of the current (or last) connection.
-    public var gateway: String?
-    /// When the current connection was established (epoch seconds).
-    public var connectedSince: Int64?
-    public var lastError: String?
-    public var connections = 0
-    public var maxQueueDepth = 0
-    public var maxReplayBytes = 0
-    public var maxReplayCount = 0
-    /// The most bytes written (or batched) and not settled at once: never above the window plus one frame.
-    public var maxUnsettledBytes = 0
-    public var callerWaits = 0
-    public var drainsProvedByProbe = 0
-    public var queueDepth = 0
-    public var replayCount = 0
-    public var replayBytes = 0
-    /// HTTP/2 token authentication: the age in seconds of the provider token this connection last sent
-    /// (APNs refuses tokens over an hour old; the cache renews them at ~50 minutes). Nil otherwise.
-    public var providerTokenAge: Int64?
 }

@@ -8,15 +8,15 @@ import NIOSSL
 /// The binary transport of one app: `shards` TLS connections to its gateways, each a `Shard`.
 /// Notifications route to a shard by a stable hash of their token, so one token's notifications keep
 /// their order.
-public final class SenderPool: NotificationTransport {
-    public let configuration: PoolConfiguration
+public final class BinaryTransport: NotificationTransport {
+    public let configuration: BinaryTransportConfiguration
     private let shards: [Shard]
     private let onOutcomes: OutcomeHandler
 
     /// Builds the pool; connections open on the first notification. Throws when the certificate,
     /// key or CA cannot be loaded (the error names the file).
     public init(
-        configuration: PoolConfiguration, group: any EventLoopGroup, limiter: ConnectionLimiter? = nil,
+        configuration: BinaryTransportConfiguration, group: any EventLoopGroup, limiter: ConnectionLimiter? = nil,
         logger: Logger = Logger(label: "apns.sender"), onOutcomes: @escaping OutcomeHandler
     ) throws {
         self.configuration = configuration
@@ -102,15 +102,15 @@ public final class SenderPool: NotificationTransport {
     }
 
     /// Drains every shard (drain probe, or `settleAfter` as a fallback) and closes the connections.
-    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainResult] {
-        var results: [DrainResult] = []
+    public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainOutcome] {
+        var results: [DrainOutcome] = []
         for f in shards.map({ $0.drainAndClose() }) { results.append((try? await f.get()) ?? .settledByTime) }
         return results
     }
 
-    public func statistics() async -> [ShardStatistics] {
-        var out: [ShardStatistics] = []
-        for s in shards { out.append((try? await s.currentStatistics().get()) ?? ShardStatistics()) }
+    public func statistics() async -> [ConnectionStatistics] {
+        var out: [ConnectionStatistics] = []
+        for s in shards { out.append((try? await s.currentStatistics().get()) ?? ConnectionStatistics()) }
         return out
     }
 }

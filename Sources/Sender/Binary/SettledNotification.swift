@@ -14,7 +14,7 @@ import APNsProtocol
 /// per notification kept.
 struct SettledNotification {
     /// The token's four words (`DeviceToken.binaryWords`): a binary shard only ever holds 32-byte tokens
-    /// (`SenderPool.send` answers any other size itself), and a `DeviceToken`, which may hold another
+    /// (`BinaryTransport.send` answers any other size itself), and a `DeviceToken`, which may hold another
     /// size, takes 33 bytes (72 for this struct).
     private let tokenWords: (UInt64, UInt64, UInt64, UInt64)
     var token: DeviceToken { DeviceToken(binaryWords: tokenWords) }
@@ -30,7 +30,7 @@ struct SettledNotification {
 
     init(_ n: PushNotification, attempts: Int, processingFailures: Int) {
         guard let words = n.token.binaryWords else {
-            preconditionFailure("a binary shard holds only 32-byte tokens (SenderPool.send refuses the others)")
+            preconditionFailure("a binary shard holds only 32-byte tokens (BinaryTransport.send refuses the others)")
         }
         tokenWords = words
         payload = n.payload

@@ -44,7 +44,7 @@ struct BinaryShardLifecycle {
         /// The shard is stopped already (an earlier drain finished): nothing to drain, nothing to do.
         case alreadyStopped
         /// Nothing queued or kept: finish at once with this result.
-        case finish(DrainResult)
+        case finish(DrainOutcome)
         /// A drain is already in progress: the caller joins it.
         case joinExisting
         /// Send what is queued, then probe (the driver connects if needed and pumps).
@@ -203,7 +203,7 @@ struct BinaryShardLifecycle {
     /// The drain is finished when nothing is queued or unsettled and the probe was answered or timed
     /// out: the result, and the shard is stopped (the driver closes a connected channel, fails the
     /// waiters and completes the promise). Nil: not yet.
-    func finishDrainIfSettled(queueIsEmpty: Bool, hasUnsettled: Bool) -> DrainResult? {
+    func finishDrainIfSettled(queueIsEmpty: Bool, hasUnsettled: Bool) -> DrainOutcome? {
         guard state != .stopped, let d = drain, queueIsEmpty, !hasUnsettled, d.answered || d.timedOut else { return nil }
         return d.answered ? .provedByProbe : .settledByTime
     }
