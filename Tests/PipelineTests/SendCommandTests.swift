@@ -225,14 +225,21 @@ import Testing
                 ofItemAtPath: dir.appendingPathComponent(name).path)
         }
         let d = dir.path
-        let (status, out, err) = try await PipelineProcess.command(
-            [
-                // A sender that cannot connect retries until its give-up time: bounded here so a regression fails.
-                "120", Self.setpriv!, "--reuid=65534", "--regid=65534", "--clear-groups", "\(d)/apns-pipeline", "send", "--protocol",
-                "http2", "--app", shop,
-                "--token-key", "\(d)/key.p8", "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
-                "--ca", "\(d)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost", jobs.path,
-            ], executable: "/usr/bin/timeout")
+        var (status, out, err): (Int32, String, String) = (0, "", "")
+        // ETXTBSY: a process another test forked while the copy above was open for writing holds that
+        // descriptor until it execs; the exec of the fresh copy then fails for a moment. Tried again.
+        for attempt in 1...5 {
+            (status, out, err) = try await PipelineProcess.command(
+                [
+                    // A sender that cannot connect retries until its give-up time: bounded here so a regression fails.
+                    "120", Self.setpriv!, "--reuid=65534", "--regid=65534", "--clear-groups", "\(d)/apns-pipeline", "send", "--protocol",
+                    "http2", "--app", shop,
+                    "--token-key", "\(d)/key.p8", "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+                    "--ca", "\(d)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost", jobs.path,
+                ], executable: "/usr/bin/timeout")
+            guard status == 126, err.contains("Text file busy"), attempt < 5 else { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
         try await sim.stop()
         #expect(status == 0, "\(err)")
         #expect(out.split(separator: "\n").contains("  accepted: 20"), "\(out)\n\(err)")
