@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import TimeUnits
 
 /// Tuning of the pipeline's Redis state. TTLs are whole seconds on the server.
@@ -1087,36 +1088,40 @@ struct TagWrites {
 /// job, issue 14). Forgotten every minute, so a set that lost its expiry (a server restarted without
 /// its data, a key deleted by hand) gets it again with its next write after at most a minute. Marked
 /// only once the call that set them succeeded.
-final class DedupExpiries: @unchecked Sendable {
-    private let lock = NSLock()
-    /// By table serial (``DedupSetID/table``), a bit per sub-bucket: a look-up per accepted job is an
-    /// index and a mask, where a `Set<DedupSetID>` hashed every key (~1 % of `run`, issue 14). Serials
-    /// only grow, by one per tag and time bucket: tens of entries a day, emptied every minute.
-    private var given: [[UInt64]] = []
-    private var window = ExpiryWindow()
+final class DedupExpiries: Sendable {
+    private struct State {
+        /// By table serial (``DedupSetID/table``), a bit per sub-bucket: a look-up per accepted job is an
+        /// index and a mask, where a `Set<DedupSetID>` hashed every key (~1 % of `run`, issue 14). Serials
+        /// only grow, by one per tag and time bucket: tens of entries a day, emptied every minute.
+        var given: [[UInt64]] = []
+        var window = ExpiryWindow()
+    }
+    private let state = Mutex(State())
 
     /// Whether `key` was given its expiry within the last minute (as of `now`, epoch seconds).
     func isGiven(_ key: DedupSetID, now: Int64) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if window.startsAnew(now: now) { given.removeAll() }
-        let word = key.subBucket / 64
-        guard key.table < given.count, word < given[key.table].count else { return false }
-        return given[key.table][word] & (1 << UInt64(key.subBucket % 64)) != 0
+        state.withLock { state in
+            if state.window.startsAnew(now: now) { state.given.removeAll() }
+            let word = key.subBucket / 64
+            guard key.table < state.given.count, word < state.given[key.table].count else { return false }
+            return state.given[key.table][word] & (1 << UInt64(key.subBucket % 64)) != 0
+        }
     }
 
     func markGiven(_ keys: [DedupSetID]) {
         if keys.isEmpty { return }
-        lock.lock()
-        defer { lock.unlock() }
-        // Serial 0: a table not kept (``DedupSetNames``), whose sets are given their expiry at every write.
-        for key in keys where key.table != DedupSetNames.unkeptSerial {
-            if key.table >= given.count { given.append(contentsOf: repeatElement([], count: key.table + 1 - given.count)) }
-            let word = key.subBucket / 64
-            if word >= given[key.table].count {
-                given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - given[key.table].count))
+        state.withLock { state in
+            // Serial 0: a table not kept (``DedupSetNames``), whose sets are given their expiry at every write.
+            for key in keys where key.table != DedupSetNames.unkeptSerial {
+                if key.table >= state.given.count {
+                    state.given.append(contentsOf: repeatElement([], count: key.table + 1 - state.given.count))
+                }
+                let word = key.subBucket / 64
+                if word >= state.given[key.table].count {
+                    state.given[key.table].append(contentsOf: repeatElement(0, count: word + 1 - state.given[key.table].count))
+                }
+                state.given[key.table][word] |= 1 << UInt64(key.subBucket % 64)
             }
-            given[key.table][word] |= 1 << UInt64(key.subBucket % 64)
         }
     }
 }
@@ -1139,26 +1144,26 @@ struct ExpiryWindow {
 /// the current minute, as ``DedupExpiries`` does for dedup sets. A mark set's expiry follows its last
 /// write, so it is set ``memory`` seconds longer than the retention: a write later in the same minute is
 /// covered. Forgotten every minute; marked only once the call that set them succeeded.
-final class MarkExpiries: @unchecked Sendable {
-    private let lock = NSLock()
-    private var given: [String: Set<Int>] = [:]
-    private var window = ExpiryWindow()
+final class MarkExpiries: Sendable {
+    private struct State {
+        var given: [String: Set<Int>] = [:]
+        var window = ExpiryWindow()
+    }
+    private let state = Mutex(State())
     static let memory = ExpiryWindow.seconds
     /// The "set" that stands for the campaign's hash (`{<p>}:campaign:<id>`): mark sets are 0…n−1.
     static let hashSet = -1
 
     func isGiven(campaign: String, set: Int, now: Int64) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if window.startsAnew(now: now) { given.removeAll() }
-        return given[campaign]?.contains(set) ?? false
+        state.withLock { state in
+            if state.window.startsAnew(now: now) { state.given.removeAll() }
+            return state.given[campaign]?.contains(set) ?? false
+        }
     }
 
     func markGiven(campaign: String, sets: [Int]) {
         if sets.isEmpty { return }
-        lock.lock()
-        defer { lock.unlock() }
-        given[campaign, default: []].formUnion(sets)
+        state.withLock { $0.given[campaign, default: []].formUnion(sets) }
     }
 }
 
@@ -1175,7 +1180,7 @@ struct DedupSetID: Hashable {
 /// than `liveBuckets` behind the newest are dropped. Only tables of the configured apps' tags are kept
 /// (apps × token buckets × live buckets: bounded by the pipeline file); a table of any other tag is made
 /// for its call and dropped (issue 28: tags built from app names a producer invents grew without bound).
-final class DedupSetNames: @unchecked Sendable {
+final class DedupSetNames: Sendable {
     /// The key names of one tag's sets in one time bucket, one per sub-bucket.
     final class Table: Sendable {
         /// Unique per table in this process (``DedupSetID``).
@@ -1225,10 +1230,12 @@ final class DedupSetNames: @unchecked Sendable {
     private let liveBuckets: Int
     /// The tags whose tables are kept; nil: any, up to ``maxTablesForAnyApp``.
     private let keptTags: Set<String>?
-    private let lock = NSLock()
-    private var tables: [TableKey: Table] = [:]
-    private var serial = 0
-    private var newest = Int64.min
+    private struct State {
+        var tables: [TableKey: Table] = [:]
+        var serial = 0
+        var newest = Int64.min
+    }
+    private let state = Mutex(State())
 
     /// The serial of a table that is not kept (never that of a kept one, which start at 1).
     static let unkeptSerial = 0
@@ -1246,27 +1253,27 @@ final class DedupSetNames: @unchecked Sendable {
 
     func table(tag: String, bucket: Int64) -> Table {
         let key = TableKey(tag: tag, bucket: bucket)
-        if let known = lock.withLock({ tables[key] }) { return known }
+        if let known = state.withLock({ $0.tables[key] }) { return known }
         let names = (0..<subBuckets).map { keys.dedup(tag: tag, bucket: bucket, subBucket: $0) }
         if let keptTags, !keptTags.contains(tag) { return Table(serial: Self.unkeptSerial, names: names) }
-        return lock.withLock {
-            if let raced = tables[key] { return raced }
-            if keptTags == nil, tables.count >= Self.maxTablesForAnyApp, bucket <= newest {
+        return state.withLock { state in
+            if let raced = state.tables[key] { return raced }
+            if keptTags == nil, state.tables.count >= Self.maxTablesForAnyApp, bucket <= state.newest {
                 return Table(serial: Self.unkeptSerial, names: names)
             }
-            serial += 1
-            let table = Table(serial: serial, names: names)
-            tables[key] = table
-            if bucket > newest {
-                newest = bucket
-                let oldest = newest - Int64(liveBuckets)
-                tables = tables.filter { $0.key.bucket >= oldest }
+            state.serial += 1
+            let table = Table(serial: state.serial, names: names)
+            state.tables[key] = table
+            if bucket > state.newest {
+                state.newest = bucket
+                let oldest = state.newest - Int64(liveBuckets)
+                state.tables = state.tables.filter { $0.key.bucket >= oldest }
             }
             return table
         }
     }
 
-    var count: Int { lock.withLock { tables.count } }
+    var count: Int { state.withLock { $0.tables.count } }
 }
 
 /// Tag writes by token tag, in first-seen order.
@@ -1423,16 +1430,15 @@ struct CounterWrites {
 }
 
 /// A flag that is set once, from any thread (to log a configuration warning once, not per batch).
-final class OnceFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var done = false
+final class OnceFlag: Sendable {
+    private let done = Mutex(false)
 
     /// True for the first caller only.
     func setOnce() -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        if done { return false }
-        done = true
-        return true
+        done.withLock { done in
+            if done { return false }
+            done = true
+            return true
+        }
     }
 }
