@@ -328,18 +328,12 @@ public struct PipelineStore: Sendable {
                 values[Int(position) - 1] = value
             }
             for (position, index) in group.jobs.enumerated() {
-                switch codes[position] {
-                case UInt8(ascii: "1"): decisions[index] = .admitted(language: values[position])
-                case UInt8(ascii: "2"): decisions[index] = .deduped
-                case UInt8(ascii: "3"): decisions[index] = .inFlight
-                case UInt8(ascii: "4"): decisions[index] = .suppressed
-                case UInt8(ascii: "5"): decisions[index] = .takenOver(language: values[position])
-                case UInt8(ascii: "6"):
-                    let value = values[position]
-                    decisions[index] = .inFlightElsewhere(owner: value.map(Self.leaseOwner(of:)) ?? "?")
-                    if let value { held[index] = value }
-                default: throw RedisError.unexpectedReply("gate: bad decision \(codes[position])")
+                guard let answer = GateAnswer(digit: codes[position]) else {
+                    throw RedisError.unexpectedReply("gate: bad decision \(codes[position])")
                 }
+                let (decision, value) = answer.decision(value: values[position])
+                decisions[index] = decision
+                if let value { held[index] = value }
             }
         }
         return (decisions, held)
@@ -1395,7 +1389,7 @@ struct CounterWrites {
                 // The parts ran in earlier calls: the members of the accepted jobs whose record was new.
                 let added = campaign.accepted.filter { job in
                     let flags = resolved[job.part]
-                    return job.add <= flags.count && flags[job.add - 1] == UInt8(ascii: "1")
+                    return job.add <= flags.count && flags[job.add - 1] == DedupAddFlag.added.digit
                 }
                 a.append(0)
                 a.append(added.count)
