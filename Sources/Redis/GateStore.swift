@@ -1,4 +1,5 @@
 import Foundation
+import TimeUnits
 
 /// The gate's role of the store (``PipelineStore/gate(_:call:now:)``): which jobs of a batch to send, their
 /// in-flight leases, the take-over of a dead process's leases, the written marks of gate calls, and this
