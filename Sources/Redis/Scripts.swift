@@ -15,32 +15,33 @@
 enum Scripts {
     /// Lua helpers shared by the scripts (prepended to their source), after the constants of the
     /// settle's add flags (``DedupAddFlag``).
-    private static let helpers =
-        DedupAddFlag.luaConstants + #"""
-            local function mget(cmd, key, fields)
-              -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack(). A group's fields
-              -- usually fit in one call, whose reply is the answer as it is (no copy per field).
-              local n = #fields
-              if n == 0 then return {} end
-              if n <= 1000 then return redis.call(cmd, key, unpack(fields)) end
-              local out = {}
-              for from = 1, #fields, 1000 do
-                local chunk = {}
-                for x = from, math.min(#fields, from + 999) do chunk[#chunk + 1] = fields[x] end
-                local got = redis.call(cmd, key, unpack(chunk))
-                for x = 1, #got do out[from + x - 1] = got[x] end
-              end
-              return out
-            end
-            local function delAll(keys)
-              for from = 1, #keys, 1000 do
-                local chunk = {}
-                for x = from, math.min(#keys, from + 999) do chunk[#chunk + 1] = keys[x] end
-                redis.call('DEL', unpack(chunk))
-              end
-            end
+    private static let helpers = DedupAddFlag.luaConstants + helperFunctions
 
-            """#
+    private static let helperFunctions = #"""
+        local function mget(cmd, key, fields)
+          -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack(). A group's fields
+          -- usually fit in one call, whose reply is the answer as it is (no copy per field).
+          local n = #fields
+          if n == 0 then return {} end
+          if n <= 1000 then return redis.call(cmd, key, unpack(fields)) end
+          local out = {}
+          for from = 1, #fields, 1000 do
+            local chunk = {}
+            for x = from, math.min(#fields, from + 999) do chunk[#chunk + 1] = fields[x] end
+            local got = redis.call(cmd, key, unpack(chunk))
+            for x = 1, #got do out[from + x - 1] = got[x] end
+          end
+          return out
+        end
+        local function delAll(keys)
+          for from = 1, #keys, 1000 do
+            local chunk = {}
+            for x = from, math.min(#keys, from + 999) do chunk[#chunk + 1] = keys[x] end
+            redis.call('DEL', unpack(chunk))
+          end
+        end
+
+        """#
 
     /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, then
     /// (job-index void-lease)… for the leases Swift found void, then per job: token (empty for a broadcast:
@@ -212,7 +213,8 @@ enum Scripts {
     /// for every write: Swift asks for it once per set and minute (``DedupExpiries``), not per job.
     ///
     /// Returns per group { flags, sampled set size }: flags has a ``DedupAddFlag`` digit per add, `ADDED`
-    /// ('1') when its SADD added the member (the job id was never accepted before), else `NOT_ADDED` ('0'). With a marker, the first run stores flags
+    /// ('1') when its SADD added the member (the job id was never accepted before), else `NOT_ADDED`
+    /// ('0'). With a marker, the first run stores flags
     /// in it and a replay (the marker exists) writes nothing and returns the stored flags: so a settle
     /// retried after a crash between its parts still counts each job exactly once.
     /// Suppressions: the newest time wins. Registrations: written when at least as new as the stored one;
