@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "Sender", targets: ["Sender"]),
         .library(name: "Kafka", targets: ["Kafka"]),
         .library(name: "Jobs", targets: ["Jobs"]),
+        .library(name: "RedisClient", targets: ["RedisClient"]),
         .library(name: "Redis", targets: ["Redis"]),
         // For the benchmark package: the helpers that start throw-away servers, shared with the tests.
         .library(name: "ProcessSupport", targets: ["ProcessSupport"]),
@@ -125,15 +126,17 @@ let package = Package(
             ]
         ),
 
-        // hiredis through a system-library target: the RESP reply parser (`redisReader`) of `Redis`, whose
-        // connections are SwiftNIO channels (plain TCP or swift-nio-ssl TLS) on the event loops.
+        // hiredis through a system-library target: the RESP reply parser (`redisReader`) of `RedisClient`,
+        // whose connections are SwiftNIO channels (plain TCP or swift-nio-ssl TLS) on the event loops.
         .systemLibrary(
             name: "CHiredis",
             // No `pkgConfig:`: hiredis.pc adds -D_FILE_OFFSET_BITS=64 too (see CRdKafka).
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // A generic Redis client, no pipeline knowledge: one server or a cluster, RESP, scripts (EVALSHA),
+        // `redis://`/`rediss://` URLs and TLS.
         .target(
-            name: "Redis",
+            name: "RedisClient",
             dependencies: [
                 "CHiredis",
                 "TimeUnits",
@@ -143,6 +146,16 @@ let package = Package(
                 .product(name: "NIOTLS", package: "swift-nio"),
                 // SHA-1 names a Lua script the way Redis does (EVALSHA); nothing security-related.
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The pipeline's state in Redis (design §4): the stores by role and their scripts, over
+        // `RedisClient` (which it re-exports).
+        .target(
+            name: "Redis",
+            dependencies: [
+                "RedisClient",
+                "TimeUnits",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -351,7 +364,7 @@ let package = Package(
         ),
         .testTarget(
             name: "RedisTests",
-            dependencies: ["TestSupport", "Redis"]
+            dependencies: ["TestSupport", "Redis", "RedisClient"]
         ),
         .testTarget(
             name: "APNsTransportTests",

@@ -13,8 +13,11 @@
 /// Lua `redis.call` or a pipelined command alike, ~1–1.5 µs on the 2-core test machine) makes those most of
 /// what is left.
 enum Scripts {
-    /// Lua helpers shared by the scripts (prepended to their source).
-    private static let helpers = #"""
+    /// Lua helpers shared by the scripts (prepended to their source), after the constants of the
+    /// settle's add flags (``DedupAddFlag``).
+    private static let helpers = DedupAddFlag.luaConstants + helperFunctions
+
+    private static let helperFunctions = #"""
         local function mget(cmd, key, fields)
           -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack(). A group's fields
           -- usually fit in one call, whose reply is the answer as it is (no copy per field).
@@ -45,10 +48,10 @@ enum Scripts {
     /// no suppression, registration or language is read for it), member. KEYS per group:
     /// suppressed, registered, lang, inflight (the group's lease hash), then per job its #probes dedup keys
     /// (its sub-bucket in each live time bucket, newest first; a key repeats when two jobs share a set).
-    /// Returns per group { codes, (job-index value)… }: codes has a digit per job (1 admitted, 2 deduped,
-    /// 3 in flight in this process, 4 suppressed, 5 admitted by taking over a void lease, 6 in flight in
-    /// another process); the values are the language for 1 and 5 (when there is one) and the lease's value
-    /// for 6.
+    /// Returns per group { codes, (job-index value)… }: codes has a digit per job, a ``GateAnswer`` (its
+    /// Lua constants are generated from that enum: `ADMITTED`, `DEDUPED`, …); the values are the language
+    /// for admitted and taken-over jobs (when there is one) and the lease's value for a job in flight
+    /// in another process.
     ///
     /// Leases are fields of the tag's hash `inflight` (job fingerprint → `<owner>/<call>/<expiry ms>`, the
     /// expiry on the server's clock, `TIME`): one HMGET and one HSET per group instead of a key, a `SET NX
@@ -63,7 +66,7 @@ enum Scripts {
     /// crashed process's lease whose job never comes back), so it holds little more than the leases in
     /// flight.
     static let gate = RedisScript(
-        helpers + #"""
+        helpers + GateAnswer.luaConstants + #"""
             local owner, call, leaseMs, nb = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
             local mine = owner .. '/' .. call .. '/'
             local time = redis.call('TIME')
@@ -85,13 +88,13 @@ enum Scripts {
               -- Dedup: the job's probes, newest bucket first; the jobs not found go on.
               local codes, open, members, no = {}, {}, {}, 0
               for j = 1, nj do
-                local member, code = ARGV[i + 1], 1
+                local member, code = ARGV[i + 1], ADMITTED
                 for b = k + 1, k + nb do
-                  if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = 2; break end
+                  if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = DEDUPED; break end
                 end
                 k = k + nb
                 codes[j] = code
-                if code == 1 then no = no + 1; open[no] = j; members[no] = member end
+                if code == ADMITTED then no = no + 1; open[no] = j; members[no] = member end
                 i = i + 2
               end
               local values, result = {}, {}
@@ -104,17 +107,17 @@ enum Scripts {
                   local j, member, h = open[x], members[x], held[x]
                   local free = not h
                   if firstOf[member] then
-                    free = false; codes[j] = 3; dupOf[j] = firstOf[member]
+                    free = false; codes[j] = IN_FLIGHT; dupOf[j] = firstOf[member]
                   elseif h then
                     if expired(h) or string.sub(h, 1, #mine) == mine then
                       -- Lapsed, or this very call's own (a retry after a lost reply).
                       free = true
                     elseif voids[j] == h then
                       -- Swift found this holder dead; the lease is unchanged since: take it over.
-                      free = true; codes[j] = 5
+                      free = true; codes[j] = TAKEN_OVER
                     else
                       local holder = string.match(h, '^([^/]+)/')
-                      if not holder or holder == owner then codes[j] = 3 else codes[j] = 6; values[j] = h end
+                      if not holder or holder == owner then codes[j] = IN_FLIGHT else codes[j] = IN_FLIGHT_ELSEWHERE; values[j] = h end
                     end
                   end
                   if free then
@@ -150,7 +153,7 @@ enum Scripts {
                     local reg = mget('HMGET', regKey, regFields)
                     for y = 1, #supX do
                       local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
-                      if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = 4 end
+                      if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = SUPPRESSED end
                     end
                   end
                   for x = 1, #cands do
@@ -186,7 +189,7 @@ enum Scripts {
                 end
                 -- A second copy in the call shares the fate of the first when that one was suppressed.
                 for j, first in pairs(dupOf) do
-                  if codes[first] == 4 then codes[j] = 4 end
+                  if codes[first] == SUPPRESSED then codes[j] = SUPPRESSED end
                 end
               end
               result[1] = table.concat(codes)
@@ -209,8 +212,9 @@ enum Scripts {
     /// members, in one HDEL. A dedup set's expiry is the end of its time bucket + the retention, the same
     /// for every write: Swift asks for it once per set and minute (``DedupExpiries``), not per job.
     ///
-    /// Returns per group { flags, sampled set size }: flags has a '1' for each add whose SADD added the
-    /// member (the job id was never accepted before), else '0'. With a marker, the first run stores flags
+    /// Returns per group { flags, sampled set size }: flags has a ``DedupAddFlag`` digit per add, `ADDED`
+    /// ('1') when its SADD added the member (the job id was never accepted before), else `NOT_ADDED`
+    /// ('0'). With a marker, the first run stores flags
     /// in it and a replay (the marker exists) writes nothing and returns the stored flags: so a settle
     /// retried after a crash between its parts still counts each job exactly once.
     /// Suppressions: the newest time wins. Registrations: written when at least as new as the stored one;
@@ -235,18 +239,18 @@ enum Scripts {
             local stored = marker and redis.call('GET', marker)
             if stored then
               -- 'a': every add added (the usual case, stored in one byte); else 'r' and the flags.
-              out[g] = { stored == 'a' and string.rep('1', nAdd) or string.sub(stored, 2), 0 }
+              out[g] = { stored == 'a' and string.rep(ADDED, nAdd) or string.sub(stored, 2), 0 }
               i = i + nAdd + nExp + nRel + 3 * nSup + 3 * nReg
             else
               local flags, sample, allAdded = {}, 0, true
               for a = 1, nAdd do
                 local key = KEYS[dk + a]
                 if redis.call('SADD', key, ARGV[i + a - 1]) == 1 then
-                  flags[a] = '1'
+                  flags[a] = ADDED
                   -- One set per group and batch is enough to notice sets outgrowing the intset encoding.
                   if sample == 0 then sample = redis.call('SCARD', key) end
                 else
-                  flags[a] = '0'; allAdded = false
+                  flags[a] = NOT_ADDED; allAdded = false
                 end
               end
               -- The leases of the batch's jobs, the adds' members then the others (contiguous in ARGV):
@@ -274,7 +278,7 @@ enum Scripts {
                   if lang ~= '' then redis.call('HSET', langKey, token, lang) end
                 end
               end
-              local result = allAdded and string.rep('1', nAdd) or table.concat(flags)
+              local result = allAdded and string.rep(ADDED, nAdd) or table.concat(flags)
               if marker then
                 redis.call('SET', marker, allAdded and 'a' or 'r' .. result, 'EX', markerTTL)
               end
@@ -330,7 +334,7 @@ enum Scripts {
             for m = 1, nm do added[m] = take() end
             local accepted = nm
             for r = 1, 3 * nr, 3 do
-              local _, ones = string.gsub(string.sub(tagOut[ranges[r]][1], ranges[r + 1], ranges[r + 2]), '1', '')
+              local _, ones = string.gsub(string.sub(tagOut[ranges[r]][1], ranges[r + 1], ranges[r + 2]), ADDED, '')
               accepted = accepted + ones
             end
             local counts, total = {}, 0
@@ -339,7 +343,7 @@ enum Scripts {
               for r = 1, 3 * nr, 3 do
                 local flags, start = tagOut[ranges[r]][1], starts[ranges[r]]
                 for a = ranges[r + 1], ranges[r + 2] do
-                  if string.byte(flags, a) == 49 then added[#added + 1] = ARGV[start + a - 1] end
+                  if string.byte(flags, a) == ADDED_BYTE then added[#added + 1] = ARGV[start + a - 1] end
                 end
               end
               local found = mget('SMISMEMBER', counted, added)

@@ -3,6 +3,7 @@ import TestSupport
 import Testing
 
 @testable import Redis
+@testable import RedisClient
 
 @Suite struct ClusterConfigurationTests {
     @Test func parsesNodeLists() throws {

@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Redis
+@testable import RedisClient
 
 /// The client writes each command's RESP itself (`redisAppendFormattedCommand`): the bytes must be
 /// exactly the protocol's, for empty, binary and long arguments alike. (Every test against a real

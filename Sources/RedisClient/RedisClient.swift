@@ -17,7 +17,7 @@ import TimeUnits
 /// When the server goes away, a call does not fail: it reconnects with exponential back-off (jitter,
 /// cap) and sends its commands again, until ``RedisReconnectPolicy/maximumWait``. A reply lost with the
 /// connection means the commands may or may not have run, so callers must send commands that are safe
-/// to repeat; the operations of ``PipelineStore`` are (batch markers, lease owners, newest-wins writes).
+/// to repeat (the pipeline's stores, in the `Redis` module, are: batch markers, lease owners, newest-wins writes).
 ///
 /// The connection is opened lazily by the first call (or by ``connect()``, which fails fast instead).
 public actor RedisClient {

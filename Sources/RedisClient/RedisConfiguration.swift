@@ -22,7 +22,7 @@ public struct RedisConfiguration: Sendable, Hashable {
     public var database: Int
     public var connectTimeout: Duration
     /// Read/write timeout of one round trip. A timeout is treated like a dropped connection: reconnect and
-    /// retry, which the pipeline operations are built to survive (see ``PipelineStore``).
+    /// retry, which callers must be built to survive (the pipeline's stores, in the `Redis` module, are).
     public var commandTimeout: Duration
     public var reconnect: RedisReconnectPolicy
     /// TLS (`rediss://`, or `redis.tls` in the pipeline file); nil: plain TCP.

@@ -1,0 +1,250 @@
+import Foundation
+import TimeUnits
+
+/// The gate's role of the store (``PipelineStore/gate(_:call:now:)``): which jobs of a batch to send, their
+/// in-flight leases, the take-over of a dead process's leases, the written marks of gate calls, and this
+/// process's heartbeat (the lease owner). Reads the dedup records the settle writes, through the same
+/// ``DedupSetNames``.
+struct GateStore: StoreRole {
+    let runner: StoreRunner
+    let dedupSetNames: DedupSetNames
+
+    /// Decides, for each job of a batch, whether to send it: already settled as accepted → ``GateDecision/deduped``;
+    /// another copy in flight → ``GateDecision/inFlight``; token suppressed and not registered since →
+    /// ``GateDecision/suppressed``; else ``GateDecision/admitted(language:)`` with an in-flight lease
+    /// taken. One round trip on a single Redis (one call per slot on a cluster), plus one when a lease of
+    /// another process is met (its heartbeat is read, and a dead owner's lease taken over). Decisions come
+    /// back in the order of `requests`.
+    func gate(
+        _ requests: [GateRequest], call: String = PipelineStore.newBatchID(), now: Int64 = PipelineStore.epochNow()
+    ) async throws -> [GateDecision] {
+        if requests.isEmpty { return [] }
+        // `call`: the gate call, the same across retries of this call; its leases name it.
+        var (decisions, held) = try await gateOnce(requests, indices: Array(requests.indices), voids: [:], call: call, now: now)
+        if held.isEmpty { return decisions }
+
+        // Leases of other processes: void if the owner's heartbeat is gone (it died between gate and
+        // settle). Heartbeats are keys of no job's slot, so they are read here with plain commands, and
+        // the take-over is a second gate call that overwrites a lease only if it still holds the value
+        // read (a conditional write in the lease's own slot). The alternative, a copy of every heartbeat
+        // in every token tag, would write apps × token buckets keys per beat for a path taken only after
+        // a crash.
+        var alive: [String: Bool] = [:]
+        for value in Set(held.values) {
+            let owner = Self.leaseOwner(of: value)
+            if alive[owner] == nil { alive[owner] = try await command(RedisCommand("EXISTS", keys.owner(owner))).integer == 1 }
+        }
+        let void = held.filter { alive[Self.leaseOwner(of: $0.value)] == false }
+        if void.isEmpty { return decisions }
+        let indices = void.keys.sorted()
+        let (retried, _) = try await gateOnce(requests, indices: indices, voids: void, call: call, now: now)
+        // Which of the dead process's batches it had handed to its transports (issue 28): only those
+        // jobs may have reached a device. Read like the heartbeats, once per gate call of the dead owner.
+        var written: [String: Bool] = [:]
+        for value in Set(void.values) {
+            let holder = Self.leaseHolder(of: value)
+            if written[holder] == nil { written[holder] = try await command(RedisCommand("EXISTS", keys.written(holder))).integer == 1 }
+        }
+        var inheritsWritten = false
+        for index in indices {
+            if case .takenOver(let language, _) = retried[index], let value = void[index] {
+                let wasWritten = written[Self.leaseHolder(of: value)] ?? true
+                decisions[index] = .takenOver(language: language, written: wasWritten)
+                inheritsWritten = inheritsWritten || wasWritten
+            } else {
+                decisions[index] = retried[index]
+            }
+        }
+        // A job the dead owner may have written may reach a device once more through this call. If this
+        // process dies too before its own mark, its successor must still count the job `ambiguous`: the
+        // mark is inherited now, for the whole call (over-counting its fresh jobs in that double crash).
+        // Without it a second kill -9 during a take-over hid ~1 000 real duplicates (CI, 2026-11-27).
+        if inheritsWritten { try await markWritten(call: call) }
+        return decisions
+    }
+
+    /// `<owner>/<call>` of a lease value `<owner>/<call>/<expiry ms>`.
+    static func leaseHolder(of value: String) -> String {
+        guard let slash = value.lastIndex(of: "/") else { return value }
+        return String(value[..<slash])
+    }
+
+    /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
+    /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (issue 28,
+    /// design §2.2). Lives as long as a lease. One write per batch.
+    func markWritten(call: String) async throws {
+        _ = try await command(
+            RedisCommand(
+                "SET", keys.written(configuration.leaseOwner + "/" + call), "1", "PX",
+                String(max(1, configuration.inFlightLease.milliseconds))))
+    }
+
+    static func leaseOwner(of value: String) -> String {
+        String(value.prefix { $0 != "/" })
+    }
+
+    /// One gate pass over `requests[indices]`; `voids`: leases (by request index) to take over if they
+    /// still hold that value. Returns the decisions (only `indices` filled) and, for jobs in flight in
+    /// another process, the lease's value.
+    ///
+    /// Per job the call carries its token, its fingerprint and its dedup keys (in probe order, repeated
+    /// when two jobs share a set: no index argument per job); the lease is a field of the group's hash.
+    func gateOnce(
+        _ requests: [GateRequest], indices: [Int], voids: [Int: String], call: String, now: Int64
+    ) async throws -> (decisions: [GateDecision], held: [Int: String]) {
+        // Read once per call from the shared runner, not through the role's accessor per job.
+        let keys = runner.keys
+        struct Group {
+            var tag: String
+            var jobs: [Int] = []
+            var keys: RedisArguments
+            /// The tag's dedup set names of each probed time bucket, in probe order.
+            var dedupSets: [DedupSetNames.Table]
+            var voids = RedisArguments()
+            var voidCount = 0
+            var jobArguments = RedisArguments()
+        }
+        let probes = dedupBucketsToProbe(now: now)
+        let subs = configuration.dedupSubBucketsPerTag
+        var groups: [Group] = []
+        // Groups by token tag, in first-seen order. A batch touches a few dozen tags: a scan comparing the
+        // bucket first is cheaper than hashing the app's name per job (as in the settle). The request's
+        // fields are read in place, not copied out (three retains and releases per job).
+        var groupIDs: [TagID] = []
+        for index in indices {
+            let bucket = keys.tokenBucket(requests[index].tokenHex)
+            let g: Int
+            if let known = groupIDs.firstIndex(where: { $0.bucket == bucket && $0.app == requests[index].app }) {
+                g = known
+            } else {
+                let app = requests[index].app
+                let tag = keys.tokenTag(app: app, bucket: bucket)
+                groups.append(
+                    Group(
+                        tag: tag,
+                        keys: RedisArguments([
+                            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
+                        ]),
+                        dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
+                groupIDs.append(TagID(app: app, bucket: bucket))
+                g = groups.count - 1
+            }
+            let fingerprint = JobFingerprint(jobID: requests[index].jobID)
+            let sub = fingerprint.subBucket(of: subs)
+            let tables = groups[g].dedupSets
+            for table in tables { table.appendName(sub, to: &groups[g].keys) }
+            groups[g].jobs.append(index)
+            if !voids.isEmpty, let void = voids[index] {
+                groups[g].voids.append(groups[g].jobs.count)
+                groups[g].voids.append(void)
+                groups[g].voidCount += 1
+            }
+            // A broadcast's token argument is empty: the script reads no suppression, registration or
+            // language for it (a channel id is no token, and must never match one).
+            if requests[index].isChannel {
+                groups[g].jobArguments.append("")
+            } else {
+                groups[g].jobArguments.append(lowercasingASCII: requests[index].tokenHex)
+            }
+            groups[g].jobArguments.append(fingerprint.member)
+        }
+        let scriptGroups = groups.map { group -> ScriptGroup in
+            var arguments = RedisArguments()
+            arguments.append(group.jobs.count)
+            arguments.append(group.voidCount)
+            arguments.append(contentsOf: group.voids)
+            arguments.append(contentsOf: group.jobArguments)
+            return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
+        }
+        var header = RedisArguments()
+        header.append(configuration.leaseOwner)
+        header.append(call)
+        header.append(max(1, configuration.inFlightLease.milliseconds))
+        header.append(probes.count)
+        let replies = try await run(Scripts.gate, header: header, groups: scriptGroups)
+
+        var decisions = Array(repeating: GateDecision.inFlight, count: requests.count)
+        var held: [Int: String] = [:]
+        for (group, reply) in zip(groups, replies) {
+            // { codes (a digit per job), (job-index value)… }
+            guard let parts = reply.array, parts.count % 2 == 1, case .bulk(let codes) = parts[0], codes.count == group.jobs.count else {
+                throw RedisError.unexpectedReply("gate: expected \(group.jobs.count) decisions, got \(reply)")
+            }
+            var values: [Int: String] = [:]
+            for at in stride(from: 1, to: parts.count, by: 2) {
+                guard let position = parts[at].integer, let value = parts[at + 1].string else {
+                    throw RedisError.unexpectedReply("gate: bad value \(parts[at]) \(parts[at + 1])")
+                }
+                values[Int(position) - 1] = value
+            }
+            for (position, index) in group.jobs.enumerated() {
+                guard let answer = GateAnswer(digit: codes[position]) else {
+                    throw RedisError.unexpectedReply("gate: bad decision \(codes[position])")
+                }
+                let (decision, value) = answer.decision(value: values[position])
+                decisions[index] = decision
+                if let value { held[index] = value }
+            }
+        }
+        return (decisions, held)
+    }
+
+    /// The lease on a job id as stored (`nil`: none; a lease past ``InFlightLease/expiresAtMs`` is free for
+    /// the gate): for operators and tests.
+    func lease(jobID: String, app: String, tokenHex: String) async throws -> InFlightLease? {
+        let reply = try await command(
+            RedisCommand("HGET", keys.inFlight(app: app, tokenHex: tokenHex), String(JobFingerprint(jobID: jobID).member)))
+        return reply.string.map(InFlightLease.init(value:))
+    }
+
+    // MARK: Lease owner
+
+    /// Writes (or refreshes) this process's heartbeat, `<p>:owner:<leaseOwner>`, living
+    /// ``PipelineStoreConfiguration/ownerHeartbeat``. While it lives, this process's leases hold.
+    func beat(description: String = "") async throws {
+        _ = try await command(
+            RedisCommand(
+                "SET", keys.owner(configuration.leaseOwner), description.isEmpty ? "alive" : description, "PX",
+                String(max(1, configuration.ownerHeartbeat.milliseconds))))
+    }
+
+    /// Removes the heartbeat (graceful stop): whatever this process still leases is void at once.
+    func endHeartbeat() async throws {
+        _ = try await command(RedisCommand("DEL", keys.owner(configuration.leaseOwner)))
+    }
+
+    /// Buckets that may hold a live record: those whose expiry (end + retention) is after `now`, plus the
+    /// next one in case another process's clock runs slightly ahead.
+    func dedupBucketsToCheck(now: Int64) -> [Int64] {
+        let width = max(1, configuration.dedupBucketWidth.components.seconds)
+        let retention = configuration.dedupRetention.components.seconds
+        let first = StoreRunner.floorDivide(now - retention, width)
+        let last = StoreRunner.floorDivide(now, width) + 1
+        return Array(first...last)
+    }
+
+    /// The buckets the gate probes, in the order it probes them: the current one first (where most
+    /// duplicates are), then older ones, and the next one only within ``PipelineStoreConfiguration/clockSkewAllowance``
+    /// of its start (a process whose clock runs that much ahead may already write there). Each probe is
+    /// a call per job, so a probe that cannot hit is skipped.
+    func dedupBucketsToProbe(now: Int64) -> [Int64] {
+        let width = max(1, configuration.dedupBucketWidth.components.seconds)
+        let all = dedupBucketsToCheck(now: now)
+        let next = all.last!
+        var probes = Array(all.dropLast().reversed())
+        if now + configuration.clockSkewAllowance.components.seconds >= next * width { probes.append(next) }
+        return probes
+    }
+}
+
+/// An in-flight lease (`docs/design.md §2.2`): the value `<owner>/<gate call>/<expiry ms>` of its job's field
+/// in the token tag's `inflight` hash.
+public struct InFlightLease: Sendable, Hashable {
+    public let value: String
+    /// The process holding it (its heartbeat is `<p>:owner:<owner>`).
+    public var owner: String { PipelineStore.leaseOwner(of: value) }
+    /// When it lapses, epoch ms of the Redis server's clock.
+    public var expiresAtMs: Int64 { Int64(value.split(separator: "/").last ?? "") ?? 0 }
+
+    public init(value: String) { self.value = value }
+}
