@@ -36,7 +36,11 @@ struct CampaignControlRouteTests {
         let redis = try await RedisServer()
         defer { redis.stop() }
         let client = try redis.client()
-        let store = PipelineStore(client: client, logger: testLogger)
+        // A heartbeat that outlives the test however slow the machine (the default, 10 s, lapsed on a
+        // loaded CI machine, and the process stopped counting as running).
+        var configuration = PipelineStoreConfiguration()
+        configuration.ownerHeartbeat = .seconds(600)
+        let store = PipelineStore(client: client, configuration: configuration, logger: testLogger)
         // One "run" process: a heartbeat and a control poll, as run's control loop does.
         try await store.beat(description: "test-host pid 1")
         let polling = Task {

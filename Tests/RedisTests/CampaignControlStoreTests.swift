@@ -10,6 +10,9 @@ struct CampaignControlStoreTests {
     func store(_ server: RedisUnderTest, owner: String) throws -> PipelineStore {
         var c = PipelineStoreConfiguration()
         c.leaseOwner = owner
+        // A heartbeat that outlives the test however slow the machine (the default, 10 s, lapsed in the
+        // middle of a run on a loaded CI machine, and the process stopped counting as running).
+        c.ownerHeartbeat = .seconds(600)
         return PipelineStore(client: try server.connection(), configuration: c)
     }
 
