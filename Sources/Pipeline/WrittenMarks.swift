@@ -37,7 +37,7 @@ final class WrittenMarks: Sendable {
     /// over from a process that died (`resent_after_crash`, and `ambiguous` for those the dead process may
     /// have written; design §2.4). Counted at the next settle instead, a kill -9 between the take-over and
     /// that settle lost the count while the jobs had already gone out once more: a job sent by three
-    /// processes in turn was counted once for two duplicates (soak scenario a, two kills, 2026-11-26).
+    /// processes in turn was counted once for two duplicates (soak scenario a, two kills, 2026-11-27).
     /// Exactly once per call (the batch id `takeover-<call>` is the settle's marker). Only the take-over
     /// path pays this round trip.
     func recordTakeOvers(call: String, events: PipelineEvents, campaignEvents: [String: PipelineEvents]) async throws {
