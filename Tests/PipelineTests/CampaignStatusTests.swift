@@ -54,18 +54,7 @@ struct CampaignStatusTests {
     /// naming the file and the key.
     @Test func campaignTTLKey() throws {
         func load(_ redis: String) throws -> PipelineConfiguration {
-            let file = FileManager.default.temporaryDirectory.appendingPathComponent("ttl-\(UUID().uuidString).yaml").path
-            try """
-            kafka:
-              bootstrap_servers: "127.0.0.1:9092"
-            redis:
-            \(redis)
-            apps:
-              - bundle_id: \(shop)
-                certificate: "\(TestCertificates.directory)/\(shop).pem"
-                key: "\(TestCertificates.directory)/\(shop).key"
-
-            """.write(toFile: file, atomically: true, encoding: .utf8)
+            let file = try pipelineFile(redis: redis, app: shop)
             return try PipelineConfiguration.load(file: file)
         }
         #expect(try load("  prefix: apns").redis.effectiveCampaignTTLHours == 48)

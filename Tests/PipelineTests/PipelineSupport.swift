@@ -324,3 +324,21 @@ extension Stack {
         return path
     }
 }
+
+/// A pipeline file of one certificate app (`app`) with `redis` as its `redis:` section (indented lines),
+/// for tests of how the file's Redis settings load.
+func pipelineFile(redis: String, app: String = "x") throws -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-\(UUID().uuidString).yaml").path
+    try """
+    kafka:
+      bootstrap_servers: "127.0.0.1:9092"
+    redis:
+    \(redis)
+    apps:
+      - bundle_id: \(app)
+        certificate: "\(TestCertificates.directory)/\(shop).pem"
+        key: "\(TestCertificates.directory)/\(shop).key"
+
+    """.write(toFile: path, atomically: true, encoding: .utf8)
+    return path
+}

@@ -20,21 +20,6 @@ import Testing
         return path
     }
 
-    func pipelineFile(redis: String) throws -> String {
-        try write(
-            """
-            kafka:
-              bootstrap_servers: "127.0.0.1:9092"
-            redis:
-            \(redis)
-            apps:
-              - bundle_id: x
-                certificate: "\(TestCertificates.directory)/\(shop).pem"
-                key: "\(TestCertificates.directory)/\(shop).key"
-
-            """)
-    }
-
     @Test func percentEncodedUserInfoDecodes() throws {
         let c = try RedisConfiguration(url: "redis://al%69ce:\(Self.encoded(Self.password))@cache.local:6380/3")
         #expect(c.username == "alice" && c.password == Self.password && c.host == "cache.local" && c.port == 6380 && c.database == 3)

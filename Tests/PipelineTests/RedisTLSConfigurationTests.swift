@@ -7,22 +7,6 @@ import Testing
 /// `redis.tls` in the pipeline file (issue 29): the files are read at load, and a bad one fails there,
 /// naming the file, the key and what was expected.
 @Suite struct RedisTLSConfigurationTests {
-    func pipelineFile(redis: String) throws -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipeline-tls-\(UUID().uuidString).yaml").path
-        try """
-        kafka:
-          bootstrap_servers: "127.0.0.1:9092"
-        redis:
-        \(redis)
-        apps:
-          - bundle_id: x
-            certificate: "\(TestCertificates.directory)/\(shop).pem"
-            key: "\(TestCertificates.directory)/\(shop).key"
-
-        """.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
-    }
-
     @Test func tlsSectionMakesEveryConnectionTLS() throws {
         let ca = TestCertificates.pem("ca")
         let single = try PipelineConfiguration.load(
