@@ -3,16 +3,22 @@ import Logging
 import Redis
 import Synchronization
 
-/// Writes dead letters for the ingest stage and settles their source messages only once stored.
+/// Writes dead letters for the stages and settles their source messages only once stored.
 ///
-/// Each write runs in a task of its own, so the ingest stage never waits for the dead-letter topic; a
-/// write that fails is retried with exponential back-off, each failure counted (`dead_letter_failures`) and logged
+/// A stage of the pipeline's task group: `write` hands letters over without waiting, and `run` writes
+/// each hand-over in a child task of its own, so no stage waits for the dead-letter topic. A write that
+/// fails is retried with exponential back-off, each failure counted (`dead_letter_failures`) and logged
 /// with the source positions, while valid jobs keep flowing: a dead-letter topic that is down must not
 /// stop the pipeline, and must not lose the message either — its offset stays unsettled (Kafka's
-/// committed position cannot pass it) until the letter is stored. At shutdown, retries still failing are
-/// abandoned: those messages are redelivered to the next process.
+/// committed position cannot pass it) until the letter is stored. At shutdown (`finish`), retries still
+/// failing are abandoned: those messages are redelivered to the next process.
 final class DeadLetterWriter: Sendable {
     typealias Letter = (message: KafkaConsumerMessage, reason: String)
+
+    private struct Write: Sendable {
+        var letters: [Letter]
+        var settle: SettlerInbox.Item
+    }
 
     private let deadLetter: DeadLetter
     private let store: PipelineStore
@@ -21,7 +27,10 @@ final class DeadLetterWriter: Sendable {
     private let metrics: PipelineMetrics?
     private let initialDelay: Duration
     private let maximumDelay: Duration
-    private let retries = Mutex<(next: Int, tasks: [Int: Task<Void, Never>])>((0, [:]))
+    private let writes: AsyncStream<Write>
+    private let pending: AsyncStream<Write>.Continuation
+    /// Fired when `run` returned.
+    private let ended = StopSignal()
 
     init(
         deadLetter: DeadLetter, store: PipelineStore, inbox: SettlerInbox, logger: Logger, metrics: PipelineMetrics? = nil,
@@ -34,60 +43,59 @@ final class DeadLetterWriter: Sendable {
         self.metrics = metrics
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
+        // Unbounded, but never large: each write's messages hold their place in the in-flight budget.
+        (writes, pending) = AsyncStream.makeStream()
     }
 
-    /// Writes `letters` in the background; once they are stored, puts `settle` (their outcomes and refs)
-    /// into the inbox.
+    /// Writes `letters` (in `run`); once they are stored, puts `settle` (their outcomes and refs) into the
+    /// inbox. After `finish`, letters are not written: their messages stay unsettled (redelivered).
     func write(_ letters: [Letter], settle: SettlerInbox.Item) {
         if letters.isEmpty {
             inbox.put(settle)
             return
         }
-        let task = Task { [self] in
-            var letters = letters
-            var delay = initialDelay
-            var number = 1
-            while !Task.isCancelled {
-                if await attempt(&letters, number: number) {
-                    inbox.put(settle)
-                    if number > 1 {
-                        logger.notice(
-                            "dead letters stored after \(number) attempts",
-                            metadata: ["dlq.count": "\(letters.count)", "dlq.first": "\(letters[0].message.ref)"])
-                    }
-                    return
-                }
-                number += 1
-                try? await Task.sleep(for: delay)
-                delay = min(delay * 2, maximumDelay)
-            }
-            logger.warning(
-                "stopping with dead letters not stored: their messages stay unsettled and are redelivered",
-                metadata: ["dlq.count": "\(letters.count)", "dlq.first": "\(letters[0].message.ref)"])
-        }
-        let id = retries.withLock { r -> Int in
-            r.next += 1
-            r.tasks[r.next] = task
-            return r.next
-        }
-        // Forget the task once done (it removes nothing else; `finish` takes what is left).
-        Task {
-            await task.value
-            _ = retries.withLock { $0.tasks.removeValue(forKey: id) }
-        }
+        pending.yield(Write(letters: letters, settle: settle))
     }
 
-    /// Dead-letter writes still being retried.
-    var pendingRetries: Int { retries.withLock { $0.tasks.count } }
-
-    /// Stops retrying (shutdown) and waits for the retry tasks to end.
-    func finish() async {
-        let tasks = retries.withLock { r -> [Task<Void, Never>] in
-            defer { r.tasks = [:] }
-            return Array(r.tasks.values)
+    /// Writes what `write` hands over, each in a child task, until `finish` (or cancellation).
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            for await write in writes {
+                group.addTask { await self.deliver(write) }
+            }
+            // Finished: what is still being retried is abandoned.
+            group.cancelAll()
         }
-        for t in tasks { t.cancel() }
-        for t in tasks { await t.value }
+        ended.fire()
+    }
+
+    /// Stops taking letters and retrying (shutdown); returns once `run` has (or the caller is cancelled).
+    func finish() async {
+        pending.finish()
+        await ended.wait()
+    }
+
+    private func deliver(_ write: Write) async {
+        var letters = write.letters
+        var delay = initialDelay
+        var number = 1
+        while !Task.isCancelled {
+            if await attempt(&letters, number: number) {
+                inbox.put(write.settle)
+                if number > 1 {
+                    logger.notice(
+                        "dead letters stored after \(number) attempts",
+                        metadata: ["dlq.count": "\(letters.count)", "dlq.first": "\(letters[0].message.ref)"])
+                }
+                return
+            }
+            number += 1
+            try? await Task.sleep(for: delay)
+            delay = min(delay * 2, maximumDelay)
+        }
+        logger.warning(
+            "stopping with dead letters not stored: their messages stay unsettled and are redelivered",
+            metadata: ["dlq.count": "\(letters.count)", "dlq.first": "\(letters[0].message.ref)"])
     }
 
     /// One write of `letters`; on failure, `letters` keeps only those not stored (retrying the others

@@ -44,7 +44,7 @@ struct GateVerdicts {
     /// Settles now (deduped, suppressed) with the batch's events: received, take-overs, waits.
     var settled = SettlerInbox.Item()
     var admitted: [Admitted] = []
-    /// Indices of jobs whose id is in flight: gated again after ``PipelineRunner/inFlightRetryDelay``.
+    /// Indices of jobs whose id is in flight: gated again after ``Regates/delay``.
     var regate: [Int] = []
     var waits: [Wait] = []
 

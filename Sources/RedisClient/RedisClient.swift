@@ -294,7 +294,13 @@ public actor RedisClient {
         statistics.roundTrips += 1
         statistics.commands += commands.count
         channel.writeAndFlush(RedisRequest(bytes: bytes, count: commands.count, promise: promise), promise: nil)
-        return try await promise.futureResult.get()
+        // A cancelled caller stops waiting (a stop never waits out the command timeout); the reply, when
+        // it comes, completes a promise nobody reads (a second completion is ignored).
+        return try await withTaskCancellationHandler {
+            try await promise.futureResult.get()
+        } onCancel: {
+            promise.fail(CancellationError())
+        }
     }
 }
 

@@ -32,7 +32,7 @@ import Testing
             events: SenderEvents())
         // The transport's outcome already turned the token answer into a dead letter with the gateway's reason.
         #expect(batch.outcomes[1].rejection == .badRequest(reason: "Unregistered") && batch.outcomes[1].kind == .deadLettered)
-        let item = PipelineRunner.settlerItem(batch, topic: "jobs")
+        let item = OutcomeRecords.settlerItem(batch, topic: "jobs")
         #expect(item.outcomes.map(\.kind) == [.accepted, .deadLettered])
         #expect(item.outcomes.allSatisfy { $0.suppressToken == nil && $0.tokenHex == nil && $0.isBroadcast })
         #expect(item.outcomes.allSatisfy { $0.tokenHash == RedisKeys.tokenHash(hex: Self.channel.value) })
@@ -41,10 +41,10 @@ import Testing
             RedisKeys().tokenBucket(GateRequest(jobID: "ok", app: "com.example.shop", channelID: Self.channel.value).tokenHex)
                 == RedisKeys().tokenBucket(hash: item.outcomes[0].tokenHash))
 
-        let share = PipelineRunner.settlerShare(batch, topic: "jobs")
+        let share = OutcomeRecords.settlerShare(batch, topic: "jobs")
         #expect(share.deadLetters.count == 1)
         let letter = share.deadLetters[0]
-        #expect(letter.reason == PipelineRunner.GatewayRefusal.badRequest)
+        #expect(letter.reason == OutcomeRecords.GatewayRefusal.badRequest)
         #expect(letter.message.key == Array(Self.channel.value.utf8))
         let sent = String(decoding: letter.message.value, as: UTF8.self)
         #expect(sent.contains(#""channel":"dHN0LXNyY2gtMDAwMDAx""#) && !sent.contains(#""token""#), "\(sent)")

@@ -34,7 +34,7 @@ import Testing
                 Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14),
             ],
             events: events)
-        let item = PipelineRunner.settlerItem(batch, topic: "jobs")
+        let item = OutcomeRecords.settlerItem(batch, topic: "jobs")
         #expect(item.outcomes.map(\.kind) == [.accepted, .rejected, .rejected, .deadLettered, .deadLettered])
         #expect(
             item.outcomes.map(\.suppressToken) == [
@@ -60,7 +60,7 @@ import Testing
             app: "com.example.shop", connection: 2,
             outcomes: [Self.outcome(made, .accepted, offset: 1), Self.outcome("c:kept", .accepted, offset: 2)], events: SenderEvents())
         #expect(batch.outcomes[0].notification.jobID == made)
-        let item = PipelineRunner.settlerItem(batch, topic: "jobs")
+        let item = OutcomeRecords.settlerItem(batch, topic: "jobs")
         #expect(item.outcomes.map(\.fingerprint) == [made, "c:kept"].map(JobFingerprint.init(jobID:)))
         #expect(item.outcomes[0].fingerprint != JobFingerprint(jobID: "c:" + Self.token.hex.uppercased()))
     }
@@ -80,7 +80,7 @@ import Testing
         let batch = OutcomeBatch(
             app: "com.example.shop", connection: 2,
             outcomes: [resent, lettered, noCampaign, Self.outcome("once", .accepted, offset: 13)], events: events)
-        let item = PipelineRunner.settlerItem(batch, topic: "jobs", keepingDeadLetters: false)
+        let item = OutcomeRecords.settlerItem(batch, topic: "jobs", keepingDeadLetters: false)
         #expect(item.campaignEvents.keys.sorted() == ["c"])
         #expect(item.campaignEvents["c"]?.ambiguous == 3)
         #expect(item.events.ambiguous == 4, "the totals are not counted twice")
@@ -100,7 +100,7 @@ import Testing
                 Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14),
             ],
             events: SenderEvents())
-        let share = PipelineRunner.settlerShare(batch, topic: "jobs")
+        let share = OutcomeRecords.settlerShare(batch, topic: "jobs")
         // An outcome carries its id's fingerprint, made from the notification's id bytes.
         #expect(share.item.outcomes.map(\.fingerprint) == ["ok"].map(JobFingerprint.init(jobID:)))
         #expect(share.item.refs.map(\.offset) == [10])

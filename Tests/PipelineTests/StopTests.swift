@@ -91,12 +91,58 @@ import Testing
         #expect(await again.value == nil, "cancelled with nothing pending: no wait")
     }
 
-    @Test func theRaceHelperReportsATaskThatOutlivesItsDeadline() async {
-        let forever = Task<Void, any Error> { try await Task.sleep(for: .seconds(3600)) }
-        #expect(await PipelineRunner.finished(forever, before: .now + .milliseconds(100)) == false)
-        forever.cancel()
-        let quick = Task<Void, any Error> {}
-        #expect(await PipelineRunner.finished(quick, before: .now + .seconds(3600)) == true)
+    @Test func aStopSignalWakesEveryWaiterAndLaterOnesAtOnce() async {
+        let signal = StopSignal()
+        let waiters = (0..<3).map { _ in Task { await signal.wait() } }
+        #expect(!signal.isFired)
+        signal.fire()
+        for w in waiters { await w.value }
+        #expect(signal.isFired)
+        await signal.wait()  // fired before the wait began: no wait
+    }
+
+    @Test func aStopSignalWaitEndsWhenCancelledWithoutFiring() async {
+        let signal = StopSignal()
+        let waiting = Task { await signal.wait() }
+        waiting.cancel()
+        await waiting.value
+        #expect(!signal.isFired, "the wait ended by its cancellation, not by the signal")
+    }
+
+    @Test func aReplyGivesItsResultWhetherSetBeforeOrDuringTheWait() async throws {
+        let early = Reply<Int>()
+        early.set(.success(7))
+        #expect(try await early.value() == 7)
+        let late = Reply<Int>()
+        let waiting = Task { try await late.value() }
+        late.set(.success(8))
+        late.set(.success(9))  // the first result counts
+        #expect(try await waiting.value == 8)
+        struct Failed: Error {}
+        let failing = Reply<Int>()
+        failing.set(.failure(Failed()))
+        await #expect(throws: Failed.self) { try await failing.value() }
+    }
+
+    @Test func aReplyWaitEndsWhenCancelled() async {
+        let reply = Reply<Int>()
+        let waiting = Task { try await reply.value() }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        reply.set(.success(1))  // set after its waiter left: ignored, no crash
+    }
+
+    @Test func regatesComeBackInOrderAndEndWhenCancelled() async {
+        let regates = Regates()
+        let handoff = BatchHandoff<DecodedBatch>(capacity: 4)
+        let running = Task { await regates.run(into: handoff) }
+        for n in 1...2 {
+            regates.add(DecodedBatch(messages: [], jobs: [], jobMessages: Array(repeating: 0, count: n), deadLetters: [], isRetry: true))
+        }
+        #expect(await handoff.next()?.jobMessages.count == 1)
+        #expect(await handoff.next()?.jobMessages.count == 2)
+        running.cancel()
+        await running.value  // ends: a lane's group is never held by its regates
     }
 }
 

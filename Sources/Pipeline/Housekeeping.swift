@@ -1,0 +1,126 @@
+import Feedback
+import Foundation
+import Kafka
+import Logging
+import NIOCore
+import Redis
+import Sender
+
+/// What runs beside the lanes for the process's whole life: its heartbeat, the shards' status in Redis,
+/// the metrics' gauges, the registrations topic and the feedback service. `run` until cancelled.
+struct Housekeeping: Sendable {
+    let configuration: PipelineConfiguration
+    /// The heartbeat's and shard status's store (the settler's connection).
+    let store: PipelineStore
+    /// The registrations' and the feedback's store (the gate's first connection).
+    let gateStore: PipelineStore
+    let transports: [any NotificationTransport]
+    let consumer: KafkaConsumer
+    let budget: InFlightBudget
+    let deadLetter: DeadLetter
+    let group: any EventLoopGroup
+    let metrics: PipelineMetrics?
+    let logger: Logger
+
+    static let metricsSampleInterval: Duration = .seconds(1)
+    /// `host pid` on the heartbeat key, so an operator can tell which process holds a lease.
+    static let ownerDescription = "\(ProcessInfo.processInfo.hostName) pid \(ProcessInfo.processInfo.processIdentifier)"
+
+    /// The heartbeat, from the first beat (before the first lease is taken), and the others; a sidecar that
+    /// fails is logged and the others go on (none of them holds a job).
+    func run() async {
+        let c = configuration
+        await withDiscardingTaskGroup { tasks in
+            tasks.addTask { await beatHeartbeat() }
+            if let topic = c.kafka.registrationsTopic {
+                tasks.addTask {
+                    await logFailure("registrations") {
+                        try await RegistrationsStage(
+                            bootstrap: try c.kafka.resolvedBootstrapServers(), configuration: c, topic: topic, store: gateStore,
+                            deadLetter: deadLetter, logger: logger
+                        ).run()
+                    }
+                }
+            }
+            if c.feedbackIntervalMinutes > 0, c.apps.contains(where: { $0.transport == .binary }) {
+                tasks.addTask { await logFailure("feedback") { await feedbackSchedule() } }
+            }
+            tasks.addTask { await logFailure("shard status") { try await publishShardStatus() } }
+            if let metrics {
+                tasks.addTask { await logFailure("gauges") { try await sampleGauges(metrics) } }
+            }
+        }
+    }
+
+    private func logFailure(_ name: String, _ body: () async throws -> Void) async {
+        do {
+            try await body()
+        } catch is CancellationError {
+        } catch {
+            logger.error("\(name) stopped", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Refreshes the heartbeat four times per lifetime until cancelled. A refresh that fails is logged and
+    /// retried at the next tick; if Redis stays away longer than the heartbeat lives, other processes may
+    /// take this one's leases over (and count what they resend), which is why it beats this often.
+    private func beatHeartbeat() async {
+        let interval = store.configuration.ownerHeartbeat / 4
+        while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            if Task.isCancelled { break }
+            do {
+                try await store.beat(description: Self.ownerDescription)
+            } catch {
+                logger.warning(
+                    "heartbeat not refreshed: if it lapses, other processes take over this one's leases",
+                    metadata: ["owner": "\(store.configuration.leaseOwner)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Writes each shard's state to `apns:shard:<app>:<n>` every few seconds, for dashboards.
+    private func publishShardStatus() async throws {
+        while !Task.isCancelled {
+            for transport in transports {
+                for s in await transport.statistics() {
+                    try? await store.updateShard(
+                        ShardStatus(
+                            app: s.app, shard: s.index, state: s.state, gateway: s.gateway, connectedSince: s.connectedSince,
+                            lastError: s.lastError))
+                }
+            }
+            try await Task.sleep(for: .seconds(5))
+        }
+    }
+
+    /// The gauges: in-flight jobs, every connection's state and buffers, the consumer's assignment and lag.
+    private func sampleGauges(_ metrics: PipelineMetrics) async throws {
+        while !Task.isCancelled {
+            metrics.inFlight(budget.inFlight)
+            var all: [(transport: String, statistics: [ConnectionStatistics])] = []
+            for t in transports { all.append((t.protocolName, await t.statistics())) }
+            metrics.connections(all)
+            metrics.consumer(assigned: consumer.statistics.assignedPartitions.count, lag: consumer.consumerLag)
+            try await Task.sleep(for: Self.metricsSampleInterval)
+        }
+    }
+
+    /// Polls every app's feedback service at start and then every `feedback.interval_minutes`.
+    private func feedbackSchedule() async {
+        let c = configuration
+        // Binary apps only: Apple's feedback service belongs to the binary interface (HTTP/2's 410
+        // answers replace it).
+        let apps = c.apps.compactMap { a -> FeedbackApp? in
+            guard a.transport == .binary, let credentials = c.credentials(for: a) else { return nil }
+            let address = a.feedbackAddress ?? c.gateway.feedbackAddress
+            return FeedbackApp(
+                credentials: credentials,
+                endpoint: FeedbackEndpoint(host: address.host, port: address.port, serverHostname: c.gateway.serverHostname))
+        }
+        let poller = FeedbackPoller(store: gateStore, eventLoopGroup: group, logger: logger)
+        await FeedbackSchedule(
+            apps: apps, poller: poller, interval: .seconds(Int64(c.feedbackIntervalMinutes * 60)), logger: logger
+        ).run()
+    }
+}

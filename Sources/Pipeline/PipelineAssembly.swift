@@ -1,0 +1,257 @@
+import Foundation
+import Kafka
+import Logging
+import NIOCore
+import NIOPosix
+import Redis
+import Sender
+
+/// Everything a running pipeline is made of, built from its configuration by `PipelineRunner.assemble`.
+struct PipelineParts: Sendable {
+    var owner: String
+    /// The gate's first connection's store (also the registrations' and the feedback's).
+    var store: PipelineStore
+    /// The settler's (also the heartbeat's and the shard status's).
+    var settlerStore: PipelineStore
+    var gateStores: [PipelineStore]
+    var controlStore: PipelineStore
+    var producer: KafkaProducer
+    var deadLetter: DeadLetter
+    var deadLetters: DeadLetterWriter
+    var outcomeStream: OutcomeStream?
+    var consumer: KafkaConsumer
+    var priority: PriorityParts?
+    var marks: WrittenMarks
+    var release: DeferredRelease
+    var transports: [any NotificationTransport]
+    var router: Router
+    /// Every Redis connection, closed at the end.
+    var connections: [any RedisConnection]
+
+    /// What the priority lane runs on (`docs/design.md §1.4`).
+    struct PriorityParts: Sendable {
+        var consumer: KafkaConsumer
+        var topic: String
+        var store: PipelineStore
+        /// The lane's "written" marks, set while its batches are gated.
+        var markStore: PipelineStore
+    }
+}
+
+extension PipelineRunner {
+    /// The priority consumer's group: the jobs group's name and `.priority`.
+    static func priorityGroup(_ group: String) -> String { group + ".priority" }
+    /// Most messages per priority batch: what the priority consumer holds is handed out at once, never
+    /// waited for to fill a batch, so a batch is as large as what came while the last one was gated.
+    static let priorityBatchSize = 256
+    static let priorityPollTimeout: Duration = .milliseconds(2)
+    /// librdkafka's prefetch queue (`queued.max.messages.kbytes`) unless `kafka.properties` sets it.
+    static let prefetchKilobytes = 8 * 1024
+
+    /// Connects to Redis and Kafka and builds the transports; fails (with what to fix) before any job is taken.
+    func assemble() async throws -> PipelineParts {
+        let c = configuration
+        let bootstrap = try c.kafka.resolvedBootstrapServers()
+        var storeConfig = PipelineStoreConfiguration()
+        storeConfig.keyPrefix = c.redis.prefix
+        storeConfig.dedupRetention = .seconds(c.redis.dedupTTLHours * 3600)
+        storeConfig.inFlightLease = .seconds(c.redis.inFlightLeaseSeconds)
+        storeConfig.dedupBucketWidth = .seconds(c.redis.dedupBucketHours * 3600)
+        storeConfig.dedupSubBuckets = c.redis.dedupSubBuckets
+        storeConfig.tokenBuckets = c.redis.tokenBuckets
+        storeConfig.ownerHeartbeat = .seconds(c.redis.ownerHeartbeatSeconds)
+        // Per-tag key names are cached for the configured apps only (the decoder refuses the others).
+        storeConfig.apps = Set(c.apps.map(\.bundleID))
+        c.redis.apply(to: &storeConfig)
+        var connections: [any RedisConnection] = []
+        // A store on a connection of its own. One server (`redis.url`) or a Redis Cluster
+        // (`redis.cluster`): the same calls either way. `onLoops`: on the pipeline's event loops (else
+        // the connection's own).
+        func connectedStore(onLoops: Bool = true) async throws -> PipelineStore {
+            let connection = try c.redis.makeConnection(
+                logger: logger, eventLoopGroup: onLoops ? group : MultiThreadedEventLoopGroup.singleton)
+            connections.append(connection)
+            try await connection.connect()
+            return PipelineStore(client: connection, configuration: storeConfig, logger: logger)
+        }
+        // The gate's round trips and the settler's overlap instead of queueing behind each other on one socket.
+        let store = try await connectedStore()
+        let settlerStore = try await connectedStore()
+        // Before the first gate: this file's dedup layout must find the records Redis holds (a changed
+        // bucket width would let every job accepted within the retention through again).
+        try await store.verifyDedupLayout()
+        // The gate's further connections: one gate call in flight on each (`BulkLane`).
+        var gateStores = [store]
+        for _ in 1..<max(1, c.gateCallsInFlight) { gateStores.append(try await connectedStore()) }
+
+        // This producer writes dead letters only: its size limit is the pipeline file's, whatever
+        // `kafka.properties` says for the consumers.
+        var producerProperties = c.kafka.properties
+        producerProperties["message.max.bytes"] = String(c.kafka.deadLetterMaxBytes)
+        // How long one dead-letter write may take before it is reported failed and retried (librdkafka
+        // retries inside it; its default, 300 s, would hide an unusable DLQ for five minutes).
+        producerProperties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: producerProperties), logger: logger)
+        let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
+        let deadLetters = DeadLetterWriter(deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics)
+        // The outcomes stream's producer, of its own (its messages are small and many; a dead letter may be
+        // large): a write failing this long is reported, logged and retried, as a dead letter's.
+        let outcomeStream: OutcomeStream? = try c.kafka.outcomesTopic.flatMap { topic in
+            guard let options = self.outcomeMessages else { return nil }
+            var properties = c.kafka.properties
+            properties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
+            let producer = try KafkaProducer(
+                configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: properties), logger: logger)
+            return OutcomeStream(topic: topic, options: options, producer: producer, logger: logger, metrics: self.metrics)
+        }
+        var consumerProperties = c.kafka.properties
+        if metrics != nil, consumerProperties["statistics.interval.ms"] == nil {
+            // librdkafka's statistics carry the consumer lag per partition (a gauge); `properties` may change the period.
+            consumerProperties["statistics.interval.ms"] = "5000"
+        }
+        if consumerProperties["queued.max.messages.kbytes"] == nil {
+            // librdkafka prefetches up to this much per consumer beyond what `run` buffers itself; its
+            // default (64 MiB, ~100 MiB of resident memory with its per-message overhead) was most of
+            // `run`'s peak RSS. 8 MiB is ~16 000 jobs of ~500 bytes ahead of the pipeline, on top of the
+            // consumer's own buffer. (Librdkafka 2.0 fetches again up to a second after the queue was
+            // full; the consumer nudges it, `FetchNudge`. Even so a 4 MiB queue read ~17 000 jobs/s
+            // in a 1M-job `ops/bench e2e` run where 8 MiB read ~100 000.)
+            consumerProperties["queued.max.messages.kbytes"] = String(Self.prefetchKilobytes)
+        }
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(
+                bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
+                sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
+                // Four batches ahead of ingest, behind librdkafka's own queue: ten cost ~4 MiB more at
+                // the peak for no speed (1M-job runs, 2026-11-25).
+                maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
+            logger: logger)
+        // The priority lane (`docs/design.md §1.4`): a consumer of its own, in a group of its own
+        // (`<group>.priority`, as registrations have `<group>.registrations`), so a bulk backlog holding
+        // the jobs consumer's poll thread (back-pressure, §1.2) never holds the priority topic's messages,
+        // nor a rebalance of the priority topic (an eager rebalance waits for every member of a group,
+        // and a held poll thread rejoins late). Its own gate connection: its gate calls never queue
+        // behind the bulk lane's.
+        var priority: PipelineParts.PriorityParts?
+        if let topic = c.kafka.priorityTopic {
+            var properties = consumerProperties
+            if c.kafka.properties["queued.max.messages.kbytes"] == nil { properties["queued.max.messages.kbytes"] = "1024" }
+            // A fetch waits at most this long for data (a real broker answers as soon as a message comes;
+            // librdkafka's mock cluster waits it out): the priority consumer asks more often than the
+            // jobs consumer's 50 ms.
+            if c.kafka.properties["fetch.wait.max.ms"] == nil { properties["fetch.wait.max.ms"] = "5" }
+            var consumerConfiguration = KafkaConsumerConfiguration(
+                bootstrapServers: bootstrap, groupID: Self.priorityGroup(c.kafka.group), topics: [topic], properties: properties,
+                sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: Self.priorityBatchSize,
+                maxBufferedMessages: max(c.priorityMaxInFlight, Self.priorityBatchSize))
+            // A message is handed on within ~2 ms of librdkafka having it, never held to fill a batch
+            // (the jobs consumer waits up to 100 ms: measured, that was most of a priority job's latency).
+            consumerConfiguration.pollTimeout = Self.priorityPollTimeout
+            let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
+            priority = PipelineParts.PriorityParts(
+                consumer: priorityConsumer, topic: topic, store: try await connectedStore(onLoops: false),
+                markStore: try await connectedStore(onLoops: false))
+        }
+
+        let inbox = self.inbox
+        let jobsTopic = c.kafka.jobsTopic
+        let priorityTopic = c.kafka.priorityTopic
+        let priorityClock = self.priorityClock
+        let metrics = self.metrics
+        let outcomeMessages = self.outcomeMessages
+        // Runs on the transports' event loops: hands the settler its share at once, never waits.
+        let onOutcomes: OutcomeHandler = { batch in
+            metrics?.senderEvents(app: batch.app, batch.events)
+            if let priorityClock, let metrics { priorityClock.observeAccepted(batch, metrics: metrics) }
+            let share = OutcomeRecords.settlerShare(batch, topic: jobsTopic, priorityTopic: priorityTopic, messages: outcomeMessages)
+            inbox.put(share.item)
+            // Jobs the gateway refused settle once their dead letters are stored.
+            if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
+        }
+        // One factory for the process: its transports of a kind share a connection limiter (the gateway
+        // counts connection attempts, whichever app makes them).
+        let factory = TransportFactory(group: group, logger: logger)
+        let transports = try c.apps.map { app -> any NotificationTransport in
+            var configuration = try c.transportConfiguration(for: app)
+            configuration.cancellations = controls.cancellations  // checked right before each write (design §2.10)
+            return try factory.make(configuration, onOutcomes: onOutcomes)
+        }
+        // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
+        // of their own, so they never wait behind a gate or settle call.
+        let marks = WrittenMarks(store: try await connectedStore(), logger: logger)
+        // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
+        // Kafka's delivery, through the dead-letter producer) on connections of their own.
+        let controlStore = try await connectedStore(onLoops: false)
+        let release = DeferredRelease(
+            store: try await connectedStore(onLoops: false), producer: producer, topic: c.kafka.jobsTopic, controls: controls,
+            logger: logger)
+        return PipelineParts(
+            owner: storeConfig.leaseOwner, store: store, settlerStore: settlerStore, gateStores: gateStores, controlStore: controlStore,
+            producer: producer, deadLetter: deadLetter, deadLetters: deadLetters, outcomeStream: outcomeStream, consumer: consumer,
+            priority: priority, marks: marks, release: release, transports: transports, router: Router(transports: transports),
+            connections: connections)
+    }
+
+    func logStart(_ parts: PipelineParts) {
+        let c = configuration
+        logger.info(
+            "pipeline starting",
+            metadata: [
+                "bootstrap": "\((try? c.kafka.resolvedBootstrapServers()) ?? "?")", "group": "\(c.kafka.group)",
+                "topic": "\(c.kafka.jobsTopic)", "priority_topic": "\(c.kafka.priorityTopic ?? "none")",
+                "apps": "\(c.apps.map { "\($0.bundleID) (\($0.transport.rawValue))" }.joined(separator: ", "))", "owner": "\(parts.owner)",
+                "redis": "\((try? c.redis.target())?.redactedDescription ?? "?")", "event_loop_threads": "\(c.eventLoopThreads)",
+                "outcomes_topic": "\(c.kafka.outcomesTopic ?? "none")",
+                // The proxy's URL with its password as ***; the NO_PROXY list as read.
+                "http2_proxy":
+                    "\(c.http2.proxy.map { "\($0.proxy) (\($0.proxy.source))" + ($0.noProxy.isEmpty ? "" : ", not for \($0.noProxy.joined(separator: ","))") } ?? "none")",
+            ])
+    }
+
+    // MARK: the stages, from the parts
+
+    func dispatch(_ parts: PipelineParts) -> Dispatch {
+        Dispatch(
+            configuration: configuration, router: parts.router, marks: parts.marks, deadLetters: parts.deadLetters, inbox: inbox,
+            makesOutcomeMessages: outcomeMessages != nil, metrics: metrics, waitLog: waitLog, logger: logger)
+    }
+
+    func intake(consumer: KafkaConsumer, budget: InFlightBudget, lane: Lane) -> Intake {
+        Intake(
+            consumer: consumer, budget: budget,
+            decoder: BatchDecoder(configuration: configuration, makesOutcomeMessages: outcomeMessages != nil, logger: logger), lane: lane,
+            onReceived: { n in self.observed.withLock { $0.received += n } }, metrics: metrics,
+            clock: lane == .priority ? priorityClock : nil, logger: logger)
+    }
+
+    func bulkLane(_ parts: PipelineParts) -> BulkLane {
+        BulkLane(
+            intake: intake(consumer: parts.consumer, budget: budget, lane: .bulk),
+            gate: Gate(controls: controls, configuration: configuration),
+            gateStores: parts.gateStores, dispatch: dispatch(parts), sendingStopped: sendingStopped)
+    }
+
+    func priorityLane(_ parts: PipelineParts, _ priority: PipelineParts.PriorityParts, budget: InFlightBudget) -> PriorityLane {
+        PriorityLane(
+            intake: intake(consumer: priority.consumer, budget: budget, lane: .priority),
+            gate: Gate(controls: controls, configuration: configuration), store: priority.store, markStore: priority.markStore,
+            dispatch: dispatch(parts), sendingStopped: sendingStopped, logger: logger)
+    }
+
+    func settler(_ parts: PipelineParts) -> Settler {
+        Settler(
+            inbox: inbox, store: parts.settlerStore,
+            bulk: Settler.LaneSink(consumer: parts.consumer, budget: budget, topic: configuration.kafka.jobsTopic),
+            priority: parts.priority.flatMap { p in
+                priorityBudget.map { Settler.LaneSink(consumer: p.consumer, budget: $0, topic: p.topic) }
+            },
+            priorityClock: priorityClock, outcomes: parts.outcomeStream, metrics: metrics)
+    }
+
+    func housekeeping(_ parts: PipelineParts) -> Housekeeping {
+        Housekeeping(
+            configuration: configuration, store: parts.settlerStore, gateStore: parts.store, transports: parts.transports,
+            consumer: parts.consumer, budget: budget, deadLetter: parts.deadLetter, group: group, metrics: metrics, logger: logger)
+    }
+}

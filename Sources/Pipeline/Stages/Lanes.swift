@@ -1,0 +1,136 @@
+import Foundation
+import Logging
+import Redis
+import ServiceLifecycle
+
+/// The bulk lane (design §1.2): intake (Kafka + decoding), then up to `gateStores.count` gate calls in
+/// flight, then the send stage, joined by bounded hand-offs and run in one task group. Decoding the next
+/// batch (CPU here) overlaps the gate's round trips for the ones before it (CPU in Redis).
+///
+/// A graceful stop cancels the intake alone: the batches it already took are still gated and sent, and
+/// the lane's `run` returns once they are. Cancelling `run` stops every stage at once (what they hold
+/// stays unsettled: Kafka redelivers it).
+struct BulkLane: Sendable {
+    let intake: Intake
+    let gate: Gate
+    /// One gate call in flight on each, each on a connection of its own (so one call's large reply never
+    /// waits behind another's).
+    let gateStores: [PipelineStore]
+    let dispatch: Dispatch
+    /// Fired when the settler gave up: what is sent now could never be settled.
+    let sendingStopped: StopSignal
+
+    /// A decoded batch whose gate call is under way.
+    struct PendingGate: Sendable {
+        var decoded: DecodedBatch
+        var call: String
+        var decisions: Reply<[GateDecision]>
+    }
+
+    func run() async throws {
+        let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
+        let gated = BatchHandoff<PendingGate>(capacity: gateStores.count)
+        let regates = Regates()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                defer { decoded.finish() }
+                await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
+            }
+            group.addTask {
+                defer { gated.finish() }
+                try await gateCalls(from: decoded, into: gated)
+            }
+            group.addTask { await regates.run(into: decoded) }
+            // The send stage. Batches are sent in the order they were decoded, whatever order their gate
+            // calls finish in, so one token's jobs keep their order. A failure here (a gate call's, when
+            // Redis is gone longer than the client waits) ends the group: the stages before it are
+            // cancelled, and what they hold stays unsettled.
+            while let pending = await gated.next() {
+                if sendingStopped.isFired { break }
+                let g = GatedBatch(decoded: pending.decoded, call: pending.call, decisions: try await pending.decisions.value())
+                if let retry = try await dispatch.send(g, lane: .bulk) { regates.add(retry) }
+            }
+            // Everything taken was sent (or the settler gave up): the other stages end now.
+            group.cancelAll()
+        }
+    }
+
+    /// Issues the gate calls, each in a child task, at most one per connection at a time; hands each
+    /// batch on with its call's reply at once, so the send stage takes them in order. Two copies of one job
+    /// id in batches gated at once are safe: Redis runs the two scripts one after the other, each call's
+    /// leases carry its own call id, so the second finds the first's lease and answers "in flight"
+    /// (GateOverlapTests).
+    private func gateCalls(from decoded: BatchHandoff<DecodedBatch>, into gated: BatchHandoff<PendingGate>) async throws {
+        let slots = InFlightBudget(capacity: gateStores.count)
+        try await withThrowingDiscardingTaskGroup { calls in
+            var turn = 0
+            while let d = await decoded.next() {
+                guard await slots.acquire(1) else { break }
+                let store = gateStores[turn % gateStores.count]
+                turn &+= 1
+                let call = PipelineStore.newBatchID()
+                let reply = Reply<[GateDecision]>()
+                calls.addTask {
+                    defer { slots.release(1) }
+                    do {
+                        reply.set(.success(try await gate.decide(d, call: call, store: store)))
+                    } catch {
+                        reply.set(.failure(error))
+                    }
+                }
+                await gated.put(PendingGate(decoded: d, call: call, decisions: reply))
+            }
+        }
+    }
+}
+
+/// The priority lane (design §1.4): its consumer's batches (whatever came since the last one: never
+/// waited for to fill), its own budget, one gate call at a time on its own connection, then the
+/// transports' priority queues. Settles through the same settler as the bulk lane.
+struct PriorityLane: Sendable {
+    let intake: Intake
+    let gate: Gate
+    let store: PipelineStore
+    /// The lane's "written" marks, set while its batches are gated.
+    let markStore: PipelineStore
+    let dispatch: Dispatch
+    let sendingStopped: StopSignal
+    let logger: Logger
+
+    func run() async throws {
+        let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
+        let regates = Regates()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                defer { decoded.finish() }
+                await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
+            }
+            group.addTask { await regates.run(into: decoded) }
+            while let d = await decoded.next() {
+                if sendingStopped.isFired { break }
+                let call = PipelineStore.newBatchID()
+                let gateStart = ContinuousClock.now
+                // The batch's "written" mark is set while it is gated, on a connection of its own (design
+                // §1.4): one Redis wait instead of two before a priority job can be written.
+                async let marked: Void = markStore.markWritten(call: call)
+                let decisions = try await gate.decide(d, call: call, store: store)
+                try await marked
+                if logger.logLevel <= .debug {
+                    logger.debug(
+                        "priority batch gated",
+                        metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
+                }
+                let retry = try await dispatch.send(GatedBatch(decoded: d, call: call, decisions: decisions), lane: .priority, marked: true)
+                if let retry { regates.add(retry) }
+                if logger.logLevel <= .debug, let t = d.messages.first?.timestampMilliseconds {
+                    logger.debug(
+                        "priority batch handed to the transports",
+                        metadata: [
+                            "count": "\(d.jobs.count)", "publish_to_handoff_ms": "\(Int64(Date().timeIntervalSince1970 * 1000) - t)",
+                        ])
+                }
+            }
+            group.cancelAll()
+        }
+    }
+}
