@@ -115,7 +115,7 @@ public final class PipelineRunner: Service, Sendable {
 
     /// How the lanes ended.
     private enum LaneEnd: Sendable {
-        case lane(failure: (any Error)?)
+        case lane(Lane, failure: (any Error)?)
         /// A graceful stop began `drainTimeout` ago, and batches taken are still being sent.
         case drainTimeout
         /// The settler gave up: every lane stops now.
@@ -146,9 +146,9 @@ public final class PipelineRunner: Service, Sendable {
                 lanes.addTask {
                     do {
                         try await self.bulkLane(parts).run()
-                        return .lane(failure: nil)
+                        return .lane(.bulk, failure: nil)
                     } catch {
-                        return .lane(failure: error)
+                        return .lane(.bulk, failure: error)
                     }
                 }
                 running += 1
@@ -158,9 +158,9 @@ public final class PipelineRunner: Service, Sendable {
                     lanes.addTask(priority: .high) {
                         do {
                             try await self.priorityLane(parts, priority, budget: priorityBudget).run()
-                            return .lane(failure: nil)
+                            return .lane(.priority, failure: nil)
                         } catch {
-                            return .lane(failure: error)
+                            return .lane(.priority, failure: error)
                         }
                     }
                     running += 1
@@ -182,10 +182,13 @@ public final class PipelineRunner: Service, Sendable {
                 }
                 while running > 0, let end = await lanes.next() {
                     switch end {
-                    case .lane(let error):
+                    case .lane(let lane, let error):
                         running -= 1
                         if let error, !(error is CancellationError) {
-                            logger.error("a lane stopped; shutting down", metadata: ["error": "\(error)"])
+                            // Either lane's failure stops the process (what is unsettled is redelivered).
+                            logger.error(
+                                lane == .bulk ? "ingest stopped; shutting down" : "priority lane stopped; shutting down",
+                                metadata: ["error": "\(error)"])
                             failure = failure ?? error
                             lanes.cancelAll()
                         }
