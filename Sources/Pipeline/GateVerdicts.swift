@@ -60,8 +60,8 @@ struct GateVerdicts {
         admitted.reserveCapacity(jobs.count)
         for i in jobs.indices {
             let job = jobs[i]
-            func settle(_ kind: Redis.OutcomeKind) {
-                var outcome = Redis.Outcome(jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: kind)
+            func settle(_ kind: SettledOutcomeKind) {
+                var outcome = SettledOutcome(jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: kind)
                 outcome.isBroadcast = job.isBroadcast
                 settled.outcomes.append(outcome)
                 settled.refs.append(ref(i))
@@ -75,7 +75,7 @@ struct GateVerdicts {
             case .cancelled, .deferred:
                 // Its campaign is cancelled (admitted by the gate: the settle frees its lease) or paused
                 // (held in Redis, decided before the gate call: no lease).
-                var outcome = Redis.Outcome(
+                var outcome = SettledOutcome(
                     jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign,
                     kind: decisions[i] == .cancelled ? .cancelled : .deferred)
                 outcome.isBroadcast = job.isBroadcast

@@ -21,7 +21,7 @@ struct OutcomeMessage: Sendable, Equatable {
     /// A broadcast's channel id (then there is no ``token``).
     var channel: String?
     var campaign: String?
-    var outcome: Redis.OutcomeKind
+    var outcome: SettledOutcomeKind
     /// Why: for `dead_lettered` the dead-letter topic's `reason` header (`payload-too-large`,
     /// `gateway-bad-request`, …); for `rejected` what the rejection means (`unregistered`, `invalid-token`).
     var reason: String?
@@ -89,14 +89,14 @@ struct OutcomeMessage: Sendable, Equatable {
 
 extension OutcomeMessage {
     /// A job settled by the pipeline before it was sent (deduped, suppressed, or refused: `reason`).
-    init(job: some GatedJob, outcome: Redis.OutcomeKind, reason: String? = nil) {
+    init(job: some GatedJob, outcome: SettledOutcomeKind, reason: String? = nil) {
         self.init(
             id: job.id, app: job.app, token: job.isBroadcast ? nil : job.tokenHex, channel: job.isBroadcast ? job.recipientKey : nil,
             campaign: job.campaign, outcome: outcome, reason: reason)
     }
 
     /// A notification settled without an answer from a gateway (e.g. no certificate for its app).
-    init(notification n: PushNotification, outcome: Redis.OutcomeKind, reason: String?) {
+    init(notification n: PushNotification, outcome: SettledOutcomeKind, reason: String?) {
         self.init(
             id: n.jobID, app: n.app, token: n.channel == nil ? n.tokenHex : nil, channel: n.channel?.value, campaign: n.campaign,
             outcome: outcome, reason: reason)
@@ -104,7 +104,7 @@ extension OutcomeMessage {
 
     /// A transport's outcome. `reason` overrides the rejection's meaning (a dead letter's DLQ reason);
     /// `http2`: the app's transport is HTTP/2, whose requests carry an `apns-id`.
-    init(_ o: Sender.Outcome, kind: Redis.OutcomeKind, reason: String?, http2: Bool) {
+    init(_ o: Sender.Outcome, kind: SettledOutcomeKind, reason: String?, http2: Bool) {
         let n = o.notification
         var since: Int64?
         if case .rejected(.invalidToken(let s, _)) = o.delivery { since = s }

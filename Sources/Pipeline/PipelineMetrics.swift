@@ -195,10 +195,10 @@ public final class PipelineMetrics: Sendable {
 
     /// What one settle call recorded in Redis (the same outcomes and events, so the metrics and
     /// `apns:stats` move together).
-    func settled(outcomes: [Redis.Outcome], events: PipelineEvents) {
+    func settled(outcomes: [SettledOutcome], events: PipelineEvents) {
         struct OutcomeKey: Hashable {
             var app: String
-            var kind: Redis.OutcomeKind
+            var kind: SettledOutcomeKind
         }
         struct RefusalKey: Hashable {
             var app: String
@@ -290,7 +290,7 @@ public final class PipelineMetrics: Sendable {
 
     /// A settle batch's outcome messages were delivered (one call per batch, counted by outcome first).
     func outcomeMessages(_ messages: [OutcomeMessage]) {
-        var byOutcome: [Redis.OutcomeKind: Int] = [:]
+        var byOutcome: [SettledOutcomeKind: Int] = [:]
         for m in messages { byOutcome[m.outcome, default: 0] += 1 }
         for (outcome, count) in byOutcome { counter(Name.outcomeMessages, ["outcome": outcome.rawValue]).increment(by: count) }
     }

@@ -118,7 +118,7 @@ public struct PipelineStore: Sendable {
     // MARK: Settle and counters (SettleStore)
 
     /// The counter field of a broadcast's outcome (design §4.1): `broadcast:accepted`, `broadcast:deduped`, ….
-    public static func broadcastField(_ kind: OutcomeKind) -> String { SettleStore.broadcastField(kind) }
+    public static func broadcastField(_ kind: SettledOutcomeKind) -> String { SettleStore.broadcastField(kind) }
 
     /// Records a batch of outcomes: dedup records for accepted jobs, suppression of the tokens an outcome
     /// asks to suppress, releases the in-flight leases, and increments totals, the minute bucket,

@@ -18,7 +18,7 @@ public struct GateRequest: Sendable, Hashable {
     }
 
     /// A broadcast job's request: its dedup record and lease are in the tag of `channelID`'s bucket
-    /// (``RedisKeys/tokenBucket(_:)`` of the id, as the settle's ``Outcome/init(jobID:app:tokenHex:campaign:kind:code:suppressToken:shard:)``
+    /// (``RedisKeys/tokenBucket(_:)`` of the id, as the settle's ``SettledOutcome/init(jobID:app:tokenHex:campaign:kind:code:suppressToken:shard:)``
     /// computes it from the same string).
     public init(jobID: String, app: String, channelID: String) {
         self.jobID = jobID
@@ -38,7 +38,7 @@ public enum GateDecision: Sendable, Hashable {
     /// (`written`: its gate call's mark, ``PipelineStore/markWritten(call:)``) it may have reached a
     /// device already: a possible duplicate, counted `ambiguous`. Every take-over counts `resent_after_crash`. The job holds the lease as for ``admitted(language:)``.
     case takenOver(language: String?, written: Bool = true)
-    /// Settled as accepted before: do not send; settle it as ``OutcomeKind/deduped``.
+    /// Settled as accepted before: do not send; settle it as ``SettledOutcomeKind/deduped``.
     case deduped
     /// Another copy of this job id is between gate and settle right now: do not send it (the other copy
     /// settles the id); not a settled state.
@@ -47,21 +47,21 @@ public enum GateDecision: Sendable, Hashable {
     /// gate it again later (deduped once that copy is accepted, taken over if that process dies).
     case inFlightElsewhere(owner: String)
     /// The token is suppressed (feedback or invalid token) and has not registered since: settle it as
-    /// ``OutcomeKind/suppressed``.
+    /// ``SettledOutcomeKind/suppressed``.
     case suppressed
     /// Its campaign is cancelled (`campaign cancel`) and the gate script admitted it (its id was not
-    /// accepted before): not sent, settled as ``OutcomeKind/cancelled``, which frees its lease. Never an
+    /// accepted before): not sent, settled as ``SettledOutcomeKind/cancelled``, which frees its lease. Never an
     /// answer of the gate script: `run` puts it in place of ``admitted(language:)`` or
     /// ``takenOver(language:written:)`` for the jobs its control snapshot says are cancelled (design §2.10).
     case cancelled
     /// Its campaign is paused (`campaign pause`): held in Redis (`{<p>}:deferred:<campaign>`) and released
-    /// to the jobs topic again on resume; this message settles as ``OutcomeKind/deferred``. Decided by
+    /// to the jobs topic again on resume; this message settles as ``SettledOutcomeKind/deferred``. Decided by
     /// `run` before the gate call, like ``cancelled`` (design §2.11).
     case deferred
 }
 
 /// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
-public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
+public enum SettledOutcomeKind: String, Sendable, Hashable, CaseIterable {
     case accepted
     /// Refused by the gateway because the token is invalid (the token is suppressed).
     case rejected
@@ -77,7 +77,7 @@ public enum OutcomeKind: String, Sendable, Hashable, CaseIterable {
 }
 
 /// One settled job.
-public struct Outcome: Sendable, Hashable {
+public struct SettledOutcome: Sendable, Hashable {
     /// The job id's fingerprint: all the settle needs of the id (its dedup record, its lease, its
     /// per-job progress). Kept rather than the id, so an outcome never makes or holds the id's String
     /// (a campaign job's id is made from its campaign and token only when asked: issue 14).
@@ -89,7 +89,7 @@ public struct Outcome: Sendable, Hashable {
     /// ``suppressToken`` (an outcome over the binary interface has no hex to hand: issue 14).
     public var tokenHex: String?
     public var campaign: String?
-    public var kind: OutcomeKind
+    public var kind: SettledOutcomeKind
     /// The gateway's code for a refusal, when there was one: the binary error-response status ("8") or
     /// the HTTP/2 reason ("Unregistered"). Counted as `rejected:<code>`, whether the job ended rejected or
     /// dead-lettered; never acted on.
@@ -111,7 +111,7 @@ public struct Outcome: Sendable, Hashable {
 
     /// `tokenHex` may be nil only without `suppressToken`.
     public init(
-        fingerprint: JobFingerprint, app: String, tokenHash: UInt32, tokenHex: String?, campaign: String? = nil, kind: OutcomeKind,
+        fingerprint: JobFingerprint, app: String, tokenHash: UInt32, tokenHex: String?, campaign: String? = nil, kind: SettledOutcomeKind,
         code: String? = nil, suppressToken: TokenSuppression? = nil, shard: Int? = nil
     ) {
         precondition(suppressToken == nil || tokenHex != nil, "an outcome that suppresses its token carries the token's hex")
@@ -129,7 +129,7 @@ public struct Outcome: Sendable, Hashable {
     /// The outcome of the job with id `jobID` for the token `tokenHex` (for a broadcast, `isBroadcast`,
     /// its channel id: the key its records are bucketed by; a broadcast never suppresses).
     public init(
-        jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: OutcomeKind, code: String? = nil,
+        jobID: String, app: String, tokenHex: String, campaign: String? = nil, kind: SettledOutcomeKind, code: String? = nil,
         suppressToken: TokenSuppression? = nil, shard: Int? = nil, isBroadcast: Bool = false
     ) {
         precondition(!isBroadcast || suppressToken == nil, "a broadcast never suppresses: a channel is no token")
@@ -217,7 +217,7 @@ public struct ShardEvents: Sendable, Hashable {
 public struct SettleBatch: Sendable, Hashable {
     /// Unique per batch. Redis keeps `…:batch:<id>` for an hour; a batch with a known id is not applied again.
     public var id: String
-    public var outcomes: [Outcome]
+    public var outcomes: [SettledOutcome]
     public var events: PipelineEvents
     public var shardEvents: [ShardEvents]
     /// Per campaign: `resentAfterCrash` and `ambiguous` added to `…:campaign:<id>` (the totals come from ``events``).
@@ -227,7 +227,7 @@ public struct SettleBatch: Sendable, Hashable {
 
     public init(
         id: String = PipelineStore.newBatchID(),
-        outcomes: [Outcome],
+        outcomes: [SettledOutcome],
         events: PipelineEvents = .none,
         shardEvents: [ShardEvents] = [],
         settledAt: Int64 = PipelineStore.epochNow()
@@ -314,9 +314,9 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     /// Jobs whose retries ran out of time (`gateway-gave-up`) or past their expiration (`expired`).
     /// Each resend is also counted by its reason in `retried:<reason>` fields.
     case gaveUp = "gave_up"
-    /// Jobs of a cancelled campaign settled without being sent (an outcome, ``OutcomeKind/cancelled``).
+    /// Jobs of a cancelled campaign settled without being sent (an outcome, ``SettledOutcomeKind/cancelled``).
     case cancelled
-    /// Messages of a paused campaign held in Redis, to be published again on resume (``OutcomeKind/deferred``).
+    /// Messages of a paused campaign held in Redis, to be published again on resume (``SettledOutcomeKind/deferred``).
     case deferred
 }
 
@@ -335,7 +335,7 @@ public struct Counters: Sendable, Hashable {
     public func rejected(code: String) -> Int64 { fields["rejected:\(code)"] ?? 0 }
 
     /// `broadcast:<outcome>`: the broadcasts (channel jobs) among the jobs counted in `outcome`.
-    public func broadcasts(_ outcome: OutcomeKind) -> Int64 { fields[PipelineStore.broadcastField(outcome)] ?? 0 }
+    public func broadcasts(_ outcome: SettledOutcomeKind) -> Int64 { fields[PipelineStore.broadcastField(outcome)] ?? 0 }
 }
 
 /// Totals and recent per-minute counters.
@@ -383,7 +383,7 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
 
     /// The per-job field of an outcome; nil for `deduped`: a deduped job was accepted before, and its
     /// acceptance counted it (a deduped message is never a job's first settlement in its campaign).
-    public static func jobs(_ kind: OutcomeKind) -> CampaignField? {
+    public static func jobs(_ kind: SettledOutcomeKind) -> CampaignField? {
         switch kind {
         case .accepted: .jobsAccepted
         case .rejected: .jobsRejected

@@ -12,7 +12,7 @@ struct SettleStore: StoreRole {
     let overflowWarning: OnceFlag
 
     /// The counter field of a broadcast's outcome (design §4.1): `broadcast:accepted`, `broadcast:deduped`, ….
-    static func broadcastField(_ kind: OutcomeKind) -> String {
+    static func broadcastField(_ kind: SettledOutcomeKind) -> String {
         switch kind {
         case .accepted: "broadcast:accepted"
         case .rejected: "broadcast:rejected"
@@ -83,7 +83,7 @@ struct SettleStore: StoreRole {
         var seenInBatch = Set<CampaignJob>(minimumCapacity: batch.outcomes.count)
         // Each outcome is read in place (borrowed from the batch's storage): `for outcome in` copied it
         // out, a retain and a release of each of its references per job (~1 % of `run`, issue 14).
-        func include(_ outcome: borrowing Outcome) {
+        func include(_ outcome: borrowing SettledOutcome) {
             let campaignIndex = tally.campaign(outcome.campaign)
             tally.count(outcome.kind.rawValue, campaign: campaignIndex)
             if let code = outcome.code { tally.count("rejected:\(code)", campaign: campaignIndex) }
@@ -126,7 +126,7 @@ struct SettleStore: StoreRole {
                 // lease, if any, belongs to another copy.
                 if !holdsNoLease { parts[p].release(member: fingerprint.member) }
             }
-            // The hex is there (Outcome's init requires it with a suppression).
+            // The hex is there (SettledOutcome's init requires it with a suppression).
             if let suppression = outcome.suppressToken, let tokenHex = outcome.tokenHex {
                 let at = suppression.since ?? batch.settledAt
                 parts[p].suppress(tokenHex: tokenHex, at: at, reason: suppression.reason)

@@ -311,7 +311,7 @@ struct OperationsTests {
         let client = try redis.client()
         let store = PipelineStore(client: client, logger: testLogger)
         try await store.incrementPublished(campaign: "spring-sale", by: 1000)
-        var outcomes: [Redis.Outcome] = []
+        var outcomes: [SettledOutcome] = []
         for i in 0..<640 {
             // The first three are broadcasts: the dashboard shows them apart.
             outcomes.append(

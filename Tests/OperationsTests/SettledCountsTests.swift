@@ -9,8 +9,8 @@ import Testing
     @Test func runsOfOutcomesAddUpPerAppAndKind() {
         let prometheus = PrometheusMetrics()
         let metrics = PipelineMetrics(factory: prometheus.factory, transports: ["a": "binary", "b": "http2"])
-        func o(_ app: String, _ kind: OutcomeKind, code: String? = nil) -> Outcome {
-            Outcome(jobID: "j", app: app, tokenHex: "", kind: kind, code: code)
+        func o(_ app: String, _ kind: SettledOutcomeKind, code: String? = nil) -> SettledOutcome {
+            SettledOutcome(jobID: "j", app: app, tokenHex: "", kind: kind, code: code)
         }
         metrics.settled(
             outcomes: [

@@ -27,7 +27,7 @@ struct JobStatusCommandTests {
         let store = PipelineStore(client: try server.client())
         let now = PipelineStore.epochNow()
         _ = try await store.settle(
-            SettleBatch(outcomes: [Outcome(jobID: "order-1", app: shop, tokenHex: accepted, kind: .accepted)], settledAt: now))
+            SettleBatch(outcomes: [SettledOutcome(jobID: "order-1", app: shop, tokenHex: accepted, kind: .accepted)], settledAt: now))
         try await store.suppress([Suppression(app: shop, tokenHex: dead, at: now - 60, reason: "invalid-token")])
 
         let json = try await PipelineProcess.command([

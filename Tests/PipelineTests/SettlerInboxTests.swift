@@ -10,7 +10,7 @@ import Testing
     private func item(_ range: Range<Int>, received: Int = 0) -> SettlerInbox.Item {
         var item = SettlerInbox.Item()
         for n in range {
-            item.outcomes.append(Redis.Outcome(jobID: "j\(n)", app: "a", tokenHex: "", kind: .accepted))
+            item.outcomes.append(SettledOutcome(jobID: "j\(n)", app: "a", tokenHex: "", kind: .accepted))
             item.refs.append(MessageRef(topic: "t", partition: 0, offset: Int64(n)))
         }
         item.events.received = received

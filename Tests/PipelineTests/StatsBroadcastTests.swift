@@ -17,16 +17,16 @@ struct StatsBroadcastTests {
 
         // Before any broadcast: no row and an empty object.
         _ = try await store.settle(
-            SettleBatch(outcomes: [Outcome(jobID: "d1", app: shop, tokenHex: String(repeating: "ab", count: 32), kind: .accepted)]))
+            SettleBatch(outcomes: [SettledOutcome(jobID: "d1", app: shop, tokenHex: String(repeating: "ab", count: 32), kind: .accepted)]))
         let before = try await PipelineProcess.command(["stats", "--redis", url])
         #expect(before.status == 0 && !before.stdout.contains("broadcast:"), "\(before.stdout)")
 
         let channel = "dHN0LTEyMzQ1Njc4OTA="
         _ = try await store.settle(
             SettleBatch(outcomes: [
-                Outcome(jobID: "b1", app: shop, tokenHex: channel, kind: .accepted, isBroadcast: true),
-                Outcome(jobID: "b2", app: shop, tokenHex: channel, kind: .accepted, isBroadcast: true),
-                Outcome(jobID: "b3", app: shop, tokenHex: channel, kind: .deadLettered, isBroadcast: true),
+                SettledOutcome(jobID: "b1", app: shop, tokenHex: channel, kind: .accepted, isBroadcast: true),
+                SettledOutcome(jobID: "b2", app: shop, tokenHex: channel, kind: .accepted, isBroadcast: true),
+                SettledOutcome(jobID: "b3", app: shop, tokenHex: channel, kind: .deadLettered, isBroadcast: true),
             ]))
         let text = try await PipelineProcess.command(["stats", "--redis", url])
         #expect(text.status == 0, "\(text.stderr)")

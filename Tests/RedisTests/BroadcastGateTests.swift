@@ -30,11 +30,11 @@ struct BroadcastGateTests {
         // A second copy while the first is in flight waits for it, as for any job.
         #expect(try await store.gate([gate("score-1")]) == [.inFlight])
         // Settled accepted: deduped by its job id from then on.
-        var accepted = Outcome(jobID: "score-1", app: app, tokenHex: channel, kind: .accepted, isBroadcast: true)
+        var accepted = SettledOutcome(jobID: "score-1", app: app, tokenHex: channel, kind: .accepted, isBroadcast: true)
         accepted.shard = 0
         try await store.settle(
             SettleBatch(outcomes: [
-                accepted, Outcome(jobID: "score-2", app: app, tokenHex: channel, kind: .deadLettered, isBroadcast: true),
+                accepted, SettledOutcome(jobID: "score-2", app: app, tokenHex: channel, kind: .deadLettered, isBroadcast: true),
             ]))
         #expect(try await store.gate([gate("score-1"), gate("score-2")]) == [.deduped, .admitted(language: nil)])
 

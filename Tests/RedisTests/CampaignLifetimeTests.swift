@@ -43,8 +43,8 @@ struct CampaignLifetimeTests {
 
         // A settle refreshes it once per process and minute (measured from the first).
         let now = PipelineStore.epochNow()
-        func outcome(_ n: Int, _ kind: OutcomeKind) -> Outcome {
-            Outcome(jobID: "c:\(token(n))", app: app, tokenHex: token(n), campaign: "c", kind: kind)
+        func outcome(_ n: Int, _ kind: SettledOutcomeKind) -> SettledOutcome {
+            SettledOutcome(jobID: "c:\(token(n))", app: app, tokenHex: token(n), campaign: "c", kind: kind)
         }
         _ = try await store.client.send(RedisCommand("PERSIST", hash))
         try await store.settle(SettleBatch(outcomes: [outcome(0, .accepted), outcome(1, .deadLettered)], settledAt: now))

@@ -10,8 +10,8 @@ private func token(_ n: Int) -> String { String(format: "%064x", n) }
 /// per-message fields stay what they are.
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct CampaignProgressTests {
-    static func outcome(_ n: Int, _ kind: OutcomeKind, campaign: String = "c") -> Outcome {
-        Outcome(
+    static func outcome(_ n: Int, _ kind: SettledOutcomeKind, campaign: String = "c") -> SettledOutcome {
+        SettledOutcome(
             jobID: "\(campaign):\(token(n))", app: app, tokenHex: token(n), campaign: campaign, kind: kind,
             code: kind == .rejected ? "8" : nil, suppressToken: kind == .rejected ? TokenSuppression(reason: "invalid-token") : nil)
     }
@@ -154,7 +154,7 @@ struct CampaignProgressTests {
             let before = try await usec()
             for start in stride(from: 0, to: jobs, by: perBatch) {
                 let outcomes = (start..<start + perBatch).map { n in
-                    Outcome(
+                    SettledOutcome(
                         jobID: "\(name):\(n)", app: app, tokenHex: token(n), campaign: campaign,
                         kind: notAccepted > 0 && n % notAccepted == 0 ? .suppressed : .accepted)
                 }
@@ -196,7 +196,7 @@ struct CampaignProgressTests {
         let beforeSettle = try await used()
         for start in stride(from: 0, to: jobs, by: perBatch) {
             let outcomes = (start..<start + perBatch).map { n in
-                Outcome(jobID: ids[n], app: app, tokenHex: token(n), campaign: "big", kind: n % 10 == 0 ? .suppressed : .accepted)
+                SettledOutcome(jobID: ids[n], app: app, tokenHex: token(n), campaign: "big", kind: n % 10 == 0 ? .suppressed : .accepted)
             }
             try await store.settle(SettleBatch(outcomes: outcomes))
         }

@@ -125,25 +125,26 @@ struct ClusterLayoutTests {
         let taken = try await storeB.gate(others)
         #expect(taken.filter { if case .takenOver = $0 { true } else { false } }.count == 6)
 
-        var outcomes: [Outcome] = []
+        var outcomes: [SettledOutcome] = []
         for (request, decision) in zip(requests, decisions) {
             switch decision {
             case .admitted:
-                let kind: OutcomeKind = request.jobID.hasSuffix("9") ? .rejected : .accepted
+                let kind: SettledOutcomeKind = request.jobID.hasSuffix("9") ? .rejected : .accepted
                 outcomes.append(
-                    Outcome(
+                    SettledOutcome(
                         jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: kind,
                         code: kind == .rejected ? "8" : nil,
                         suppressToken: kind == .rejected ? TokenSuppression(reason: "invalid-token") : nil, shard: 1))
             case .suppressed:
                 outcomes.append(
-                    Outcome(jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: .suppressed))
+                    SettledOutcome(jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "c", kind: .suppressed))
             default: break
             }
         }
         try await storeB.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 40), settledAt: now))
         try await storeB.settle(
-            SettleBatch(outcomes: [Outcome(jobID: "j0", app: news, tokenHex: token(0), campaign: "c", kind: .deduped)], settledAt: now))
+            SettleBatch(
+                outcomes: [SettledOutcome(jobID: "j0", app: news, tokenHex: token(0), campaign: "c", kind: .deduped)], settledAt: now))
         #expect(try await storeB.gate([requests[0]], now: now) == [.deduped])
         try await storeB.increment(.deadLetterFailures, by: 1, now: now)
         try await storeB.updateShard(ShardStatus(app: shop, shard: 1, state: "connected"))
@@ -228,7 +229,7 @@ struct ClusterLayoutTests {
         let requests = (0..<40).map { GateRequest(jobID: "r\($0)", app: shop, tokenHex: token($0)) }
         #expect(try await store.gate(requests).allSatisfy { $0 == .admitted(language: nil) })
         let outcomes = requests.enumerated().map { index, request in
-            Outcome(
+            SettledOutcome(
                 jobID: request.jobID, app: shop, tokenHex: request.tokenHex, campaign: "c",
                 kind: index < 30 ? .accepted : index < 35 ? .rejected : .deadLettered,
                 suppressToken: index >= 30 && index < 35 ? TokenSuppression(reason: "invalid-token") : nil)

@@ -93,7 +93,7 @@ struct DedupLayoutCheckTests {
             let last = try await cluster.primaryNodes().last
             while try await cluster.node(forKey: legacy.keys.tokenTag(app: app, tokenHex: token(n))) != last { n += 1 }
         }
-        try await legacy.settle(SettleBatch(outcomes: [Outcome(jobID: "old", app: app, tokenHex: token(n), kind: .accepted)]))
+        try await legacy.settle(SettleBatch(outcomes: [SettledOutcome(jobID: "old", app: app, tokenHex: token(n), kind: .accepted)]))
         #expect(try await server.keys("*dedup*").count == 1)
 
         let current = PipelineStore(client: client)

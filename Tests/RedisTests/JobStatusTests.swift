@@ -34,7 +34,7 @@ struct JobStatusTests {
 
         // Settled as accepted: its dedup record's bucket brackets the settle time.
         _ = try await store.settle(
-            SettleBatch(outcomes: [Outcome(jobID: "j1", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now))
+            SettleBatch(outcomes: [SettledOutcome(jobID: "j1", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now))
         let accepted = try await store.jobStatus(jobID: "j1", app: app, tokenHex: token(1))
         #expect(accepted.state == .accepted)
         let from = try #require(accepted.acceptedFrom)
@@ -78,7 +78,7 @@ struct JobStatusTests {
         #expect(leased.state == .inFlight && leased.leaseHolderAlive == true)
         _ = try await store.settle(
             SettleBatch(
-                outcomes: [Outcome(jobID: "b1", app: app, tokenHex: channel, kind: .accepted, isBroadcast: true)],
+                outcomes: [SettledOutcome(jobID: "b1", app: app, tokenHex: channel, kind: .accepted, isBroadcast: true)],
                 settledAt: PipelineStore.epochNow()))
         let accepted = try await store.jobStatus(jobID: "b1", app: app, channelID: channel)
         #expect(accepted.state == .accepted && accepted.suppressedAt == nil && accepted.registeredAt == nil)

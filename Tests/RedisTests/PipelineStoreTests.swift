@@ -15,7 +15,7 @@ struct GateTests {
         let store = PipelineStore(client: try server.connection())
         let decisions = try await store.gate([GateRequest(jobID: "a", app: app, tokenHex: token(1))])
         #expect(decisions == [.admitted(language: nil)])
-        try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .accepted)]))
+        try await store.settle(SettleBatch(outcomes: [SettledOutcome(jobID: "a", app: app, tokenHex: token(1), kind: .accepted)]))
         let again = try await store.gate([
             GateRequest(jobID: "a", app: app, tokenHex: token(1)),
             GateRequest(jobID: "b", app: app, tokenHex: token(1)),
@@ -66,8 +66,8 @@ struct GateTests {
         // …and settling releases it: a rejected job may come again, an accepted one is deduped.
         try await store.settle(
             SettleBatch(outcomes: [
-                Outcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
-                Outcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
+                SettledOutcome(jobID: "a", app: app, tokenHex: token(1), kind: .deadLettered, code: "7"),
+                SettledOutcome(jobID: "b", app: app, tokenHex: token(2), kind: .accepted),
             ]))
         #expect(try await store.lease(jobID: "a", app: app, tokenHex: token(1)) == nil)
         let after = try await store.gate([
@@ -110,7 +110,7 @@ struct GateTests {
 
         // Settled and counted: resent_after_crash in the totals and the campaign.
         var batch = SettleBatch(
-            outcomes: [Outcome(jobID: "j", app: app, tokenHex: token(1), campaign: "c", kind: .accepted)],
+            outcomes: [SettledOutcome(jobID: "j", app: app, tokenHex: token(1), campaign: "c", kind: .accepted)],
             events: PipelineEvents(ambiguous: 1))
         batch.events.resentAfterCrash = 1
         batch.campaignEvents = ["c": PipelineEvents(ambiguous: 1, resentAfterCrash: 1)]
@@ -238,7 +238,7 @@ struct GateTests {
         try await store.settle(
             SettleBatch(
                 outcomes: (["lapsed"] + (0..<30).map { "more-\($0)" }).map {
-                    Outcome(jobID: $0, app: app, tokenHex: token(1), kind: $0.hasSuffix("7") ? .rejected : .accepted)
+                    SettledOutcome(jobID: $0, app: app, tokenHex: token(1), kind: $0.hasSuffix("7") ? .rejected : .accepted)
                 }))
         let left = try await client.send(RedisCommand("HVALS", hash)).array?.compactMap(\.string) ?? []
         #expect(!left.contains { $0.hasPrefix("owner-b/") })
@@ -322,17 +322,17 @@ struct SettlerTests {
         SettleBatch(
             id: id,
             outcomes: [
-                Outcome(jobID: "j1", app: app, tokenHex: token(1), campaign: "c1", kind: .accepted, shard: 0),
-                Outcome(jobID: "j2", app: app, tokenHex: token(2), campaign: "c1", kind: .accepted, shard: 0),
-                Outcome(jobID: "j3", app: app, tokenHex: token(3), kind: .accepted, shard: 1),
-                Outcome(
+                SettledOutcome(jobID: "j1", app: app, tokenHex: token(1), campaign: "c1", kind: .accepted, shard: 0),
+                SettledOutcome(jobID: "j2", app: app, tokenHex: token(2), campaign: "c1", kind: .accepted, shard: 0),
+                SettledOutcome(jobID: "j3", app: app, tokenHex: token(3), kind: .accepted, shard: 1),
+                SettledOutcome(
                     jobID: "j4", app: app, tokenHex: token(4), campaign: "c1", kind: .rejected, code: "8",
                     suppressToken: TokenSuppression(reason: "invalid-token"), shard: 0),
-                Outcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, code: "5", shard: 1),
-                Outcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, code: "1", shard: 0),
-                Outcome(jobID: "j7", app: app, tokenHex: token(7), kind: .deadLettered),
-                Outcome(jobID: "j8", app: app, tokenHex: token(8), campaign: "c1", kind: .suppressed),
-                Outcome(jobID: "j9", app: app, tokenHex: token(9), kind: .deduped),
+                SettledOutcome(jobID: "j5", app: app, tokenHex: token(5), kind: .rejected, code: "5", shard: 1),
+                SettledOutcome(jobID: "j6", app: app, tokenHex: token(6), campaign: "c1", kind: .deadLettered, code: "1", shard: 0),
+                SettledOutcome(jobID: "j7", app: app, tokenHex: token(7), kind: .deadLettered),
+                SettledOutcome(jobID: "j8", app: app, tokenHex: token(8), campaign: "c1", kind: .suppressed),
+                SettledOutcome(jobID: "j9", app: app, tokenHex: token(9), kind: .deduped),
             ],
             events: PipelineEvents(received: 10, replayed: 4, ambiguous: 2, retried: 3, reconnects: 1),
             shardEvents: [ShardEvents(app: app, shard: 0, replayed: 4)],
@@ -423,10 +423,10 @@ struct SettlerTests {
         try await store.settle(
             SettleBatch(
                 outcomes: [
-                    Outcome(
+                    SettledOutcome(
                         jobID: "u1", app: app, tokenHex: token(11), kind: .rejected, code: "Unregistered",
                         suppressToken: TokenSuppression(since: since, reason: "unregistered")),
-                    Outcome(
+                    SettledOutcome(
                         jobID: "u2", app: app, tokenHex: token(12), kind: .rejected, code: "Unregistered",
                         suppressToken: TokenSuppression(since: since, reason: "unregistered")),
                 ],
@@ -477,7 +477,8 @@ struct SettlerTests {
         let run = Task {
             for index in 0..<batches {
                 let outcomes = (0..<5).map {
-                    Outcome(jobID: "job-\(index)-\($0)", app: app, tokenHex: token($0), campaign: "spring", kind: .accepted, shard: $0 % 2)
+                    SettledOutcome(
+                        jobID: "job-\(index)-\($0)", app: app, tokenHex: token($0), campaign: "spring", kind: .accepted, shard: $0 % 2)
                 }
                 try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 5)))
                 settled.increment()
@@ -514,7 +515,7 @@ struct SettlerTests {
         let requests = (0..<20).map { GateRequest(jobID: "rt-\($0)", app: $0 % 2 == 0 ? app : "com.example.other", tokenHex: token($0)) }
         // Warm up: connect and load the scripts (gate, settle, and the tag writes of registrations).
         _ = try await store.gate([GateRequest(jobID: "warm", app: app, tokenHex: token(0))])
-        try await store.settle(SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)]))
+        try await store.settle(SettleBatch(outcomes: [SettledOutcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)]))
         try await store.applyRegistrations([Registration(app: app, tokenHex: token(0), registeredAt: 1)])
 
         func roundTrips(_ operation: () async throws -> Void) async throws -> (client: Int, serverReads: Int) {
@@ -530,7 +531,7 @@ struct SettlerTests {
         let gate = try await roundTrips { _ = try await store.gate(requests) }
         #expect(isOneRoundTrip(gate), "\(gate)")
         let outcomes = requests.map {
-            Outcome(jobID: $0.jobID, app: $0.app, tokenHex: $0.tokenHex, campaign: "c", kind: .accepted, shard: 1)
+            SettledOutcome(jobID: $0.jobID, app: $0.app, tokenHex: $0.tokenHex, campaign: "c", kind: .accepted, shard: 1)
         }
         let settle = try await roundTrips { try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 20))) }
         #expect(isOneRoundTrip(settle), "\(settle)")
@@ -564,7 +565,7 @@ struct SettlerTests {
         let ids = (0..<3).map { "e\($0)" }
         func settle(_ id: String, at: Int64) async throws {
             try await store.settle(
-                SettleBatch(outcomes: [Outcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
+                SettleBatch(outcomes: [SettledOutcome(jobID: id, app: app, tokenHex: token(1), kind: .accepted)], settledAt: at))
         }
         func expireAt() async throws -> Int64 { try await store.client.send(RedisCommand("EXPIRETIME", key)).integer ?? -3 }
         let expected = (now / width + 1) * width + store.configuration.dedupRetention.components.seconds
@@ -580,7 +581,7 @@ struct SettlerTests {
         _ = try await store.client.send(RedisCommand("PERSIST", key))
         let other = PipelineStore(client: store.client, configuration: store.configuration)
         try await other.settle(
-            SettleBatch(outcomes: [Outcome(jobID: "e3", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now + 62))
+            SettleBatch(outcomes: [SettledOutcome(jobID: "e3", app: app, tokenHex: token(1), kind: .accepted)], settledAt: now + 62))
         #expect(try await expireAt() == expected)
     }
 
@@ -598,11 +599,11 @@ struct SettlerTests {
         let now = PipelineStore.epochNow()
         // Warm up counters and scripts so the measurement is the records only.
         try await store.settle(
-            SettleBatch(outcomes: [Outcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)], settledAt: now))
+            SettleBatch(outcomes: [SettledOutcome(jobID: "warm", app: app, tokenHex: token(0), kind: .accepted)], settledAt: now))
         let before = Int(try await store.client.info("memory")["used_memory"] ?? "") ?? 0
         for start in stride(from: 0, to: jobs, by: perBatch) {
             let outcomes = (start..<start + perBatch).map {
-                Outcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token($0 % 1024), kind: .accepted)
+                SettledOutcome(jobID: "campaign-x:\($0)", app: app, tokenHex: token($0 % 1024), kind: .accepted)
             }
             try await store.settle(SettleBatch(outcomes: outcomes, settledAt: now))
         }

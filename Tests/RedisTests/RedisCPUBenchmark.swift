@@ -100,7 +100,7 @@ struct RedisCPUBenchmark {
             for (age, prefix) in [(Int64(43_200), "old"), (Int64(86_400 - 600), "older")] {
                 for start in stride(from: 0, to: jobs, by: 1000) {
                     let outcomes = (start..<min(jobs, start + 1000)).map {
-                        Outcome(jobID: "\(prefix):\($0)", app: app, tokenHex: String(format: "%064x", $0), kind: .accepted)
+                        SettledOutcome(jobID: "\(prefix):\($0)", app: app, tokenHex: String(format: "%064x", $0), kind: .accepted)
                     }
                     try await variant.settle(SettleBatch(outcomes: outcomes, settledAt: now - age))
                 }
@@ -117,15 +117,16 @@ struct RedisCPUBenchmark {
                 GateRequest(jobID: "bench:\($0)", app: app, tokenHex: String(format: "%064x", $0))
             }
             let decisions = try await variant.gate(requests)
-            var outcomes: [Outcome] = []
+            var outcomes: [SettledOutcome] = []
             for (request, decision) in zip(requests, decisions) {
                 switch decision {
                 case .admitted, .takenOver:
                     outcomes.append(
-                        Outcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
+                        SettledOutcome(
+                            jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
                 case .suppressed:
                     outcomes.append(
-                        Outcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .suppressed))
+                        SettledOutcome(jobID: request.jobID, app: app, tokenHex: request.tokenHex, campaign: "bench", kind: .suppressed))
                 default: break
                 }
             }

@@ -96,12 +96,12 @@ enum RedisBenchmark {
                 requests.append(GateRequest(jobID: "bench-\(run):\(i)", app: apps[i & 1], tokenHex: String(format: "%064x", i)))
             }
             let decisions = try await store.gate(requests)
-            var outcomes: [Outcome] = []
+            var outcomes: [SettledOutcome] = []
             outcomes.reserveCapacity(count)
             for (request, decision) in zip(requests, decisions) {
                 guard case .admitted = decision else { throw BenchError("job \(request.jobID) not admitted: \(decision)") }
                 outcomes.append(
-                    Outcome(
+                    SettledOutcome(
                         jobID: request.jobID, app: request.app, tokenHex: request.tokenHex, campaign: "bench", kind: .accepted, shard: 0))
             }
             try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: count)))

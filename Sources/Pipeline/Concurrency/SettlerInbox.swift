@@ -14,7 +14,7 @@ import Synchronization
 /// item is never split, so a message's offset settles with (never before) its outcome.
 final class SettlerInbox: Sendable {
     struct Item: Sendable {
-        var outcomes: [Redis.Outcome] = []
+        var outcomes: [SettledOutcome] = []
         var refs: [MessageRef] = []
         var events = PipelineEvents()
         var shardEvents: [ShardEvents] = []

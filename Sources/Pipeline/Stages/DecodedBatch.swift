@@ -7,7 +7,7 @@ import Redis
 /// A batch from Kafka, decoded: valid jobs, and the refused messages with their reason and outcome
 /// (a job that failed to decode has no id, app or token to count it under).
 struct DecodedBatch: Sendable {
-    typealias Refusal = (message: KafkaConsumerMessage, reason: String, outcome: Redis.Outcome)
+    typealias Refusal = (message: KafkaConsumerMessage, reason: String, outcome: SettledOutcome)
 
     var messages: [KafkaConsumerMessage]
     /// The valid jobs, in order, and the index of each one's message in `messages` (a job and its
@@ -67,7 +67,7 @@ struct BatchDecoder: Sendable {
                 d.deadLetters.append(
                     (
                         m, error.reason.rawValue,
-                        Redis.Outcome(jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
+                        SettledOutcome(jobID: error.jobID ?? "", app: "", tokenHex: "", campaign: error.campaign, kind: .deadLettered)
                     ))
                 if makesOutcomeMessages {
                     // No valid job: its id and campaign when it was valid but for its app, else nothing.
@@ -96,7 +96,7 @@ struct BatchDecoder: Sendable {
                 d.deadLetters.append(
                     (
                         d.messages[m], Self.campaignOnPriorityTopic,
-                        Redis.Outcome(
+                        SettledOutcome(
                             jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: campaign, kind: .deadLettered,
                             isBroadcast: job.channel != nil)
                     ))

@@ -124,7 +124,7 @@ struct Dispatch: Sendable {
                 refused.append(
                     (
                         batch[m], error.reason.rawValue,
-                        Redis.Outcome(
+                        SettledOutcome(
                             jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign, kind: .deadLettered,
                             isBroadcast: job.channel != nil)
                     ))
@@ -191,7 +191,7 @@ struct Dispatch: Sendable {
                 let byPosition = Dictionary(uniqueKeysWithValues: batch.map { (OutcomeRecords.position(of: $0, lane: lane), $0) })
                 for n in orphans {
                     orphanItem.outcomes.append(
-                        Redis.Outcome(
+                        SettledOutcome(
                             jobID: n.jobID, app: n.app, tokenHex: n.recipientKey, campaign: n.campaign, kind: .deadLettered,
                             isBroadcast: n.channel != nil))
                     if let position = n.position {

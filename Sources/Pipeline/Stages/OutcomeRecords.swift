@@ -109,7 +109,7 @@ enum OutcomeRecords {
         return out
     }
 
-    static func redisOutcome(_ o: Sender.Outcome) -> Redis.Outcome {
+    static func redisOutcome(_ o: Sender.Outcome) -> SettledOutcome {
         // The settler acts on what a rejection means, never on a protocol's status number.
         var suppression: TokenSuppression?
         // A broadcast never suppresses anything (a channel is no token; `Outcome` already turns such an
@@ -117,7 +117,7 @@ enum OutcomeRecords {
         if o.notification.channel == nil, case .rejected(.invalidToken(let since, let reason)) = o.delivery {
             suppression = TokenSuppression(since: since, reason: reason)
         }
-        let kind: Redis.OutcomeKind =
+        let kind: SettledOutcomeKind =
             switch o.kind {
             case .accepted: .accepted
             case .rejected: .rejected
@@ -140,7 +140,7 @@ enum OutcomeRecords {
                 return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
             }
         }
-        var outcome = Redis.Outcome(
+        var outcome = SettledOutcome(
             fingerprint: fingerprint, app: o.app, tokenHash: tokenHash, tokenHex: suppression == nil ? nil : n.tokenHex,
             campaign: n.campaign, kind: kind, code: o.code, suppressToken: suppression, shard: o.connection)
         outcome.isBroadcast = n.channel != nil

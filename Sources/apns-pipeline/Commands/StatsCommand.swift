@@ -206,7 +206,7 @@ struct StatsCommand: AsyncParsableCommand {
         for counters in [stats.totals] + stats.minutes.map(\.counters) {
             broadcastFields.formUnion(counters.fields.keys.filter { $0.hasPrefix("broadcast:") })
         }
-        for field in OutcomeKind.allCases where broadcastFields.contains(PipelineStore.broadcastField(field)) {
+        for field in SettledOutcomeKind.allCases where broadcastFields.contains(PipelineStore.broadcastField(field)) {
             row(PipelineStore.broadcastField(field))
         }
         out += table(rows, rightAligned: [1, 2, 3])
