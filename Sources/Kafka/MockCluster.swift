@@ -1,6 +1,12 @@
 import Logging
 import Synchronization
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// librdkafka's mock Kafka cluster, served on loopback TCP: real Kafka protocol (produce, fetch,
 /// consumer groups, committed offsets) for development, tests and the demo.
 ///
@@ -108,6 +114,24 @@ public final class MockCluster: @unchecked Sendable {
     /// client hazard of rapid flip-flops, not what a broker fault looks like. With every broker down,
     /// partitions stay where they are. No data is lost either way: the mock keeps a partition's log
     /// outside its brokers. Returns how many partitions and groups moved.
+    ///
+    /// A broker keeps its port while down, and librdkafka (2.0.2, and still upstream) aborts the whole
+    /// process on an assert when it cannot: going down, `rd_kafka_mock_broker_set_down` closes the
+    /// listening socket and at once binds a new one to the same port (not listening until up), and coming
+    /// up it listens on that socket. Two ways that fails, and what keeps each from aborting:
+    /// - Going down, the re-bind fails while the old listener is still alive, which it is while a child
+    ///   process being started holds a copy of our descriptors (from the fork until its exec closes
+    ///   them; with a thread starting processes beside it, a few dozen downs were enough to abort). Only
+    ///   the caller can rule that out: a process that starts children (the tests) must not start one
+    ///   during this call (the tests hold ProcessSupport's `withNoChildStarting` around it). kafka-dev
+    ///   starts none.
+    /// - While down, the bound socket (SO_REUSEADDR, not listening) does not stop another SO_REUSEADDR
+    ///   socket (redis-server's, tinyproxy's) from binding and listening on the port, and then our listen
+    ///   fails. The kernel never hands out a port that is bound (neither to `bind` port 0 nor to
+    ///   `connect`), so that takes a server started on a port it was told, picked before the broker
+    ///   got it; before bringing a broker up this checks that the port is free of other listeners (a
+    ///   probe bind with SO_REUSEADDR, which only a listener or a socket without it refuses), and throws
+    ///   instead — the broker stays down — when it is still taken after a second.
     @discardableResult
     public func setBroker(_ id: Int32, up: Bool) throws -> (partitions: Int, groups: Int) {
         guard (1...Int32(brokerCount)).contains(id) else {
@@ -115,6 +139,7 @@ public final class MockCluster: @unchecked Sendable {
         }
         return try state.withLock { s in
             guard let s else { throw KafkaError(kind: .mockCluster, message: "mock cluster stopped") }
+            if up, placement.withLock({ $0.down.contains(id) }) { try checkPortFree(broker: id) }
             try RDKafkaClient.mockSetBroker(s.cluster, id: id, up: up)
             var moved = (partitions: 0, groups: 0)
             try placement.withLock { p in
@@ -148,6 +173,44 @@ public final class MockCluster: @unchecked Sendable {
             }
             return moved
         }
+    }
+
+    /// Throws unless broker `id`'s port (its address in `bootstrapServers`, listed in id order) can be
+    /// bound with SO_REUSEADDR, retrying for about a second: before librdkafka listens on it again (see
+    /// ``setBroker(_:up:)``).
+    private func checkPortFree(broker id: Int32) throws {
+        let addresses = bootstrapServers.split(separator: ",")
+        guard addresses.count == brokerCount, let colon = addresses[Int(id) - 1].lastIndex(of: ":"),
+            let port = UInt16(addresses[Int(id) - 1][addresses[Int(id) - 1].index(after: colon)...])
+        else {
+            throw KafkaError(kind: .mockCluster, message: "broker \(id): no port in bootstrap servers \(bootstrapServers)")
+        }
+        var problem = ""
+        for attempt in 0..<20 {
+            if attempt > 0 { usleep(50_000) }
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0 else {
+                problem = "socket(): \(String(cString: strerror(errno)))"
+                continue
+            }
+            defer { close(fd) }
+            var on: Int32 = 1
+            _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            if bound == 0 { return }
+            problem = String(cString: strerror(errno))
+        }
+        throw KafkaError(
+            kind: .mockCluster,
+            message:
+                "broker \(id) stays down: its port 127.0.0.1:\(port) is taken by another socket (\(problem)); a mock broker comes back on its own port, and librdkafka would abort the process on a listen that fails"
+        )
     }
 
     /// Makes every request for `topic` fail with the broker error `code` (e.g. 29,

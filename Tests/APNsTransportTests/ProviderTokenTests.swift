@@ -2,6 +2,7 @@ import APNsProtocol
 import APNsTransport
 import Crypto
 import Foundation
+import ProcessSupport
 import TestSupport
 import Testing
 
@@ -89,7 +90,7 @@ import Testing
     }
 
     /// A token signed by `openssl` (not by our code) verifies: our JWS is the standard one.
-    @Test func opensslMadeTokenVerifies() throws {
+    @Test func opensslMadeTokenVerifies() async throws {
         let header = String(decoding: Base64URL.encode(Array(#"{"alg":"ES256","kid":"TESTKEY123"}"#.utf8)), as: UTF8.self)
         let claims = String(decoding: Base64URL.encode(Array(#"{"iss":"TESTTEAM01","iat":1700000000}"#.utf8)), as: UTF8.self)
         let input = "\(header).\(claims)"
@@ -103,9 +104,9 @@ import Testing
             "openssl", "dgst", "-sha256", "-sign", TestCertificates.tokenKeyPath, "-out", dir.appendingPathComponent("sig").path,
             dir.appendingPathComponent("input").path,
         ]
-        try p.run()
-        p.waitUntilExit()
-        try #require(p.terminationStatus == 0, "openssl dgst failed")
+        try startChild(p)
+        let status = await waitForExit(of: p)
+        try #require(status == 0, "openssl dgst failed")
         // openssl writes an ASN.1 DER signature; a JWS carries r‖s.
         let der = try Data(contentsOf: dir.appendingPathComponent("sig"))
         let raw = try P256.Signing.ECDSASignature(derRepresentation: der).rawRepresentation

@@ -1,6 +1,7 @@
 import APNsTransport
 import Foundation
 import HTTP2Simulator
+import ProcessSupport
 import TestSupport
 import Testing
 
@@ -35,10 +36,11 @@ import Testing
         let out = Pipe()
         p.standardOutput = out
         p.standardError = out
-        try p.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        #expect(p.terminationStatus == 0, "nghttp: \(text)")
+        try startChild(p)
+        // Off the cooperative pool (ChildProcessWaits.swift): the simulator nghttp talks to answers there too.
+        let (status, output) = await outputAndExit(of: p, reading: out.fileHandleForReading)
+        let text = String(decoding: output, as: UTF8.self)
+        #expect(status == 0, "nghttp: \(text)")
 
         let records = f.simulator.records
         try #require(records.count == 1, "nghttp output: \(text)")
@@ -56,7 +58,7 @@ import Testing
         let nghttp = try #require(Self.nghttp, "nghttp is not installed but CI is set: install Debian's nghttp2-client (ops/setup)")
         let f = try await H2Fixture { $0.sandbox = true }
         let update = Array(#"{"aps":{"event":"update","timestamp":1767000000,"content-state":{"home":1}},"jid":"la-1"}"#.utf8)
-        func send(_ payload: [UInt8], _ headers: [String]) throws -> (status: Int32, output: String) {
+        func send(_ payload: [UInt8], _ headers: [String]) async throws -> (status: Int32, output: String) {
             let file = FileManager.default.temporaryDirectory.appendingPathComponent("nghttp-\(UUID().uuidString).json")
             try Data(payload).write(to: file)
             defer { try? FileManager.default.removeItem(at: file) }
@@ -68,16 +70,15 @@ import Testing
             let out = Pipe()
             p.standardOutput = out
             p.standardError = out
-            try p.run()
-            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, text)
+            try startChild(p)
+            let (status, output) = await outputAndExit(of: p, reading: out.fileHandleForReading)
+            return (status, String(decoding: output, as: UTF8.self))
         }
-        let la = try send(
+        let la = try await send(
             update, ["apns-topic: \(H2Fixture.shop).push-type.liveactivity", "apns-push-type: liveactivity", "apns-priority: 5"])
         #expect(la.status == 0, "nghttp: \(la.output)")
         #expect(la.output.contains("apns-unique-id:"), "\(la.output)")
-        let low = try send(H2Fixture.payload, ["apns-topic: \(H2Fixture.shop)", "apns-priority: 1"])
+        let low = try await send(H2Fixture.payload, ["apns-topic: \(H2Fixture.shop)", "apns-priority: 1"])
         #expect(low.status == 0 && low.output.contains(":status: 200"), "nghttp: \(low.output)")
         let records = f.simulator.records
         #expect(records.map(\.jobID) == ["la-1", "job-1"])

@@ -275,7 +275,7 @@ func metricsWithoutHelp(_ text: String) -> [String] {
 
 /// `promtool check metrics` on an exposition text, when promtool is installed (Debian's `prometheus`
 /// package): nil when it is not.
-func promtoolProblems(_ text: String) throws -> String? {
+func promtoolProblems(_ text: String) async throws -> String? {
     guard let promtool = executablePath("promtool") else { return nil }
     let process = Process()
     process.executableURL = URL(fileURLWithPath: promtool)
@@ -285,13 +285,24 @@ func promtoolProblems(_ text: String) throws -> String? {
     process.standardInput = input
     process.standardOutput = output
     process.standardError = output
-    try process.run()
-    input.fileHandleForWriting.write(Data(text.utf8))
-    try input.fileHandleForWriting.close()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
+    try startChild(process)
+    // Written, and read and waited for, off the cooperative pool (ChildProcessWaits.swift): either may
+    // block on a full pipe, and a blocked pool thread on a 2-core machine is half the pool.
+    let writing = UncheckedFileHandle(handle: input.fileHandleForWriting)
+    let bytes = Data(text.utf8)
+    async let written: Void = onThreadOfItsOwn {
+        writing.handle.write(bytes)
+        try? writing.handle.close()
+    }
+    let (status, data) = await outputAndExit(of: process, reading: output.fileHandleForReading)
+    await written
     let text = String(decoding: data, as: UTF8.self)
-    return process.terminationStatus == 0 || !text.isEmpty ? text : "promtool exited with \(process.terminationStatus)"
+    return status == 0 || !text.isEmpty ? text : "promtool exited with \(status)"
+}
+
+/// A pipe's end handed to the thread that writes to it (and only to it).
+private struct UncheckedFileHandle: @unchecked Sendable {
+    let handle: FileHandle
 }
 
 /// The dashboard's Redis side: readiness on a connection of its own, snapshots shared by viewers.

@@ -197,11 +197,11 @@ struct OperationsTests {
         // Every metric has its HELP (promtool's "no help text"), and promtool, when installed, agrees.
         #expect(metricsWithoutHelp(text).isEmpty, "no HELP: \(metricsWithoutHelp(text))")
         #expect(text.contains("# HELP apns_accepted_total Notifications the gateway accepted"))
-        if let problems = try promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
+        if let problems = try await promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
 
         // Readiness: Kafka assigned, Redis up, the app's connections up.
         try await eventually("ready") { try await get(base + "/readyz").status == 200 }
-        redis.kill()
+        await redis.kill()
         var notReady = (status: 0, body: "")
         try await eventually("not ready without Redis", timeout: .seconds(20)) {
             notReady = try await get(base + "/readyz")
@@ -284,7 +284,7 @@ struct OperationsTests {
         let refusals = try await get(base + "/metrics", headers: auth).body
         #expect(sample(refusals, #"apns_ops_refusals_total{reason="unauthorized"}"#) == 1)
         #expect(sample(refusals, #"apns_ops_refusals_total{reason="connection-cap"}"#) == 0)
-        if let problems = try promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
+        if let problems = try await promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
 
         await group.triggerGracefulShutdown()
         try await running.value
@@ -355,7 +355,7 @@ struct OperationsTests {
         }
         let paused = try await runChromium(chromium, ["--dump-dom", url])
         // Redis gone: the page says so instead of showing the last numbers as live.
-        redis.kill()
+        await redis.kill()
         let down = try await runChromium(chromium, ["--dump-dom", url])
         await server.stop()
         await data.close()
@@ -411,18 +411,11 @@ struct OperationsTests {
         _ = FileManager.default.createFile(atPath: errPath, contents: nil)
         defer { try? FileManager.default.removeItem(atPath: errPath) }
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-        try process.run()
+        try startChild(process)
         // Read and wait on a thread of their own, never on the cooperative pool: the page's requests are
         // answered there, and two tests each blocking a pool thread (two on 2 cores) while their Chromium
         // waits for an answer was a deadlock (a CI run hung on it).
-        let running = UncheckedProcess(process: process, output: out)
-        let data: Data = await withCheckedContinuation { continuation in
-            Thread.detachNewThread {
-                let data = running.output.fileHandleForReading.readDataToEndOfFile()
-                running.process.waitUntilExit()
-                continuation.resume(returning: data)
-            }
-        }
+        let data = await outputAndExit(of: process, reading: out.fileHandleForReading).output
         stderr = (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? ""
         return String(decoding: data, as: UTF8.self)
     }
@@ -523,10 +516,4 @@ struct OperationsTests {
         return listen.port == first.port && "\(listen)".contains("127.0.0.1:\(first.port)") && "\(listen)".contains("in use")
     }
     await first.stop()
-}
-
-/// A started `Process` and its output pipe, handed to the thread that waits for it (and only to it).
-struct UncheckedProcess: @unchecked Sendable {
-    let process: Process
-    let output: Pipe
 }

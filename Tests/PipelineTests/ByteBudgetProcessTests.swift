@@ -68,7 +68,7 @@ struct ByteBudgetProcessTests {
             logger: testLogger)
         let log = directory.appendingPathComponent("run.log").path
         let process = try PipelineProcess(pipelineFile: file, logFile: log)
-        defer { if process.process.isRunning { process.crash() } }
+        defer { if process.process.isRunning { process.crashWithoutWaiting() } }
         try await big.sendBatch(messages)
         await big.close()
         let logText = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }

@@ -278,7 +278,7 @@ struct CampaignControlTests {
         let audience = (0..<4000).map(token)
         try await stack.publish(campaign: "k", template: template, tokens: audience)
         try await eventually("some jobs held") { try await stack.store.deferredCount(campaign: "k") >= 200 }
-        first.crash()
+        await first.crash()
         try await eventually("every job held, the crashed process's partitions taken over", timeout: .seconds(120)) {
             try await stack.store.deferredCount(campaign: "k") == 4000
         }
@@ -466,7 +466,7 @@ struct CampaignControlTests {
         let jobs = 3000
         try await stack.publish(campaign: "q", template: template, tokens: (0..<jobs).map(token))
         try await eventually("the campaign is going out") { stack.recorded(campaign: "q").count >= 400 }
-        first.crash()
+        await first.crash()
         try await eventually("every job settled", timeout: .seconds(120)) {
             try await stack.store.readCampaign("q").jobsSettled == Int64(jobs)
         }

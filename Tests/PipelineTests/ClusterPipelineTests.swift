@@ -89,7 +89,7 @@ struct ClusterPipelineTests {
         reshard.standardOutput = output
         reshard.standardError = output
         reshard.standardInput = FileHandle.nullDevice
-        try reshard.run()
+        try startChild(reshard)
         try await stack.publish(campaign: "r", template: template, tokens: Array(audience.suffix(jobs / 2)))
         let acceptedBefore = try await stack.campaign("r")["accepted"] ?? 0
         while reshard.isRunning { try await Task.sleep(for: .milliseconds(50)) }

@@ -5,6 +5,7 @@ import GatewaySimulator
 import Kafka
 import Logging
 import Pipeline
+import ProcessSupport
 import Redis
 import Sender
 import ServiceLifecycle
@@ -233,13 +234,19 @@ final class PipelineProcess: @unchecked Sendable {
         log.seekToEndOfFile()
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try startChild(process)
     }
 
-    /// SIGKILL: no drain, no settle, no commit, no heartbeat removal: a crash.
-    func crash() {
+    /// SIGKILL: no drain, no settle, no commit, no heartbeat removal: a crash. Returns once the process
+    /// has exited, waiting off the cooperative pool (ChildProcessWaits.swift).
+    func crash() async {
         kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        await waitForExit(of: process)
+    }
+
+    /// SIGKILL without waiting for the exit: for a `defer` (which cannot await) at a test's end.
+    func crashWithoutWaiting() {
+        kill(process.processIdentifier, SIGKILL)
     }
 
     /// SIGTERM, then the exit status once it stopped.
@@ -273,7 +280,7 @@ final class PipelineProcess: @unchecked Sendable {
         _ = FileManager.default.createFile(atPath: err.path, contents: nil)
         process.standardOutput = try FileHandle(forWritingTo: out)
         process.standardError = try FileHandle(forWritingTo: err)
-        try process.run()
+        try startChild(process)
         while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         return (
             process.terminationStatus, (try? String(contentsOf: out, encoding: .utf8)) ?? "",

@@ -252,7 +252,7 @@ struct PipelineTests {
         try await eventually("the first process accepted some", timeout: .seconds(60)) {
             (try await stack.campaign("k")["accepted"] ?? 0) >= 1000
         }
-        first.crash()
+        await first.crash()
         let killed = ContinuousClock.now
         var leased = 0
         for hash in try await stack.store.client.send(RedisCommand("KEYS", "{apns:*}:inflight")).array?.compactMap(\.string) ?? [] {

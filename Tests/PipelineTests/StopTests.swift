@@ -205,7 +205,7 @@ struct StopWithAppleUnreachableTests {
         while process.process.isRunning && ContinuousClock.now < outer { try await Task.sleep(for: .milliseconds(50)) }
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(!process.process.isRunning, "run did not stop: \(text)")
-        if process.process.isRunning { process.crash() }
+        if process.process.isRunning { await process.crash() }
         #expect(process.process.terminationStatus == 0, "\(text)")
         #expect((try await stack.campaign("stop")["accepted"] ?? 0) == 0)
 

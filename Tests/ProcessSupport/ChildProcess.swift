@@ -61,20 +61,37 @@ public final class ChildProcess: @unchecked Sendable {
         if let environment { process.environment = environment }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        try startChild(process)
     }
 
     public var isRunning: Bool { process.isRunning }
     public var pid: Int32 { process.processIdentifier }
 
-    /// SIGKILL and wait for it; does nothing when the process has already ended.
+    /// SIGKILL, and wait until it has exited (what it held, its port, is free again), off the cooperative
+    /// pool; does nothing when the process has already ended.
+    public func kill() async {
+        guard process.isRunning else { return }
+        killWithoutWaiting()
+        await waitForExit(of: process)
+    }
+
+    /// SIGKILL and wait for it, blocking the calling thread: for code that is not async (the benchmark).
+    /// Not from async code, where the wait would hold a thread of the cooperative pool (see
+    /// ChildProcessWaits.swift): there `await kill()`, or `killWithoutWaiting()`.
+    @available(*, noasync, message: "blocks a thread of the cooperative pool: use `await kill()` or `killWithoutWaiting()`")
     public func kill() {
+        guard process.isRunning else { return }
+        killWithoutWaiting()
+        process.waitUntilExit()
+    }
+
+    /// SIGKILL and return at once: for a `deinit` or a clean-up that does not reuse what the process held.
+    public func killWithoutWaiting() {
         guard process.isRunning else { return }
         #if canImport(Glibc)
         _ = Glibc.kill(process.processIdentifier, SIGKILL)
         #else
         _ = Darwin.kill(process.processIdentifier, SIGKILL)
         #endif
-        process.waitUntilExit()
     }
 }

@@ -30,14 +30,14 @@ struct ClusterLayoutTests {
             .appendingPathComponent("redis-cli").path
         let monitor = try ChildProcess(
             executable: "/bin/sh", arguments: ["-c", "exec '\(cli)' -p \(server.port) monitor > '\(output.path)'"])
-        defer { monitor.kill() }
+        defer { monitor.killWithoutWaiting() }
         try await waitUntil { (try? String(contentsOf: output, encoding: .utf8))?.hasPrefix("OK") == true }
         try await workload()
         // A marker command, so everything before it has been written out.
         let client = try server.client()
         _ = try await client.send(RedisCommand("ECHO", "end-of-workload"))
         try await waitUntil { (try? String(contentsOf: output, encoding: .utf8))?.contains("end-of-workload") == true }
-        monitor.kill()
+        await monitor.kill()
 
         var calls: [ScriptCall] = []
         for line in try String(contentsOf: output, encoding: .utf8).split(separator: "\n") {

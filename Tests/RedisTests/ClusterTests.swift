@@ -191,7 +191,7 @@ struct ClusterClientTests {
         let onSurvivor = key(on: 0)
         try await cluster.send(RedisCommand("SET", onVictim, "before"))
 
-        server.nodes[2].kill()
+        await server.nodes[2].kill()
         await #expect {
             try await cluster.send(RedisCommand("SET", onVictim, "during"))
         } throws: { error in
@@ -214,7 +214,7 @@ struct ClusterClientTests {
         let server = try await RedisClusterServer()
         defer { server.stop() }
         let ranges = try await slotRanges(server)
-        server.nodes[0].kill()
+        await server.nodes[0].kill()
         let cluster = try server.client(maximumWait: .milliseconds(300), logLevel: .critical)
         try await cluster.connect()
         #expect(try await cluster.primaryNodes().count == 3)

@@ -485,7 +485,7 @@ struct SettlerTests {
             }
         }
         while settled.value < 10 { try await Task.sleep(for: .milliseconds(5)) }
-        server.kill()
+        await server.kill()
         // Wait until a call has really found the server gone, then bring it back.
         while await client.statistics.retries == 0, settled.value < batches { try await Task.sleep(for: .milliseconds(5)) }
         #expect(settled.value < batches)

@@ -192,7 +192,7 @@ struct TLSTests {
             }
         }
         while done.value < 100 { try await Task.sleep(for: .milliseconds(2)) }
-        server.kill()
+        await server.kill()
         while await client.statistics.retries == 0, done.value < steps { try await Task.sleep(for: .milliseconds(5)) }
         #expect(done.value < steps)
         try await server.start()

@@ -328,7 +328,8 @@ struct HTTPSProxyTransportTests {
         let proxy = try await TinyProxy(connectPorts: [sim.port], start: false)
         let log = OutcomeLog()
         let transport = try Self.transport(sim, proxy: try Self.settings("http://127.0.0.1:\(proxy.port)"), log: log)
-        try await transport.send((0..<300).map { job($0, token: $0) })
+        // Every wait is bounded (minutes, against hangs, not timing): a CI run once hung here for 24 min.
+        try await withDeadline("the first 300 jobs queued") { try await transport.send((0..<300).map { job($0, token: $0) }) }
         try await waitUntil("the connects failed at the missing proxy", seconds: 30) {
             await Self.lastErrors(transport).count == 2
         }
@@ -342,10 +343,10 @@ struct HTTPSProxyTransportTests {
         // The proxy dies while a second batch is in flight, and comes back.
         let sending = Task { try await transport.send((300..<3000).map { job($0, token: $0) }) }
         try await waitUntil("some of the second batch answered", seconds: 60) { log.count > 400 }
-        proxy.kill()
+        await proxy.kill()
         try await Task.sleep(for: .milliseconds(300))
         try await proxy.start()
-        try await sending.value
+        try await withDeadline("the second batch (jobs 300..<3000) queued, through the restarted proxy") { try await sending.value }
         let drained = await transport.drainAndClose(before: .now + .seconds(60))
         #expect(drained.allSatisfy { if case .allAnswered = $0 { true } else { false } }, "\(drained)")
         Self.expectAllDelivered(3000, log: log, sim: sim)

@@ -111,3 +111,60 @@ func waitUntil(
         try await Task.sleep(for: .milliseconds(10))
     }
 }
+
+/// `body`'s result, or — when it has not finished after `seconds` — a thrown error naming `what` (a guard
+/// against hangs, not a timing assertion: keep the bound generous). On the deadline `body` is cancelled
+/// and left behind: unlike a task group, which would wait for a `body` that ignores cancellation, this
+/// returns at once, so the test fails instead of hanging the run.
+func withDeadline<T: Sendable>(
+    _ what: String, seconds: Double = 300, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    let race = DeadlineRace<T>()
+    defer { race.cancelTasks() }
+    return try await withCheckedThrowingContinuation { continuation in
+        race.start(
+            continuation,
+            work: Task {
+                do { race.finish(.success(try await body())) } catch { race.finish(.failure(error)) }
+            },
+            timer: Task {
+                guard (try? await Task.sleep(for: .seconds(seconds))) != nil else { return }
+                race.finish(.failure(TestFailure("gave up after \(Int(seconds)) s waiting for: \(what)")))
+            })
+    }
+}
+
+/// `withDeadline`'s continuation, resumed exactly once (by the work or by the timer, whichever is first).
+private final class DeadlineRace<T: Sendable>: Sendable {
+    private let state = Mutex<
+        (continuation: CheckedContinuation<T, any Error>?, pending: Result<T, any Error>?, tasks: [Task<Void, Never>])
+    >(
+        (nil, nil, []))
+
+    func start(_ continuation: CheckedContinuation<T, any Error>, work: Task<Void, Never>, timer: Task<Void, Never>) {
+        let pending = state.withLock { s -> Result<T, any Error>? in
+            s.tasks = [work, timer]
+            if let pending = s.pending { return pending }
+            s.continuation = continuation
+            return nil
+        }
+        if let pending { continuation.resume(with: pending) }
+    }
+
+    func finish(_ result: Result<T, any Error>) {
+        let continuation = state.withLock { s -> CheckedContinuation<T, any Error>? in
+            guard let continuation = s.continuation else {
+                // Before `start` stored it (a very quick body), or after the other side won.
+                if s.tasks.isEmpty && s.pending == nil { s.pending = result }
+                return nil
+            }
+            s.continuation = nil
+            return continuation
+        }
+        continuation?.resume(with: result)
+    }
+
+    func cancelTasks() {
+        for task in state.withLock({ $0.tasks }) { task.cancel() }
+    }
+}

@@ -65,7 +65,7 @@ public final class RedisServer: @unchecked Sendable {
                 try await start()
                 return
             } catch  where attempt < 3 {
-                kill()
+                await kill()
                 attempt += 1
                 port = try freeLoopbackPort()
             }
@@ -87,14 +87,17 @@ public final class RedisServer: @unchecked Sendable {
         try await waitForPing()
     }
 
-    /// SIGKILL: a crash, not a shutdown.
-    public func kill() {
-        process?.kill()
+    /// SIGKILL: a crash, not a shutdown. Returns once the server has exited (its port is free for
+    /// ``start()`` again), without holding a thread of the cooperative pool meanwhile.
+    public func kill() async {
+        await process?.kill()
         process = nil
     }
 
+    /// SIGKILL without waiting for the exit, and the data directory removed: the end of a test.
     public func stop() {
-        kill()
+        process?.killWithoutWaiting()
+        process = nil
         try? FileManager.default.removeItem(atPath: directory)
     }
 

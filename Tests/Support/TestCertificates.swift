@@ -1,4 +1,5 @@
 import Foundation
+import ProcessSupport
 
 /// The certificates `ops/certs` makes (test CA, simulator, two demo apps, a rogue CA); made on first use
 /// when a test runs outside `ops/test`, which exports `APNS_CERTS_DIR`.
@@ -13,7 +14,9 @@ public enum TestCertificates {
         {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: root.appendingPathComponent("ops/certs").path)
-            try? p.run()
+            // Synchronous (a lazy global's initialiser), and once per process at most: `ops/test` exports
+            // APNS_CERTS_DIR with the certificates already made, so a CI run never waits here.
+            try? startChild(p)
             p.waitUntilExit()
         }
         return dir

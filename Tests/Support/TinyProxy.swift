@@ -44,7 +44,7 @@ public final class TinyProxy: @unchecked Sendable {
                 try await self.start()
                 return
             } catch  where attempt < 3 {
-                kill()
+                await kill()
                 attempt += 1
                 port = try freeLoopbackPort()
             }
@@ -71,14 +71,15 @@ public final class TinyProxy: @unchecked Sendable {
         throw TestFailure("tinyproxy did not listen on 127.0.0.1:\(port) within 10 s")
     }
 
-    /// SIGKILL: the proxy dies, every tunnel through it with it.
-    public func kill() {
-        process?.kill()
+    /// SIGKILL: the proxy dies, every tunnel through it with it. Returns once it has exited (its port is
+    /// free for ``start()`` again), without holding a thread of the cooperative pool meanwhile.
+    public func kill() async {
+        await process?.kill()
         process = nil
     }
 
     deinit {
-        kill()
+        process?.killWithoutWaiting()
         try? FileManager.default.removeItem(atPath: directory)
     }
 
