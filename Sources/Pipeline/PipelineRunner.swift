@@ -282,6 +282,16 @@ public final class PipelineRunner: Service, Sendable {
             store: PipelineStore(client: releaseRedis, configuration: storeConfig, logger: logger), producer: producer,
             topic: c.kafka.jobsTopic, controls: controls, logger: logger)
         let releasing = Task { await release.run() }
+        // The Kafka clients poll while their `run()` runs (a thread each, design §1.5), until their `close()`
+        // at the end of the stop. (Nothing between here and there throws; a failure before here releases
+        // them, which closes them.)
+        let kafkaPolling = Task { [consumer, producer, outcomeStream, lane = priorityLane] in
+            await withDiscardingTaskGroup { group in
+                for client in [consumer, producer, lane?.consumer, outcomeStream?.producer] as [(any Service)?] {
+                    if let client { group.addTask { try? await client.run() } }
+                }
+            }
+        }
         let ingest = Task {
             try await self.ingest(consumer: consumer, gateStores: gateStores, router: router, deadLetters: deadLetters, marks: marks)
         }
@@ -446,6 +456,7 @@ public final class PipelineRunner: Service, Sendable {
         }
         await producer.close()
         await outcomeStream?.close()
+        await kafkaPolling.value  // every Kafka client's `run()` returned: their poll threads ended
         await redis.close()
         await settlerRedis.close()
         await markRedis.close()

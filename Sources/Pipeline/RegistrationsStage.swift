@@ -23,6 +23,11 @@ struct RegistrationsStage {
                 properties: configuration.kafka.properties, sessionTimeout: .milliseconds(configuration.kafka.sessionTimeoutMs),
                 maxBatchSize: configuration.kafka.batchSize),
             logger: logger)
+        // The consumer polls while its `run()` runs: until the `close()` below, or until this stage fails
+        // (the cancellation then closes it). Not a child task: the stage's own cancellation at shutdown
+        // must leave it open until what was applied is settled and committed.
+        let polling = Task { try await consumer.run() }
+        defer { polling.cancel() }
         // Cancelled at shutdown: nextBatch returns nil, then the consumer commits what was applied.
         while !Task.isCancelled {
             guard let batch = await consumer.nextBatch() else { break }

@@ -14,7 +14,7 @@ import Testing
             try await producer.sendBatch(
                 range.map { .init(topic: "jobs", key: Support.bytes("key-\($0)"), value: Support.bytes("\($0)")) })
         }
-        let consumer = try KafkaConsumer(
+        let consumer = try KafkaConsumer.started(
             configuration: Support.consumerConfig(cluster, group: "g", topics: ["jobs"], maxBatchSize: 100, maxBuffered: 1000),
             logger: Support.logger)
         var seen: [Int] = []
