@@ -283,8 +283,8 @@ public final class PipelineRunner: Service, Sendable {
             topic: c.kafka.jobsTopic, controls: controls, logger: logger)
         let releasing = Task { await release.run() }
         // The Kafka clients poll while their `run()` runs (a thread each, design §1.5), until their `close()`
-        // at the end of the stop. (Nothing between here and there throws; a failure before here releases
-        // them, which closes them.)
+        // at the end of the stop. (Nothing between here and there throws; after a failure before here
+        // nothing polls, and a client once released closes itself.)
         let kafkaPolling = Task { [consumer, producer, outcomeStream, lane = priorityLane] in
             await withDiscardingTaskGroup { group in
                 for client in [consumer, producer, lane?.consumer, outcomeStream?.producer] as [(any Service)?] {
