@@ -123,6 +123,8 @@ let package = Package(
                 "CRdKafka",
                 "TimeUnits",
                 .product(name: "Logging", package: "swift-log"),
+                // `KafkaConsumer` and `KafkaProducer` are `Service`s: their `run()` polls.
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
 
@@ -339,11 +341,16 @@ let package = Package(
         ),
         .testTarget(
             name: "KafkaTests",
-            dependencies: ["Kafka"]
+            dependencies: [
+                "Kafka",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
         ),
         .testTarget(
             name: "JobsTests",
-            dependencies: ["Jobs", "APNsProtocol", "Kafka"],
+            // Pipeline: `DeadLetter` (the ingest test dead-letters malformed jobs as the pipeline does).
+            dependencies: ["Jobs", "APNsProtocol", "Kafka", "Pipeline"],
             // Apple's documented example payloads (issue 31), read by TodaysPayloadTests.
             resources: [.copy("Fixtures/Apple")]
         ),

@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 import TimeUnits
 
@@ -19,7 +20,7 @@ public struct KafkaConsumerConfiguration: Sendable {
     public var maxBatchSize: Int
     /// Bound of the buffer of fetched, not yet handed out messages. When reached, the poll thread holds
     /// (stops polling; librdkafka's own queue then fills and stops fetching) until the buffer is half
-    /// drained. The partitions are not paused: see `ConsumerCore.run`.
+    /// drained. The partitions are not paused: see `ConsumerCore.pollLoop`.
     public var maxBufferedMessages: Int
     /// The same bound in bytes (message values): a buffer of ~1 MB messages must not reach
     /// `maxBufferedMessages` of them (issue 28). Whichever bound is reached first holds the poll thread.
@@ -33,6 +34,10 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// `auto.offset.reset`: where a group with no committed offset starts, and where librdkafka goes when
     /// the committed offset no longer exists (counted as an offset reset and logged as an error).
     public var autoOffsetReset: String
+    /// Whether `run()` closes the consumer when the service group shuts down gracefully (as
+    /// `close()` does). False by default: the pipeline closes its consumers itself once what it took is
+    /// settled (`docs/design.md §1.3`); a consumer run as a service of a `ServiceGroup` of its own sets it.
+    public var stopsOnGracefulShutdown = false
 
     public init(
         bootstrapServers: String, groupID: String, topics: [String], properties: [String: String] = [:],
@@ -119,7 +124,15 @@ public struct KafkaConsumerStatistics: Sendable {
 
 /// A Kafka group consumer that hands out batches and commits settled positions.
 ///
-/// A thread of the consumer's own polls librdkafka (`rd_kafka_consume_batch_queue` on the consumer
+/// A swift-service-lifecycle `Service`: `init` makes the librdkafka handle, checks the configuration and
+/// subscribes (those errors are thrown there); `run()` polls, on a thread it starts and waits for, until
+/// `close()` (or the cancellation of `run()`, or the graceful shutdown when
+/// ``KafkaConsumerConfiguration/stopsOnGracefulShutdown``) has committed, left the group and destroyed
+/// the handle. Until `run()` runs nothing is fetched: `nextBatch()` waits. ``started(configuration:logger:)``
+/// runs it in a task of its own, for code with no task group at hand. The lifecycle is
+/// ``ConsumerStateMachine``.
+///
+/// The poll thread polls librdkafka (`rd_kafka_consume_batch_queue` on the consumer
 /// queue, which also serves rebalances and logs), copies messages into a bounded buffer and stops
 /// polling while it is full (back-pressure, `docs/design.md §1.2`). `nextBatch()` awaits without
 /// blocking a thread.
@@ -128,7 +141,7 @@ public struct KafkaConsumerStatistics: Sendable {
 /// consumer commits the first unsettled offset, periodically, on revoke and on close (`docs/design.md §2.1`).
 /// On revoke, buffered messages of the partition are dropped and later settlements of it are ignored
 /// (`settle` returns false): the next owner gets those messages again.
-public final class KafkaConsumer: Sendable {
+public final class KafkaConsumer: Service, Sendable {
     private let core: ConsumerCore
 
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws {
@@ -147,11 +160,29 @@ public final class KafkaConsumer: Sendable {
             throw error
         }
         self.core = core
-        core.start()
+    }
+
+    /// A consumer whose `run()` runs in a task of its own until `close()`, or until the consumer is
+    /// released (that task holds the consumer's state, not the consumer): for tools and tests with no
+    /// task group to run it in.
+    public static func started(configuration: KafkaConsumerConfiguration, logger: Logger) throws -> KafkaConsumer {
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        let core = consumer.core
+        Task { try? await core.run(stopsOnGracefulShutdown: false) }
+        return consumer
     }
 
     deinit {
+        // Released while `run()` is not running (it holds `self`): never started, or `started(…)`'s.
         core.requestStop()
+    }
+
+    /// Polls until the consumer is closed: by `close()`, by the cancellation of this task, or by the
+    /// graceful shutdown if ``KafkaConsumerConfiguration/stopsOnGracefulShutdown``. Each of them commits
+    /// the settled positions once and leaves the group; `run()` returns when the handle is destroyed
+    /// (at once if the consumer was closed before). Throws if it is already running.
+    public func run() async throws {
+        try await core.run(stopsOnGracefulShutdown: core.configuration.stopsOnGracefulShutdown)
     }
 
     /// The next batch of messages (at most `maxBatchSize`, possibly from several partitions, in offset
@@ -199,8 +230,9 @@ public final class KafkaConsumer: Sendable {
         return lag
     }
 
-    /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle.
-    /// Pending and later `nextBatch()` calls return nil.
+    /// Commits settled positions, leaves the group (`rd_kafka_consumer_close`), destroys the handle, and
+    /// so ends `run()`. Pending and later `nextBatch()` calls return nil. Before `run()`, the consumer is
+    /// closed on a thread of the close's own (and a later `run()` returns at once).
     public func close() async { await core.close() }
 
     /// After `close()`: the error of the last commit attempted if it failed (the final one, or the
@@ -217,12 +249,14 @@ public final class KafkaConsumer: Sendable {
 /// `queue` and `topicNames` are used by the poll thread only (the rebalance callback runs on it too).
 final class ConsumerCore: @unchecked Sendable {
     let client: RDKafkaClient
-    private let configuration: KafkaConsumerConfiguration
+    let configuration: KafkaConsumerConfiguration
     private let logger: Logger
     private var queue: OpaquePointer?
     private var topicNames: [OpaquePointer: String] = [:]
 
     private struct State {
+        /// The lifecycle (initializing → consuming → closing → finished) and the hold.
+        var machine = ConsumerStateMachine()
         var tracker = OffsetTracker()
         var lastCommitted: [TopicPartition: Int64] = [:]
         var buffer: [[KafkaConsumerMessage]] = []
@@ -230,18 +264,8 @@ final class ConsumerCore: @unchecked Sendable {
         var bufferedBytes = 0
         var waiters: [(id: UInt64, continuation: CheckedContinuation<[KafkaConsumerMessage]?, Never>)] = []
         var nextWaiterID: UInt64 = 0
-        var paused = false
-        var resumeRequested = false
+        /// Served by the poll thread (accepted until the close begins, `ConsumerStateMachine.acceptsCommitRequests`).
         var commitRequests: [CheckedContinuation<Void, any Error>] = []
-        var stopping = false
-        /// Set when the poll thread starts closing the consumer: from then on nothing in the close path
-        /// (its own commit, the rebalance callback librdkafka runs inside `consumer_close`) blocks or
-        /// sleeps. librdkafka asserts (`rd_kafka_cgrp_terminated: !rd_kafka_assignment_in_progress`,
-        /// seen with two members of one group stopping together) when the group terminates while an
-        /// assignment it handed to the callback is still being applied; a callback that waited on a
-        /// network call or slept through commit retries there left that window open.
-        var closing = false
-        var finished = false
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var stats = KafkaConsumerStatistics()
         /// The error of the last commit attempted, nil once one succeeds.
@@ -269,10 +293,41 @@ final class ConsumerCore: @unchecked Sendable {
         self.queue = client.consumerQueue()
     }
 
-    func start() {
-        let thread = Thread { [self] in self.run() }
-        thread.name = "kafka-consumer-poll"
-        thread.start()
+    /// `KafkaConsumer.run()`: starts the poll thread and returns when it ended (the handle destroyed).
+    func run(stopsOnGracefulShutdown: Bool) async throws {
+        switch state.withLock({ $0.machine.run() }) {
+        case .alreadyRunning:
+            throw KafkaError(kind: .configuration, message: "KafkaConsumer.run() called while it runs")
+        case .awaitClosed:
+            await close()
+        case .startPollThread:
+            await withTaskCancellationHandler {
+                if stopsOnGracefulShutdown {
+                    await withGracefulShutdownHandler {
+                        await runPollThread()
+                    } onGracefulShutdown: {
+                        self.requestStop()
+                    }
+                } else {
+                    await runPollThread()
+                }
+            } onCancel: {
+                requestStop()
+            }
+        }
+    }
+
+    /// Runs the poll loop on a thread of its own (librdkafka's poll blocks; it must not hold one of the
+    /// cooperative pool's threads) and returns when the thread has closed the consumer.
+    private func runPollThread() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let thread = Thread { [self] in
+                self.pollLoop()
+                done.resume()
+            }
+            thread.name = "kafka-consumer-poll"
+            thread.start()
+        }
     }
 
     /// Subscribe failed: nothing was started.
@@ -282,9 +337,23 @@ final class ConsumerCore: @unchecked Sendable {
         client.destroy()
     }
 
+    /// A stop: the poll thread closes at its next step; with no poll thread, a thread of its own closes.
     func requestStop() {
-        state.withLock { $0.stopping = true }
-        wakePollThread()
+        perform(state.withLock { $0.machine.stop() })
+    }
+
+    private func perform(_ action: ConsumerStateMachine.StopAction) {
+        switch action {
+        case .wakePollThread:
+            wakePollThread()
+        case .closeWithoutPollThread:
+            // `rd_kafka_consumer_close` blocks (it leaves the group): never on the caller's thread.
+            let thread = Thread { [self] in self.shutdown() }
+            thread.name = "kafka-consumer-close"
+            thread.start()
+        case .none:
+            break
+        }
     }
 
     // MARK: API side
@@ -297,7 +366,7 @@ final class ConsumerCore: @unchecked Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<[KafkaConsumerMessage]?, Never>) in
                 let (now, batch, wake) = state.withLock { s -> (Bool, [KafkaConsumerMessage]?, Bool) in
-                    if Task.isCancelled || (s.finished && s.buffer.isEmpty) { return (true, nil, false) }
+                    if Task.isCancelled || (s.machine.isFinished && s.buffer.isEmpty) { return (true, nil, false) }
                     if !s.buffer.isEmpty {
                         let batch = takeBatch(&s)
                         return (true, batch, requestResumeIfDrained(&s))
@@ -337,14 +406,13 @@ final class ConsumerCore: @unchecked Sendable {
         return batch
     }
 
-    /// When paused and the buffer is half drained, asks the poll thread to resume. Returns true if the
+    /// When holding and the buffer is half drained, asks the poll thread to resume. Returns true if the
     /// poll thread must be woken.
     private func requestResumeIfDrained(_ s: inout State) -> Bool {
-        guard s.paused, !s.resumeRequested, s.buffered <= configuration.maxBufferedMessages / 2,
+        guard s.machine.isHolding, s.buffered <= configuration.maxBufferedMessages / 2,
             s.bufferedBytes <= configuration.maxBufferedBytes / 2
         else { return false }
-        s.resumeRequested = true
-        return true
+        return s.machine.bufferDrained()
     }
 
     func settle(_ refs: [MessageRef]) -> Int {
@@ -359,7 +427,7 @@ final class ConsumerCore: @unchecked Sendable {
     func requestCommit() async throws {
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
             let closed = state.withLock { s -> Bool in
-                if s.finished || s.stopping { return true }
+                if !s.machine.acceptsCommitRequests { return true }
                 s.commitRequests.append(c)
                 return false
             }
@@ -384,13 +452,14 @@ final class ConsumerCore: @unchecked Sendable {
 
     func close() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let done = state.withLock { s -> Bool in
-                s.stopping = true
-                if s.finished { return true }
+            let (done, action) = state.withLock { s -> (Bool, ConsumerStateMachine.StopAction) in
+                let action = s.machine.stop()
+                if s.machine.isFinished { return (true, action) }
                 s.closeWaiters.append(c)
-                return false
+                return (false, action)
             }
-            if done { c.resume() } else { wakePollThread() }
+            perform(action)
+            if done { c.resume() }
         }
     }
 
@@ -402,7 +471,9 @@ final class ConsumerCore: @unchecked Sendable {
     /// A nudge's metadata request waits at most this for the broker (it blocks the poll thread).
     static let nudgeTimeoutMs: Int32 = 100
 
-    private func run() {
+    /// The poll thread's loop: its steps are ``ConsumerStateMachine/nextPollAction()``'s; it ends closing
+    /// the consumer.
+    private func pollLoop() {
         let capacity = configuration.maxBatchSize
         let buffer = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
         defer { buffer.deallocate() }
@@ -415,19 +486,15 @@ final class ConsumerCore: @unchecked Sendable {
         // serve the rebalance) instead of sleeping on this thread, which would hold the rebalance up.
         var retry: (requests: [CheckedContinuation<Void, any Error>], attempt: Int, due: ContinuousClock.Instant)?
         while true {
-            let (stop, resume, requests) = state.withLock { s in
-                defer {
-                    s.resumeRequested = false
-                    s.commitRequests = []
-                }
-                if s.resumeRequested { s.paused = false }
-                return (s.stopping, s.resumeRequested, s.commitRequests)
+            let (action, requests) = state.withLock { s in
+                defer { s.commitRequests = [] }
+                return (s.machine.nextPollAction(), s.commitRequests)
             }
-            if stop {
+            if action == .close {
                 for r in requests + (retry?.requests ?? []) { r.resume(throwing: KafkaError.closed) }
                 break
             }
-            if resume {
+            if action == .resume {
                 logger.debug("Kafka consumer buffer drained: consuming again")
             }
             let now = ContinuousClock.now
@@ -459,7 +526,7 @@ final class ConsumerCore: @unchecked Sendable {
             // While holding, rebalance events wait too: at most the time the pipeline takes to drain
             // half the buffer. The hold ends when woken (the buffer half drained, a commit request, a
             // stop) or when the periodic commit or a commit retry is due.
-            if state.withLock({ $0.paused }) {
+            if action == .hold {
                 let nextCommit = min(lastCommit + configuration.commitInterval, retry?.due ?? .now + .seconds(3600))
                 let waitMs = max(1, min(1000, (nextCommit - .now).milliseconds))
                 _ = holdWakeUp.wait(timeout: .now() + .milliseconds(Int(waitMs)))
@@ -540,8 +607,9 @@ final class ConsumerCore: @unchecked Sendable {
             s.buffer.append(kept)
             s.buffered += kept.count
             s.bufferedBytes += Self.bytes(of: kept)
-            if (s.buffered >= configuration.maxBufferedMessages || s.bufferedBytes >= configuration.maxBufferedBytes) && !s.paused {
-                s.paused = true
+            if s.buffered >= configuration.maxBufferedMessages || s.bufferedBytes >= configuration.maxBufferedBytes,
+                s.machine.bufferFull()
+            {
                 s.stats.pauses += 1
                 return (nil, true, s.tracker.trackedPartitions)
             }
@@ -661,7 +729,7 @@ final class ConsumerCore: @unchecked Sendable {
             // message above them as a gap (data dropped while nobody consumed).
             var committed: [TopicPartition: Int64?] = [:]
             // Closing: assigned only to be revoked again at once; no blocking lookup in between.
-            if !state.withLock({ $0.closing }) {
+            if !state.withLock({ $0.machine.isClosing }) {
                 do {
                     committed = try client.committed(partitions, timeoutMs: 10_000)
                 } catch {
@@ -735,10 +803,16 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
+    /// The close (`ConsumerStateMachine.State.closing`), on the poll thread or, when `run()` never ran, on
+    /// a thread of its own. From its start nothing in it (its own commit, the rebalance callback
+    /// librdkafka runs inside `consumer_close`) blocks or sleeps. librdkafka asserts
+    /// (`rd_kafka_cgrp_terminated: !rd_kafka_assignment_in_progress`, seen with two members of one group
+    /// stopping together) when the group terminates while an assignment it handed to the callback is
+    /// still being applied; a callback that waited on a network call or slept through commit retries
+    /// there left that window open.
     private func shutdown() {
-        state.withLock { $0.closing = true }
         // One attempt: a group rebalancing now refuses it, and the revoke inside `consumer_close` commits
-        // the same positions anyway (once, without sleeping: see `State.closing`).
+        // the same positions anyway (once, without sleeping: see above).
         commitOnce(positionsToCommit(), reason: "close")
         // Leaves the group; the final revoke goes through handleRebalance (commits anything settled since).
         let err = client.consumerClose()
@@ -760,7 +834,7 @@ final class ConsumerCore: @unchecked Sendable {
         client.destroy()
         client.context.rebalanceHandler = nil
         let (waiters, closers, requests) = state.withLock { s in
-            s.finished = true
+            s.machine.closed()
             defer {
                 s.waiters = []
                 s.closeWaiters = []

@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// Producer configuration. librdkafka properties pass through unchanged (`properties` wins over the
@@ -12,6 +13,10 @@ public struct KafkaProducerConfiguration: Sendable {
     public var properties: [String: String]
     /// On `close()`, how long to wait for outstanding deliveries before failing them (`_PURGE_QUEUE`).
     public var closeTimeout: Duration
+    /// Whether `run()` closes the producer (as `close()` does) when the service group shuts down
+    /// gracefully. False by default: the pipeline closes its producers itself, after the last dead letter
+    /// or outcome of its stop (`docs/design.md §1.3`).
+    public var stopsOnGracefulShutdown = false
 
     public init(bootstrapServers: String, properties: [String: String] = [:], closeTimeout: Duration = .seconds(30)) {
         self.bootstrapServers = bootstrapServers
@@ -98,18 +103,45 @@ final class DeliveryGroup: @unchecked Sendable {
 /// Both wait (asynchronously) when librdkafka's local queue is full (`queue.buffering.max.*`) instead of
 /// dropping: that is the back-pressure. Delivery reports are served by a thread of the producer's own,
 /// never on Swift's cooperative pool.
-public final class KafkaProducer: Sendable {
+///
+/// A swift-service-lifecycle `Service`: `init` makes the librdkafka handle and checks the configuration
+/// (those errors are thrown there); `run()` serves delivery reports, on a thread it starts and waits for,
+/// until `close()` (or the cancellation of `run()`, or the graceful shutdown when
+/// ``KafkaProducerConfiguration/stopsOnGracefulShutdown``) has delivered or failed what is queued and
+/// destroyed the handle. Messages may be enqueued before `run()`; their deliveries are reported once it
+/// runs. ``started(configuration:logger:)`` runs it in a task of its own.
+public final class KafkaProducer: Service, Sendable {
     private let core: ProducerCore
+    private let stopsOnGracefulShutdown: Bool
 
     public init(configuration: KafkaProducerConfiguration, logger: Logger) throws {
         let client = try RDKafkaClient.make(
             kind: .producer, properties: configuration.rdkafkaProperties, logger: logger)
         core = ProducerCore(client: client, logger: logger, closeTimeout: configuration.closeTimeout)
-        core.start()
+        stopsOnGracefulShutdown = configuration.stopsOnGracefulShutdown
+    }
+
+    /// A producer whose `run()` runs in a task of its own until `close()`, or until the producer is
+    /// released (that task holds the producer's state, not the producer): for tools and tests with no
+    /// task group to run it in.
+    public static func started(configuration: KafkaProducerConfiguration, logger: Logger) throws -> KafkaProducer {
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        let core = producer.core
+        Task { try? await core.run(stopsOnGracefulShutdown: false) }
+        return producer
     }
 
     deinit {
+        // Released while `run()` is not running (it holds `self`): never started, or `started(…)`'s.
         core.requestStop()
+    }
+
+    /// Serves delivery reports until the producer is closed: by `close()`, by the cancellation of this
+    /// task, or by the graceful shutdown if ``KafkaProducerConfiguration/stopsOnGracefulShutdown``. Each
+    /// of them delivers what is queued (up to `closeTimeout`, then fails the rest); `run()` returns when
+    /// the handle is destroyed (at once if the producer was closed before). Throws if it is already running.
+    public func run() async throws {
+        try await core.run(stopsOnGracefulShutdown: stopsOnGracefulShutdown)
     }
 
     /// Enqueues one message (waiting while the local queue is full). Delivery failures surface from the
@@ -142,7 +174,8 @@ public final class KafkaProducer: Sendable {
         if !failures.isEmpty { throw KafkaDeliveryError(failures: failures) }
     }
 
-    /// Flushes (up to `closeTimeout`, failing what is left), stops the poll thread, destroys the handle.
+    /// Flushes (up to `closeTimeout`, failing what is left), stops the poll thread, destroys the handle,
+    /// and so ends `run()`. Before `run()`, that happens on a thread of the close's own.
     public func close() async {
         await core.close()
     }
@@ -158,6 +191,8 @@ final class ProducerCore: @unchecked Sendable {
     private let closeTimeout: Duration
 
     private struct State {
+        var phase = Phase.initializing
+        /// Set by a stop (`close()`, the cancellation of `run()`, a release): new enqueues are refused.
         var stopping = false
         var destroyed = false
         /// Tasks inside `produce` right now: the handle may not be destroyed under them.
@@ -173,10 +208,57 @@ final class ProducerCore: @unchecked Sendable {
         self.closeTimeout = closeTimeout
     }
 
-    func start() {
-        let thread = Thread { [self] in self.run() }
-        thread.name = "kafka-producer-poll"
-        thread.start()
+    /// The producer's lifecycle: `init` → `run()` (the poll thread) → a stop → the handle destroyed.
+    /// (Simpler than the consumer's, ``ConsumerStateMachine``: no hold, no rebalance.)
+    enum Phase {
+        /// `run()` not called yet: delivery reports wait in librdkafka's queue.
+        case initializing
+        /// The poll thread serves delivery reports; a stop makes it drain and destroy.
+        case running
+        /// Stopped before `run()`: a thread of the stop's own drains and destroys; `run()` returns once it did.
+        case closedWithoutRun
+    }
+
+    /// `KafkaProducer.run()`: starts the poll thread and returns when it ended (the handle destroyed).
+    func run(stopsOnGracefulShutdown: Bool) async throws {
+        let start = try state.withLock { s -> Bool in
+            switch s.phase {
+            case .initializing:
+                s.phase = .running
+                return true
+            case .running:
+                throw KafkaError(kind: .configuration, message: "KafkaProducer.run() called while it runs")
+            case .closedWithoutRun:
+                return false
+            }
+        }
+        guard start else { return await close() }
+        await withTaskCancellationHandler {
+            if stopsOnGracefulShutdown {
+                await withGracefulShutdownHandler {
+                    await runPollThread()
+                } onGracefulShutdown: {
+                    self.requestStop()
+                }
+            } else {
+                await runPollThread()
+            }
+        } onCancel: {
+            requestStop()
+        }
+    }
+
+    /// Runs the poll loop on a thread of its own (librdkafka's poll and flush block) and returns when the
+    /// thread has destroyed the handle.
+    private func runPollThread() async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let thread = Thread { [self] in
+                self.pollLoop()
+                done.resume()
+            }
+            thread.name = "kafka-producer-poll"
+            thread.start()
+        }
     }
 
     /// Enqueues, waiting while the queue is full. Returns a failure if librdkafka refuses the message, or
@@ -247,30 +329,49 @@ final class ProducerCore: @unchecked Sendable {
         for w in waiters { w.resume() }
     }
 
+    /// A stop: the poll thread drains and destroys at its next step (within 100 ms); with no poll
+    /// thread, a thread of its own does.
     func requestStop() {
-        state.withLock { $0.stopping = true }
+        let closeHere = state.withLock { s -> Bool in
+            s.stopping = true
+            guard s.phase == .initializing else { return false }
+            s.phase = .closedWithoutRun
+            return true
+        }
+        if closeHere {
+            // `rd_kafka_flush` blocks (up to `closeTimeout`): never on the caller's thread.
+            let thread = Thread { [self] in self.drainAndDestroy() }
+            thread.name = "kafka-producer-close"
+            thread.start()
+        }
     }
 
     func close() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let done = state.withLock { s -> Bool in
-                s.stopping = true
                 if s.destroyed { return true }
                 s.closeWaiters.append(c)
                 return false
             }
+            requestStop()
             if done { c.resume() }
         }
     }
 
     /// The poll thread: serves delivery reports until asked to stop, then drains and destroys.
-    private func run() {
+    private func pollLoop() {
         while !state.withLock({ $0.stopping }) {
             // Returns as soon as it served something, so senders blocked on a full queue wake promptly;
             // the 100 ms cap bounds how long a stop request waits.
             client.poll(timeoutMs: 100)
             resumeSpaceWaiters()
         }
+        drainAndDestroy()
+    }
+
+    /// Delivers what is queued (up to `closeTimeout`, then fails the rest) and destroys the handle: at
+    /// the end of the poll loop, or on a thread of its own when stopped before `run()`.
+    private func drainAndDestroy() {
         // Stopping: let in-progress enqueues finish (new ones are refused), then deliver what is queued.
         while state.withLock({ $0.activeEnqueuers }) > 0 {
             client.poll(timeoutMs: 1)

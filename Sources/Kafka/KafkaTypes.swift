@@ -158,6 +158,14 @@ public struct KafkaDeliveryFailure: Sendable, CustomStringConvertible {
     public var value: [UInt8]
     public var error: KafkaError
 
+    public init(topic: String, partition: Int32, key: [UInt8]? = nil, value: [UInt8], error: KafkaError) {
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.value = value
+        self.error = error
+    }
+
     public var description: String { "\(topic)[\(partition)]: \(error.message)" }
 }
 

@@ -9,8 +9,8 @@ import Synchronization
 ///
 /// `@unchecked Sendable`: an `rd_kafka_t` handle is thread-safe per librdkafka's documentation
 /// (INTRODUCTION.md, "Threads and callbacks"); the queue handle likewise. The only non-thread-safe
-/// operation is `destroy()`, which the owners call exactly once, from their own poll thread, after
-/// every other user of the handle is finished.
+/// operation is `destroy()`, which the owners call exactly once, from their poll thread (or, closed before
+/// their `run()` ran, from the close's thread), after every other user of the handle is finished.
 final class RDKafkaClient: @unchecked Sendable {
     enum Kind { case producer, consumer }
 
@@ -115,7 +115,7 @@ final class RDKafkaClient: @unchecked Sendable {
         }
     }
 
-    /// Destroys the handle. Call once, after `consumerClose()` for consumers, from the poll thread.
+    /// Destroys the handle. Call once, after `consumerClose()` for consumers, from the thread that closes.
     func destroy() {
         precondition(!destroyed)
         destroyed = true

@@ -23,7 +23,8 @@ struct OutcomeMessageOptions: Sendable {
 final class OutcomeStream: Sendable {
     let topic: String
     let options: OutcomeMessageOptions
-    private let producer: KafkaProducer
+    /// Run by the runner with its other Kafka clients (its `run()`); closed by `close()`.
+    let producer: KafkaProducer
     private let logger: Logger
     private let metrics: PipelineMetrics?
     private let initialDelay: Duration

@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import Redis
 import Sender
+import ServiceLifecycle
 
 /// Everything a running pipeline is made of, built from its configuration by `PipelineRunner.assemble`.
 struct PipelineParts: Sendable {
@@ -27,6 +28,15 @@ struct PipelineParts: Sendable {
     var router: Router
     /// Every Redis connection, closed at the end.
     var connections: [any RedisConnection]
+
+    /// The Kafka clients whose `run()` polls them: the consumers, the dead-letter producer and the
+    /// outcomes stream's.
+    var kafkaClients: [any Service] {
+        var clients: [any Service] = [consumer, producer]
+        if let priority { clients.append(priority.consumer) }
+        if let outcomeStream { clients.append(outcomeStream.producer) }
+        return clients
+    }
 
     /// What the priority lane runs on (`docs/design.md §1.4`).
     struct PriorityParts: Sendable {
@@ -253,5 +263,36 @@ extension PipelineRunner {
         Housekeeping(
             configuration: configuration, store: parts.settlerStore, gateStore: parts.store, transports: parts.transports,
             consumer: parts.consumer, budget: budget, deadLetter: parts.deadLetter, group: group, metrics: metrics, logger: logger)
+    }
+
+    /// Commits the settled positions and closes every client; returns the first failure worth a non-zero exit.
+    func close(_ parts: PipelineParts) async -> (any Error)? {
+        var failure: (any Error)?
+        let positions = parts.consumer.commitPositions
+        observed.withLock { o in
+            for (tp, offset) in positions where tp.topic == configuration.kafka.jobsTopic { o.finalCommitPositions[tp.partition] = offset }
+        }
+        await parts.consumer.close()  // commits the settled positions
+        if let priority = parts.priority {
+            await priority.consumer.close()
+            if let error = priority.consumer.finalCommitError {
+                logger.error(
+                    "final Kafka commit of the priority topic failed: settled messages will be consumed again by the next process",
+                    metadata: ["error": "\(error.message)"])
+                failure = failure ?? error
+            }
+        }
+        if let error = parts.consumer.finalCommitError {
+            // Nothing is lost (the messages come again, and dedup keeps accepted ones from being sent
+            // twice), but a clean exit would hide that Kafka was unreachable: exit non-zero.
+            logger.error(
+                "final Kafka commit failed: settled messages will be consumed again by the next process",
+                metadata: ["error": "\(error.message)"])
+            failure = failure ?? error
+        }
+        await parts.producer.close()
+        await parts.outcomeStream?.close()
+        for connection in parts.connections { await connection.close() }
+        return failure
     }
 }

@@ -89,25 +89,38 @@ public final class PipelineRunner: Service, Sendable {
         try await controls.poll(store: parts.controlStore)
 
         var failure: (any Error)?
-        await withDiscardingTaskGroup { background in
-            background.addTask { await self.housekeeping(parts).run() }
-            background.addTask { await parts.marks.run() }
-            background.addTask { await self.controls.run(store: parts.controlStore) }
-            background.addTask { await parts.release.run() }
-            background.addTask { await parts.deadLetters.run() }
-            failure = await runLanesAndSettle(parts)
-            background.cancelAll()
+        // The Kafka clients poll while their `run()` runs (design §1.5): children of this group, ended by
+        // the `close` at the end of the stop, after the settler recorded what came back.
+        await withDiscardingTaskGroup { kafka in
+            for client in parts.kafkaClients {
+                kafka.addTask {
+                    do {
+                        try await client.run()
+                    } catch {
+                        self.logger.error("a Kafka client stopped polling", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
+            await withDiscardingTaskGroup { background in
+                background.addTask { await self.housekeeping(parts).run() }
+                background.addTask { await parts.marks.run() }
+                background.addTask { await self.controls.run(store: parts.controlStore) }
+                background.addTask { await parts.release.run() }
+                background.addTask { await parts.deadLetters.run() }
+                failure = await runLanesAndSettle(parts)
+                background.cancelAll()
+            }
+            // A control change no longer waits for this process.
+            try? await parts.controlStore.forgetControlAcknowledgement()
+            // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
+            do {
+                try await parts.settlerStore.endHeartbeat()
+            } catch {
+                logger.warning(
+                    "could not remove the heartbeat; it lapses on its own", metadata: ["owner": "\(parts.owner)", "error": "\(error)"])
+            }
+            if let error = await close(parts) { failure = failure ?? error }
         }
-        // A control change no longer waits for this process.
-        try? await parts.controlStore.forgetControlAcknowledgement()
-        // Stopped: anything still leased (unsettled after a drain timeout) may be taken over at once.
-        do {
-            try await parts.settlerStore.endHeartbeat()
-        } catch {
-            logger.warning(
-                "could not remove the heartbeat; it lapses on its own", metadata: ["owner": "\(parts.owner)", "error": "\(error)"])
-        }
-        if let error = await close(parts) { failure = failure ?? error }
         try? await group.shutdownGracefully()
         if let failure { throw failure }
         logger.info("pipeline stopped")
@@ -244,37 +257,6 @@ public final class PipelineRunner: Service, Sendable {
                 metadata: ["unanswered": "\(unanswered)"])
         }
         logger.info("shards drained", metadata: ["results": "\(drained.mapValues { $0.map { "\($0)" } })"])
-    }
-
-    /// Commits the settled positions and closes every client; returns the first failure worth a non-zero exit.
-    private func close(_ parts: PipelineParts) async -> (any Error)? {
-        var failure: (any Error)?
-        let positions = parts.consumer.commitPositions
-        observed.withLock { o in
-            for (tp, offset) in positions where tp.topic == configuration.kafka.jobsTopic { o.finalCommitPositions[tp.partition] = offset }
-        }
-        await parts.consumer.close()  // commits the settled positions
-        if let priority = parts.priority {
-            await priority.consumer.close()
-            if let error = priority.consumer.finalCommitError {
-                logger.error(
-                    "final Kafka commit of the priority topic failed: settled messages will be consumed again by the next process",
-                    metadata: ["error": "\(error.message)"])
-                failure = failure ?? error
-            }
-        }
-        if let error = parts.consumer.finalCommitError {
-            // Nothing is lost (the messages come again, and dedup keeps accepted ones from being sent
-            // twice), but a clean exit would hide that Kafka was unreachable: exit non-zero.
-            logger.error(
-                "final Kafka commit failed: settled messages will be consumed again by the next process",
-                metadata: ["error": "\(error.message)"])
-            failure = failure ?? error
-        }
-        await parts.producer.close()
-        await parts.outcomeStream?.close()
-        for connection in parts.connections { await connection.close() }
-        return failure
     }
 
     // MARK: readiness

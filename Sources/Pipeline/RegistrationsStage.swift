@@ -23,6 +23,25 @@ struct RegistrationsStage {
                 properties: configuration.kafka.properties, sessionTimeout: .milliseconds(configuration.kafka.sessionTimeoutMs),
                 maxBatchSize: configuration.kafka.batchSize),
             logger: logger)
+        // The consumer polls while its `run()` runs, a child task beside the loop: until the `close()`
+        // below, or until this stage is cancelled (the process stops) or fails — its cancellation closes
+        // the consumer then, committing what was settled; a batch applied and not yet settled is applied
+        // again by the next owner, which changes nothing (a registration's time and language are
+        // written as they are).
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await consumer.run() }
+            do {
+                try await apply(from: consumer, apps: apps)
+            } catch {
+                await consumer.close()
+                throw error
+            }
+            await consumer.close()
+            try await group.waitForAll()
+        }
+    }
+
+    private func apply(from consumer: KafkaConsumer, apps: KnownApps) async throws {
         // Cancelled at shutdown: nextBatch returns nil, then the consumer commits what was applied.
         while !Task.isCancelled {
             guard let batch = await consumer.nextBatch() else { break }
@@ -43,6 +62,5 @@ struct RegistrationsStage {
             try await store.applyRegistrations(registrations)
             _ = consumer.settle(batch.map(\.ref))
         }
-        await consumer.close()
     }
 }

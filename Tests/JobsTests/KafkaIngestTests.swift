@@ -1,6 +1,7 @@
 import APNsProtocol
 import Jobs
 import Kafka
+import Pipeline
 import Testing
 
 /// Jobs through the mock Kafka cluster over TCP: valid ones decode, malformed ones go to the
@@ -56,7 +57,7 @@ import Testing
 
         // Ingest: decode each batch, dead-letter the failures in one batch, settle everything.
         let deadLetter = DeadLetter(producer: producer, topic: "jobs.dlq")
-        let consumer = try KafkaConsumer(
+        let consumer = try KafkaConsumer.started(
             configuration: Support.consumerConfig(cluster, group: "ingest", topics: ["jobs"]), logger: Support.logger)
         let decoder = JobDecoder()
         var decodedIDs: [String] = []
@@ -88,7 +89,7 @@ import Testing
         await consumer.close()
 
         // The dead-letter topic: each malformed job, unchanged, with its reason and source.
-        let dlqConsumer = try KafkaConsumer(
+        let dlqConsumer = try KafkaConsumer.started(
             configuration: Support.consumerConfig(cluster, group: "dlq-reader", topics: ["jobs.dlq"]), logger: Support.logger)
         var letters: [KafkaConsumerMessage] = []
         while letters.count < malformed.count {

@@ -18,7 +18,7 @@ enum Support {
     }
 
     static func producer(_ cluster: MockCluster) throws -> KafkaProducer {
-        try KafkaProducer(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        try KafkaProducer.started(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
     }
 
     /// The next batch, or nil after `timeout` (a deadline against hangs, not a timing assertion).

@@ -11,7 +11,7 @@ import Testing
         try await producer.sendBatch((0..<120).map { KafkaProducerMessage(topic: "jobs", key: nil, value: Support.bytes("\($0)")) })
         var config = Support.consumerConfig(cluster, group: "lag", topics: ["jobs"], maxBatchSize: 500)
         config.properties["statistics.interval.ms"] = "100"
-        let consumer = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let consumer = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         var taken: [KafkaConsumerMessage] = []
         while taken.count < 120 {
             taken += try #require(await Support.nextBatch(consumer))
@@ -26,7 +26,7 @@ import Testing
         await producer.close()
 
         // No statistics asked for: nothing reported (not a misleading 0).
-        let quiet = try KafkaConsumer(
+        let quiet = try KafkaConsumer.started(
             configuration: Support.consumerConfig(cluster, group: "quiet", topics: ["jobs"]), logger: Support.logger)
         _ = try #require(await Support.nextBatch(quiet))
         #expect(quiet.consumerLag.isEmpty)

@@ -44,7 +44,7 @@ import Testing
         var configuration = Support.consumerConfig(cluster, group: "nudge", topics: ["jobs"], maxBatchSize: 100, maxBuffered: 400)
         // ~300 messages of this size: the queue fills again and again while the backlog is read.
         configuration.properties["queued.max.messages.kbytes"] = "64"
-        let consumer = try KafkaConsumer(configuration: configuration, logger: Support.logger)
+        let consumer = try KafkaConsumer.started(configuration: configuration, logger: Support.logger)
         var seen = Set<Int>()
         var lastOffset: [Int32: Int64] = [:]
         while seen.count < total {

@@ -26,8 +26,8 @@ import Testing
                 }
             }
         }
-        let a = try KafkaConsumer(configuration: config, logger: Support.logger)
-        let b = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let a = try KafkaConsumer.started(configuration: config, logger: Support.logger)
+        let b = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         let tasks = [run("a", a), run("b", b)]
 
         // A steady stream while the group forms and then rebalances. The last third waits until c has
@@ -50,7 +50,7 @@ import Testing
             return !sa.isEmpty && !sb.isEmpty && sa.count + sb.count == Int(partitions)
         }
         try await Support.eventually("a and b consume") { settled.withLock { $0.count } >= 500 }
-        let c = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let c = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         let tasksC = run("c", c)
         try await Support.eventually("c has partitions") { !c.statistics.assignedPartitions.isEmpty }
         cAssigned.withLock { $0 = true }
@@ -110,7 +110,7 @@ import Testing
                 })
         }
         let config = Support.consumerConfig(cluster, group: "restart", topics: ["jobs"])
-        let first = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let first = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         var received: [KafkaConsumerMessage] = []
         while received.count < 200 {
             received += try #require(await Support.nextBatch(first))
@@ -133,7 +133,7 @@ import Testing
             KafkaProducerMessage(topic: "jobs", partition: 0, key: nil, value: Support.bytes("p0-marker")),
             KafkaProducerMessage(topic: "jobs", partition: 1, key: nil, value: Support.bytes("p1-marker")),
         ])
-        let second = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let second = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         var again: [KafkaConsumerMessage] = []
         while !(again.contains { Support.string($0.value) == "p0-marker" } && again.contains { Support.string($0.value) == "p1-marker" }) {
             again += try #require(await Support.nextBatch(second))
@@ -155,7 +155,7 @@ import Testing
         let producer = try Support.producer(cluster)
         try await producer.sendBatch([KafkaProducerMessage(topic: "jobs", key: nil, value: Support.bytes("first"))])
         let config = Support.consumerConfig(cluster, group: "gaps", topics: ["jobs"])
-        let first = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let first = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         let batch = try #require(await Support.nextBatch(first))
         #expect(first.settle(batch.map(\.ref)) == 1)
         try await first.commit()
@@ -166,52 +166,13 @@ import Testing
         for _ in 0..<4 {
             try await producer.sendBatch((0..<32).map { _ in KafkaProducerMessage(topic: "jobs", key: nil, value: big) })
         }
-        let second = try KafkaConsumer(configuration: config, logger: Support.logger)
+        let second = try KafkaConsumer.started(configuration: config, logger: Support.logger)
         let resumed = try #require(await Support.nextBatch(second))
         #expect(resumed.first!.offset > 1, "the mock dropped old data (trait this test relies on)")
         let stats = second.statistics
         #expect(stats.offsetGaps + stats.offsetResets >= 1)
         #expect(stats.offsetsSkipped == resumed.first!.offset - 1)
         await second.close()
-        await producer.close()
-    }
-
-    /// A dead letter keeps key, value and headers and says why and where from.
-    @Test func deadLetterHeadersRoundTrip() async throws {
-        let cluster = try MockCluster(
-            brokers: 1, topics: [.init(name: "jobs", partitions: 3), .init(name: "jobs.dlq", partitions: 1)],
-            logger: Support.logger)
-        defer { cluster.stop() }
-        let producer = try Support.producer(cluster)
-        let value: [UInt8] = Array("{not json".utf8) + [0, 0xFF]
-        try await producer.sendBatch([
-            KafkaProducerMessage(
-                topic: "jobs", key: Support.bytes("abcd"), value: value,
-                headers: [KafkaHeader(key: "trace", string: "t-1"), KafkaHeader(key: "empty", value: nil)])
-        ])
-        let jobs = try KafkaConsumer(
-            configuration: Support.consumerConfig(cluster, group: "ingest", topics: ["jobs"]), logger: Support.logger)
-        let message = try #require(await Support.nextBatch(jobs)?.first)
-        #expect(message.headers.first(named: "empty") == KafkaHeader(key: "empty", value: nil))
-        let dlq = DeadLetter(producer: producer, topic: "jobs.dlq")
-        try await dlq.send(message, reason: "bad-json")
-        #expect(jobs.settle([message.ref]) == 1)
-
-        let reader = try KafkaConsumer(
-            configuration: Support.consumerConfig(cluster, group: "ops", topics: ["jobs.dlq"]), logger: Support.logger)
-        let letter = try #require(await Support.nextBatch(reader)?.first)
-        #expect(letter.key == Support.bytes("abcd"))
-        #expect(letter.value == value)
-        #expect(letter.headers.first(named: "trace")?.stringValue == "t-1")
-        #expect(letter.headers.first(named: "reason")?.stringValue == "bad-json")
-        #expect(letter.headers.first(named: "source-topic")?.stringValue == "jobs")
-        #expect(letter.headers.first(named: "source-partition")?.stringValue == "\(message.partition)")
-        #expect(letter.headers.first(named: "source-offset")?.stringValue == "\(message.offset)")
-        let info = try #require(DeadLetter.info(of: letter))
-        #expect(info.reason == "bad-json")
-        #expect(info.source == message.ref)
-        await jobs.close()
-        await reader.close()
         await producer.close()
     }
 }

@@ -21,7 +21,7 @@ import Testing
         try await producer.flush()
 
         let maxBuffered = 300
-        let consumer = try KafkaConsumer(
+        let consumer = try KafkaConsumer.started(
             configuration: Support.consumerConfig(cluster, group: "g", topics: ["jobs"], maxBatchSize: 50, maxBuffered: maxBuffered),
             logger: Support.logger)
         var seen: [Int] = []
@@ -68,7 +68,7 @@ import Testing
     @Test func failedDeliveriesAreReported() async throws {
         let cluster = try MockCluster(brokers: 1, topics: [.init(name: "small", partitions: 1)], logger: Support.logger)
         defer { cluster.stop() }
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: .init(bootstrapServers: cluster.bootstrapServers, properties: ["message.timeout.ms": "3000"]),
             logger: Support.logger)
         let good = KafkaProducerMessage(topic: "small", key: nil, value: Support.bytes("ok"))
@@ -92,7 +92,7 @@ import Testing
     @Test func aRefusedMessageIsReportedOnce() async throws {
         let cluster = try MockCluster(brokers: 1, topics: [.init(name: "jobs", partitions: 1)], logger: Support.logger)
         defer { cluster.stop() }
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: .init(bootstrapServers: cluster.bootstrapServers, properties: ["message.max.bytes": "10000"]),
             logger: Support.logger)
         let messages = [

@@ -30,7 +30,7 @@ enum Support {
     }
 
     static func producer(_ cluster: MockCluster) throws -> KafkaProducer {
-        try KafkaProducer(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        try KafkaProducer.started(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
     }
 
     struct Timeout: Error, CustomStringConvertible {

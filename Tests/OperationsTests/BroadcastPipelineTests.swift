@@ -66,7 +66,7 @@ struct BroadcastPipelineTests {
         }
         let onChannel = #""channel":"\#(channel)""#
         let t = token(1).hex
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         try await producer.sendBatch([
             job("score-1", key: channel, onChannel),
@@ -106,7 +106,7 @@ struct BroadcastPipelineTests {
         #expect(records["device-1"]?.token == t && records["device-1"]?.channel == nil)
         #expect(simulator.totals.broadcasts == 2 && simulator.totals.broadcastDevicesReached == 2000)
 
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"], sessionTimeout: .seconds(6)),
             logger: testLogger)

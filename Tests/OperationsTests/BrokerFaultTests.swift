@@ -37,7 +37,7 @@ import Darwin
             try await producer.sendBatch(
                 range.map { .init(topic: "jobs", key: Support.bytes("key-\($0)"), value: Support.bytes("\($0)")) })
         }
-        let consumer = try KafkaConsumer(
+        let consumer = try KafkaConsumer.started(
             configuration: Support.consumerConfig(cluster, group: "g", topics: ["jobs"], maxBatchSize: 100, maxBuffered: 1000),
             logger: Support.logger)
         var seen: [Int] = []
@@ -191,7 +191,7 @@ enum BrokerFaultSupport {
     }
 
     static func producer(_ cluster: MockCluster) throws -> KafkaProducer {
-        try KafkaProducer(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        try KafkaProducer.started(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
     }
 
     /// The next batch, or nil after `timeout` (a deadline against hangs, not a timing assertion).

@@ -51,7 +51,7 @@ struct LiveActivityPipelineTests {
         messages.append(job("cert-location", app: news, token: 8, #""payload":{"aps":{}},"push_type":"location""#))
         messages.append(
             job("broken-la", token: 7, #""payload":{"aps":{"event":"update","timestamp":1767000000}},"push_type":"liveactivity""#))
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         try await producer.sendBatch(messages)
 
@@ -74,7 +74,7 @@ struct LiveActivityPipelineTests {
         #expect(records["p1"]?.priority == 1)
         #expect(records["cert-la"] == nil && records["cert-location"] == nil && records["broken-la"] == nil)
 
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"], sessionTimeout: .seconds(6)),
             logger: testLogger)

@@ -147,7 +147,7 @@ struct OperationsTests {
         let before = try await get(base + "/metrics").body
         #expect(sample(before, #"apns_accepted_total{app="com.example.shop",transport="binary"}"#) == 0)
 
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         let template = try JSONParser.parse(#"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello"}}}"#)
         try await producer.sendBatch(
@@ -247,7 +247,7 @@ struct OperationsTests {
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
         let running = Task { try await group.run() }
 
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         let template = try JSONParser.parse(#"{"app":"com.example.shop","payload":{"aps":{"alert":"Hello"}}}"#)
         let audience = (0..<200).map(token)

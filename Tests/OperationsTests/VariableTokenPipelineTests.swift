@@ -53,7 +53,7 @@ struct VariableTokenPipelineTests {
                 topic: "apns.jobs", key: Array(t.lowercased().utf8),
                 value: Array(#"{"id":"\#(id)","app":"\#(app)","token":"\#(t)","payload":{"aps":{"alert":"hi"}}}"#.utf8))
         }
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         try await producer.sendBatch([
             job("long-40", token: long.uppercased()), job("short-8", token: short), job("std-32", token: token(1).hex),
@@ -83,7 +83,7 @@ struct VariableTokenPipelineTests {
         #expect(records["binary-40"] == nil && records["too-long"] == nil && records["refused-48-again"] == nil)
         #expect(simulator.records.count == 3, "the duplicate was not sent again")
 
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"], sessionTimeout: .seconds(6)),
             logger: testLogger)

@@ -62,7 +62,7 @@ struct ByteBudgetProcessTests {
             }
             messages.append(KafkaProducerMessage(topic: "apns.jobs", partition: Int32(i % Self.partitions), key: nil, value: value))
         }
-        let big = try KafkaProducer(
+        let big = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, properties: ["message.max.bytes": "4000000"]),
             logger: testLogger)

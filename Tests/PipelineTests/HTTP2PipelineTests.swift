@@ -131,7 +131,7 @@ struct HTTP2PipelineTests {
         #expect(Self.recorded(sim, campaign: "a").count == 970, "no accepted job sent again")
 
         // Dead letters, with their reasons.
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
                 sessionTimeout: .seconds(6)), logger: testLogger)

@@ -56,7 +56,7 @@ import Testing
         #expect(stack.recorded(campaign: "v").count == 500)
 
         // Every bad job once in the DLQ, with its reason.
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
                 sessionTimeout: .seconds(6)), logger: testLogger)

@@ -26,7 +26,7 @@ struct OutcomesStreamTests {
 
     /// Reads the outcomes topic from its start until `done` says enough.
     static func read(_ stack: Stack, group: String, until done: @escaping ([Read]) -> Bool) async throws -> [Read] {
-        let consumer = try KafkaConsumer(
+        let consumer = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, groupID: group, topics: [topic], sessionTimeout: .seconds(6)),
             logger: testLogger)

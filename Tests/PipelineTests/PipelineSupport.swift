@@ -59,7 +59,7 @@ final class Stack: @unchecked Sendable {
         client = redisTarget.makeConnection(logger: testLogger)
         try await client.connect()
         store = PipelineStore(client: client, logger: testLogger)
-        producer = try KafkaProducer(
+        producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
     }
 

@@ -53,7 +53,7 @@ struct PipelineTests {
         #expect(suppressed == 10)
 
         // Dead letters: unchanged, with their reasons.
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
                 sessionTimeout: .seconds(6)), logger: testLogger)
@@ -163,7 +163,7 @@ struct PipelineTests {
         let stack = try await Stack()
         let pipeline = RunningPipeline(stack.configuration())
         // A producer allowed to publish ~1 MiB messages (the pipeline's DLQ producer keeps the default).
-        let big = try KafkaProducer(
+        let big = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, properties: ["message.max.bytes": "4000000"]),
             logger: testLogger)
@@ -185,7 +185,7 @@ struct PipelineTests {
         try await eventually("2 dead letters counted") { try await stack.store.readStats().totals[.deadLettered] == 2 }
         #expect(try await stack.store.readStats().totals[.deadLetterFailures] == 0)
 
-        let dlq = try KafkaConsumer(
+        let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: stack.cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"],
                 sessionTimeout: .seconds(6)), logger: testLogger)

@@ -59,7 +59,7 @@ enum KafkaBenchmark {
         defer { cluster.stop() }
 
         // Produce.
-        let producer = try KafkaProducer(
+        let producer = try KafkaProducer.started(
             configuration: .init(
                 bootstrapServers: cluster.bootstrapServers,
                 properties: [
@@ -200,7 +200,7 @@ enum KafkaBenchmark {
 
     static func consume(_ bootstrap: String, n: Int, maxBuffered: Int, decode: Bool, logger: Logger) async throws -> ConsumeResult {
         let start = now()
-        let consumer = try KafkaConsumer(
+        let consumer = try KafkaConsumer.started(
             configuration: .init(
                 bootstrapServers: bootstrap, groupID: "apns-bench-\(decode ? "decode" : "read")-\(getpid())", topics: [topic],
                 sessionTimeout: .seconds(6), maxBatchSize: 5000, maxBufferedMessages: maxBuffered, commitInterval: .seconds(1)),

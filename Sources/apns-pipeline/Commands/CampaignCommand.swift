@@ -66,7 +66,7 @@ struct CampaignCommand: AsyncParsableCommand {
             }
             let logger = quietLogger()
             let bootstrap = try config.kafka.resolvedBootstrapServers()
-            let producer = try KafkaProducer(
+            let producer = try KafkaProducer.started(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
             let (redis, store) = try await openStore(config, logger: logger)
             if startAtMs != nil || rate != nil {

@@ -1,3 +1,5 @@
+import Kafka
+
 /// Sends messages the pipeline cannot process to the dead-letter topic: unchanged (same key, value and
 /// original headers) plus headers saying why and where from, so an operator can inspect and replay them.
 /// Delivery is checked: `send` returns only when the dead letter is stored, and throws otherwise — the
