@@ -20,6 +20,15 @@ import TimeUnits
 /// to repeat (the pipeline's stores, in the `Redis` module, are: batch markers, lease owners, newest-wins writes).
 ///
 /// The connection is opened lazily by the first call (or by ``connect()``, which fails fast instead).
+/// How a round trip already written waits for its reply when its task is cancelled.
+public enum RedisWait {
+    /// False (the default): it waits for the reply (or the command timeout), so a cancelled caller
+    /// still knows whether what it wrote was done (a feedback poller stopping mid-read records what it
+    /// read). True, for a task that a stop may abandon (the pipeline's lanes at the drain deadline): the
+    /// wait ends at once with `CancellationError`, and whatever the command did stays done in Redis.
+    @TaskLocal public static var endsOnCancellation = false
+}
+
 public actor RedisClient {
     /// Counts of what this client did, for tests and metrics.
     public struct Statistics: Sendable, Hashable {
@@ -294,6 +303,7 @@ public actor RedisClient {
         statistics.roundTrips += 1
         statistics.commands += commands.count
         channel.writeAndFlush(RedisRequest(bytes: bytes, count: commands.count, promise: promise), promise: nil)
+        guard RedisWait.endsOnCancellation else { return try await promise.futureResult.get() }
         // A cancelled caller stops waiting (a stop never waits out the command timeout); the reply, when
         // it comes, completes a promise nobody reads (a second completion is ignored).
         return try await withTaskCancellationHandler {

@@ -155,6 +155,30 @@ struct ClientTests {
         }
     }
 
+    /// A round trip written before its caller is cancelled still waits for its reply (a feedback poller
+    /// stopping mid-read records what it read), unless the task runs with `RedisWait.endsOnCancellation`
+    /// (the pipeline's lanes, abandoned at the drain deadline): then the wait ends at once, and the
+    /// connection goes on serving the calls after it.
+    @Test func aCancelledCallWaitsForItsReplyUnlessItMayBeAbandoned() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let client = try server.client()
+        _ = try await client.send(RedisCommand("PING"))
+        // BLPOP on an empty list answers nil after its timeout: the cancellation comes while it waits.
+        let waiting = Task { try await client.send(RedisCommand("BLPOP", "empty", "2")) }
+        try await Task.sleep(for: .milliseconds(300))
+        waiting.cancel()
+        #expect(try await waiting.value == .null, "the reply came, though the caller was cancelled")
+        let abandoned = Task {
+            try await RedisWait.$endsOnCancellation.withValue(true) { try await client.send(RedisCommand("BLPOP", "empty", "2")) }
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        abandoned.cancel()
+        await #expect(throws: CancellationError.self) { try await abandoned.value }
+        // The abandoned call's reply still comes to its own promise: the next call gets its own.
+        #expect(try await client.send(RedisCommand("ECHO", "after")) == .bulk(Array("after".utf8)))
+    }
+
     @Test func scriptsRunByDigestAndReloadAfterFlush() async throws {
         let server = try await RedisServer()
         defer { server.stop() }

@@ -28,6 +28,12 @@ struct BulkLane: Sendable {
     }
 
     func run() async throws {
+        // Cancelled at the drain deadline, the lane's Redis calls (gate calls, written marks) are abandoned,
+        // not waited for: their leases lapse unsettled, as after a crash.
+        try await RedisWait.$endsOnCancellation.withValue(true) { try await stages() }
+    }
+
+    private func stages() async throws {
         let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
         let gated = BatchHandoff<PendingGate>(capacity: gateStores.count)
         let regates = Regates()
@@ -98,6 +104,11 @@ struct PriorityLane: Sendable {
     let logger: Logger
 
     func run() async throws {
+        // As the bulk lane's: cancelled, its Redis calls are abandoned.
+        try await RedisWait.$endsOnCancellation.withValue(true) { try await stages() }
+    }
+
+    private func stages() async throws {
         let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
         let regates = Regates()
         try await withThrowingTaskGroup(of: Void.self) { group in
