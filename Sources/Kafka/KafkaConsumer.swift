@@ -301,32 +301,11 @@ final class ConsumerCore: @unchecked Sendable {
         case .awaitClosed:
             await close()
         case .startPollThread:
-            await withTaskCancellationHandler {
-                if stopsOnGracefulShutdown {
-                    await withGracefulShutdownHandler {
-                        await runPollThread()
-                    } onGracefulShutdown: {
-                        self.requestStop()
-                    }
-                } else {
-                    await runPollThread()
-                }
-            } onCancel: {
-                requestStop()
-            }
-        }
-    }
-
-    /// Runs the poll loop on a thread of its own (librdkafka's poll blocks; it must not hold one of the
-    /// cooperative pool's threads) and returns when the thread has closed the consumer.
-    private func runPollThread() async {
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            let thread = Thread { [self] in
+            await runPollThread(
+                named: "kafka-consumer-poll", stopsOnGracefulShutdown: stopsOnGracefulShutdown, requestStop: { self.requestStop() }
+            ) {
                 self.pollLoop()
-                done.resume()
             }
-            thread.name = "kafka-consumer-poll"
-            thread.start()
         }
     }
 

@@ -233,31 +233,10 @@ final class ProducerCore: @unchecked Sendable {
             }
         }
         guard start else { return await close() }
-        await withTaskCancellationHandler {
-            if stopsOnGracefulShutdown {
-                await withGracefulShutdownHandler {
-                    await runPollThread()
-                } onGracefulShutdown: {
-                    self.requestStop()
-                }
-            } else {
-                await runPollThread()
-            }
-        } onCancel: {
-            requestStop()
-        }
-    }
-
-    /// Runs the poll loop on a thread of its own (librdkafka's poll and flush block) and returns when the
-    /// thread has destroyed the handle.
-    private func runPollThread() async {
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            let thread = Thread { [self] in
-                self.pollLoop()
-                done.resume()
-            }
-            thread.name = "kafka-producer-poll"
-            thread.start()
+        await runPollThread(
+            named: "kafka-producer-poll", stopsOnGracefulShutdown: stopsOnGracefulShutdown, requestStop: { self.requestStop() }
+        ) {
+            self.pollLoop()
         }
     }
 
