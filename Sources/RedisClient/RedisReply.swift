@@ -93,6 +93,7 @@ public struct RedisArguments: Sendable, Hashable {
     /// Bytes of all the arguments together.
     public var byteCount: Int { bytes.count }
 
+    @inlinable
     public mutating func append(_ string: String) {
         var string = string
         string.withUTF8 { bytes.append(contentsOf: $0) }
@@ -102,6 +103,9 @@ public struct RedisArguments: Sendable, Hashable {
     /// The decimal text of `value`, written straight into the buffer (no String per argument: the
     /// gate and settle send several integers per job). The digits are made in a stack buffer and
     /// appended at once: an append per digit checked the array's capacity and uniqueness each time.
+    /// Inlinable, as the appends below: the stores call them per job from another module, where an
+    /// opaque generic call converted each integer through witness tables (`perf`, 2026-11-27).
+    @inlinable
     public mutating func append(_ value: some BinaryInteger) {
         guard let value = Int64(exactly: value) else { return append(String(value)) }
         Self.withDecimal(value) { digits in
@@ -112,6 +116,7 @@ public struct RedisArguments: Sendable, Hashable {
 
     /// Calls `body` with the decimal text of `value`, made in a stack buffer: one writer of numbers for
     /// the arguments and the RESP headers (``withRESP(_:)``).
+    @inlinable
     static func withDecimal<R>(_ value: Int64, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         var text: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: a sign and up to 19 digits
         return try withUnsafeMutableBytes(of: &text) { buffer in
@@ -132,6 +137,7 @@ public struct RedisArguments: Sendable, Hashable {
 
     /// `string` with ASCII upper-case letters lowered (token hex), without an intermediate String:
     /// copied at once, then lowered in place.
+    @inlinable
     public mutating func append(lowercasingASCII string: String) {
         let start = bytes.count
         var string = string
@@ -142,6 +148,7 @@ public struct RedisArguments: Sendable, Hashable {
         lengths.append(bytes.count - start)
     }
 
+    @inlinable
     public mutating func append(bytes value: some Collection<UInt8>) {
         bytes.append(contentsOf: value)
         lengths.append(value.count)
