@@ -302,10 +302,8 @@ final class ConsumerCore: @unchecked Sendable {
             await close()
         case .startPollThread:
             await runPollThread(
-                named: "kafka-consumer-poll", stopsOnGracefulShutdown: stopsOnGracefulShutdown, requestStop: { self.requestStop() }
-            ) {
-                self.pollLoop()
-            }
+                named: "kafka-consumer-poll", stopsOnGracefulShutdown: stopsOnGracefulShutdown, requestStop: { self.requestStop() },
+                loop: { self.pollLoop() })
         }
     }
 

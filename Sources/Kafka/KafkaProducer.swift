@@ -234,10 +234,8 @@ final class ProducerCore: @unchecked Sendable {
         }
         guard start else { return await close() }
         await runPollThread(
-            named: "kafka-producer-poll", stopsOnGracefulShutdown: stopsOnGracefulShutdown, requestStop: { self.requestStop() }
-        ) {
-            self.pollLoop()
-        }
+            named: "kafka-producer-poll", stopsOnGracefulShutdown: stopsOnGracefulShutdown, requestStop: { self.requestStop() },
+            loop: { self.pollLoop() })
     }
 
     /// Enqueues, waiting while the queue is full. Returns a failure if librdkafka refuses the message, or
