@@ -398,10 +398,13 @@ struct OperationsTests {
     func runChromium(_ chromium: String, _ arguments: [String], stderr: inout String) async throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: chromium)
+        // A profile of its own, removed afterwards (each run left a directory in the temporary directory).
+        let profile = FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: profile) }
         process.arguments =
             [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=5000",
-                "--user-data-dir=\(FileManager.default.temporaryDirectory.appendingPathComponent("chromium-\(UUID().uuidString)").path)",
+                "--user-data-dir=\(profile)",
             ] + arguments
         let out = Pipe()
         process.standardOutput = out

@@ -319,6 +319,7 @@ struct PipelineTests {
         let tokensFile = FileManager.default.temporaryDirectory.appendingPathComponent("tokens-\(UUID().uuidString).txt").path
         try (audience.map(\.hex) + [audience[5].hex]).joined(separator: "\n").write(toFile: tokensFile, atomically: true, encoding: .utf8)
         let templateFile = FileManager.default.temporaryDirectory.appendingPathComponent("template-\(UUID().uuidString).json").path
+        defer { for f in [tokensFile, templateFile] { try? FileManager.default.removeItem(atPath: f) } }
         try Data(template.serialized()).write(to: URL(fileURLWithPath: templateFile))
         let published = try await PipelineProcess.command(
             ["campaign", "publish", "--pipeline", file, "--campaign", "p", "--template", templateFile, "--tokens", tokensFile, "--quiet"],
