@@ -255,11 +255,14 @@ public struct PipelineConfiguration: Sendable {
     public var maxInFlightBytes = 256 << 20
     /// Event-loop threads of `run` (`pipeline.event_loop_threads`): every app's connections (HTTP/2
     /// connections, binary shards) are spread over them, each connection on one loop for its life;
-    /// the feedback poller uses them too. Kafka's and Redis's clients keep threads of their own, and
-    /// decoding runs on Swift's cooperative pool (operations §4).
+    /// the feedback poller and `run`'s Redis connections use them too. Kafka's clients keep threads of
+    /// their own, and decoding, the gate and the settle run on Swift's cooperative pool (operations §4).
     public var eventLoopThreads = PipelineConfiguration.defaultEventLoopThreads
-    /// The machine's cores, at most 8: beyond that one process is better split in two (operations §4).
-    public static var defaultEventLoopThreads: Int { min(max(1, System.coreCount), 8) }
+    /// Half the machine's cores (at least 1, at most 8). The other half is for Swift's cooperative pool,
+    /// which decodes, gates and settles every job: on 2 cores, a loop per core made `run` spend ~9 % more
+    /// CPU per HTTP/2 job at the same rate than one loop did (benchmarks §7.1, 2026-11-27). Beyond 8, one
+    /// process is better split in two (operations §4).
+    public static var defaultEventLoopThreads: Int { min(max(1, System.coreCount / 2), 8) }
     /// How long a stop (SIGTERM) waits for the batches already taken to be sent and for every transport's
     /// answers (`pipeline.drain_timeout_s`); what is unanswered then stays unsettled and Kafka redelivers
     /// it. The process exits within this plus `stopGrace` whatever Apple, Redis or Kafka do (§1.3).
