@@ -6,23 +6,26 @@ import APNsProtocol
 /// stage (decoding, gate, send) and a copy is one reference count, not one per string, payload part and
 /// alert (issue 14: copying the fields was ~10 % of `run`'s CPU).
 public struct Job: Sendable {
-    private final class Storage: @unchecked Sendable {
+    // `@usableFromInline`: the getters the gate and the dispatch read per job (`id`, `app`, `tokenHex`,
+    // `channel`, `campaign`, `pushType`) are inlined into the pipeline's code rather than called
+    // (`perf`, 2026-11-27).
+    @usableFromInline final class Storage: @unchecked Sendable {
         // Only mutated through `Job`'s setters, on a uniquely referenced storage (copied first otherwise).
-        var id: String
-        var app: String
+        @usableFromInline var id: String
+        @usableFromInline var app: String
         var token: DeviceToken
-        var tokenHex: String
+        @usableFromInline var tokenHex: String
         /// A broadcast job's channel (then `token` is ``Job/channelPlaceholderToken`` and `tokenHex` empty);
         /// nil for a device job, which costs it one nil word.
-        var channel: BroadcastChannelID?
+        @usableFromInline var channel: BroadcastChannelID?
         var payload: Payload
         var alerts: [String: Alert]
         var template: JobTemplate?
         var expiry: UInt32
         var priority: Priority
-        var campaign: String?
+        @usableFromInline var campaign: String?
         var collapseID: String?
-        var pushType: APNsPushType?
+        @usableFromInline var pushType: APNsPushType?
 
         init(
             id: String, app: String, token: DeviceToken, tokenHex: String, payload: Payload, alerts: [String: Alert],
@@ -51,7 +54,7 @@ public struct Job: Sendable {
         }
     }
 
-    private var storage: Storage
+    @usableFromInline var storage: Storage
 
     private mutating func unique() -> Storage {
         if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
@@ -60,12 +63,12 @@ public struct Job: Sendable {
 
     /// Idempotency key (dedup): 1…128 UTF-8 bytes.
     public var id: String {
-        get { storage.id }
+        @inlinable get { storage.id }
         set { unique().id = newValue }
     }
     /// Bundle id = certificate topic: selects the pool. Non-empty.
     public var app: String {
-        get { storage.app }
+        @inlinable get { storage.app }
         set { unique().app = newValue }
     }
     public var token: DeviceToken {
@@ -79,7 +82,7 @@ public struct Job: Sendable {
     }
     /// `token.hex` (lower-case), made once per job: the gate, the notification and the settler share it.
     /// Empty for a broadcast job (it has no token).
-    public var tokenHex: String { storage.tokenHex }
+    @inlinable public var tokenHex: String { storage.tokenHex }
 
     /// The job's recipient: its device token, or the broadcast channel it names (`channel`).
     public var recipient: Recipient {
@@ -88,7 +91,7 @@ public struct Job: Sendable {
     }
 
     /// The broadcast channel, nil for a device job.
-    public var channel: BroadcastChannelID? { storage.channel }
+    @inlinable public var channel: BroadcastChannelID? { storage.channel }
 
     /// What the job's Redis records are keyed and bucketed by (design §4.1): the token's hex, or for a
     /// broadcast the channel id (its dedup record and lease live in the channel's bucket; it has no
@@ -131,7 +134,7 @@ public struct Job: Sendable {
         set { unique().priority = newValue }
     }
     public var campaign: String? {
-        get { storage.campaign }
+        @inlinable get { storage.campaign }
         set { unique().campaign = newValue }
     }
     /// HTTP/2 `apns-collapse-id`: notifications with the same id replace each other on the device.
@@ -143,7 +146,7 @@ public struct Job: Sendable {
     /// HTTP/2 `apns-push-type`; nil lets the transport infer it (background for a payload that shows
     /// nothing, else alert).
     public var pushType: APNsPushType? {
-        get { storage.pushType }
+        @inlinable get { storage.pushType }
         set { unique().pushType = newValue }
     }
 

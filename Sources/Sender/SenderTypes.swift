@@ -43,24 +43,27 @@ public enum Lane: UInt8, Sendable, Hashable {
 /// `<campaign>:<token hex>` (``PushNotification/campaignJobID(campaign:token:)``): ~100 bytes on the heap
 /// per notification in flight (up to `pipeline.max_in_flight` of them), kept as its campaign and token.
 public struct PushNotification: Sendable {
-    private final class Storage: @unchecked Sendable {
+    // `@usableFromInline`: the getters the pipeline and the transports read per notification on the hot
+    // path (`app`, `lane`, `channel`, `position`, `campaign`, `token`) are inlined into their callers, in
+    // other modules, rather than called (`perf`, 2026-11-27: a call and a retain each, per read).
+    @usableFromInline final class Storage: @unchecked Sendable {
         // Only mutated through `PushNotification`'s setters, on a uniquely referenced storage.
         /// nil: the id is `<campaign>:<token hex>` (`campaign` is set), made when asked.
         var jobID: String?
-        var app: String
-        var token: DeviceToken
+        @usableFromInline var app: String
+        @usableFromInline var token: DeviceToken
         /// The token's hex when the maker had it already (a decoded job's); nil: made from `token` when asked.
         var tokenHex: String?
         var payload: [UInt8]
         var expiry: UInt32
         var priority: Priority
-        var campaign: String?
+        @usableFromInline var campaign: String?
         var collapseID: String?
         var pushType: APNsPushType?
-        var position: SourcePosition?
+        @usableFromInline var position: SourcePosition?
         var clearance: WriteClearance?
         /// A broadcast's channel (then `token` is a placeholder nothing sends); nil for a device.
-        var channel: BroadcastChannelID?
+        @usableFromInline var channel: BroadcastChannelID?
 
         init(
             jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
@@ -90,7 +93,7 @@ public struct PushNotification: Sendable {
         }
     }
 
-    private var storage: Storage
+    @usableFromInline var storage: Storage
 
     private mutating func unique() -> Storage {
         if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
@@ -166,11 +169,11 @@ public struct PushNotification: Sendable {
         return s
     }
     public var app: String {
-        get { storage.app }
+        @inlinable get { storage.app }
         set { unique().app = newValue }
     }
     public var token: DeviceToken {
-        get { storage.token }
+        @inlinable get { storage.token }
         set {
             let s = keepJobID()
             s.token = newValue
@@ -184,7 +187,9 @@ public struct PushNotification: Sendable {
         return .device(storage.token)
     }
     /// The broadcast channel, nil for a device's notification.
-    public var channel: BroadcastChannelID? { storage.channel }
+    @inlinable public var channel: BroadcastChannelID? { storage.channel }
+    /// Whether it is a broadcast (it names a channel), without a copy of the channel's id.
+    @inlinable public var isBroadcast: Bool { storage.channel != nil }
     /// What its Redis records are keyed by: the token's hex, or a broadcast's channel id (design §4.1).
     public var recipientKey: String { storage.channel?.value ?? tokenHex }
     /// The token's lower-case hex (Redis keys, dead letters, logs): the decoded job's own string when the
@@ -203,7 +208,7 @@ public struct PushNotification: Sendable {
         set { unique().priority = newValue }
     }
     public var campaign: String? {
-        get { storage.campaign }
+        @inlinable get { storage.campaign }
         set { keepJobID().campaign = newValue }
     }
     /// HTTP/2 `apns-collapse-id` (≤ 64 bytes); the binary interface has no such field and ignores it.
@@ -219,11 +224,11 @@ public struct PushNotification: Sendable {
     }
     /// The job's Kafka position, when it came from Kafka (`send` reads files and has none).
     public var position: SourcePosition? {
-        get { storage.position }
+        @inlinable get { storage.position }
         set { unique().position = newValue }
     }
     /// Its lane (from its position; `send`'s notifications, which have none, are bulk).
-    public var lane: Lane { storage.position?.lane ?? .bulk }
+    @inlinable public var lane: Lane { storage.position?.lane ?? .bulk }
     /// Leave to write it (its gate call's "written" mark); nil: may be written at once.
     public var clearance: WriteClearance? {
         get { storage.clearance }

@@ -111,10 +111,13 @@ enum OutcomeRecords {
 
     static func redisOutcome(_ o: Sender.Outcome) -> SettledOutcome {
         // The settler acts on what a rejection means, never on a protocol's status number.
+        let n = o.notification
+        // Read once: the settle of every outcome runs on a transport's event loop.
+        let channel = n.channel
         var suppression: TokenSuppression?
         // A broadcast never suppresses anything (a channel is no token; `Outcome` already turns such an
         // answer into a dead letter): checked here too, so no path can write a channel id as a token.
-        if o.notification.channel == nil, case .rejected(.invalidToken(let since, let reason)) = o.delivery {
+        if channel == nil, case .rejected(.invalidToken(let since, let reason)) = o.delivery {
             suppression = TokenSuppression(since: since, reason: reason)
         }
         let kind: SettledOutcomeKind =
@@ -128,10 +131,9 @@ enum OutcomeRecords {
         // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
         // token's hash from its hex written into a buffer: its hex as a String (which a binary
         // notification does not keep) only when a suppression writes it.
-        let n = o.notification
         let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
         let tokenHash: UInt32
-        if let channel = n.channel {
+        if let channel {
             // The bucket the gate leased it in (`GateRequest(jobID:app:channelID:)`).
             tokenHash = RedisKeys.tokenHash(hex: channel.value)
         } else {
@@ -143,7 +145,7 @@ enum OutcomeRecords {
         var outcome = SettledOutcome(
             fingerprint: fingerprint, app: o.app, tokenHash: tokenHash, tokenHex: suppression == nil ? nil : n.tokenHex,
             campaign: n.campaign, kind: kind, code: o.code, suppressToken: suppression, shard: o.connection)
-        outcome.isBroadcast = n.channel != nil
+        outcome.isBroadcast = channel != nil
         return outcome
     }
 
@@ -175,15 +177,16 @@ enum OutcomeRecords {
                         messages: [DeferredMessage.member(key: Array(n.recipientKey.utf8), value: sentJob(n))]))
             }
             let outcome = redisOutcome(o)
-            item.outcomes.append(outcome)
+            let kind = outcome.kind
+            item.outcomes.append(consume outcome)
             if let position = o.notification.position {
                 item.refs.append(ref(topic: topic, priorityTopic: priorityTopic, position: position))
             }
             // A job held back (its campaign paused) is not done: its message comes when it settles after
             // the release.
-            if let messages, outcome.kind != .deferred {
+            if let messages, kind != .deferred {
                 let reason = o.kind == .deadLettered ? o.rejection.map(GatewayRefusal.reason) : nil
-                item.messages.append(OutcomeMessage(o, kind: outcome.kind, reason: reason, http2: messages.http2Apps.contains(batch.app)))
+                item.messages.append(OutcomeMessage(o, kind: kind, reason: reason, http2: messages.http2Apps.contains(batch.app)))
             }
         }
         item.events.replayed = batch.events.replayed
