@@ -188,8 +188,6 @@ public struct PushNotification: Sendable {
     }
     /// The broadcast channel, nil for a device's notification.
     @inlinable public var channel: BroadcastChannelID? { storage.channel }
-    /// Whether it is a broadcast (it names a channel), without a copy of the channel's id.
-    @inlinable public var isBroadcast: Bool { storage.channel != nil }
     /// What its Redis records are keyed by: the token's hex, or a broadcast's channel id (design §4.1).
     public var recipientKey: String { storage.channel?.value ?? tokenHex }
     /// The token's lower-case hex (Redis keys, dead letters, logs): the decoded job's own string when the
