@@ -254,12 +254,14 @@ let package = Package(
 
         // Helpers the test targets share: a throw-away redis-server, the test certificates, a small
         // HTTP/2 client over TLS (for the HTTP/2 simulator's tests and the HTTP/2 sender's), the HTTP/2
-        // simulator started with the test certificates and token key.
+        // simulator started with the test certificates and token key, the mock Kafka cluster's consumer
+        // settings and waits (KafkaTestSupport).
         .target(
             name: "TestSupport",
             dependencies: [
                 "ProcessSupport",
                 "Redis",
+                "Kafka",
                 "APNsTransport",
                 "HTTP2Simulator",
                 .product(name: "Logging", package: "swift-log"),
@@ -342,6 +344,7 @@ let package = Package(
         .testTarget(
             name: "KafkaTests",
             dependencies: [
+                "TestSupport",
                 "Kafka",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -350,7 +353,7 @@ let package = Package(
         .testTarget(
             name: "JobsTests",
             // Pipeline: `DeadLetter` (the ingest test dead-letters malformed jobs as the pipeline does).
-            dependencies: ["Jobs", "APNsProtocol", "Kafka", "Pipeline"],
+            dependencies: ["TestSupport", "Jobs", "APNsProtocol", "Kafka", "Pipeline"],
             // Apple's documented example payloads (issue 31), read by TodaysPayloadTests.
             resources: [.copy("Fixtures/Apple")]
         ),

@@ -58,7 +58,8 @@ import Testing
         // Ingest: decode each batch, dead-letter the failures in one batch, settle everything.
         let deadLetter = DeadLetter(producer: producer, topic: "jobs.dlq")
         let consumer = try KafkaConsumer.started(
-            configuration: Support.consumerConfig(cluster, group: "ingest", topics: ["jobs"]), logger: Support.logger)
+            configuration: Support.consumerConfig(cluster, group: "ingest", topics: ["jobs"], maxBatchSize: 50, maxBuffered: 1000),
+            logger: Support.logger)
         let decoder = JobDecoder()
         var decodedIDs: [String] = []
         var refused: [(ref: MessageRef, reason: String)] = []
@@ -90,7 +91,8 @@ import Testing
 
         // The dead-letter topic: each malformed job, unchanged, with its reason and source.
         let dlqConsumer = try KafkaConsumer.started(
-            configuration: Support.consumerConfig(cluster, group: "dlq-reader", topics: ["jobs.dlq"]), logger: Support.logger)
+            configuration: Support.consumerConfig(cluster, group: "dlq-reader", topics: ["jobs.dlq"], maxBatchSize: 50, maxBuffered: 1000),
+            logger: Support.logger)
         var letters: [KafkaConsumerMessage] = []
         while letters.count < malformed.count {
             let batch = try #require(await Support.nextBatch(dlqConsumer), "only \(letters.count) dead letters")

@@ -21,7 +21,7 @@ import Darwin
 /// mock broker goes down can keep its old listener alive past librdkafka's re-bind of the port, which
 /// then aborts the whole test process (ChildProcessWaits.swift, rule 2).
 @Suite struct BrokerFaultTests {
-    typealias Support = BrokerFaultSupport
+    typealias Support = KafkaTestSupport
 
     /// `cluster.setBroker(id, up:)` while no child process starts (see above).
     @discardableResult
@@ -109,7 +109,7 @@ import Darwin
     /// Without `withNoChildStarting`, a re-bind beside a starting child failed within the first 100 cycles here, and
     /// librdkafka aborted the process (checked again 2026-11-27 with a child every 2 ms).
     @Test func aBrokerGoesDownAndUpWhileChildrenStart() async throws {
-        let cluster = try MockCluster(brokers: 2, topics: [.init(name: "jobs", partitions: 2)], logger: BrokerFaultSupport.logger)
+        let cluster = try MockCluster(brokers: 2, topics: [.init(name: "jobs", partitions: 2)], logger: KafkaTestSupport.logger)
         defer { cluster.stop() }
         // The children start from a thread of their own: a task on the cooperative pool may not run at
         // all while this loop and the tests beside it hold the pool's two threads (a CI run ended the 200
@@ -125,15 +125,15 @@ import Darwin
         }
         let started = await starter.stop()
         #expect(started >= 10, "children were started meanwhile (\(started) in \(cycles) cycles)")
-        let producer = try BrokerFaultSupport.producer(cluster)
-        try await producer.sendBatch((0..<20).map { .init(topic: "jobs", key: BrokerFaultSupport.bytes("k\($0)"), value: []) })
+        let producer = try KafkaTestSupport.producer(cluster)
+        try await producer.sendBatch((0..<20).map { .init(topic: "jobs", key: KafkaTestSupport.bytes("k\($0)"), value: []) })
         await producer.close()
     }
 
     /// A broker's port taken by another listener while it was down: bringing it up is a clear error and
     /// it stays down (librdkafka would abort on the failed listen); once the port is free it comes up.
     @Test func aBrokerWhosePortWasTakenStaysDownWithAClearError() async throws {
-        let cluster = try MockCluster(brokers: 2, topics: [.init(name: "jobs", partitions: 2)], logger: BrokerFaultSupport.logger)
+        let cluster = try MockCluster(brokers: 2, topics: [.init(name: "jobs", partitions: 2)], logger: KafkaTestSupport.logger)
         defer { cluster.stop() }
         let address = cluster.bootstrapServers.split(separator: ",")[1]
         let port = try #require(address.split(separator: ":").last.flatMap { UInt16($0) })
@@ -148,8 +148,8 @@ import Darwin
         }
         close(squatter)
         try cluster.setBroker(2, up: true)
-        let producer = try BrokerFaultSupport.producer(cluster)
-        try await producer.sendBatch((0..<20).map { .init(topic: "jobs", key: BrokerFaultSupport.bytes("k\($0)"), value: []) })
+        let producer = try KafkaTestSupport.producer(cluster)
+        try await producer.sendBatch((0..<20).map { .init(topic: "jobs", key: KafkaTestSupport.bytes("k\($0)"), value: []) })
         await producer.close()
     }
 
@@ -173,54 +173,17 @@ import Darwin
     }
 }
 
-/// KafkaTests' helpers this suite uses (it moved here; see above).
-enum BrokerFaultSupport {
-    static var logger: Logger {
-        var logger = Logger(label: "kafka-tests")
-        logger.logLevel = ProcessInfo.processInfo.environment["KAFKA_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .warning
-        return logger
-    }
-
-    /// Low session timeout: the mock makes a member that joins after the last one left wait about this long.
-    static func consumerConfig(
-        _ cluster: MockCluster, group: String, topics: [String], maxBatchSize: Int = 200, maxBuffered: Int = 2000
-    ) -> KafkaConsumerConfiguration {
-        KafkaConsumerConfiguration(
-            bootstrapServers: cluster.bootstrapServers, groupID: group, topics: topics,
-            // KAFKA_TEST_STRATEGY=cooperative-sticky (etc.) reruns the suite with another assignment protocol.
-            properties: ProcessInfo.processInfo.environment["KAFKA_TEST_STRATEGY"].map { ["partition.assignment.strategy": $0] } ?? [:],
-            sessionTimeout: .seconds(3), maxBatchSize: maxBatchSize, maxBufferedMessages: maxBuffered,
-            commitInterval: .milliseconds(200))
-    }
-
-    static func producer(_ cluster: MockCluster) throws -> KafkaProducer {
-        try KafkaProducer.started(configuration: .init(bootstrapServers: cluster.bootstrapServers), logger: logger)
-    }
-
-    /// The next batch, or nil after `timeout` (a deadline against hangs, not a timing assertion).
-    static func nextBatch(_ consumer: KafkaConsumer, timeout: Duration = .seconds(30)) async -> [KafkaConsumerMessage]? {
-        await withTaskGroup(of: [KafkaConsumerMessage]?.self) { group in
-            group.addTask { await consumer.nextBatch() }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next()!
-            group.cancelAll()
-            return first
-        }
-    }
-
-    static func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
-    static func string(_ b: [UInt8]?) -> String { b.map { String(decoding: $0, as: UTF8.self) } ?? "<nil>" }
-}
-
 /// Starts `/bin/true` children one after another on its own thread until stopped, counting them.
 private final class ChildStarterThread: Sendable {
     private let count = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
-    private let done = Mutex<CheckedContinuation<Void, Never>?>(nil)
-    private let finished = Atomic<Bool>(false)
+    /// Whether the thread has ended, and who waits for it: one lock, so neither side can miss the other.
+    private enum End {
+        case running
+        case awaited(CheckedContinuation<Void, Never>)
+        case ended
+    }
+    private let end = Mutex(End.running)
 
     var started: Int { count.load(ordering: .relaxed) }
 
@@ -237,8 +200,12 @@ private final class ChildStarterThread: Sendable {
                 // mock cluster a second (here ~20 s for the test at 2 ms).
                 usleep(2_000)
             }
-            finished.store(true, ordering: .sequentiallyConsistent)
-            done.withLock { $0.take() }?.resume()
+            let waiter = end.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state = .ended }
+                if case .awaited(let continuation) = state { return continuation }
+                return nil
+            }
+            waiter?.resume()
         }
         thread.start()
     }
@@ -247,12 +214,12 @@ private final class ChildStarterThread: Sendable {
     func stop() async -> Int {
         stopping.store(true, ordering: .relaxed)
         await withCheckedContinuation { continuation in
-            let resumeNow = done.withLock { waiting -> Bool in
-                if finished.load(ordering: .sequentiallyConsistent) { return true }
-                waiting = continuation
+            let endedAlready = end.withLock { state -> Bool in
+                if case .ended = state { return true }
+                state = .awaited(continuation)
                 return false
             }
-            if resumeNow { continuation.resume() }
+            if endedAlready { continuation.resume() }
         }
         return started
     }
