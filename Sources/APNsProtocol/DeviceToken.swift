@@ -335,20 +335,10 @@ public struct DeviceToken: Hashable, Sendable, CustomStringConvertible {
         switch storage {
         case .inline(let a, let b, let c, let d):
             var be = (a.bigEndian, b.bigEndian, c.bigEndian, d.bigEndian)
-            return withUnsafeBytes(of: &be) { Self.fnv1a($0, count: Self.binaryByteCount) }
+            return withUnsafeBytes(of: &be) { FNV1a64.hash($0) }
         case .outOfLine(let bytes):
-            return bytes.withUnsafeBytes { Self.fnv1a($0, count: $0.count) }
+            return FNV1a64.hash(bytes)
         }
-    }
-
-    @inline(__always)
-    private static func fnv1a(_ raw: UnsafeRawBufferPointer, count: Int) -> UInt64 {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for i in 0..<count {
-            h ^= UInt64(raw[i])
-            h &*= 0x0000_0100_0000_01B3
-        }
-        return h
     }
 
     // A 32-byte token is always inline and no other is, so tokens of different representations have

@@ -163,15 +163,7 @@ public enum SimulatorError: Error, CustomStringConvertible {
 
 package enum PayloadFacts {
     /// FNV-1a 64 in 16 hex digits.
-    package static func hash(_ payload: some Sequence<UInt8>) -> String {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in payload {
-            h ^= UInt64(b)
-            h &*= 0x0000_0100_0000_01B3
-        }
-        let s = String(h, radix: 16)
-        return String(repeating: "0", count: 16 - s.count) + s
-    }
+    package static func hash(_ payload: [UInt8]) -> String { FNV1a64.hex(FNV1a64.hash(payload)) }
 
     /// The string value of a top-level `"jid"` key, found by a byte scan (no JSON parse, and no
     /// allocation until it is found: this runs for every accepted notification).

@@ -65,16 +65,8 @@ struct AcceptedRequest {
     /// is unchanged).
     var broadcast: (channel: String, reached: Int)?
 
-    /// FNV-1a 64 of the payload: the binary simulator's `payload_hash` (`PayloadFacts.hash`), over a
-    /// concrete array so that it is specialized (the generic one costs ~1 µs per notification here).
-    static func hash(_ payload: [UInt8]) -> UInt64 {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in payload {
-            h ^= UInt64(b)
-            h &*= 0x0000_0100_0000_01B3
-        }
-        return h
-    }
+    /// FNV-1a 64 of the payload: the binary simulator's `payload_hash` (`PayloadFacts.hash`).
+    static func hash(_ payload: [UInt8]) -> UInt64 { FNV1a64.hash(payload) }
 
     private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 

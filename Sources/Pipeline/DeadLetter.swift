@@ -1,3 +1,4 @@
+import APNsProtocol
 import Kafka
 
 /// Sends messages the pipeline cannot process to the dead-letter topic: unchanged (same key, value and
@@ -144,15 +145,7 @@ public struct DeadLetter: Sendable {
     }
 
     /// FNV-1a 64 in 16 lower-case hex digits (the simulator's payload hash uses the same function).
-    public static func fnv1a64Hex(_ bytes: [UInt8]) -> String {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in bytes {
-            h ^= UInt64(b)
-            h &*= 0x0000_0100_0000_01B3
-        }
-        let s = String(h, radix: 16)
-        return String(repeating: "0", count: 16 - s.count) + s
-    }
+    public static func fnv1a64Hex(_ bytes: [UInt8]) -> String { FNV1a64.hex(FNV1a64.hash(bytes)) }
 }
 
 /// Dead letters that could not be stored: their source messages must stay unsettled.

@@ -79,12 +79,7 @@ public final class HTTP2Transport: NotificationTransport {
     /// one connection, in order, and an app's channels spread over its connections (the placeholder
     /// token would put every broadcast on one).
     private func connectionIndex(for channel: BroadcastChannelID) -> Int {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in channel.value.utf8 {
-            h ^= UInt64(byte)
-            h &*= 0x0000_0100_0000_01B3
-        }
-        return connectionIndex(hash: h)
+        connectionIndex(hash: FNV1a64.hash(channel.value))
     }
 
     private func connectionIndex(hash: UInt64) -> Int {
