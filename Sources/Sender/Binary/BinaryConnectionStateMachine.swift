@@ -228,16 +228,15 @@ struct BinaryConnectionStateMachine {
         outcomes = []
         let connection = self.connection
         replay.settleExpired(now: now, settleAfter: config.settleAfter) { e in
-            let p = e.item
             settledBytes += e.bytes
             settledCount += 1
-            // As `record(p, .accepted)`: one already reported (resent from the grace window) is not
+            // As `record(e.item, .accepted)`: one already reported (resent from the grace window) is not
             // reported again.
-            if !p.reported {
+            if !e.item.reported {
                 accepted.append(
                     Outcome(
-                        notification: p.notification, delivery: .accepted, attempts: p.attempts, connection: connection,
-                        ambiguousResends: p.ambiguousResends))
+                        notification: e.item.notification, delivery: .accepted, attempts: e.item.attempts, connection: connection,
+                        ambiguousResends: e.item.ambiguousResends))
             }
         }
         outcomes = accepted

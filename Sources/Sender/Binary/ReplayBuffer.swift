@@ -161,17 +161,19 @@ struct ReplayBuffer<Item: ReplayItem> {
     /// building an array (the per-tick path).
     mutating func settleExpired(now: UInt64, settleAfter: UInt64, _ body: (Entry) -> Void) {
         while let m = meta.first, let at = m.writtenAt, at + settleAfter <= now {
-            let e = entry(0)
+            let identifier = oldest &+ UInt32(truncatingIfNeeded: settled.count)
             meta.removeFirst()
-            items.removeFirst()
+            // Moved out, not copied: a settled notification's object is cold by now (written a settle
+            // window ago), and each copy of it is a retain and a release on that cold line.
+            let item = items.removeFirst()
             bytes -= m.bytes
-            settled.append(SettledEntry(item: e.item.settled, bytes: UInt32(m.bytes)))
+            settled.append(SettledEntry(item: item.settled, bytes: UInt32(m.bytes)))
             if let last = settleRuns.last, last.at == now {
                 settleRuns[settleRuns.index(before: settleRuns.endIndex)].count += 1
             } else {
                 settleRuns.append(SettleRun(at: now, count: 1))
             }
-            body(e)
+            body(Entry(identifier: identifier, item: item, bytes: m.bytes, flush: m.flush, writtenAt: m.writtenAt))
         }
     }
 
