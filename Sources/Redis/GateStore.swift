@@ -112,7 +112,7 @@ struct GateStore: StoreRole {
         // fields are read in place, not copied out (three retains and releases per job).
         var groupIDs: [TagID] = []
         for index in indices {
-            let bucket = keys.tokenBucket(requests[index].tokenHex)
+            let bucket = keys.tokenBucket(hash: requests[index].tokenHash)
             let g: Int
             if let known = groupIDs.firstIndex(where: { $0.bucket == bucket && $0.app == requests[index].app }) {
                 g = known
@@ -129,7 +129,7 @@ struct GateStore: StoreRole {
                 groupIDs.append(TagID(app: app, bucket: bucket))
                 g = groups.count - 1
             }
-            let fingerprint = JobFingerprint(jobID: requests[index].jobID)
+            let fingerprint = requests[index].fingerprint
             let sub = fingerprint.subBucket(of: subs)
             let tables = groups[g].dedupSets
             for table in tables { table.appendName(sub, to: &groups[g].keys) }

@@ -1,20 +1,27 @@
 /// A job asking the gate whether it may be sent.
 public struct GateRequest: Sendable, Hashable {
-    public var jobID: String
+    public let jobID: String
     /// Bundle id (= certificate topic).
-    public var app: String
+    public let app: String
     /// Device token, hex; case-insensitive. For a broadcast (``isChannel``) the channel id: the key its
     /// records are bucketed by, never looked up as a token.
-    public var tokenHex: String
+    public let tokenHex: String
     /// A broadcast to a channel: deduped and leased like every job, but a channel is no device, so the
     /// gate neither reads a suppression, a registration or a language for it.
-    public var isChannel: Bool
+    public let isChannel: Bool
+    /// ``JobFingerprint(jobID:)`` of ``jobID`` and ``RedisKeys/tokenHash(hex:)`` of ``tokenHex``: made
+    /// once, here, for the gate's keys and arguments; the pipeline carries them on to the job's settle
+    /// (so they are computed once per job, not once per stage).
+    public let fingerprint: JobFingerprint
+    public let tokenHash: UInt32
 
     public init(jobID: String, app: String, tokenHex: String) {
         self.jobID = jobID
         self.app = app
         self.tokenHex = tokenHex
         self.isChannel = false
+        fingerprint = JobFingerprint(jobID: jobID)
+        tokenHash = RedisKeys.tokenHash(hex: tokenHex)
     }
 
     /// A broadcast job's request: its dedup record and lease are in the tag of `channelID`'s bucket
@@ -25,6 +32,8 @@ public struct GateRequest: Sendable, Hashable {
         self.app = app
         self.tokenHex = channelID
         self.isChannel = true
+        fingerprint = JobFingerprint(jobID: jobID)
+        tokenHash = RedisKeys.tokenHash(hex: channelID)
     }
 }
 

@@ -193,7 +193,8 @@ public struct RedisKeys: Sendable, Hashable {
 public struct JobFingerprint: Sendable, Hashable {
     /// Stored as the decimal text of this Int64, which Redis keeps as 8 raw bytes in an intset.
     public let member: Int64
-    let spread: UInt64
+    /// The sub-bucket's bits (``subBucket(of:)``).
+    public let spread: UInt64
 
     public init(jobID: String) {
         // Over the UTF-8 in place; the values are pinned by `ClientTests.fingerprintsAndTokenBucketsNeverChange`.
@@ -214,6 +215,12 @@ public struct JobFingerprint: Sendable, Hashable {
         }
         member = Int64(bitPattern: Self.mix(a))
         spread = Self.mix(b)
+    }
+
+    /// A fingerprint computed before (``member`` and ``spread`` of one), carried with its job.
+    public init(member: Int64, spread: UInt64) {
+        self.member = member
+        self.spread = spread
     }
 
     public func subBucket(of count: Int) -> Int { Int(spread % UInt64(max(1, count))) }

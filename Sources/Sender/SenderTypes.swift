@@ -64,6 +64,8 @@ public struct PushNotification: Sendable {
         var clearance: WriteClearance?
         /// A broadcast's channel (then `token` is a placeholder nothing sends); nil for a device.
         @usableFromInline var channel: BroadcastChannelID?
+        /// Set by the pipeline's send stage; cleared by a change of the id or the recipient.
+        var recordHashes: RecordHashes?
 
         init(
             jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
@@ -86,10 +88,12 @@ public struct PushNotification: Sendable {
         }
 
         func copy() -> Storage {
-            Storage(
+            let copy = Storage(
                 jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
                 campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance,
                 channel: channel)
+            copy.recordHashes = recordHashes
+            return copy
         }
     }
 
@@ -106,7 +110,11 @@ public struct PushNotification: Sendable {
             // A nil id always has its campaign: `init` and the setters keep it so.
             return Self.campaignJobID(campaign: storage.campaign!, token: storage.token)
         }
-        set { unique().jobID = newValue }
+        set {
+            let s = unique()
+            s.jobID = newValue
+            s.recordHashes = nil
+        }
     }
     /// The job id as kept: nil when it is its campaign's `<campaign>:<token hex>`, made when asked
     /// (the grace window keeps a settled notification's id the same way).
@@ -166,6 +174,8 @@ public struct PushNotification: Sendable {
     private mutating func keepJobID() -> Storage {
         let s = unique()
         if s.jobID == nil { s.jobID = jobID }
+        // The token may change: the recipient's hash with it (the id's is kept, but both go together).
+        s.recordHashes = nil
         return s
     }
     public var app: String {
@@ -232,6 +242,12 @@ public struct PushNotification: Sendable {
         get { storage.clearance }
         set { unique().clearance = newValue }
     }
+    /// What the pipeline's records key it by, as its gate computed them (nil: compute them from the id
+    /// and the recipient). Dropped when the id or the recipient changes.
+    public var recordHashes: RecordHashes? {
+        get { storage.recordHashes }
+        set { unique().recordHashes = newValue }
+    }
 
     /// `tokenHex`, when given, is `token`'s lower-case hex (``DeviceToken/hex``), kept rather than made again.
     public init(
@@ -273,6 +289,24 @@ public struct PushNotification: Sendable {
 
     /// The `token` of a broadcast, which has none (``APNsBroadcast/placeholderToken``).
     static var channelPlaceholderToken: DeviceToken { APNsBroadcast.placeholderToken }
+}
+
+/// Hashes a pipeline made of a notification's job id and recipient for its own records (its gate's, in
+/// Redis), carried to the notification's outcome: the settle of each outcome runs on a transport's
+/// event loop, and computing them again there meant writing the token's hex and the job id once more
+/// and hashing both, per outcome. The transports only carry them.
+public struct RecordHashes: Sendable, Hashable {
+    /// The job id's two 64-bit hashes (the pipeline's `JobFingerprint`).
+    public var idMember: Int64
+    public var idSpread: UInt64
+    /// The recipient's hash (the token's hex, or a broadcast's channel id: `RedisKeys.tokenHash`).
+    public var recipient: UInt32
+
+    public init(idMember: Int64, idSpread: UInt64, recipient: UInt32) {
+        self.idMember = idMember
+        self.idSpread = idSpread
+        self.recipient = recipient
+    }
 }
 
 /// Why a gateway refused a notification, as a meaning the settler can act on. Each transport maps its

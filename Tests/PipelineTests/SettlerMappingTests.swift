@@ -65,6 +65,54 @@ import Testing
         #expect(item.outcomes[0].fingerprint != JobFingerprint(jobID: "c:" + Self.token.hex.uppercased()))
     }
 
+    /// The gate's hashes of a job's id and recipient, carried on its notification (`RecordHashes`), settle
+    /// it under the keys the settle would compute itself: for a kept id, a campaign job's made id and a
+    /// broadcast's channel.
+    @Test func theGatesRecordHashesSettleUnderTheSameKeys() throws {
+        let channel = try #require(BroadcastChannelID("dHN0LXNyY2gtMDAwMDAx"))
+        let device = Self.outcome("kept", .accepted, offset: 1).notification
+        let campaignJob = Self.outcome("c:" + Self.token.hex, .accepted, offset: 2).notification
+        let broadcast = PushNotification(
+            jobID: "b1", app: "com.example.shop", recipient: .channel(channel), payload: [], expiry: 0, priority: .immediate)
+        let requests = [
+            GateRequest(jobID: "kept", app: "com.example.shop", tokenHex: Self.token.hex),
+            GateRequest(jobID: "c:" + Self.token.hex, app: "com.example.shop", tokenHex: Self.token.hex),
+            GateRequest(jobID: "b1", app: "com.example.shop", channelID: channel.value),
+        ]
+        for (notification, request) in zip([device, campaignJob, broadcast], requests) {
+            var carried = notification
+            carried.recordHashes = RecordHashes(
+                idMember: request.fingerprint.member, idSpread: request.fingerprint.spread, recipient: request.tokenHash)
+            let computed = OutcomeRecords.redisOutcome(
+                Sender.Outcome(notification: notification, delivery: .accepted, attempts: 1, connection: 0))
+            let fromGate = OutcomeRecords.redisOutcome(
+                Sender.Outcome(notification: carried, delivery: .accepted, attempts: 1, connection: 0))
+            #expect(fromGate == computed, "\(request.jobID)")
+        }
+    }
+
+    /// The carried hashes are what the settle uses, and a change of the id or the recipient drops them
+    /// (the settle computes them again from what the notification is now).
+    @Test func recordHashesAreUsedAndDroppedWithTheirJob() throws {
+        var n = Self.outcome("kept", .accepted, offset: 1).notification
+        let marker = RecordHashes(idMember: 42, idSpread: 7, recipient: 9)
+        n.recordHashes = marker
+        let used = OutcomeRecords.redisOutcome(Sender.Outcome(notification: n, delivery: .accepted, attempts: 1, connection: 0))
+        #expect(used.fingerprint == JobFingerprint(member: 42, spread: 7) && used.tokenHash == 9)
+        var copy = n
+        copy.payload = [1]  // not the id or the recipient: kept
+        #expect(copy.recordHashes == marker && n.recordHashes == marker)
+        copy.jobID = "other"
+        #expect(copy.recordHashes == nil && n.recordHashes == marker)
+        var retokened = n
+        retokened.token = try DeviceToken(hex: String(repeating: "cd", count: 32))
+        #expect(retokened.recordHashes == nil)
+        let recomputed = OutcomeRecords.redisOutcome(
+            Sender.Outcome(notification: retokened, delivery: .accepted, attempts: 1, connection: 0))
+        #expect(recomputed.fingerprint == JobFingerprint(jobID: "kept"))
+        #expect(recomputed.tokenHash == RedisKeys.tokenHash(hex: String(repeating: "cd", count: 32)))
+    }
+
     /// The transports' ambiguous resends ride on the outcomes and count for their campaign when they
     /// settle (dead-lettered ones too, settled through their letters); the totals keep the batch's events.
     @Test func ambiguousResendsCountForTheirCampaign() {

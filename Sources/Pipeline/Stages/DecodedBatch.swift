@@ -3,6 +3,7 @@ import Jobs
 import Kafka
 import Logging
 import Redis
+import Sender
 
 /// A batch from Kafka, decoded: valid jobs, and the refused messages with their reason and outcome
 /// (a job that failed to decode has no id, app or token to count it under).
@@ -27,6 +28,15 @@ struct GatedBatch: Sendable {
     /// The gate call's id: its leases name it, and so does its batch's written mark.
     var call: String
     var decisions: [GateDecision]
+    /// The gate call's hashes of each job's id and recipient (`Gate.Result`), carried to the settle.
+    var recordHashes: [RecordHashes?] = []
+
+    init(decoded: DecodedBatch, call: String, gated: Gate.Result) {
+        self.decoded = decoded
+        self.call = call
+        decisions = gated.decisions
+        recordHashes = gated.recordHashes
+    }
 }
 
 /// Turns Kafka messages into jobs (pure: no I/O). Jobs for apps the pipeline file does not name are

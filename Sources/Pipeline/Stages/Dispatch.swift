@@ -43,6 +43,7 @@ struct Dispatch: Sendable {
         let c = configuration
         let d = g.decoded
         let decisions = g.decisions
+        let recordHashes = g.recordHashes
         let batch = d.messages
         let jobs = d.jobs
         var refused = d.deadLetters
@@ -104,20 +105,22 @@ struct Dispatch: Sendable {
                 }
                 let payload = try job.encodedPayload(language: admitted.language, encoder: encoder, jobIDKey: jobIDKey)
                 let position = SourcePosition(partition: batch[m].partition, offset: batch[m].offset, lane: lane)
+                var notification: PushNotification
                 if let channel {
-                    notifications.append(
-                        PushNotification(
-                            jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
-                            priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
-                            position: position, clearance: clearance))
+                    notification = PushNotification(
+                        jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
+                        priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
+                        position: position, clearance: clearance)
                     broadcasts[app, default: 0] += 1
                 } else {
-                    notifications.append(
-                        PushNotification(
-                            jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
-                            payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                            collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance))
+                    notification = PushNotification(
+                        jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
+                        payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
+                        collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance)
                 }
+                // The gate's hashes of its id and recipient, for its settle (`OutcomeRecords.redisOutcome`).
+                if !recordHashes.isEmpty { notification.recordHashes = recordHashes[admitted.index] }
+                notifications.append(notification)
                 if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
             } catch {
                 // e.g. the localized alert makes the payload too large.

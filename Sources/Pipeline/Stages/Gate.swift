@@ -2,6 +2,7 @@ import Foundation
 import Jobs
 import Kafka
 import Redis
+import Sender
 
 /// The gate: the whole batch's decisions in one Redis round trip (dedup, suppressions, leases), after
 /// campaign control and pacing have held back what may not be sent yet (design §2.10–§2.13).
@@ -16,9 +17,17 @@ struct Gate: Sendable {
         appRates = Dictionary(uniqueKeysWithValues: configuration.apps.compactMap { app in app.maxRate.map { (app.bundleID, $0) } })
     }
 
-    /// The decision for each job of `d`, in order; `call` names the leases it takes.
-    func decide(_ d: DecodedBatch, call: String, store: PipelineStore) async throws -> [GateDecision] {
-        if d.jobs.isEmpty { return [] }
+    /// The gate's answer for a batch: the decision for each job, in order, and the hashes its call made
+    /// of each job it asked Redis about (nil for the jobs decided before the call), which the send
+    /// stage puts on their notifications for the settle.
+    struct Result: Sendable {
+        var decisions: [GateDecision]
+        var recordHashes: [RecordHashes?]
+    }
+
+    /// The decisions for the jobs of `d`; `call` names the leases it takes.
+    func decide(_ d: DecodedBatch, call: String, store: PipelineStore) async throws -> Result {
+        if d.jobs.isEmpty { return Result(decisions: [], recordHashes: []) }
         // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
         var decided: [Int: GateDecision] = [:]
         // Jobs of a cancelled campaign: gated like the others, so that one accepted before the cancel
@@ -82,12 +91,17 @@ struct Gate: Sendable {
         }
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count - decided.count)
+        var hashes = [RecordHashes?](repeating: nil, count: d.jobs.count)
         for (index, job) in d.jobs.enumerated() where decided.isEmpty || decided[index] == nil {
-            if let channel = job.channel {
-                requests.append(GateRequest(jobID: job.id, app: job.app, channelID: channel.value))
-            } else {
-                requests.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
-            }
+            let request =
+                if let channel = job.channel {
+                    GateRequest(jobID: job.id, app: job.app, channelID: channel.value)
+                } else {
+                    GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex)
+                }
+            hashes[index] = RecordHashes(
+                idMember: request.fingerprint.member, idSpread: request.fingerprint.spread, recipient: request.tokenHash)
+            requests.append(request)
         }
         var decisions: [GateDecision]
         if decided.isEmpty {
@@ -103,6 +117,6 @@ struct Gate: Sendable {
             default: break  // deduped (accepted before the cancel), suppressed, or in flight (gated again)
             }
         }
-        return decisions
+        return Result(decisions: decisions, recordHashes: hashes)
     }
 }

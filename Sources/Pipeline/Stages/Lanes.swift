@@ -24,7 +24,7 @@ struct BulkLane: Sendable {
     struct PendingGate: Sendable {
         var decoded: DecodedBatch
         var call: String
-        var decisions: Reply<[GateDecision]>
+        var gated: Reply<Gate.Result>
     }
 
     func run() async throws {
@@ -53,7 +53,7 @@ struct BulkLane: Sendable {
             // cancelled, and what they hold stays unsettled.
             while let pending = await gated.next() {
                 if sendingStopped.isFired { break }
-                let g = GatedBatch(decoded: pending.decoded, call: pending.call, decisions: try await pending.decisions.value())
+                let g = GatedBatch(decoded: pending.decoded, call: pending.call, gated: try await pending.gated.value())
                 if let retry = try await dispatch.send(g, lane: .bulk) { regates.add(retry) }
             }
             // Everything taken was sent (or the settler gave up): the other stages end now.
@@ -75,7 +75,7 @@ struct BulkLane: Sendable {
                 let store = gateStores[turn % gateStores.count]
                 turn &+= 1
                 let call = PipelineStore.newBatchID()
-                let reply = Reply<[GateDecision]>()
+                let reply = Reply<Gate.Result>()
                 calls.addTask {
                     defer { slots.release(1) }
                     do {
@@ -84,7 +84,7 @@ struct BulkLane: Sendable {
                         reply.set(.failure(error))
                     }
                 }
-                await gated.put(PendingGate(decoded: d, call: call, decisions: reply))
+                await gated.put(PendingGate(decoded: d, call: call, gated: reply))
             }
         }
     }
@@ -124,14 +124,14 @@ struct PriorityLane: Sendable {
                 // The batch's "written" mark is set while it is gated, on a connection of its own (design
                 // §1.4): one Redis wait instead of two before a priority job can be written.
                 async let marked: Void = markStore.markWritten(call: call)
-                let decisions = try await gate.decide(d, call: call, store: store)
+                let gated = try await gate.decide(d, call: call, store: store)
                 try await marked
                 if logger.logLevel <= .debug {
                     logger.debug(
                         "priority batch gated",
                         metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
                 }
-                let retry = try await dispatch.send(GatedBatch(decoded: d, call: call, decisions: decisions), lane: .priority, marked: true)
+                let retry = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, marked: true)
                 if let retry { regates.add(retry) }
                 if logger.logLevel <= .debug, let t = d.messages.first?.timestampMilliseconds {
                     logger.debug(

@@ -128,15 +128,21 @@ enum OutcomeRecords {
             case .cancelled: .cancelled
             case .deferred: .deferred
             }
-        // The id's fingerprint from its bytes (a campaign job's id is never made as a String) and the
-        // token's hash from its hex written into a buffer: its hex as a String (which a binary
-        // notification does not keep) only when a suppression writes it.
-        let fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
+        // As its gate computed them, when the send stage carried them here. Else the id's fingerprint
+        // from its bytes (a campaign job's id is never made as a String) and the token's hash from its
+        // hex written into a buffer: its hex as a String (which a binary notification does not keep)
+        // only when a suppression writes it.
+        let fingerprint: JobFingerprint
         let tokenHash: UInt32
-        if let channel {
+        if let hashes = n.recordHashes {
+            fingerprint = JobFingerprint(member: hashes.idMember, spread: hashes.idSpread)
+            tokenHash = hashes.recipient
+        } else if let channel {
+            fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
             // The bucket the gate leased it in (`GateRequest(jobID:app:channelID:)`).
             tokenHash = RedisKeys.tokenHash(hex: channel.value)
         } else {
+            fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
             tokenHash = withUnsafeTemporaryAllocation(byteCount: n.token.hexCount, alignment: 1) { hex in
                 n.token.writeHex(into: hex)
                 return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
