@@ -66,10 +66,11 @@ struct Dispatch: Sendable {
         // Broadcasts handed to each app's transport, counted apart from device pushes for the metrics.
         var broadcasts: [String: Int] = [:]
         let jobIDKey = c.gateway.embedJobID ? "jid" : nil
-        // An HTTP/2 notification carries its job's token hex to its outcome (its settle needs it, and
-        // answers come within milliseconds). A binary shard holds its notifications for the settle delay
-        // (~25 000 at 100k jobs/s): there the hex would be ~100 bytes more per notification, more memory
-        // than making it again at the settle costs in CPU. Looked up once per run of jobs of one app.
+        // An HTTP/2 notification carries its job's token hex to its outcome (a suppression and the
+        // outcomes stream write it; answers come within milliseconds). A binary shard holds its
+        // notifications for the settle delay (~25 000 at 100k jobs/s): there the hex would be ~100 bytes
+        // more per notification, more memory than making it again when one of those needs it. Looked up
+        // once per run of jobs of one app.
         var keepsHexFor: (app: String, keeps: Bool)?
         // Whether a notification goes to a binary app: its batch is then marked written before the hand-off.
         var hasBinaryApp = false
