@@ -174,8 +174,6 @@ public struct PushNotification: Sendable {
     private mutating func keepJobID() -> Storage {
         let s = unique()
         if s.jobID == nil { s.jobID = jobID }
-        // The token may change: the recipient's hash with it (the id's is kept, but both go together).
-        s.recordHashes = nil
         return s
     }
     public var app: String {
@@ -188,6 +186,7 @@ public struct PushNotification: Sendable {
             let s = keepJobID()
             s.token = newValue
             s.tokenHex = nil
+            s.recordHashes = nil  // the recipient's hash was the old token's
             s.channel = nil  // a token makes it a device's notification
         }
     }

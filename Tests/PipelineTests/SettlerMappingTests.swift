@@ -81,8 +81,7 @@ import Testing
         ]
         for (notification, request) in zip([device, campaignJob, broadcast], requests) {
             var carried = notification
-            carried.recordHashes = RecordHashes(
-                idMember: request.fingerprint.member, idSpread: request.fingerprint.spread, recipient: request.tokenHash)
+            carried.recordHashes = RecordHashes(request)
             let computed = OutcomeRecords.redisOutcome(
                 Sender.Outcome(notification: notification, delivery: .accepted, attempts: 1, connection: 0))
             let fromGate = OutcomeRecords.redisOutcome(
@@ -101,6 +100,7 @@ import Testing
         #expect(used.fingerprint == JobFingerprint(member: 42, spread: 7) && used.tokenHash == 9)
         var copy = n
         copy.payload = [1]  // not the id or the recipient: kept
+        copy.campaign = "other-campaign"  // the id is kept as it was, the token too: kept
         #expect(copy.recordHashes == marker && n.recordHashes == marker)
         copy.jobID = "other"
         #expect(copy.recordHashes == nil && n.recordHashes == marker)

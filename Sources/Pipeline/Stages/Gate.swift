@@ -99,8 +99,7 @@ struct Gate: Sendable {
                 } else {
                     GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex)
                 }
-            hashes[index] = RecordHashes(
-                idMember: request.fingerprint.member, idSpread: request.fingerprint.spread, recipient: request.tokenHash)
+            hashes[index] = RecordHashes(request)
             requests.append(request)
         }
         var decisions: [GateDecision]
@@ -119,4 +118,14 @@ struct Gate: Sendable {
         }
         return Result(decisions: decisions, recordHashes: hashes)
     }
+}
+
+// The carrier of the gate's hashes (`RecordHashes`, in Sender, which knows no Redis type) and the Redis
+// values it carries: filled from a gate request here, read back by the settle (`OutcomeRecords`).
+extension RecordHashes {
+    init(_ request: GateRequest) {
+        self.init(idMember: request.fingerprint.member, idSpread: request.fingerprint.spread, recipient: request.tokenHash)
+    }
+
+    var fingerprint: JobFingerprint { JobFingerprint(member: idMember, spread: idSpread) }
 }

@@ -135,7 +135,7 @@ enum OutcomeRecords {
         let fingerprint: JobFingerprint
         let tokenHash: UInt32
         if let hashes = n.recordHashes {
-            fingerprint = JobFingerprint(member: hashes.idMember, spread: hashes.idSpread)
+            fingerprint = hashes.fingerprint
             tokenHash = hashes.recipient
         } else if let channel {
             fingerprint = n.withJobIDBytes { JobFingerprint(jobIDBytes: $0) }
