@@ -2,15 +2,17 @@ import APNsProtocol
 
 /// A validated notification job (`docs/design.md §3.1`), as decoded from one Kafka message by `JobDecoder`.
 ///
-/// A value type over one shared storage object (copy-on-write): the pipeline hands jobs from stage to
-/// stage (decoding, gate, send) and a copy is one reference count, not one per string, payload part and
-/// alert (issue 14: copying the fields was ~10 % of `run`'s CPU).
+/// A value type over one shared, immutable storage object: the pipeline hands jobs from stage to stage
+/// (decoding, gate, send) and a copy is one reference count, not one per string, payload part and
+/// alert (issue 14: copying the fields was ~10 % of `run`'s CPU). A setter, which nothing on the hot
+/// path calls, makes a new storage object.
 public struct Job: Sendable {
     // `@usableFromInline`: the getters the gate and the dispatch read per job (`id`, `app`, `tokenHex`,
     // `channel`, `campaign`, `pushType`) are inlined into the pipeline's code rather than called
-    // (`perf`, 2026-11-27).
-    @usableFromInline final class Storage: @unchecked Sendable {
-        // Only mutated through `Job`'s setters, on a uniquely referenced storage (copied first otherwise).
+    // (`perf`, 2026-11-27). The storage holds them in a `let`: a `var` of a class read from another
+    // module costs a dynamic exclusivity check (`swift_beginAccess`) per read, which was ~0.1 µs per
+    // job in `send --protocol http2` (`perf`, 2026-11-28).
+    @usableFromInline struct Fields: @unchecked Sendable {
         @usableFromInline var id: String
         @usableFromInline var app: String
         var token: DeviceToken
@@ -26,128 +28,111 @@ public struct Job: Sendable {
         @usableFromInline var campaign: String?
         var collapseID: String?
         @usableFromInline var pushType: APNsPushType?
+    }
 
-        init(
-            id: String, app: String, token: DeviceToken, tokenHex: String, payload: Payload, alerts: [String: Alert],
-            template: JobTemplate?, expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?,
-            channel: BroadcastChannelID? = nil
-        ) {
-            self.id = id
-            self.app = app
-            self.token = token
-            self.tokenHex = tokenHex
-            self.channel = channel
-            self.payload = payload
-            self.alerts = alerts
-            self.template = template
-            self.expiry = expiry
-            self.priority = priority
-            self.campaign = campaign
-            self.collapseID = collapseID
-            self.pushType = pushType
-        }
-
-        func copy() -> Storage {
-            Storage(
-                id: id, app: app, token: token, tokenHex: tokenHex, payload: payload, alerts: alerts, template: template, expiry: expiry,
-                priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, channel: channel)
-        }
+    @usableFromInline final class Storage: @unchecked Sendable {
+        @usableFromInline let fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
     }
 
     @usableFromInline var storage: Storage
 
-    private mutating func unique() -> Storage {
-        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
-        return storage
+    private mutating func update(_ change: (inout Fields) -> Void) {
+        var f = storage.fields
+        change(&f)
+        storage = Storage(f)
     }
 
     /// Idempotency key (dedup): 1…128 UTF-8 bytes.
     public var id: String {
-        @inlinable get { storage.id }
-        set { unique().id = newValue }
+        @inlinable get { storage.fields.id }
+        set { update { $0.id = newValue } }
     }
     /// Bundle id = certificate topic: selects the pool. Non-empty.
     public var app: String {
-        @inlinable get { storage.app }
-        set { unique().app = newValue }
+        @inlinable get { storage.fields.app }
+        set { update { $0.app = newValue } }
     }
     public var token: DeviceToken {
-        get { storage.token }
+        get { storage.fields.token }
         set {
-            let s = unique()
-            s.token = newValue
-            s.tokenHex = newValue.hex
-            s.channel = nil  // a token makes it a device job
+            update { s in
+                s.token = newValue
+                s.tokenHex = newValue.hex
+                s.channel = nil  // a token makes it a device job
+            }
         }
     }
     /// `token.hex` (lower-case), made once per job: the gate, the notification and the settler share it.
     /// Empty for a broadcast job (it has no token).
-    @inlinable public var tokenHex: String { storage.tokenHex }
+    @inlinable public var tokenHex: String { storage.fields.tokenHex }
 
     /// The job's recipient: its device token, or the broadcast channel it names (`channel`).
     public var recipient: Recipient {
-        if let channel = storage.channel { return .channel(channel) }
-        return .device(storage.token)
+        if let channel = storage.fields.channel { return .channel(channel) }
+        return .device(storage.fields.token)
     }
 
     /// The broadcast channel, nil for a device job.
-    @inlinable public var channel: BroadcastChannelID? { storage.channel }
+    @inlinable public var channel: BroadcastChannelID? { storage.fields.channel }
 
     /// What the job's Redis records are keyed and bucketed by (design §4.1): the token's hex, or for a
     /// broadcast the channel id (its dedup record and lease live in the channel's bucket; it has no
     /// suppression, registration or language).
-    public var recipientKey: String { storage.channel?.value ?? storage.tokenHex }
+    public var recipientKey: String { storage.fields.channel?.value ?? storage.fields.tokenHex }
 
     /// The `token` of a broadcast job, which has none (``APNsBroadcast/placeholderToken``).
     public static var channelPlaceholderToken: DeviceToken { APNsBroadcast.placeholderToken }
     public var payload: Payload {
-        get { storage.payload }
+        get { storage.fields.payload }
         set {
-            let s = unique()
-            s.payload = newValue
-            s.template = nil
+            update { s in
+                s.payload = newValue
+                s.template = nil
+            }
         }
     }
     /// Language → alert (a string or an alert dictionary), used instead of the payload's own alert for
     /// devices registered with that language. May be empty.
     public var alerts: [String: Alert] {
-        get { storage.alerts }
+        get { storage.fields.alerts }
         set {
-            let s = unique()
-            s.alerts = newValue
-            s.template = nil
+            update { s in
+                s.alerts = newValue
+                s.template = nil
+            }
         }
     }
     /// Where `payload` and `alerts` came from when the decoder shared them between jobs: their encoded
     /// variants are kept there, one per (alert, encoder). Dropped when either is changed.
     var template: JobTemplate? {
-        get { storage.template }
-        set { unique().template = newValue }
+        get { storage.fields.template }
+        set { update { $0.template = newValue } }
     }
     /// Epoch seconds after which APNs may discard the notification; 0 = do not store.
     public var expiry: UInt32 {
-        get { storage.expiry }
-        set { unique().expiry = newValue }
+        get { storage.fields.expiry }
+        set { update { $0.expiry = newValue } }
     }
     public var priority: Priority {
-        get { storage.priority }
-        set { unique().priority = newValue }
+        get { storage.fields.priority }
+        set { update { $0.priority = newValue } }
     }
     public var campaign: String? {
-        @inlinable get { storage.campaign }
-        set { unique().campaign = newValue }
+        @inlinable get { storage.fields.campaign }
+        set { update { $0.campaign = newValue } }
     }
     /// HTTP/2 `apns-collapse-id`: notifications with the same id replace each other on the device.
     /// 1…64 UTF-8 bytes. The binary interface has no such field.
     public var collapseID: String? {
-        get { storage.collapseID }
-        set { unique().collapseID = newValue }
+        get { storage.fields.collapseID }
+        set { update { $0.collapseID = newValue } }
     }
     /// HTTP/2 `apns-push-type`; nil lets the transport infer it (background for a payload that shows
     /// nothing, else alert).
     public var pushType: APNsPushType? {
-        @inlinable get { storage.pushType }
-        set { unique().pushType = newValue }
+        @inlinable get { storage.fields.pushType }
+        set { update { $0.pushType = newValue } }
     }
 
     public init(
@@ -165,8 +150,9 @@ public struct Job: Sendable {
         expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
     ) {
         storage = Storage(
-            id: id, app: app, token: token, tokenHex: token.hex, payload: payload, alerts: alerts, template: template, expiry: expiry,
-            priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType)
+            Fields(
+                id: id, app: app, token: token, tokenHex: token.hex, channel: nil, payload: payload, alerts: alerts, template: template,
+                expiry: expiry, priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType))
     }
 
     /// A job for `recipient`: a device as `init(id:app:token:…)`, or every device subscribed to a
@@ -193,11 +179,10 @@ public struct Job: Sendable {
         case .channel(let channel):
             self.init(
                 storage: Storage(
-                    id: id, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, alerts: alerts,
-                    template: template,
-                    expiry: expiry, priority: priority, campaign: campaign, collapseID: collapseID,
-                    pushType: pushType ?? APNsBroadcast.pushType,
-                    channel: channel))
+                    Fields(
+                        id: id, app: app, token: Self.channelPlaceholderToken, tokenHex: "", channel: channel, payload: payload,
+                        alerts: alerts, template: template, expiry: expiry, priority: priority, campaign: campaign,
+                        collapseID: collapseID, pushType: pushType ?? APNsBroadcast.pushType)))
         }
     }
 

@@ -35,7 +35,7 @@ public enum Lane: UInt8, Sendable, Hashable {
 /// One notification to send: what a transport needs and nothing else. The payload is already encoded
 /// and checked against the limit.
 ///
-/// A value type over one shared storage object (copy-on-write): a notification is copied into queues,
+/// A value type over one shared, immutable storage object: a notification is copied into queues,
 /// replay buffers and outcomes, and each copy is one reference count rather than one per string and
 /// buffer (issue 14). It keeps no more than it needs: a binary shard holds every notification it wrote
 /// for the grace window after it settled (tens of thousands at full rate), so e.g. the token's hex
@@ -45,9 +45,11 @@ public enum Lane: UInt8, Sendable, Hashable {
 public struct PushNotification: Sendable {
     // `@usableFromInline`: the getters the pipeline and the transports read per notification on the hot
     // path (`app`, `lane`, `channel`, `position`, `campaign`, `token`) are inlined into their callers, in
-    // other modules, rather than called (`perf`, 2026-11-27: a call and a retain each, per read).
-    @usableFromInline final class Storage: @unchecked Sendable {
-        // Only mutated through `PushNotification`'s setters, on a uniquely referenced storage.
+    // other modules, rather than called (`perf`, 2026-11-27: a call and a retain each, per read). The
+    // storage holds them in a `let`, so such a read needs no dynamic exclusivity check (a `var` of a class
+    // read from another module does, per read: `perf`, 2026-11-28). A setter, which nothing on the hot
+    // path calls (the pipeline passes everything to `init`), makes a new storage object.
+    @usableFromInline struct Fields: @unchecked Sendable {
         /// nil: the id is `<campaign>:<token hex>` (`campaign` is set), made when asked.
         var jobID: String?
         @usableFromInline var app: String
@@ -64,71 +66,49 @@ public struct PushNotification: Sendable {
         var clearance: WriteClearance?
         /// A broadcast's channel (then `token` is a placeholder nothing sends); nil for a device.
         @usableFromInline var channel: BroadcastChannelID?
-        /// Set by the pipeline's send stage; cleared by a change of the id or the recipient.
+        /// The gate's hashes (set by the pipeline's send stage); dropped by a change of the id or the recipient.
         var recordHashes: RecordHashes?
+    }
 
-        init(
-            jobID: String?, app: String, token: DeviceToken, tokenHex: String?, payload: [UInt8], expiry: UInt32, priority: Priority,
-            campaign: String?, collapseID: String?, pushType: APNsPushType?, position: SourcePosition?, clearance: WriteClearance? = nil,
-            channel: BroadcastChannelID? = nil
-        ) {
-            self.jobID = jobID
-            self.app = app
-            self.token = token
-            self.tokenHex = tokenHex
-            self.payload = payload
-            self.expiry = expiry
-            self.priority = priority
-            self.campaign = campaign
-            self.collapseID = collapseID
-            self.pushType = pushType
-            self.position = position
-            self.clearance = clearance
-            self.channel = channel
-        }
-
-        func copy() -> Storage {
-            let copy = Storage(
-                jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
-                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance,
-                channel: channel)
-            copy.recordHashes = recordHashes
-            return copy
-        }
+    @usableFromInline final class Storage: @unchecked Sendable {
+        @usableFromInline let fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
     }
 
     @usableFromInline var storage: Storage
 
-    private mutating func unique() -> Storage {
-        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
-        return storage
+    private mutating func update(_ change: (inout Fields) -> Void) {
+        var f = storage.fields
+        change(&f)
+        storage = Storage(f)
     }
 
     public var jobID: String {
         get {
-            if let id = storage.jobID { return id }
+            if let id = storage.fields.jobID { return id }
             // A nil id always has its campaign: `init` and the setters keep it so.
-            return Self.campaignJobID(campaign: storage.campaign!, token: storage.token)
+            return Self.campaignJobID(campaign: storage.fields.campaign!, token: storage.fields.token)
         }
         set {
-            let s = unique()
-            s.jobID = newValue
-            s.recordHashes = nil
+            update {
+                $0.jobID = newValue
+                $0.recordHashes = nil
+            }
         }
     }
     /// The job id as kept: nil when it is its campaign's `<campaign>:<token hex>`, made when asked
     /// (the grace window keeps a settled notification's id the same way).
-    var keptJobID: String? { storage.jobID }
+    var keptJobID: String? { storage.fields.jobID }
 
     /// Calls `body` with the job id's UTF-8 bytes, without making a String for a campaign's job (the
     /// HTTP/2 sender hashes every request's id into its `apns-id`; the settle fingerprints every
     /// outcome's id).
     public func withJobIDBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-        if var id = storage.jobID {
+        if var id = storage.fields.jobID {
             return try id.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
         }
-        var campaign = storage.campaign!
-        let token = storage.token
+        var campaign = storage.fields.campaign!
+        let token = storage.fields.token
         return try campaign.withUTF8 { name in
             try withUnsafeTemporaryAllocation(byteCount: name.count + 1 + token.hexCount, alignment: 1) { out in
                 Self.writeCampaignJobID(campaign: UnsafeRawBufferPointer(name), token: token, into: out)
@@ -170,96 +150,100 @@ public struct PushNotification: Sendable {
         }
     }
 
-    /// Before a change of the campaign or the token: an id made from them is kept as it is.
-    private mutating func keepJobID() -> Storage {
-        let s = unique()
-        if s.jobID == nil { s.jobID = jobID }
-        return s
+    /// A change of the campaign or the token: an id made from them is kept as it is.
+    private mutating func updateKeepingJobID(_ change: (inout Fields) -> Void) {
+        let id = jobID
+        update {
+            if $0.jobID == nil { $0.jobID = id }
+            change(&$0)
+        }
     }
     public var app: String {
-        @inlinable get { storage.app }
-        set { unique().app = newValue }
+        @inlinable get { storage.fields.app }
+        set { update { $0.app = newValue } }
     }
     public var token: DeviceToken {
-        @inlinable get { storage.token }
+        @inlinable get { storage.fields.token }
         set {
-            let s = keepJobID()
-            s.token = newValue
-            s.tokenHex = nil
-            s.recordHashes = nil  // the recipient's hash was the old token's
-            s.channel = nil  // a token makes it a device's notification
+            updateKeepingJobID {
+                $0.token = newValue
+                $0.tokenHex = nil
+                $0.recordHashes = nil  // the recipient's hash was the old token's
+                $0.channel = nil  // a token makes it a device's notification
+            }
         }
     }
     /// Whom it is for: the device of `token`, or every device subscribed to a broadcast channel.
     public var recipient: Recipient {
-        if let channel = storage.channel { return .channel(channel) }
-        return .device(storage.token)
+        if let channel = storage.fields.channel { return .channel(channel) }
+        return .device(storage.fields.token)
     }
     /// The broadcast channel, nil for a device's notification.
-    @inlinable public var channel: BroadcastChannelID? { storage.channel }
+    @inlinable public var channel: BroadcastChannelID? { storage.fields.channel }
     /// What its Redis records are keyed by: the token's hex, or a broadcast's channel id (design §4.1).
-    public var recipientKey: String { storage.channel?.value ?? tokenHex }
+    public var recipientKey: String { storage.fields.channel?.value ?? tokenHex }
     /// The token's lower-case hex (Redis keys, dead letters, logs): the decoded job's own string when the
     /// pipeline gave it (the settle of every job needs it; making it again was an allocation per job).
-    public var tokenHex: String { storage.tokenHex ?? storage.token.hex }
+    public var tokenHex: String { storage.fields.tokenHex ?? storage.fields.token.hex }
     public var payload: [UInt8] {
-        get { storage.payload }
-        set { unique().payload = newValue }
+        get { storage.fields.payload }
+        set { update { $0.payload = newValue } }
     }
     public var expiry: UInt32 {
-        get { storage.expiry }
-        set { unique().expiry = newValue }
+        get { storage.fields.expiry }
+        set { update { $0.expiry = newValue } }
     }
     public var priority: Priority {
-        get { storage.priority }
-        set { unique().priority = newValue }
+        get { storage.fields.priority }
+        set { update { $0.priority = newValue } }
     }
     public var campaign: String? {
-        @inlinable get { storage.campaign }
-        set { keepJobID().campaign = newValue }
+        @inlinable get { storage.fields.campaign }
+        set { updateKeepingJobID { $0.campaign = newValue } }
     }
     /// HTTP/2 `apns-collapse-id` (≤ 64 bytes); the binary interface has no such field and ignores it.
     public var collapseID: String? {
-        get { storage.collapseID }
-        set { unique().collapseID = newValue }
+        get { storage.fields.collapseID }
+        set { update { $0.collapseID = newValue } }
     }
     /// HTTP/2 `apns-push-type`, typed from the job to the request's header (the codec writes the header
     /// from the enum; nothing parses it back); nil lets the transport infer it from the payload.
     public var pushType: APNsPushType? {
-        get { storage.pushType }
-        set { unique().pushType = newValue }
+        get { storage.fields.pushType }
+        set { update { $0.pushType = newValue } }
     }
     /// The job's Kafka position, when it came from Kafka (`send` reads files and has none).
     public var position: SourcePosition? {
-        @inlinable get { storage.position }
-        set { unique().position = newValue }
+        @inlinable get { storage.fields.position }
+        set { update { $0.position = newValue } }
     }
     /// Its lane (from its position; `send`'s notifications, which have none, are bulk).
-    @inlinable public var lane: Lane { storage.position?.lane ?? .bulk }
+    @inlinable public var lane: Lane { storage.fields.position?.lane ?? .bulk }
     /// Leave to write it (its gate call's "written" mark); nil: may be written at once.
     public var clearance: WriteClearance? {
-        get { storage.clearance }
-        set { unique().clearance = newValue }
+        get { storage.fields.clearance }
+        set { update { $0.clearance = newValue } }
     }
     /// What the pipeline's records key it by, as its gate computed them (nil: compute them from the id
     /// and the recipient). Dropped when the id or the recipient changes.
     public var recordHashes: RecordHashes? {
-        get { storage.recordHashes }
-        set { unique().recordHashes = newValue }
+        get { storage.fields.recordHashes }
+        set { update { $0.recordHashes = newValue } }
     }
 
     /// `tokenHex`, when given, is `token`'s lower-case hex (``DeviceToken/hex``), kept rather than made again.
     public init(
         jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
-        clearance: WriteClearance? = nil
+        clearance: WriteClearance? = nil, recordHashes: RecordHashes? = nil
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
         let idIsMadeFromParts = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
         storage = Storage(
-            jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry,
-            priority: priority,
-            campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
+            Fields(
+                jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry,
+                priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
+                clearance: clearance, channel: nil, recordHashes: recordHashes))
     }
 
     /// A notification for `recipient`: a device as `init(jobID:app:token:…)`, or a broadcast to a
@@ -267,20 +251,22 @@ public struct PushNotification: Sendable {
     public init(
         jobID: String, app: String, recipient: Recipient, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
-        clearance: WriteClearance? = nil
+        clearance: WriteClearance? = nil, recordHashes: RecordHashes? = nil
     ) {
         switch recipient {
         case .device(let token):
             self.init(
                 jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
-                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance)
+                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance,
+                recordHashes: recordHashes)
         case .channel(let channel):
             // The id is kept as given: a campaign id is made from a token, which a broadcast has not.
             self.init(
                 storage: Storage(
-                    jobID: jobID, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, expiry: expiry,
-                    priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
-                    clearance: clearance, channel: channel))
+                    Fields(
+                        jobID: jobID, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, expiry: expiry,
+                        priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
+                        clearance: clearance, channel: channel, recordHashes: recordHashes)))
         }
     }
 

@@ -106,21 +106,22 @@ struct Dispatch: Sendable {
                 }
                 let payload = try job.encodedPayload(language: admitted.language, encoder: encoder, jobIDKey: jobIDKey)
                 let position = SourcePosition(partition: batch[m].partition, offset: batch[m].offset, lane: lane)
-                var notification: PushNotification
+                // The gate's hashes of its id and recipient, for its settle (`OutcomeRecords.redisOutcome`).
+                let hashes = recordHashes.isEmpty ? nil : recordHashes[admitted.index]
+                let notification: PushNotification
                 if let channel {
                     notification = PushNotification(
                         jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
                         priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
-                        position: position, clearance: clearance)
+                        position: position, clearance: clearance, recordHashes: hashes)
                     broadcasts[app, default: 0] += 1
                 } else {
                     notification = PushNotification(
                         jobID: job.id, app: app, token: job.token, tokenHex: keepsTokenHex(app) ? job.tokenHex : nil,
                         payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                        collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance)
+                        collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance,
+                        recordHashes: hashes)
                 }
-                // The gate's hashes of its id and recipient, for its settle (`OutcomeRecords.redisOutcome`).
-                if !recordHashes.isEmpty { notification.recordHashes = recordHashes[admitted.index] }
                 notifications.append(notification)
                 if pushType == .liveactivity && job.priority == .immediate { liveActivity10[app, default: 0] += 1 }
             } catch {
