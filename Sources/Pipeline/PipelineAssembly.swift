@@ -189,7 +189,7 @@ extension PipelineRunner {
         }
         // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
         // of their own, so they never wait behind a gate or settle call.
-        let marks = WrittenMarks(store: try await connectedStore(), logger: logger)
+        let marks = WrittenMarks(store: try await connectedStore(), eventLoop: group.next(), logger: logger)
         // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
         // Kafka's delivery, through the dead-letter producer) on connections of their own.
         let controlStore = try await connectedStore(onLoops: false)

@@ -166,6 +166,10 @@ struct HTTP2ConnectionStateMachine<Job> {
     private var reconnectAttempt = 0
     private var random: any RandomNumberGenerator
 
+    /// How far ahead of the head, in windows of streams (`permits`), a gate call's leave to write is asked
+    /// for (`WriteClearance`).
+    static var clearanceLead: Int { 2 }
+
     /// Stream ids are 31 bits and never reused on a connection: past this, the connection is retired.
     static var lastUsableStreamID: UInt32 { UInt32(Int32.max) - 2 }
 
@@ -604,9 +608,13 @@ struct HTTP2ConnectionStateMachine<Job> {
             inFlight[id] = InFlight(request: request, sentAt: now)
             action.writes.append(Write(streamID: id, request: request))
         }
-        // Asked ahead, one window of streams before it is due, so the next call's mark is usually set by
-        // the time its first request may be written.
-        if let ahead = queue.element(at: min(queue.count - 1, permits)), let clearance = clearanceOf(ahead.job), !clearance.isGranted {
+        // Asked ahead, two windows of streams before it is due, so the next call's mark is usually set by
+        // the time its first request may be written (a connection that finds its head not cleared stops
+        // writing until it is). One window ahead was a few milliseconds at full rate, less than a mark
+        // takes on a busy machine: 845 of the 1 200 call heads of a 300 000-job run waited (2026-11-28).
+        if let ahead = queue.element(at: min(queue.count - 1, Self.clearanceLead * permits)), let clearance = clearanceOf(ahead.job),
+            !clearance.isGranted
+        {
             ask(clearance, into: &action)
         }
     }
