@@ -10,9 +10,9 @@ public struct Job: Sendable {
     // `@usableFromInline`: the getters the gate and the dispatch read per job (`id`, `app`, `tokenHex`,
     // `channel`, `campaign`, `pushType`) are inlined into the pipeline's code rather than called
     // (`perf`, 2026-11-27). The storage holds them in a `let`: a `var` of a class read from another
-    // module costs a dynamic exclusivity check (`swift_beginAccess`) per read, which was ~0.1 µs per
+    // module costs a dynamic exclusivity check (`swift_beginAccess`) per read, which was ~0.07 µs per
     // job in `send --protocol http2` (`perf`, 2026-11-28).
-    @usableFromInline struct Fields: @unchecked Sendable {
+    @usableFromInline struct Fields: Sendable {
         @usableFromInline var id: String
         @usableFromInline var app: String
         var token: DeviceToken
@@ -30,7 +30,7 @@ public struct Job: Sendable {
         @usableFromInline var pushType: APNsPushType?
     }
 
-    @usableFromInline final class Storage: @unchecked Sendable {
+    @usableFromInline final class Storage: Sendable {
         @usableFromInline let fields: Fields
         init(_ fields: Fields) { self.fields = fields }
     }

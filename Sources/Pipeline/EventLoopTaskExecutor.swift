@@ -5,7 +5,7 @@ import NIOCore
 /// for a thread that decoding, gating and dispatching keep busy in chunks of a batch each (milliseconds),
 /// while an event loop runs it between two reads. Only for tasks whose work between suspensions is small.
 final class EventLoopTaskExecutor: TaskExecutor {
-    let eventLoop: any EventLoop
+    private let eventLoop: any EventLoop
 
     init(_ eventLoop: any EventLoop) { self.eventLoop = eventLoop }
 

@@ -14,18 +14,18 @@ final class WrittenMarks: Sendable {
     private let continuation: AsyncStream<Ask>.Continuation
     private let store: PipelineStore
     private let logger: Logger
-    /// Where `run` sets the marks (nil: Swift's pool).
-    private let executor: EventLoopTaskExecutor?
+    /// Where `run` sets the marks.
+    private let executor: EventLoopTaskExecutor
 
     /// `eventLoop`: the marks are set on it rather than on Swift's pool. A transport's connection that
     /// asked for a mark writes nothing of its call until it is set; through the pool the way took two
     /// waits for a busy thread, longer than the connection's look-ahead at full rate, and connections
     /// stopped writing at 845 of the 1 200 calls of a 300 000-job run (2026-11-28).
-    init(store: PipelineStore, eventLoop: (any EventLoop)? = nil, logger: Logger) {
+    init(store: PipelineStore, eventLoop: any EventLoop, logger: Logger) {
         (asks, continuation) = AsyncStream.makeStream(of: Ask.self)
         self.store = store
         self.logger = logger
-        self.executor = eventLoop.map(EventLoopTaskExecutor.init)
+        self.executor = EventLoopTaskExecutor(eventLoop)
     }
 
     /// The leave to write gate call `call`'s notifications: its mark is set when a transport first asks.
@@ -56,11 +56,7 @@ final class WrittenMarks: Sendable {
 
     /// Sets the marks asked for until cancelled.
     func run() async {
-        if let executor {
-            await withTaskExecutorPreference(executor) { await setMarks() }
-        } else {
-            await setMarks()
-        }
+        await withTaskExecutorPreference(executor) { await setMarks() }
     }
 
     private func setMarks() async {

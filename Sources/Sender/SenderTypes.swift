@@ -49,7 +49,7 @@ public struct PushNotification: Sendable {
     // storage holds them in a `let`, so such a read needs no dynamic exclusivity check (a `var` of a class
     // read from another module does, per read: `perf`, 2026-11-28). A setter, which nothing on the hot
     // path calls (the pipeline passes everything to `init`), makes a new storage object.
-    @usableFromInline struct Fields: @unchecked Sendable {
+    @usableFromInline struct Fields: Sendable {
         /// nil: the id is `<campaign>:<token hex>` (`campaign` is set), made when asked.
         var jobID: String?
         @usableFromInline var app: String
@@ -70,7 +70,7 @@ public struct PushNotification: Sendable {
         var recordHashes: RecordHashes?
     }
 
-    @usableFromInline final class Storage: @unchecked Sendable {
+    @usableFromInline final class Storage: Sendable {
         @usableFromInline let fields: Fields
         init(_ fields: Fields) { self.fields = fields }
     }

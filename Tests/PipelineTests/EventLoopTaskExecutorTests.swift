@@ -22,8 +22,6 @@ import Testing
             return seen
         }
         #expect(onLoop == Array(repeating: true, count: 7))
-        // Outside it, this test runs on Swift's pool, not on the loop.
-        #expect(!loop.inEventLoop)
         try await group.shutdownGracefully()
     }
 }
