@@ -33,7 +33,11 @@ public struct CampaignControlRoute: Sendable {
     let store: PipelineStore
     let confirmationWait: Duration
 
-    public init(store: PipelineStore, confirmationWait: Duration = .seconds(3)) {
+    /// Long enough for a process polling every 250 ms on a loaded machine; a process that misses it
+    /// still applies the change (the answer says how many confirmed).
+    public static let defaultConfirmationWait: Duration = .seconds(3)
+
+    public init(store: PipelineStore, confirmationWait: Duration = defaultConfirmationWait) {
         self.store = store
         self.confirmationWait = confirmationWait
     }

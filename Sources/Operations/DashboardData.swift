@@ -67,6 +67,7 @@ public final class DashboardData: Sendable {
     private let store: PipelineStore
     /// Whether the page shows the campaign buttons (the server was given a token and ``controlRoute``).
     private let controls: Bool
+    private let confirmationWait: Duration
     /// Campaign and shard hashes read per refresh at most (SCAN over the prefix, then one pipeline).
     public static let maxCampaigns = 200
     public static let maxConnections = 1024
@@ -82,11 +83,13 @@ public final class DashboardData: Sendable {
     /// `cacheFor`: how long one snapshot answers every viewer (0: each request reads, concurrent ones
     /// still share a read).
     /// `controls`: the page shows the campaign buttons (the server serves ``controlRoute`` behind a token).
+    /// `confirmationWait`: how long a button's answer waits for every running process to confirm.
     public init(
         redis: RedisTarget, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration,
-        controls: Bool = false
+        controls: Bool = false, confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait
     ) throws {
         self.controls = controls
+        self.confirmationWait = confirmationWait
         func quick(_ configuration: RedisConfiguration) -> RedisConfiguration {
             var configuration = configuration
             configuration.connectTimeout = .seconds(1)
@@ -171,7 +174,7 @@ public final class DashboardData: Sendable {
     }
 
     /// The route of the dashboard's campaign buttons, on this data's quick-failing connection.
-    public var controlRoute: CampaignControlRoute { CampaignControlRoute(store: store) }
+    public var controlRoute: CampaignControlRoute { CampaignControlRoute(store: store, confirmationWait: confirmationWait) }
 
     public func close() async {
         await client.close()

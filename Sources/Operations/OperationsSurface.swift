@@ -88,19 +88,23 @@ public enum OperationsSurface {
     /// `authToken`: the pipeline file's `metrics.auth_token`, asked for as by `run`.
     public static func serveDashboard(
         redisURL: String, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
-        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
+        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
+        confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait
     ) async throws -> (server: OperationsServer, data: DashboardData) {
         try await serveDashboard(
             redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, host: host, port: port, authToken: authToken,
-            logger: logger, limits: limits, cacheFor: cacheFor)
+            logger: logger, limits: limits, cacheFor: cacheFor, confirmationWait: confirmationWait)
     }
 
     /// The same for one server or a cluster (the pipeline file's `redis.url` or `redis.cluster`).
     public static func serveDashboard(
         redis: RedisTarget, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
-        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
+        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
+        confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait
     ) async throws -> (server: OperationsServer, data: DashboardData) {
-        let data = try DashboardData(redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor, controls: authToken != nil)
+        let data = try DashboardData(
+            redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor, controls: authToken != nil, confirmationWait: confirmationWait
+        )
         let routes = OperationsServer.Routes(
             readiness: { await data.redisProblem().map { [$0] } ?? [] },
             dashboard: { await data.snapshotJSON() }, campaignControl: data.controlRoute)

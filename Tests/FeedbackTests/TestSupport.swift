@@ -87,12 +87,12 @@ extension RedisConnection {
     }
 }
 
-/// Waits until `condition` holds, failing after 10 s (a deadline against hangs, not a performance bound).
+/// Waits until `condition` holds, failing after 300 s (a deadline against hangs, not a performance bound).
 func eventually(
     _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ condition: () async throws -> Bool
 ) async throws {
     // Generous: only a guard against a hang (the whole suite runs in parallel on 2 cores).
-    let deadline = ContinuousClock.now + .seconds(60)
+    let deadline = ContinuousClock.now + .seconds(300)
     while !(try await condition()) {
         if ContinuousClock.now > deadline {
             Issue.record("timed out waiting for: \(what)", sourceLocation: sourceLocation)

@@ -62,7 +62,7 @@ import Testing
         func extraSettlements() -> Int64 { settled.withLock { Int64($0.values.reduce(0) { $0 + $1.count - 1 }) } }
         func uncommitted() -> Int64 { [a, b, c].reduce(0) { $0 + $1.statistics.settledButUncommittedAtRevoke } }
         do {
-            try await Support.eventually("every message settled, extra settlements explained", timeout: .seconds(45)) {
+            try await Support.eventually("every message settled, extra settlements explained", timeout: .seconds(300)) {
                 settled.withLock { $0.count } == total && extraSettlements() == uncommitted()
             }
         } catch {

@@ -203,9 +203,12 @@ func plainServer(token: String? = opsToken, limits: OperationsServer.Limits = .i
         trickling.cancel()
         #expect((server.refusals[.timeout] ?? 0) >= 2)
 
-        // The rest on a server with the default deadline (10 s), so that a slow machine cannot turn them
-        // into timeouts.
-        let patient = try await plainServer()
+        // The rest on a server with a deadline of minutes, so that a slow machine cannot turn them into
+        // timeouts.
+        var patientLimits = OperationsServer.Limits()
+        patientLimits.requestTimeout = .seconds(300)
+        patientLimits.connectionTimeout = .seconds(300)
+        let patient = try await plainServer(limits: patientLimits)
         defer { Task { await patient.stop() } }
         // A complete request in time is answered.
         let quick = try await RawConnection.open(port: patient.port)

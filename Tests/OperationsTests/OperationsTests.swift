@@ -35,7 +35,7 @@ func get(_ url: String) async throws -> (status: Int, body: String) {
 }
 
 func eventually(
-    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation,
+    _ what: String, timeout: Duration = .seconds(300), sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
 ) async throws {
     let deadline = ContinuousClock.now + timeout
@@ -188,7 +188,7 @@ struct OperationsTests {
         #expect(text.contains("apns_replay_buffer_notifications{"))
         // Lag per partition (librdkafka's high watermark every 5 s, minus the first unsettled offset):
         // everything settled, so 0 on every partition.
-        try await eventually("consumer lag reported", timeout: .seconds(30)) {
+        try await eventually("consumer lag reported", timeout: .seconds(300)) {
             text = try await get(base + "/metrics").body
             return (0..<4).allSatisfy { sample(text, #"apns_kafka_consumer_lag_messages{topic="apns.jobs",partition="\#($0)"}"#) == 0 }
         }
@@ -203,14 +203,14 @@ struct OperationsTests {
         try await eventually("ready") { try await get(base + "/readyz").status == 200 }
         await redis.kill()
         var notReady = (status: 0, body: "")
-        try await eventually("not ready without Redis", timeout: .seconds(20)) {
+        try await eventually("not ready without Redis", timeout: .seconds(300)) {
             notReady = try await get(base + "/readyz")
             return notReady.status == 503
         }
         #expect(notReady.body.hasPrefix("not ready\n"))
         #expect(notReady.body.contains("- redis: unreachable at 127.0.0.1:\(redis.port)"))
         try await redis.start()
-        try await eventually("ready again with Redis back", timeout: .seconds(20)) { try await get(base + "/readyz").status == 200 }
+        try await eventually("ready again with Redis back", timeout: .seconds(300)) { try await get(base + "/readyz").status == 200 }
 
         await group.triggerGracefulShutdown()
         try await running.value

@@ -74,7 +74,7 @@ struct ByteBudgetProcessTests {
         let logText = { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
 
         // The dead-letter topic refuses: letters are retried, their messages stay unsettled and hold bytes.
-        try await eventually("dead-letter writes failing", timeout: .seconds(60)) {
+        try await eventually("dead-letter writes failing", timeout: .seconds(300)) {
             try await stack.store.readStats().totals[.deadLetterFailures] >= 3 || !process.process.isRunning
         }
         #expect(process.process.isRunning, "\(logText())")
@@ -83,10 +83,10 @@ struct ByteBudgetProcessTests {
 
         // The topic works again: every refused job dead-lettered once, every valid one delivered once.
         stack.cluster.setTopicError("apns.jobs.dlq", code: 0)
-        try await eventually("every dead letter stored", timeout: .seconds(180)) {
+        try await eventually("every dead letter stored", timeout: .seconds(300)) {
             try await stack.store.readStats().totals[.deadLettered] >= Int64(Self.jobs / 2)
         }
-        try await stack.waitAccepted("big", count: Int64(Self.jobs / 2), timeout: .seconds(180))
+        try await stack.waitAccepted("big", count: Int64(Self.jobs / 2), timeout: .seconds(300))
         let peak = try Self.peakRSS(of: process.process.processIdentifier)
         #expect(await process.stop() == 0, "\(logText())")
         let totals = try await stack.store.readStats().totals

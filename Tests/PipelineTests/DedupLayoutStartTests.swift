@@ -49,7 +49,7 @@ struct DedupLayoutStartTests {
         try writeFile(redisExtra: "  dedup_bucket_hours: 12")
         let log = directory.appendingPathComponent("run.log").path
         let process = try PipelineProcess(pipelineFile: file, logFile: log)
-        try await eventually("run records its layout", timeout: .seconds(30)) {
+        try await eventually("run records its layout", timeout: .seconds(300)) {
             try await client.send(RedisCommand("GET", keys.dedupLayout)).string != nil || !process.process.isRunning
         }
         #expect(try await client.send(RedisCommand("GET", keys.dedupLayout)).string == "bucket_s=43200 sub_buckets=4096 token_buckets=16")

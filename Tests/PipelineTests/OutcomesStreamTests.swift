@@ -32,7 +32,7 @@ struct OutcomesStreamTests {
             logger: testLogger)
         var all: [Read] = []
         do {
-            try await eventually("outcome messages read (\(all.count) so far)", timeout: .seconds(90)) {
+            try await eventually("outcome messages read (\(all.count) so far)", timeout: .seconds(300)) {
                 if let batch = await consumer.nextBatch() {
                     for m in batch {
                         all.append(Read(key: m.key.map { String(decoding: $0, as: UTF8.self) }, value: try JSONParser.parse(m.value)))

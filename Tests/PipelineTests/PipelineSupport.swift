@@ -79,6 +79,7 @@ final class Stack: @unchecked Sendable {
         c.gateway.embedJobID = true
         c.gateway.shards = 2
         c.gateway.shard.settleAfter = 3  // see SenderTestSupport: no self-inflicted sequence_unknown under load
+        c.gateway.shard.settleGrace = 120  // as SenderTestSupport's: a loaded machine reads late
         c.gateway.shard.reconnect.initialDelay = 0.005
         c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
         c.apps = [
@@ -137,7 +138,7 @@ final class Stack: @unchecked Sendable {
     /// Waits for `count` accepted outcomes. (Outcomes count messages, not jobs: a message redelivered
     /// after a rebalance, when the mock refused the old owner's commit, is counted again as deduped, so
     /// the settled total can run ahead of the jobs actually done.)
-    func waitAccepted(_ id: String, count: Int64, timeout: Duration = .seconds(120)) async throws {
+    func waitAccepted(_ id: String, count: Int64, timeout: Duration = .seconds(300)) async throws {
         try await eventually("campaign \(id) accepted \(count)", timeout: timeout) {
             (try await self.campaign(id)["accepted"] ?? 0) >= count
         }
@@ -180,7 +181,7 @@ final class RunningPipeline: Sendable {
 }
 
 func eventually(
-    _ what: String, timeout: Duration = .seconds(60), sourceLocation: SourceLocation = #_sourceLocation,
+    _ what: String, timeout: Duration = .seconds(300), sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool, orRecord state: () -> String = { "" }
 ) async throws {
     let deadline = ContinuousClock.now + timeout
@@ -310,6 +311,7 @@ extension Stack {
               embed_job_id: true
               shards: 2
               settle_after_ms: \(settleAfterMs)
+              settle_grace_ms: 120000
               reconnect:
                 initial_ms: 5
                 attempts_per_second_per_gateway: 1000

@@ -180,8 +180,8 @@ struct PipelineTests {
         ])
         await big.close()
         try await stack.publish(campaign: "p2", template: template, tokens: (300..<600).map(token))
-        try await stack.waitAccepted("p1", count: 300, timeout: .seconds(60))
-        try await stack.waitAccepted("p2", count: 300, timeout: .seconds(60))
+        try await stack.waitAccepted("p1", count: 300, timeout: .seconds(300))
+        try await stack.waitAccepted("p2", count: 300, timeout: .seconds(300))
         try await eventually("2 dead letters counted") { try await stack.store.readStats().totals[.deadLettered] == 2 }
         #expect(try await stack.store.readStats().totals[.deadLetterFailures] == 0)
 
@@ -226,7 +226,7 @@ struct PipelineTests {
         let pipeline = RunningPipeline(config)
         try await stack.publishRaw([#"{"id":"bad","app":"com.example.shop","token":"abc","payload":{"aps":{}}}"#])
         try await stack.publish(campaign: "d", template: template, tokens: (0..<300).map(token))
-        try await stack.waitAccepted("d", count: 300, timeout: .seconds(60))
+        try await stack.waitAccepted("d", count: 300, timeout: .seconds(300))
         try await eventually("dead-letter failures counted") {
             try await stack.store.readStats().totals[.deadLetterFailures] >= 2
         }
@@ -249,7 +249,7 @@ struct PipelineTests {
         let file = try stack.pipelineFile()
         let log = FileManager.default.temporaryDirectory.appendingPathComponent("run-\(UUID().uuidString).log").path
         let first = try PipelineProcess(pipelineFile: file, logFile: log)
-        try await eventually("the first process accepted some", timeout: .seconds(60)) {
+        try await eventually("the first process accepted some", timeout: .seconds(300)) {
             (try await stack.campaign("k")["accepted"] ?? 0) >= 1000
         }
         await first.crash()
@@ -261,7 +261,7 @@ struct PipelineTests {
         #expect(leased > 0, "the crash left leases behind")
         let second = try PipelineProcess(pipelineFile: file, logFile: log)
         // The deadline is far below the 600 s lease: only a takeover can meet it.
-        try await stack.waitAccepted("k", count: 6000, timeout: .seconds(90))
+        try await stack.waitAccepted("k", count: 6000, timeout: .seconds(300))
         let recovery = ContinuousClock.now - killed
         #expect(await second.stop() == 0)
 
@@ -288,7 +288,7 @@ struct PipelineTests {
         let stack = try await Stack()
         try await stack.publish(campaign: "f", template: template, tokens: (0..<6000).map(token))
         let pipeline = RunningPipeline(stack.configuration())
-        try await stack.waitAccepted("f", count: 500, timeout: .seconds(60))
+        try await stack.waitAccepted("f", count: 500, timeout: .seconds(300))
         // Jobs still in flight settle after this: positions that can no longer be committed.
         stack.cluster.stop()
         try await Task.sleep(for: .seconds(2))
@@ -342,11 +342,11 @@ struct PipelineTests {
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
-        try await eventually("the first process settled some", timeout: .seconds(90)) {
+        try await eventually("the first process settled some", timeout: .seconds(300)) {
             try await stack.store.readCampaign("p").jobsSettled >= 1500
         }
         let second = try PipelineProcess(pipelineFile: file, logFile: log, environment: environment)  // rebalance
-        try await eventually("the second process took part", timeout: .seconds(90)) {
+        try await eventually("the second process took part", timeout: .seconds(300)) {
             try await stack.store.readCampaign("p").jobsSettled >= 3000
         }
         #expect(await first.stop() == 0)  // rebalance again: its partitions move to the second

@@ -36,13 +36,13 @@ struct PriorityLanePipelineTests {
         let pipeline = RunningPipeline(c)
         // The priority lane is up (its consumer assigned): one job through it first.
         try await stack.publishRaw([Self.priorityJob(999)], topic: Self.priorityTopic)
-        try await eventually("the first priority job is recorded", timeout: .seconds(120)) {
+        try await eventually("the first priority job is recorded", timeout: .seconds(300)) {
             Self.recorded(sim, prefix: "urgent-999") == 1
         }
         let campaignSize = 3000
         try await stack.publish(campaign: "bulk", template: template, tokens: (0..<campaignSize).map(token))
         // The backlog is under way: the first bulk jobs reached the simulator.
-        try await eventually("the campaign is being sent", timeout: .seconds(120)) {
+        try await eventually("the campaign is being sent", timeout: .seconds(300)) {
             Self.recorded(sim, prefix: "bulk:") >= 100
         }
         let urgent = 20
@@ -50,10 +50,10 @@ struct PriorityLanePipelineTests {
         let campaignJob =
             #"{"id":"oops:1","app":"\#(shop)","token":"\#(token(20_000).hex)","campaign":"oops","payload":{"aps":{"alert":"x"}}}"#
         try await stack.publishRaw([campaignJob], topic: Self.priorityTopic)
-        try await eventually("the priority jobs are recorded", timeout: .seconds(120)) {
+        try await eventually("the priority jobs are recorded", timeout: .seconds(300)) {
             Self.recorded(sim, prefix: "urgent-") >= urgent + 1
         }
-        try await stack.waitAccepted("bulk", count: Int64(campaignSize), timeout: .seconds(180))
+        try await stack.waitAccepted("bulk", count: Int64(campaignSize), timeout: .seconds(300))
         try await eventually("the campaign job on the priority topic is dead-lettered") {
             (try await stack.campaign("oops")["dead_lettered"] ?? 0) == 1
         }

@@ -194,7 +194,7 @@ struct StopWithAppleUnreachableTests {
         try await stack.publish(campaign: "stop", template: template, tokens: tokens)
         let process = try PipelineProcess(pipelineFile: file, logFile: log)
         // The budget fills: 2 000 jobs gated (leased) and waiting for a connection that never comes up.
-        try await eventually("jobs taken and leased", timeout: .seconds(60)) {
+        try await eventually("jobs taken and leased", timeout: .seconds(300)) {
             try await stack.tokenHashLength("inflight", shop) > 0 || !process.process.isRunning
         }
         #expect(process.process.isRunning, "\((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")")

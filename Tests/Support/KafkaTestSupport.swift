@@ -55,7 +55,7 @@ public enum KafkaTestSupport {
     }
 
     /// Waits until `condition` holds (polling), failing after `timeout`.
-    public static func eventually(_ what: String, timeout: Duration = .seconds(30), _ condition: () -> Bool) async throws {
+    public static func eventually(_ what: String, timeout: Duration = .seconds(300), _ condition: () -> Bool) async throws {
         let deadline = ContinuousClock.now + timeout
         while !condition() {
             if ContinuousClock.now > deadline { throw Timeout(what: what) }

@@ -123,7 +123,7 @@ public final class RedisServer: @unchecked Sendable {
     /// is this one: when a parallel test's server took the port first, ours exits and the other answers
     /// (a cluster test then sent its slots to another test's node: `ERR Slot … is already busy`).
     private func waitForPing() async throws {
-        let probe = try client(maximumWait: .seconds(10), logLevel: .critical)
+        let probe = try client(maximumWait: .seconds(30), logLevel: .critical)
         do {
             let reply = try await probe.send(RedisCommand("PING"))
             guard reply == .status("PONG") else { throw TestFailure("PING answered \(reply)") }

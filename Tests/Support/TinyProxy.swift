@@ -62,13 +62,13 @@ public final class TinyProxy: @unchecked Sendable {
         let configPath = directory + "/tinyproxy.conf"
         try (lines.joined(separator: "\n") + "\n").write(toFile: configPath, atomically: true, encoding: .utf8)
         process = try ChildProcess(executable: Self.executable!, arguments: ["-d", "-c", configPath])
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(120)
         while ContinuousClock.now < deadline {
             if !(process?.isRunning ?? false) { throw TestFailure("tinyproxy exited at start (port \(port) taken?)") }
             if Self.accepts(port: port) { return }
             try await Task.sleep(for: .milliseconds(20))
         }
-        throw TestFailure("tinyproxy did not listen on 127.0.0.1:\(port) within 10 s")
+        throw TestFailure("tinyproxy did not listen on 127.0.0.1:\(port) within 120 s")
     }
 
     /// SIGKILL: the proxy dies, every tunnel through it with it. Returns once it has exited (its port is
