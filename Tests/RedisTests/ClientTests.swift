@@ -163,18 +163,31 @@ struct ClientTests {
         let server = try await RedisServer()
         defer { server.stop() }
         let client = try server.client()
+        let other = try server.client()
         _ = try await client.send(RedisCommand("PING"))
-        // BLPOP on an empty list answers nil after its timeout: the cancellation comes while it waits.
-        let waiting = Task { try await client.send(RedisCommand("BLPOP", "empty", "2")) }
-        try await Task.sleep(for: .milliseconds(300))
-        waiting.cancel()
-        #expect(try await waiting.value == .null, "the reply came, though the caller was cancelled")
-        let abandoned = Task {
-            try await RedisWait.$endsOnCancellation.withValue(true) { try await client.send(RedisCommand("BLPOP", "empty", "2")) }
+        // The cancellation comes while BLPOP waits in the server (seen from another connection, not after
+        // a fixed sleep a loaded machine can outlast); an LPUSH then answers it.
+        func blockedInTheServer() async throws {
+            let deadline = ContinuousClock.now + .seconds(300)  // a guard against a hang only
+            while !((try await other.send(RedisCommand("INFO", "clients")).string ?? "").contains("blocked_clients:1")) {
+                guard ContinuousClock.now < deadline else { throw TestFailure("BLPOP never waited in the server") }
+                try await Task.sleep(for: .milliseconds(10))
+            }
         }
-        try await Task.sleep(for: .milliseconds(300))
+        let waiting = Task { try await client.send(RedisCommand("BLPOP", "empty", "600")) }
+        try await blockedInTheServer()
+        waiting.cancel()
+        _ = try await other.send(RedisCommand("LPUSH", "empty", "one"))
+        #expect(
+            try await waiting.value == .array([.bulk(Array("empty".utf8)), .bulk(Array("one".utf8))]),
+            "the reply came, though the caller was cancelled")
+        let abandoned = Task {
+            try await RedisWait.$endsOnCancellation.withValue(true) { try await client.send(RedisCommand("BLPOP", "empty", "600")) }
+        }
+        try await blockedInTheServer()
         abandoned.cancel()
         await #expect(throws: CancellationError.self) { try await abandoned.value }
+        _ = try await other.send(RedisCommand("LPUSH", "empty", "two"))
         // The abandoned call's reply still comes to its own promise: the next call gets its own.
         #expect(try await client.send(RedisCommand("ECHO", "after")) == .bulk(Array("after".utf8)))
     }
