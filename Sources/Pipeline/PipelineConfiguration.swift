@@ -269,6 +269,11 @@ public struct PipelineConfiguration: Sendable {
     public var drainTimeout: Duration = .seconds(10)
     /// What a stop may take beyond `drainTimeout`: settling, the final commit, closing.
     public static let stopGrace: Duration = .seconds(10)
+    /// How long a topic the pipeline must write to (the outcomes topic, the dead-letter topic) may refuse
+    /// writes before `/readyz` says not ready (`pipeline.readiness_grace_s`). Shorter than that is a
+    /// broker's leader election or a client's retry, which heals by itself.
+    public var readinessGrace = PipelineConfiguration.defaultReadinessGrace
+    public static let defaultReadinessGrace: Duration = .seconds(60)
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
     public var feedbackIntervalMinutes = FeedbackSchedule.defaultInterval / .seconds(60)
     public var logLevel = "info"
@@ -491,6 +496,8 @@ public struct PipelineConfiguration: Sendable {
         c.eventLoopThreads = try p.int("event_loop_threads", default: c.eventLoopThreads, range: 1...64)
         c.drainTimeout = .milliseconds(
             Int64(try p.double("drain_timeout_s", default: Double(c.drainTimeout.components.seconds), range: 0...3600) * 1000))
+        c.readinessGrace = .milliseconds(
+            Int64(try p.double("readiness_grace_s", default: Double(c.readinessGrace.components.seconds), range: 1...3600) * 1000))
         try p.finish()
         let f = try root.section("feedback")
         c.feedbackIntervalMinutes = try f.double("interval_minutes", default: c.feedbackIntervalMinutes, range: 0...1440)
