@@ -282,6 +282,10 @@ public struct PipelineConfiguration: Sendable {
     /// `metrics.auth_token`: the bearer token every path of the operations surface but `/healthz` asks
     /// for (nil: open, as before). A secret: kept in ``secrets`` even when written in clear.
     public var metricsAuthToken: String?
+    /// `metrics.control_token`: the bearer token the campaign controls of the operations surface
+    /// (`POST /api/campaigns/<id>/<action>`) ask for, and only they (nil: those answer 403). Another
+    /// value than ``metricsAuthToken``; it reads the other paths too. A secret, as that one.
+    public var metricsControlToken: String?
     /// The values `${NAME}` and `${file:/path}` put into the file (ConfigReader's `Substitution`): never
     /// logged in clear (``RedactingLogHandler``).
     public var secrets: [String] = []
@@ -516,9 +520,12 @@ public struct PipelineConfiguration: Sendable {
         if let token = try m.string("auth_token") {
             c.metricsAuthToken = try checkedMetricsAuthToken(token, file: file)
         }
+        if let token = try m.string("control_token") {
+            c.metricsControlToken = try checkedMetricsControlToken(token, readToken: c.metricsAuthToken, file: file)
+        }
         try m.finish()
         try root.finish()
-        c.secrets = root.substitution.secrets + (c.metricsAuthToken.map { [$0] } ?? [])
+        c.secrets = root.substitution.secrets + [c.metricsAuthToken, c.metricsControlToken].compactMap { $0 }
         // Redis passwords are secrets however they were written (in the URL or the key, literally or
         // substituted): never logged in clear.
         if let password = try? c.redis.target().password, !c.secrets.contains(password) { c.secrets.append(password) }
