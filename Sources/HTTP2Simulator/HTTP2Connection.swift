@@ -282,17 +282,22 @@ final class HTTP2Connection: ChannelInboundHandler {
             write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: true))), context)
             if after == .goAway { goAway() }
         case .reject(let reason, let apnsID, let timestamp):
-            let body = APNsErrorBody(reason: reason, timestamp: timestamp)
-            var buffer = context.channel.allocator.buffer(capacity: 64)
-            body.encode(into: &buffer)
-            var head = HPACKHeaders([
-                (":status", String(reason.status)), (APNsHeader.id, apnsID), ("content-type", "application/json"),
-                ("content-length", String(buffer.readableBytes)),
-            ])
-            if core.configuration.sandbox { head.add(name: APNsHeader.uniqueID, value: makeUUID()) }
-            write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: false))), context)
-            write(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: true))), context)
+            writeRefusal(status: reason.status, body: APNsErrorBody(reason: reason, timestamp: timestamp), apnsID: apnsID, id, context)
+        case .rejectUnlisted(let text, let apnsID):
+            writeRefusal(status: 400, body: APNsErrorBody(reasonText: text), apnsID: apnsID, id, context)
         }
+    }
+
+    private func writeRefusal(status: Int, body: APNsErrorBody, apnsID: String, _ id: HTTP2StreamID, _ context: ChannelHandlerContext) {
+        var buffer = context.channel.allocator.buffer(capacity: 64)
+        body.encode(into: &buffer)
+        var head = HPACKHeaders([
+            (":status", String(status)), (APNsHeader.id, apnsID), ("content-type", "application/json"),
+            ("content-length", String(buffer.readableBytes)),
+        ])
+        if core.configuration.sandbox { head.add(name: APNsHeader.uniqueID, value: makeUUID()) }
+        write(HTTP2Frame(streamID: id, payload: .headers(.init(headers: head, endStream: false))), context)
+        write(HTTP2Frame(streamID: id, payload: .data(.init(data: .byteBuffer(buffer), endStream: true))), context)
     }
 
     private func write(_ frame: HTTP2Frame, _ context: ChannelHandlerContext) {
@@ -388,6 +393,8 @@ final class HTTP2Connection: ChannelInboundHandler {
     enum Outcome {
         case accept(apnsID: String, after: AfterAccept)
         case reject(APNsReason, apnsID: String, timestamp: Int64?)
+        /// 400 with a `reason` Apple does not document.
+        case rejectUnlisted(String, apnsID: String)
         /// A stream above the GOAWAY's last stream id: RST_STREAM REFUSED_STREAM, nothing recorded.
         case refuse
         /// A malformed header block (RFC 9113 § 8.1.1): RST_STREAM PROTOCOL_ERROR, nothing recorded.
@@ -462,6 +469,10 @@ final class HTTP2Connection: ChannelInboundHandler {
         if let owner = core.tokenTopics[token], owner != app { return reject(.deviceTokenNotForTopic, apnsID) }
         if let stamp = core.unregistered[token] { return reject(.unregistered, apnsID, timestamp: stamp) }
         if core.expiredTokens.contains(token) { return reject(.expiredToken, apnsID) }
+        if let text = core.unlistedReasons[token] {
+            core.count { $0.byStatus[400, default: 0] += 1 }
+            return .rejectUnlisted(text, apnsID: apnsID)
+        }
         if core.overTokenRate(token, nowMillis: nowMillis) || (core.ratesApplyNow() && core.draw(core.faults.tooManyRequestsRate)) {
             return reject(.tooManyRequests, apnsID)
         }

@@ -123,6 +123,8 @@ final class HTTP2Core: Sendable {
     let unregistered: [DeviceToken: Int64]
     let tokenTopics: [DeviceToken: String]
     let neverAnswerTokens: Set<DeviceToken>
+    /// Token → the undocumented reason its requests are answered 400 with.
+    let unlistedReasons: [DeviceToken: String]
     /// The apps' broadcast channels (channel management).
     let channels = ChannelRegistry()
     /// Times (ms since 1970) of the requests answered RST_STREAM, per token, when records are kept
@@ -171,6 +173,9 @@ final class HTTP2Core: Sendable {
         for (hex, topic) in faults.tokenTopics { topics[try tokens([hex], "token_topics")[0]] = topic }
         tokenTopics = topics
         neverAnswerTokens = Set(try tokens(faults.neverAnswerTokens, "never_answer_tokens"))
+        var unlisted: [DeviceToken: String] = [:]
+        for (hex, reason) in faults.unlistedReasonTokens { unlisted[try tokens([hex], "unlisted_reason_tokens")[0]] = reason }
+        unlistedReasons = unlisted
         random = Mutex(SplitMix64(seed: faults.seed))
         recorder = try RecordWriter(
             path: configuration.recordsPath, keepInMemory: configuration.keepRecordsInMemory, synchronous: configuration.recordsSynchronous)

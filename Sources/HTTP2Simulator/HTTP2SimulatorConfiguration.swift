@@ -101,6 +101,9 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
     /// Tokens whose requests are never answered (the stream stays open until the client resets it or
     /// the connection closes), while the connection answers every other stream.
     public var neverAnswerTokens: Set<String> = []
+    /// Tokens answered 400 with this `reason` text, which Apple does not document (a broken or hostile
+    /// gateway, or a proxy in the way: what a client must count without trusting).
+    public var unlistedReasonTokens: [String: String] = [:]
     /// When set, the chances above (429, 500, 503, resets) apply only in this window, seconds after
     /// the simulator's first request: a storm of `ratesForSeconds` that then ends (an Apple incident),
     /// timed from the traffic so it meets it however long the client took to start.
@@ -150,6 +153,7 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         case flowControlWindow = "flow_control_window"
         case resetStreamRate = "reset_stream_rate"
         case neverAnswerTokens = "never_answer_tokens"
+        case unlistedReasonTokens = "unlisted_reason_tokens"
         case ratesFromSecond = "rates_from_s"
         case ratesForSeconds = "rates_for_s"
         case seed
@@ -191,6 +195,8 @@ public struct HTTP2FaultScript: Sendable, Codable, Equatable {
         flowControlWindow = try c.decodeIfPresent(Int.self, forKey: .flowControlWindow)
         resetStreamRate = try c.decodeIfPresent(Double.self, forKey: .resetStreamRate) ?? 0
         neverAnswerTokens = lower(try c.decodeIfPresent([String].self, forKey: .neverAnswerTokens))
+        let unlisted = try c.decodeIfPresent([String: String].self, forKey: .unlistedReasonTokens) ?? [:]
+        unlistedReasonTokens = Dictionary(unlisted.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a })
         ratesFromSecond = try c.decodeIfPresent(Double.self, forKey: .ratesFromSecond)
         ratesForSeconds = try c.decodeIfPresent(Double.self, forKey: .ratesForSeconds) ?? 0
         seed = try c.decodeIfPresent(UInt64.self, forKey: .seed) ?? d.seed

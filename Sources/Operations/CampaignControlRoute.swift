@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import NIOHTTP1
 import Redis
 
@@ -27,8 +28,10 @@ public enum CampaignAction: String, Sendable, CaseIterable {
 /// answers JSON `{campaign, action, state, version, processes, confirmed}`. A process that has not
 /// confirmed by then still applies the change at its next poll of Redis (every 250 ms).
 ///
-/// Only served with `metrics.auth_token` set: a button that stops a campaign must not be open to whoever
-/// reaches the port (``OperationsServer`` answers 403 otherwise).
+/// Only served with `metrics.control_token` set, and only to that token (not the read token,
+/// `metrics.auth_token`): a button that stops a campaign must not be open to whoever reaches the port or
+/// reads the metrics (``OperationsServer`` answers 403 without it, 401 to another token). Every action
+/// is logged at notice with the peer, the action and the campaign, and how it ended.
 public struct CampaignControlRoute: Sendable {
     let store: PipelineStore
     let confirmationWait: Duration
@@ -91,14 +94,21 @@ public struct CampaignControlRoute: Sendable {
         }
     }
 
-    func perform(campaign: String, action: CampaignAction) async -> OperationsServer.Response {
+    func perform(campaign: String, action: CampaignAction, peer: String, logger: Logger) async -> OperationsServer.Response {
+        let who: Logger.Metadata = ["peer": "\(peer)", "action": "\(action.rawValue)", "campaign": "\(campaign)"]
         do {
             let before = try await store.readControl().campaigns[campaign] ?? CampaignControlState()
             if action == .resume, before.cancelled {
+                logger.notice("campaign control refused: the campaign is cancelled", metadata: who)
                 return .json(.conflict, ["error": .string("campaign \(campaign) is cancelled: that is final (publish under a new id)")])
             }
             let change = try await store.changeControlAndWait(campaign: campaign, wait: confirmationWait) { action.apply(to: $0) }
             let confirmed = change.processes.count - change.missing.count
+            logger.notice(
+                "campaign control: \(action.rawValue)",
+                metadata: who.merging([
+                    "state": "\(change.state.description)", "confirmed": "\(confirmed)", "processes": "\(change.processes.count)",
+                ]) { a, _ in a })
             return .json(
                 .ok,
                 [
@@ -107,6 +117,8 @@ public struct CampaignControlRoute: Sendable {
                     "confirmed": .int(Int64(confirmed)),
                 ])
         } catch {
+            logger.notice(
+                "campaign control failed: Redis did not take the change", metadata: who.merging(["error": "\(error)"]) { a, _ in a })
             return .json(.serviceUnavailable, ["error": .string("Redis did not take the change: \(error)")])
         }
     }

@@ -37,7 +37,7 @@ public struct DashboardSnapshot: Codable, Sendable {
     public var connections: [Connection] = []
     /// Set when Redis could not be read: the page says so instead of showing stale numbers as current.
     public var error: String?
-    /// Whether the page may show the pause / resume / cancel buttons: the server takes them (a bearer
+    /// Whether the page may show the pause / resume / cancel buttons: the server takes them (a control
     /// token is set, `POST /api/campaigns/<id>/<action>`).
     public var controls = false
 }
@@ -65,7 +65,7 @@ public final class DashboardData: Sendable {
     private let address: String
     private let keys: RedisKeys
     private let store: PipelineStore
-    /// Whether the page shows the campaign buttons (the server was given a token and ``controlRoute``).
+    /// Whether the page shows the campaign buttons (the server was given a control token and ``controlRoute``).
     private let controls: Bool
     private let confirmationWait: Duration
     /// Campaign and shard hashes read per refresh at most (SCAN over the prefix, then one pipeline).
@@ -82,7 +82,7 @@ public final class DashboardData: Sendable {
     /// cluster they live on one primary, where SCAN is sent).
     /// `cacheFor`: how long one snapshot answers every viewer (0: each request reads, concurrent ones
     /// still share a read).
-    /// `controls`: the page shows the campaign buttons (the server serves ``controlRoute`` behind a token).
+    /// `controls`: the page shows the campaign buttons (the server serves ``controlRoute`` behind the control token).
     /// `confirmationWait`: how long a button's answer waits for every running process to confirm.
     public init(
         redis: RedisTarget, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration,

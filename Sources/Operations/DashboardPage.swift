@@ -31,7 +31,8 @@ enum DashboardPage {
         <main>
           <div id="banner"></div>
           <section id="login"><h2>Operations token</h2>
-            <p>This surface asks for a bearer token (the pipeline file's <code>metrics.auth_token</code>). It is kept in this
+            <p>This surface asks for a bearer token (the pipeline file's <code>metrics.auth_token</code>, or its
+            <code>metrics.control_token</code>, which also works the campaign buttons). It is kept in this
             tab only (sessionStorage) and sent with every request of the page.</p>
             <form id="login-form"><input id="token" type="password" autocomplete="off" spellcheck="false" placeholder="token" aria-label="token">
             <button type="submit">Open the dashboard</button></form></section>
@@ -209,8 +210,8 @@ enum DashboardPage {
             }).join("") + `</table>`);
         }
 
-        // Pause / resume / cancel (only when the server takes them: behind metrics.auth_token). A cancel is
-        // final, so it asks first. The answer says how many running processes confirmed the change.
+        // Pause / resume / cancel (only when the server takes them: behind metrics.control_token). A cancel
+        // is final, so it asks first. The answer says how many running processes confirmed the change.
         function controlButtons(c) {
           const state = String(c.state || "running");
           if (state.includes("cancelled")) return "";
@@ -223,8 +224,18 @@ enum DashboardPage {
         async function control(campaign, action) {
           if (action === "cancel" && !confirm(`Cancel campaign ${campaign}? None of its jobs not yet sent will be sent. This cannot be undone.`)) return;
           const note = document.getElementById("control-note");
+          const post = () => fetch(`/api/campaigns/${encodeURIComponent(campaign)}/${action}`, {method: "POST", headers: controlHeaders()});
           try {
-            const res = await fetch(`/api/campaigns/${encodeURIComponent(campaign)}/${action}`, {method: "POST", headers: authHeaders()});
+            let res = await post();
+            if (res.status === 401) {
+              // The read token does not change campaigns: ask once for the control token, kept as the other.
+              const t = (prompt("Campaign control needs the control token (metrics.control_token):") || "").trim();
+              if (t) {
+                sessionStorage.setItem(CONTROL_KEY, t);
+                res = await post();
+                if (res.status === 401) sessionStorage.removeItem(CONTROL_KEY);
+              }
+            }
             const text = await res.text();
             let answer = null;
             try { answer = JSON.parse(text); } catch (e) {}
@@ -265,6 +276,13 @@ enum DashboardPage {
         }
         function authHeaders() {
           const t = sessionStorage.getItem(TOKEN_KEY);
+          return t ? {"Authorization": "Bearer " + t} : {};
+        }
+        // The campaign buttons' token (metrics.control_token): asked for when the server refuses the
+        // buttons the page's token; the page's token is tried first (the control token reads too).
+        const CONTROL_KEY = "apns-pipeline.control-token";
+        function controlHeaders() {
+          const t = sessionStorage.getItem(CONTROL_KEY) || sessionStorage.getItem(TOKEN_KEY);
           return t ? {"Authorization": "Bearer " + t} : {};
         }
         function askForToken(wrong) {

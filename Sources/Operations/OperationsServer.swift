@@ -12,11 +12,15 @@ import Synchronization
 ///
 /// The port may be reachable by more than the scraper, so nothing a client sends can hold the server:
 /// with an ``authToken`` every path but `/healthz` and the page's static files answers 401 without
-/// `Authorization: Bearer <token>`; a connection must deliver its request within
-/// ``Limits/requestTimeout`` (one that sends nothing, or trickles its head, is closed) and is closed at
-/// ``Limits/connectionTimeout`` whatever it does; at most ``Limits/maxConnections`` are open (more are
-/// closed as soon as they are accepted); a request head over ``Limits/maxHeadBytes`` is answered 400 and
-/// a body over ``Limits/maxBodyBytes`` 413. Each refusal is counted (``refusals``, and `onRefusal`).
+/// `Authorization: Bearer <token>`; the campaign controls answer only to a ``controlToken`` of their
+/// own (the read token cannot stop a campaign), and each control action is logged at notice with its
+/// peer; a connection must deliver its request within ``Limits/requestTimeout`` (one that sends
+/// nothing, or trickles its head, is closed) and is closed at ``Limits/connectionTimeout`` whatever it
+/// does; at most ``Limits/maxConnections`` are open, at most ``Limits/maxConnectionsPerPeer`` of them
+/// from one address; beyond those a few more (``Limits/probeSlots``) are kept for the probes, answered
+/// only for `/healthz` and `/readyz`, so a flood of other connections cannot fail a liveness probe;
+/// a request head over ``Limits/maxHeadBytes`` is answered 400 and a body over ``Limits/maxBodyBytes``
+/// 413. Each refusal is counted (``refusals``, and `onRefusal`).
 public final class OperationsServer: Sendable {
     /// What the server answers with.
     public struct Routes: Sendable {
@@ -43,9 +47,22 @@ public final class OperationsServer: Sendable {
 
     /// What one client may cost the server.
     public struct Limits: Sendable {
-        /// Connections open at once; beyond it a new one is closed as soon as it is accepted. A scraper
-        /// and a few dashboards use one or two each (one request per connection).
+        /// Connections open at once (the probe slots apart); beyond it a new one gets a probe slot, or is
+        /// closed as soon as it is accepted. A scraper and a few dashboards use one or two each (one
+        /// request per connection).
         public var maxConnections = 64
+        /// Of ``maxConnections``, how many one address may hold: one client (or a flood from one
+        /// address) cannot take every slot.
+        public var maxConnectionsPerPeer = 16
+        /// Connections kept beyond ``maxConnections`` (and beyond a peer's share) for the probes: such a
+        /// connection is answered only for `/healthz` and `/readyz` (503 otherwise), must deliver its
+        /// request within ``probeRequestTimeout``, and one address holds at most ``probeSlotsPerPeer``.
+        /// A kubelet's liveness and readiness probes then get through whatever else holds the port.
+        public var probeSlots = 8
+        public var probeSlotsPerPeer = 2
+        /// A probe sends its request as soon as it connects; a connection on a probe slot that has not
+        /// within this is closed, so idle connections cannot hold the probe slots either.
+        public var probeRequestTimeout: Duration = .seconds(2)
         /// From accept to the end of the request: a connection that sends nothing, or trickles its head,
         /// is closed when it runs out.
         public var requestTimeout: Duration = .seconds(10)
@@ -62,16 +79,22 @@ public final class OperationsServer: Sendable {
 
     /// Why a connection or a request was turned away.
     public enum Refusal: String, Sendable, CaseIterable {
-        /// Over ``Limits/maxConnections``: closed once accepted.
+        /// Over ``Limits/maxConnections`` with no probe slot free (closed once accepted), or a request
+        /// other than a probe on a probe slot (answered 503).
         case connectionCap = "connection-cap"
+        /// The same, for an address holding its ``Limits/maxConnectionsPerPeer``.
+        case peerCap = "peer-cap"
         /// The request did not arrive within ``Limits/requestTimeout``, or the connection outlived
         /// ``Limits/connectionTimeout``.
         case timeout
         /// A head over ``Limits/maxHeadBytes`` or a body over ``Limits/maxBodyBytes``.
         case tooLarge = "too-large"
-        /// No bearer token, or another one.
+        /// No bearer token, or another one (a campaign control without the control token included).
         case unauthorized
     }
+
+    /// The paths a probe slot answers.
+    static let probePaths: Set<String> = ["/healthz", "/readyz"]
 
     struct Response: Sendable {
         var status: HTTPResponseStatus
@@ -116,11 +139,13 @@ public final class OperationsServer: Sendable {
     private let counters: Counters
 
     /// Binds `host:port` (0: a free port, see ``port``) and starts serving. `authToken`: the bearer token
-    /// every path but `/healthz` and the page's static files asks for (nil: open). `onRefusal` is called
-    /// for each refusal (e.g. to count it in Prometheus), on the server's event loop: it must not block.
+    /// every path but `/healthz` and the page's static files asks for (nil: open). `controlToken`: the
+    /// one the campaign controls ask for (nil: they answer 403); it reads the other paths too. `onRefusal`
+    /// is called for each refusal (e.g. to count it in Prometheus), on the server's event loop: it must
+    /// not block.
     public init(
-        host: String, port: Int, routes: Routes, authToken: String? = nil, limits: Limits = Limits(), logger: Logger,
-        onRefusal: (@Sendable (Refusal) -> Void)? = nil
+        host: String, port: Int, routes: Routes, authToken: String? = nil, controlToken: String? = nil, limits: Limits = Limits(),
+        logger: Logger, onRefusal: (@Sendable (Refusal) -> Void)? = nil
     ) async throws {
         self.host = host
         self.routes = routes
@@ -129,7 +154,7 @@ public final class OperationsServer: Sendable {
         self.counters = counters
         group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let handlerConfiguration = RequestHandler.Configuration(
-            routes: routes, token: authToken.map { Array($0.utf8) }, limits: limits, counters: counters, logger: logger)
+            routes: routes, tokens: Tokens(read: authToken, control: controlToken), limits: limits, counters: counters, logger: logger)
         let decoderLimits = {
             var l = NIOHTTPDecoderLimitConfiguration()
             l.maxHeaderFieldSize = limits.maxHeadBytes
@@ -142,16 +167,20 @@ public final class OperationsServer: Sendable {
                 .serverChannelOption(.backlog, value: 64)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelInitializer { channel in
-                    // Over the cap: fail the initializer, which makes NIO close the accepted socket at once.
-                    guard counters.open(max: limits.maxConnections) else {
-                        counters.refused(.connectionCap)
+                    let peer = channel.remoteAddress?.ipAddress ?? "?"
+                    let slot: Counters.Slot
+                    switch counters.admit(peer: peer, limits: limits) {
+                    case .slot(let s): slot = s
+                    case .refused(let refusal):
+                        // Over the caps: fail the initializer, which makes NIO close the accepted socket at once.
+                        counters.refused(refusal)
                         return channel.eventLoop.makeFailedFuture(ConnectionCapReached())
                     }
-                    channel.closeFuture.whenComplete { _ in counters.closed() }
+                    channel.closeFuture.whenComplete { _ in counters.closed(peer: peer, slot: slot) }
                     return channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.configureHTTPServerPipeline(
                             withErrorHandling: true, withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
-                        try channel.pipeline.syncOperations.addHandler(RequestHandler(handlerConfiguration))
+                        try channel.pipeline.syncOperations.addHandler(RequestHandler(handlerConfiguration, slot: slot))
                     }
                 }
                 .bind(host: host, port: port).get()
@@ -200,7 +229,21 @@ public final class OperationsServer: Sendable {
         return difference == 0
     }
 
-    static func respond(method: HTTPMethod, path: String, authorization: String?, token: [UInt8]?, routes: Routes) async -> Response {
+    /// The read token (`metrics.auth_token`) and the control token (`metrics.control_token`), as bytes.
+    struct Tokens: Sendable {
+        var read: [UInt8]?
+        var control: [UInt8]?
+
+        init(read: String?, control: String?) {
+            self.read = read.map { Array($0.utf8) }
+            self.control = control.map { Array($0.utf8) }
+        }
+    }
+
+    /// The answer to one request. `peer` (`address:port`) is for the control log lines.
+    static func respond(
+        method: HTTPMethod, path: String, authorization: String?, tokens: Tokens, peer: String, routes: Routes, logger: Logger
+    ) async -> Response {
         let isControl = path.hasPrefix(CampaignControlRoute.prefix)
         // POST only where something changes (the campaign buttons), GET and HEAD everywhere else.
         guard isControl ? method == .POST : (method == .GET || method == .HEAD) else {
@@ -208,13 +251,14 @@ public final class OperationsServer: Sendable {
             response.headers = [("allow", isControl ? "POST" : "GET, HEAD")]
             return response
         }
-        if let token, !isOpen(path), !authorized(authorization, token: token) {
-            // RFC 6750 §3: the challenge, and `invalid_token` when a token was sent and is not this one.
-            let challenge =
-                authorization == nil ? #"Bearer realm="apns-pipeline""# : #"Bearer realm="apns-pipeline", error="invalid_token""#
-            var response = Response.text(.unauthorized, "unauthorized: send Authorization: Bearer <metrics.auth_token>\n")
-            response.headers = [("www-authenticate", challenge)]
-            return response
+        if isControl {
+            return await control(path: path, authorization: authorization, tokens: tokens, peer: peer, routes: routes, logger: logger)
+        }
+        // The control token reads too: whoever may stop a campaign may see it.
+        if let read = tokens.read, !isOpen(path), !authorized(authorization, token: read),
+            !(tokens.control.map { authorized(authorization, token: $0) } ?? false)
+        {
+            return unauthorized(authorization, key: "metrics.auth_token")
         }
         switch path {
         case "/healthz":
@@ -243,26 +287,83 @@ public final class OperationsServer: Sendable {
         case "/api/dashboard":
             guard let dashboard = routes.dashboard else { return .text(.notFound, "no dashboard here\n") }
             return Response(.ok, "application/json", await dashboard())
-        case _ where isControl:
-            guard let control = routes.campaignControl else { return .text(.notFound, "no campaign control here\n") }
-            guard token != nil else {
-                return .text(.forbidden, "campaign control needs metrics.auth_token in the pipeline file (the buttons stop campaigns)\n")
-            }
-            switch CampaignControlRoute.parse(path) {
-            case .failure(let bad): return .text(.badRequest, bad.problem + "\n")
-            case .success(let (campaign, action)): return await control.perform(campaign: campaign, action: action)
-            }
         default:
             return .text(.notFound, "not found: try /metrics, /healthz, /readyz, /\n")
         }
+    }
+
+    /// `POST /api/campaigns/<id>/<action>`: only with the control token, and every attempt with a
+    /// well-formed path is logged at notice (who, what, which campaign), refused or done.
+    static func control(
+        path: String, authorization: String?, tokens: Tokens, peer: String, routes: Routes, logger: Logger
+    ) async -> Response {
+        guard let route = routes.campaignControl else { return .text(.notFound, "no campaign control here\n") }
+        guard let controlToken = tokens.control else {
+            return .text(
+                .forbidden,
+                "campaign control needs metrics.control_token in the pipeline file (a token of its own: the buttons stop campaigns)\n")
+        }
+        let parsed = CampaignControlRoute.parse(path)
+        guard authorized(authorization, token: controlToken) else {
+            if case .success(let (campaign, action)) = parsed {
+                logger.notice(
+                    "campaign control refused: no valid control token",
+                    metadata: ["peer": "\(peer)", "action": "\(action.rawValue)", "campaign": "\(campaign)"])
+            }
+            return unauthorized(authorization, key: "metrics.control_token")
+        }
+        switch parsed {
+        case .failure(let bad): return .text(.badRequest, bad.problem + "\n")
+        case .success(let (campaign, action)): return await route.perform(campaign: campaign, action: action, peer: peer, logger: logger)
+        }
+    }
+
+    /// 401 with the RFC 6750 challenge (`invalid_token` when a token was sent and is not the one asked for).
+    static func unauthorized(_ authorization: String?, key: String) -> Response {
+        let challenge =
+            authorization == nil ? #"Bearer realm="apns-pipeline""# : #"Bearer realm="apns-pipeline", error="invalid_token""#
+        var response = Response.text(.unauthorized, "unauthorized: send Authorization: Bearer <\(key)>\n")
+        response.headers = [("www-authenticate", challenge)]
+        return response
+    }
+
+    /// `address:port` of a peer (`[address]:port` for IPv6), for log lines.
+    static func describe(_ address: SocketAddress?) -> String {
+        guard let address, let ip = address.ipAddress else { return "?" }
+        let port = address.port.map { ":\($0)" } ?? ""
+        return ip.contains(":") ? "[\(ip)]\(port)" : ip + port
     }
 }
 
 struct ConnectionCapReached: Error {}
 
-/// Open connections and refusals, shared by the server's connections.
+/// Open connections (by slot and by peer) and refusals, shared by the server's connections.
 final class Counters: Sendable {
-    private let open = Atomic<Int>(0)
+    /// What an accepted connection holds.
+    enum Slot: Sendable, Equatable {
+        case general
+        /// A probe slot: answered for `/healthz` and `/readyz` only; another request is refused as
+        /// `refusal` (the cap that sent it here).
+        case probe(OperationsServer.Refusal)
+    }
+
+    /// A slot, or the cap that refused the connection.
+    enum Admission: Sendable {
+        case slot(Slot)
+        case refused(OperationsServer.Refusal)
+    }
+
+    private struct PeerCount {
+        var general = 0
+        var probe = 0
+    }
+    private struct Open {
+        var general = 0
+        var probe = 0
+        /// Only peers with a connection open: bounded by the slots.
+        var peers: [String: PeerCount] = [:]
+    }
+    private let slots = Mutex(Open())
     private let refused = Mutex<[OperationsServer.Refusal: Int]>([:])
     private let onRefusal: (@Sendable (OperationsServer.Refusal) -> Void)?
 
@@ -270,20 +371,45 @@ final class Counters: Sendable {
         self.onRefusal = onRefusal
     }
 
-    /// Takes a connection slot; false when `max` are taken.
-    func open(max: Int) -> Bool {
-        var current = open.load(ordering: .relaxed)
-        while current < max {
-            let (exchanged, original) = open.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
-            if exchanged { return true }
-            current = original
+    /// Takes a slot for a connection from `peer`: a general one while the server and the peer are under
+    /// their caps, else a probe slot, else none (the cap that refused it).
+    func admit(peer: String, limits: OperationsServer.Limits) -> Admission {
+        slots.withLock { o in
+            var count = o.peers[peer] ?? PeerCount()
+            let peerFull = count.general >= limits.maxConnectionsPerPeer
+            let cap: OperationsServer.Refusal = peerFull ? .peerCap : .connectionCap
+            let slot: Slot
+            if !peerFull && o.general < limits.maxConnections {
+                o.general += 1
+                count.general += 1
+                slot = .general
+            } else if o.probe < limits.probeSlots && count.probe < limits.probeSlotsPerPeer {
+                o.probe += 1
+                count.probe += 1
+                slot = .probe(cap)
+            } else {
+                return .refused(cap)
+            }
+            o.peers[peer] = count
+            return .slot(slot)
         }
-        return false
     }
 
-    func closed() { open.subtract(1, ordering: .relaxed) }
+    func closed(peer: String, slot: Slot) {
+        slots.withLock { o in
+            guard var count = o.peers[peer] else { return }
+            if slot == .general {
+                o.general -= 1
+                count.general -= 1
+            } else {
+                o.probe -= 1
+                count.probe -= 1
+            }
+            o.peers[peer] = count.general + count.probe == 0 ? nil : count
+        }
+    }
 
-    var openCount: Int { open.load(ordering: .relaxed) }
+    var openCount: Int { slots.withLock { $0.general + $0.probe } }
 
     func refused(_ reason: OperationsServer.Refusal) {
         refused.withLock { $0[reason, default: 0] += 1 }
@@ -308,13 +434,14 @@ private final class RequestHandler: ChannelInboundHandler {
 
     struct Configuration: Sendable {
         var routes: OperationsServer.Routes
-        var token: [UInt8]?
+        var tokens: OperationsServer.Tokens
         var limits: OperationsServer.Limits
         var counters: Counters
         var logger: Logger
     }
 
     private let configuration: Configuration
+    private let slot: Counters.Slot
     private var head: HTTPRequestHead?
     private var bodyBytes = 0
     /// Set once the request is complete (or refused): later input is ignored.
@@ -322,15 +449,18 @@ private final class RequestHandler: ChannelInboundHandler {
     private var requestDeadline: Scheduled<Void>?
     private var connectionDeadline: Scheduled<Void>?
 
-    init(_ configuration: Configuration) {
+    init(_ configuration: Configuration, slot: Counters.Slot) {
         self.configuration = configuration
+        self.slot = slot
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
         // Both clocks start at accept: a client that connects and says nothing costs a slot for
-        // `requestTimeout` at most.
+        // `requestTimeout` at most (a probe slot for `probeRequestTimeout`).
         let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
-        requestDeadline = context.eventLoop.scheduleTask(in: .nanoseconds(configuration.limits.requestTimeout.nanoseconds)) {
+        let limits = configuration.limits
+        let requestTimeout = slot == .general ? limits.requestTimeout : min(limits.requestTimeout, limits.probeRequestTimeout)
+        requestDeadline = context.eventLoop.scheduleTask(in: .nanoseconds(requestTimeout.nanoseconds)) {
             let (handler, context) = bound.value
             guard !handler.answered else { return }
             handler.answered = true
@@ -363,6 +493,14 @@ private final class RequestHandler: ChannelInboundHandler {
         guard !answered else { return }
         switch unwrapInboundIn(data) {
         case .head(let h):
+            if case .probe(let cap) = slot, !OperationsServer.probePaths.contains(Self.path(of: h.uri)) {
+                configuration.counters.refused(cap)
+                var busy = OperationsServer.Response.text(
+                    .serviceUnavailable, "busy: too many connections; this one is kept for /healthz and /readyz\n")
+                busy.headers = [("retry-after", "1")]
+                write(busy, method: h.method, version: h.version, context: context)
+                return
+            }
             head = h
         case .body(let buffer):
             bodyBytes += buffer.readableBytes
@@ -376,15 +514,18 @@ private final class RequestHandler: ChannelInboundHandler {
             self.head = nil
             answered = true
             requestDeadline?.cancel()
-            let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
+            let path = Self.path(of: head.uri)
             let method = head.method
             let routes = configuration.routes
-            let token = configuration.token
+            let tokens = configuration.tokens
+            let logger = configuration.logger
+            let peer = OperationsServer.describe(context.remoteAddress)
             let authorization = head.headers.first(name: "authorization")
             let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
             let promise = context.eventLoop.makePromise(of: OperationsServer.Response.self)
             promise.completeWithTask {
-                await OperationsServer.respond(method: method, path: path, authorization: authorization, token: token, routes: routes)
+                await OperationsServer.respond(
+                    method: method, path: path, authorization: authorization, tokens: tokens, peer: peer, routes: routes, logger: logger)
             }
             promise.futureResult.whenSuccess { response in
                 let (handler, context) = bound.value
@@ -397,6 +538,11 @@ private final class RequestHandler: ChannelInboundHandler {
                 handler.write(response, method: method, version: head.version, context: context)
             }
         }
+    }
+
+    /// The request target's path (its query left out).
+    static func path(of uri: String) -> String {
+        String(uri.split(separator: "?", maxSplits: 1).first ?? "/")
     }
 
     private func write(_ response: OperationsServer.Response, method: HTTPMethod, version: HTTPVersion, context: ChannelHandlerContext) {

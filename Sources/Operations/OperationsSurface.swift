@@ -39,13 +39,14 @@ public struct PrometheusMetrics: Sendable {
 }
 
 /// What `run` serves beside the pipeline when `metrics.listen` is set: /metrics, /healthz, /readyz
-/// (Kafka assigned, Redis reachable, a gateway connection per app), the dashboard and its data; behind
-/// `metrics.auth_token` when the pipeline file sets it.
+/// (Kafka assigned, Redis reachable, a gateway connection per app, no sink refusing writes), the
+/// dashboard and its data; behind `metrics.auth_token` when the pipeline file sets it, the campaign
+/// buttons behind `metrics.control_token`.
 public enum OperationsSurface {
     /// Connections and requests the operations port turned away, by reason (``OperationsServer/Refusal``).
     public static let refusalsMetric = "apns_ops_refusals_total"
     static let refusalsHelp =
-        "Connections or requests the operations port refused: over the connection cap, timed out, too large, or without the bearer token."
+        "Connections or requests the operations port refused: over the connection cap or a peer's share, timed out, too large, or without the bearer token."
 
     public static func serve(
         configuration: PipelineConfiguration, runner: PipelineRunner, metrics: PrometheusMetrics, host: String, port: Int,
@@ -53,7 +54,7 @@ public enum OperationsSurface {
     ) async throws -> (server: OperationsServer, data: DashboardData) {
         let data = try DashboardData(
             redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger, cacheFor: cacheFor,
-            controls: configuration.metricsAuthToken != nil)
+            controls: configuration.metricsControlToken != nil)
         let refusals = Dictionary(
             uniqueKeysWithValues: OperationsServer.Refusal.allCases.map { reason in
                 (
@@ -74,8 +75,8 @@ public enum OperationsSurface {
         let server: OperationsServer
         do {
             server = try await OperationsServer(
-                host: host, port: port, routes: routes, authToken: configuration.metricsAuthToken, limits: limits, logger: logger,
-                onRefusal: { refusals[$0]?.increment() })
+                host: host, port: port, routes: routes, authToken: configuration.metricsAuthToken,
+                controlToken: configuration.metricsControlToken, limits: limits, logger: logger, onRefusal: { refusals[$0]?.increment() })
         } catch {
             await data.close()
             throw error
@@ -85,33 +86,34 @@ public enum OperationsSurface {
     }
 
     /// The dashboard alone (`apns-pipeline dashboard`): the page and its data, no pipeline.
-    /// `authToken`: the pipeline file's `metrics.auth_token`, asked for as by `run`.
+    /// `authToken`: the pipeline file's `metrics.auth_token`, asked for as by `run`; `controlToken`: its
+    /// `metrics.control_token`, which the campaign buttons need.
     public static func serveDashboard(
-        redisURL: String, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
-        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
+        redisURL: String, prefix: String, host: String, port: Int, authToken: String? = nil, controlToken: String? = nil,
+        logger: Logger, limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
         confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait
     ) async throws -> (server: OperationsServer, data: DashboardData) {
         try await serveDashboard(
             redis: .single(try RedisConfiguration(url: redisURL)), prefix: prefix, host: host, port: port, authToken: authToken,
-            logger: logger, limits: limits, cacheFor: cacheFor, confirmationWait: confirmationWait)
+            controlToken: controlToken, logger: logger, limits: limits, cacheFor: cacheFor, confirmationWait: confirmationWait)
     }
 
     /// The same for one server or a cluster (the pipeline file's `redis.url` or `redis.cluster`).
     public static func serveDashboard(
-        redis: RedisTarget, prefix: String, host: String, port: Int, authToken: String? = nil, logger: Logger,
-        limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
+        redis: RedisTarget, prefix: String, host: String, port: Int, authToken: String? = nil, controlToken: String? = nil,
+        logger: Logger, limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
         confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait
     ) async throws -> (server: OperationsServer, data: DashboardData) {
         let data = try DashboardData(
-            redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor, controls: authToken != nil, confirmationWait: confirmationWait
-        )
+            redis: redis, prefix: prefix, logger: logger, cacheFor: cacheFor, controls: controlToken != nil,
+            confirmationWait: confirmationWait)
         let routes = OperationsServer.Routes(
             readiness: { await data.redisProblem().map { [$0] } ?? [] },
             dashboard: { await data.snapshotJSON() }, campaignControl: data.controlRoute)
         let server: OperationsServer
         do {
             server = try await OperationsServer(
-                host: host, port: port, routes: routes, authToken: authToken, limits: limits, logger: logger)
+                host: host, port: port, routes: routes, authToken: authToken, controlToken: controlToken, limits: limits, logger: logger)
         } catch {
             await data.close()
             throw error

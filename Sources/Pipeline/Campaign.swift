@@ -114,6 +114,39 @@ public enum Campaign {
     }
 }
 
+extension Campaign {
+    /// The furthest ahead `campaign publish --at` may schedule a start: its jobs wait in Redis until then,
+    /// and a date months away is more likely a typo (a year, a month) than a plan.
+    public static let maxScheduleAhead: Duration = .seconds(30 * 86_400)
+
+    /// The start `--at` names, in epoch milliseconds: nil when there is none to set (no `--at`, or a past
+    /// time with `nowIfPast`: the campaign starts now). A time that is not RFC 3339 with its zone, one in
+    /// the past (without `nowIfPast`), or one more than ``maxScheduleAhead`` after `now` is an error that
+    /// says what was given and what to do.
+    public static func scheduledStart(at text: String?, now: Date = Date(), nowIfPast: Bool = false) throws(CampaignError) -> Int64? {
+        guard let text else { return nil }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        let fractional = ISO8601DateFormatter()
+        fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        guard let date = formatter.date(from: text) ?? fractional.date(from: text) else {
+            throw CampaignError("--at: expected an RFC 3339 time with its zone, e.g. 2026-12-01T09:00:00Z, found \(text)")
+        }
+        let shown = formatter.string(from: now)
+        if date < now {
+            if nowIfPast { return nil }
+            throw CampaignError(
+                "--at: \(text) is in the past (it is \(shown) now): give a later time, or add --now-if-past to start the campaign now")
+        }
+        if date.timeIntervalSince(now) > Double(maxScheduleAhead.components.seconds) {
+            throw CampaignError(
+                "--at: \(text) is more than \(maxScheduleAhead.components.seconds / 86_400) days ahead (it is \(shown) now): "
+                    + "publish closer to the start (the jobs wait in Redis until then)")
+        }
+        return Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+}
+
 public struct CampaignError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }

@@ -11,7 +11,8 @@ import Synchronization
 /// with the source positions, while valid jobs keep flowing: a dead-letter topic that is down must not
 /// stop the pipeline, and must not lose the message either — its offset stays unsettled (Kafka's
 /// committed position cannot pass it) until the letter is stored. At shutdown (`finish`), retries still
-/// failing are abandoned: those messages are redelivered to the next process.
+/// failing are abandoned: those messages are redelivered to the next process. ``health`` says how long
+/// the topic has been refusing (`/readyz`, a gauge) and keeps the failure lines to one per 10 s.
 final class DeadLetterWriter: Sendable {
     typealias Letter = (message: KafkaConsumerMessage, reason: String)
 
@@ -21,6 +22,7 @@ final class DeadLetterWriter: Sendable {
     }
 
     private let deadLetter: DeadLetter
+    let health: SinkHealth
     private let store: PipelineStore
     private let inbox: SettlerInbox
     private let logger: Logger
@@ -34,9 +36,11 @@ final class DeadLetterWriter: Sendable {
 
     init(
         deadLetter: DeadLetter, store: PipelineStore, inbox: SettlerInbox, logger: Logger, metrics: PipelineMetrics? = nil,
-        initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(10)
+        readinessGrace: Duration = PipelineConfiguration.defaultReadinessGrace, initialDelay: Duration = .milliseconds(100),
+        maximumDelay: Duration = .seconds(10)
     ) {
         self.deadLetter = deadLetter
+        health = SinkHealth(sink: .deadLetter, topic: deadLetter.topic, grace: readinessGrace)
         self.store = store
         self.inbox = inbox
         self.logger = logger
@@ -79,8 +83,10 @@ final class DeadLetterWriter: Sendable {
         var letters = write.letters
         var delay = initialDelay
         var number = 1
+        let tracked = health.begin()
+        defer { health.end(tracked) }
         while !Task.isCancelled {
-            if await attempt(&letters, number: number) {
+            if await attempt(&letters, number: number, tracked: tracked) {
                 inbox.put(write.settle)
                 if number > 1 {
                     logger.notice(
@@ -100,7 +106,8 @@ final class DeadLetterWriter: Sendable {
 
     /// One write of `letters`; on failure, `letters` keeps only those not stored (retrying the others
     /// would store them twice).
-    private func attempt(_ letters: inout [Letter], number: Int) async -> Bool {
+    private func attempt(_ letters: inout [Letter], number: Int, tracked: SinkHealth.Write) async -> Bool {
+        let started = ContinuousClock.now
         do {
             try await deadLetter.send(letters)
             return true
@@ -110,14 +117,16 @@ final class DeadLetterWriter: Sendable {
                 letters = letters.filter { unsent.contains($0.message.ref) }
             }
             let failed = letters.count
-            logger.error(
-                "dead-letter write failed; retrying with back-off, source messages stay unsettled",
-                metadata: [
+            if let report = health.failed(tracked, attemptStarted: started, error: "\(error)") {
+                var metadata: Logger.Metadata = [
                     "dlq.topic": "\(deadLetter.topic)", "dlq.attempt": "\(number)", "dlq.failed": "\(failed)",
                     "dlq.sources":
                         "\(letters.prefix(5).map { "\($0.message.ref)" }.joined(separator: ","))\(letters.count > 5 ? ",…" : "")",
                     "error": "\(error)",
-                ])
+                ]
+                metadata.merge(report.metadata(prefix: "dlq")) { a, _ in a }
+                logger.error("dead-letter write failed; retrying with back-off, source messages stay unsettled", metadata: metadata)
+            }
             metrics?.deadLetterFailed(failed)
             do {
                 try await store.increment(.deadLetterFailures, by: Int64(failed))

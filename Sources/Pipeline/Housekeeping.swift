@@ -18,6 +18,8 @@ struct Housekeeping: Sendable {
     let consumer: KafkaConsumer
     let budget: InFlightBudget
     let deadLetter: DeadLetter
+    /// The topics whose failing writes the gauges show.
+    let sinks: [SinkHealth]
     let group: any EventLoopGroup
     let metrics: PipelineMetrics?
     let logger: Logger
@@ -94,7 +96,8 @@ struct Housekeeping: Sendable {
         }
     }
 
-    /// The gauges: in-flight jobs, every connection's state and buffers, the consumer's assignment and lag.
+    /// The gauges: in-flight jobs, every connection's state and buffers, the consumer's assignment and lag,
+    /// how long each sink's writes have been failing.
     private func sampleGauges(_ metrics: PipelineMetrics) async throws {
         while !Task.isCancelled {
             metrics.inFlight(budget.inFlight)
@@ -102,6 +105,8 @@ struct Housekeeping: Sendable {
             for t in transports { all.append((t.protocolName, await t.statistics())) }
             metrics.connections(all)
             metrics.consumer(assigned: consumer.statistics.assignedPartitions.count, lag: consumer.consumerLag)
+            let now = ContinuousClock.now
+            metrics.sinks(sinks.map { (sink: $0.sink.rawValue, topic: $0.topic, failingFor: $0.failingFor(now: now)) })
             try await Task.sleep(for: Self.metricsSampleInterval)
         }
     }

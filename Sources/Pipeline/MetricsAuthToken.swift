@@ -3,11 +3,11 @@ extension PipelineConfiguration {
     /// (16 hex characters are 64 bits; `openssl rand -hex 32` gives 64 characters).
     public static let metricsAuthTokenMinimumLength = 16
 
-    /// Checks `metrics.auth_token`. It travels as `Authorization: Bearer <token>`, so it must be an RFC 6750
-    /// `b64token` (`1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`): anything else could not
-    /// be sent by a scraper or a browser as written. The errors never quote the value (it is a secret).
-    static func checkedMetricsAuthToken(_ token: String, file: String) throws -> String {
-        let key = "metrics.auth_token"
+    /// Checks `metrics.auth_token` (or `metrics.control_token`: `key`). It travels as `Authorization:
+    /// Bearer <token>`, so it must be an RFC 6750 `b64token` (`1*( ALPHA / DIGIT / "-" / "." / "_" / "~" /
+    /// "+" / "/" ) *"="`): anything else could not be sent by a scraper or a browser as written. The
+    /// errors never quote the value (it is a secret).
+    static func checkedMetricsAuthToken(_ token: String, file: String, key: String = "metrics.auth_token") throws -> String {
         guard !token.isEmpty else {
             throw ConfigurationError(
                 file: file, key: key, problem: "expected a token (e.g. `${file:/run/secrets/ops-token}`), found an empty value")
@@ -33,5 +33,19 @@ extension PipelineConfiguration {
                     + "(e.g. `openssl rand -hex 32`)")
         }
         return token
+    }
+
+    /// Checks `metrics.control_token`: as the read token, and another value (the point of it is that
+    /// reading the metrics does not allow stopping a campaign).
+    static func checkedMetricsControlToken(_ token: String, readToken: String?, file: String) throws -> String {
+        let key = "metrics.control_token"
+        let checked = try checkedMetricsAuthToken(token, file: file, key: key)
+        guard checked != readToken else {
+            throw ConfigurationError(
+                file: file, key: key,
+                problem: "expected a token of its own, found the value of metrics.auth_token (whoever reads the metrics could then "
+                    + "pause or cancel campaigns; e.g. `openssl rand -hex 32` for another)")
+        }
+        return checked
     }
 }

@@ -26,7 +26,8 @@ struct OutcomeMessage: Sendable, Equatable {
     /// `gateway-bad-request`, …); for `rejected` what the rejection means (`unregistered`, `invalid-token`).
     var reason: String?
     /// The gateway's own code for a refusal: the HTTP/2 reason (`Unregistered`, `BadDeviceToken`) or the
-    /// binary error-response status (`8`).
+    /// binary error-response status (`8`), as sent (at most `RefusalCode.maxTextBytes`), even when the
+    /// counters name it `other`.
     var code: String?
     /// HTTP/2: the request's `apns-id` (a broadcast's `apns-request-id`), which APNs echoes in its answer
     /// and Apple's logs name. Nil when the job was never written to an HTTP/2 connection.
@@ -110,7 +111,7 @@ extension OutcomeMessage {
         if case .rejected(.invalidToken(let s, _)) = o.delivery { since = s }
         self.init(
             id: n.jobID, app: n.app, token: n.channel == nil ? n.tokenHex : nil, channel: n.channel?.value, campaign: n.campaign,
-            outcome: kind, reason: reason ?? o.rejection?.reason, code: o.code,
+            outcome: kind, reason: reason ?? o.rejection?.reason, code: o.code.map(RefusalCode.bounded),
             // Written at least once (a request HTTP/2 refused before writing it has `attempts` 0).
             apnsID: http2 && o.attempts > 0 ? n.apnsID : nil, since: since)
     }

@@ -19,12 +19,14 @@ struct OutcomeMessageOptions: Sendable {
 /// are sent again with back-off, logged and counted, for as long as it takes: meanwhile nothing more
 /// settles, the in-flight budget fills and intake waits — nothing is lost and no offset passes them.
 /// Once a stop's deadline passes (``giveUp(at:)``) it stops retrying and throws: the batch stays
-/// unsettled and Kafka redelivers it to the next process.
+/// unsettled and Kafka redelivers it to the next process. ``health`` says how long it has been failing
+/// (`/readyz`, a gauge) and keeps the failure lines to one per 10 s.
 final class OutcomeStream: Sendable {
     let topic: String
     let options: OutcomeMessageOptions
     /// Run by the runner with its other Kafka clients (its `run()`); closed by `close()`.
     let producer: KafkaProducer
+    let health: SinkHealth
     private let logger: Logger
     private let metrics: PipelineMetrics?
     private let initialDelay: Duration
@@ -33,9 +35,11 @@ final class OutcomeStream: Sendable {
 
     init(
         topic: String, options: OutcomeMessageOptions, producer: KafkaProducer, logger: Logger, metrics: PipelineMetrics?,
-        initialDelay: Duration = .milliseconds(100), maximumDelay: Duration = .seconds(10)
+        readinessGrace: Duration = PipelineConfiguration.defaultReadinessGrace, initialDelay: Duration = .milliseconds(100),
+        maximumDelay: Duration = .seconds(10)
     ) {
         self.topic = topic
+        health = SinkHealth(sink: .outcomes, topic: topic, grace: readinessGrace)
         self.options = options
         self.producer = producer
         self.logger = logger
@@ -60,7 +64,10 @@ final class OutcomeStream: Sendable {
         var pending = messages.map { KafkaProducerMessage(topic: topic, key: $0.key, value: $0.value(at: at)) }
         var delay = initialDelay
         var attempt = 1
+        let write = health.begin()
+        defer { health.end(write) }
         while true {
+            let started = ContinuousClock.now
             do {
                 try await producer.sendBatch(pending)
                 if attempt > 1 {
@@ -73,10 +80,10 @@ final class OutcomeStream: Sendable {
             } catch let error as KafkaDeliveryError {
                 // Only the failed ones again (those delivered would be duplicates).
                 pending = error.failures.map { KafkaProducerMessage(topic: topic, key: $0.key, value: $0.value) }
-                failed(pending.count, attempt: attempt, error: error)
+                failed(pending.count, attempt: attempt, error: error, write: write, started: started)
             } catch {
                 // The producer is closed or the like: nothing of this try is known delivered.
-                failed(pending.count, attempt: attempt, error: error)
+                failed(pending.count, attempt: attempt, error: error, write: write, started: started)
             }
             let wait = delay
             if let stop = deadline.withLock({ $0 }), ContinuousClock.now + wait > stop {
@@ -91,13 +98,15 @@ final class OutcomeStream: Sendable {
         }
     }
 
-    private func failed(_ count: Int, attempt: Int, error: any Error) {
-        logger.error(
-            "outcome messages not delivered; settling waits and retries with back-off (nothing is committed past them)",
-            metadata: [
-                "outcomes.topic": "\(topic)", "outcomes.attempt": "\(attempt)", "outcomes.failed": "\(count)", "error": "\(error)",
-            ])
+    private func failed(_ count: Int, attempt: Int, error: any Error, write: SinkHealth.Write, started: ContinuousClock.Instant) {
         metrics?.outcomeMessageFailures(count)
+        guard let report = health.failed(write, attemptStarted: started, error: "\(error)") else { return }
+        var metadata: Logger.Metadata = [
+            "outcomes.topic": "\(topic)", "outcomes.attempt": "\(attempt)", "outcomes.failed": "\(count)", "error": "\(error)",
+        ]
+        metadata.merge(report.metadata(prefix: "outcomes")) { a, _ in a }
+        logger.error(
+            "outcome messages not delivered; settling waits and retries with back-off (nothing is committed past them)", metadata: metadata)
     }
 }
 

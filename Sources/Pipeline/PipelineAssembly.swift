@@ -29,6 +29,9 @@ struct PipelineParts: Sendable {
     /// Every Redis connection, closed at the end.
     var connections: [any RedisConnection]
 
+    /// The topics whose writes must not be lost: the dead-letter topic, and the outcomes topic when set.
+    var sinks: [SinkHealth] { [deadLetters.health] + (outcomeStream.map { [$0.health] } ?? []) }
+
     /// The Kafka clients whose `run()` polls them: the consumers, the dead-letter producer and the
     /// outcomes stream's.
     var kafkaClients: [any Service] {
@@ -104,7 +107,8 @@ extension PipelineRunner {
         let producer = try KafkaProducer(
             configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: producerProperties), logger: logger)
         let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
-        let deadLetters = DeadLetterWriter(deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics)
+        let deadLetters = DeadLetterWriter(
+            deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics, readinessGrace: c.readinessGrace)
         // The outcomes stream's producer, of its own (its messages are small and many; a dead letter may be
         // large): a write failing this long is reported, logged and retried, as a dead letter's.
         let outcomeStream: OutcomeStream? = try c.kafka.outcomesTopic.flatMap { topic in
@@ -113,7 +117,8 @@ extension PipelineRunner {
             properties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
             let producer = try KafkaProducer(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: properties), logger: logger)
-            return OutcomeStream(topic: topic, options: options, producer: producer, logger: logger, metrics: self.metrics)
+            return OutcomeStream(
+                topic: topic, options: options, producer: producer, logger: logger, metrics: self.metrics, readinessGrace: c.readinessGrace)
         }
         var consumerProperties = c.kafka.properties
         if metrics != nil, consumerProperties["statistics.interval.ms"] == nil {
@@ -262,7 +267,8 @@ extension PipelineRunner {
     func housekeeping(_ parts: PipelineParts) -> Housekeeping {
         Housekeeping(
             configuration: configuration, store: parts.settlerStore, gateStore: parts.store, transports: parts.transports,
-            consumer: parts.consumer, budget: budget, deadLetter: parts.deadLetter, group: group, metrics: metrics, logger: logger)
+            consumer: parts.consumer, budget: budget, deadLetter: parts.deadLetter, sinks: parts.sinks, group: group, metrics: metrics,
+            logger: logger)
     }
 
     /// Commits the settled positions and closes every client; returns the first failure worth a non-zero exit.

@@ -269,6 +269,11 @@ public struct PipelineConfiguration: Sendable {
     public var drainTimeout: Duration = .seconds(10)
     /// What a stop may take beyond `drainTimeout`: settling, the final commit, closing.
     public static let stopGrace: Duration = .seconds(10)
+    /// How long a topic the pipeline must write to (the outcomes topic, the dead-letter topic) may refuse
+    /// writes before `/readyz` says not ready (`pipeline.readiness_grace_s`). Shorter than that is a
+    /// broker's leader election or a client's retry, which heals by itself.
+    public var readinessGrace = PipelineConfiguration.defaultReadinessGrace
+    public static let defaultReadinessGrace: Duration = .seconds(60)
     /// Feedback polling interval in minutes (the spec asks for at least daily); 0 turns it off.
     public var feedbackIntervalMinutes = FeedbackSchedule.defaultInterval / .seconds(60)
     public var logLevel = "info"
@@ -277,6 +282,10 @@ public struct PipelineConfiguration: Sendable {
     /// `metrics.auth_token`: the bearer token every path of the operations surface but `/healthz` asks
     /// for (nil: open, as before). A secret: kept in ``secrets`` even when written in clear.
     public var metricsAuthToken: String?
+    /// `metrics.control_token`: the bearer token the campaign controls of the operations surface
+    /// (`POST /api/campaigns/<id>/<action>`) ask for, and only they (nil: those answer 403). Another
+    /// value than ``metricsAuthToken``; it reads the other paths too. A secret, as that one.
+    public var metricsControlToken: String?
     /// The values `${NAME}` and `${file:/path}` put into the file (ConfigReader's `Substitution`): never
     /// logged in clear (``RedactingLogHandler``).
     public var secrets: [String] = []
@@ -491,6 +500,8 @@ public struct PipelineConfiguration: Sendable {
         c.eventLoopThreads = try p.int("event_loop_threads", default: c.eventLoopThreads, range: 1...64)
         c.drainTimeout = .milliseconds(
             Int64(try p.double("drain_timeout_s", default: Double(c.drainTimeout.components.seconds), range: 0...3600) * 1000))
+        c.readinessGrace = .milliseconds(
+            Int64(try p.double("readiness_grace_s", default: Double(c.readinessGrace.components.seconds), range: 1...3600) * 1000))
         try p.finish()
         let f = try root.section("feedback")
         c.feedbackIntervalMinutes = try f.double("interval_minutes", default: c.feedbackIntervalMinutes, range: 0...1440)
@@ -509,9 +520,12 @@ public struct PipelineConfiguration: Sendable {
         if let token = try m.string("auth_token") {
             c.metricsAuthToken = try checkedMetricsAuthToken(token, file: file)
         }
+        if let token = try m.string("control_token") {
+            c.metricsControlToken = try checkedMetricsControlToken(token, readToken: c.metricsAuthToken, file: file)
+        }
         try m.finish()
         try root.finish()
-        c.secrets = root.substitution.secrets + (c.metricsAuthToken.map { [$0] } ?? [])
+        c.secrets = root.substitution.secrets + [c.metricsAuthToken, c.metricsControlToken].compactMap { $0 }
         // Redis passwords are secrets however they were written (in the URL or the key, literally or
         // substituted): never logged in clear.
         if let password = try? c.redis.target().password, !c.secrets.contains(password) { c.secrets.append(password) }

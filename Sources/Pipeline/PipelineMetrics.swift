@@ -73,6 +73,9 @@ public final class PipelineMetrics: Sendable {
         public static let priorityLatency = "apns_priority_latency_seconds"
         /// Messages the priority lane took from its topic.
         public static let priorityReceived = "apns_priority_received_total"
+        /// Per sink (`outcomes`, `dead_letter`) and topic: seconds since the oldest write still failing
+        /// first failed (0 when every write is delivered).
+        public static let sinkFailing = "apns_sink_failing_seconds"
     }
 
     /// The connection states a transport reports (ConnectionStatistics.state), each a row of `apns_connections`.
@@ -369,6 +372,14 @@ public final class PipelineMetrics: Sendable {
                     gauge(Name.connections, ["app": app, "transport": transport, "state": state]).record(counts[state] ?? 0)
                 }
             }
+        }
+    }
+
+    /// How long each sink's oldest failing write has been failing (zero: none is).
+    func sinks(_ all: [(sink: String, topic: String, failingFor: Duration)]) {
+        for s in all {
+            let (seconds, attoseconds) = s.failingFor.components
+            gauge(Name.sinkFailing, ["sink": s.sink, "topic": s.topic]).record(Double(seconds) + Double(attoseconds) / 1e18)
         }
     }
 

@@ -54,6 +54,8 @@ extension PipelineMetrics {
         Name.outcomeMessages: "Messages delivered to kafka.outcomes_topic, one per settled job, by outcome (at least once).",
         Name.outcomeMessageFailures:
             "Outcome messages kafka.outcomes_topic did not take; each is retried, and settling waits for it (nothing commits past it).",
+        Name.sinkFailing:
+            "Seconds the oldest write still failing to the sink's topic (outcomes, dead_letter) has been failing, 0 when all are delivered; from pipeline.readiness_grace_s on, /readyz says not ready.",
         Name.providerTokenAge:
             "HTTP/2 token authentication: age of the oldest provider token the app's connections send (APNs refuses it past 60 min).",
     ]

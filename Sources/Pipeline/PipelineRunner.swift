@@ -38,6 +38,9 @@ public final class PipelineRunner: Service, Sendable {
     let metrics: PipelineMetrics?
     /// Set when `kafka.outcomes_topic` is: the stages then make each settled job's outcome message.
     let outcomeMessages: OutcomeMessageOptions?
+    /// Reasons not to be ready that parts of the process add (a sink refusing writes, …), listed by
+    /// `readiness()` beside its own checks.
+    public let notReady = ReadinessReasons()
     /// The parts `readiness()` looks at, while running (nil from the start of a stop).
     private let live = Mutex<LiveParts?>(nil)
     private struct LiveParts: Sendable {
@@ -79,6 +82,9 @@ public final class PipelineRunner: Service, Sendable {
     public func run() async throws {
         let c = configuration
         let parts = try await assemble()
+        for sink in parts.sinks {
+            notReady.watch("kafka.sink.\(sink.sink.rawValue)") { sink.problem() }
+        }
         live.withLock { $0 = LiveParts(consumer: parts.consumer, transports: parts.transports) }
         logStart(parts)
         KeyFilePermissions.warn(c, logger: logger)
@@ -262,9 +268,11 @@ public final class PipelineRunner: Service, Sendable {
     // MARK: readiness
 
     /// Whether this process can do its work now, and if not, why (one line per problem): the consumer
-    /// holds partitions of the jobs topic, and each app has a gateway connection up (or idle: connections
-    /// open with the first notification after they closed). Redis is checked by the caller, with a
-    /// connection of its own (the pipeline's wait minutes for Redis before they fail).
+    /// holds partitions of the jobs topic, each app has a gateway connection up (or idle: connections
+    /// open with the first notification after they closed), and no part has a reason in ``notReady``
+    /// (the outcomes or dead-letter topic refusing writes past `pipeline.readiness_grace_s`, …). Redis is
+    /// checked by the caller, with a connection of its own (the pipeline's wait minutes for Redis before
+    /// they fail).
     public func readiness() async -> [String] {
         guard let parts = live.withLock({ $0 }) else { return ["not running: the pipeline is starting or stopping"] }
         var problems: [String] = []
@@ -285,6 +293,6 @@ public final class PipelineRunner: Service, Sendable {
                 problems.append("gateway: no \(t.protocolName) connection of \(t.app) is up (\(states)\(lastError))")
             }
         }
-        return problems
+        return problems + notReady.current
     }
 }

@@ -27,7 +27,7 @@ func request(
 /// over a real socket.
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct CampaignControlRouteTests {
-    let bearer = ["Authorization": "Bearer \(opsToken)"]
+    let bearer = ["Authorization": "Bearer \(opsControlToken)"]
 
     /// Pause, resume and cancel change `{<p>}:control` as the CLI does; a resume after a cancel is
     /// refused (409) and changes nothing; without the token 401; GET 405; a bad path 400. A running
@@ -55,8 +55,8 @@ struct CampaignControlRouteTests {
         // 3 s, which the poller missed when the full suite loaded both cores (the answer returns as soon as
         // it confirms, so a fast machine waits no longer).
         let (server, data) = try await OperationsSurface.serveDashboard(
-            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, logger: testLogger, cacheFor: .zero,
-            confirmationWait: .seconds(300))
+            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, controlToken: opsControlToken,
+            logger: testLogger, cacheFor: .zero, confirmationWait: .seconds(300))
         let base = "http://127.0.0.1:\(server.port)/api/campaigns/"
 
         let paused = try await request("POST", base + "spring%20sale/pause", headers: bearer)
@@ -99,7 +99,7 @@ struct CampaignControlRouteTests {
         await client.close()
     }
 
-    /// Without `metrics.auth_token` the buttons are not served (403; the page does not show them) and
+    /// Without `metrics.control_token` the buttons are not served (403; the page does not show them) and
     /// nothing changes: whoever reaches an open port must not stop a campaign.
     @Test func withoutATokenTheButtonsAreOff() async throws {
         let redis = try await RedisServer()
@@ -109,7 +109,7 @@ struct CampaignControlRouteTests {
         let (server, data) = try await OperationsSurface.serveDashboard(
             redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: nil, logger: testLogger, cacheFor: .zero)
         let answer = try await request("POST", "http://127.0.0.1:\(server.port)/api/campaigns/spring/cancel")
-        #expect(answer.status == 403 && answer.body.contains("metrics.auth_token"), "\(answer)")
+        #expect(answer.status == 403 && answer.body.contains("metrics.control_token"), "\(answer)")
         #expect(try await store.readControl().campaigns.isEmpty)
         #expect(await data.snapshot().controls == false)
         await server.stop()

@@ -228,6 +228,7 @@ func plainServer(token: String? = opsToken, limits: OperationsServer.Limits = .i
     @Test func theConnectionCapIsEnforced() async throws {
         var limits = OperationsServer.Limits()
         limits.maxConnections = 3
+        limits.probeSlots = 0  // the slots kept for probes: OperationsPortCapsTests
         limits.requestTimeout = .seconds(120)  // the held connections say nothing for a while
         limits.connectionTimeout = .seconds(120)
         let server = try await plainServer(limits: limits)

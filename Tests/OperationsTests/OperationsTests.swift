@@ -338,7 +338,8 @@ struct OperationsTests {
 
         // No cache: the page must see Redis go away on its next read.
         let (server, data) = try await OperationsSurface.serveDashboard(
-            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, logger: testLogger, cacheFor: .zero)
+            redisURL: redis.url, prefix: "apns", host: "127.0.0.1", port: 0, authToken: opsToken, controlToken: opsControlToken,
+            logger: testLogger, cacheFor: .zero)
         let url = "http://127.0.0.1:\(server.port)/#token=\(opsToken)"
         let shot =
             ProcessInfo.processInfo.environment["DASHBOARD_SCREENSHOT"]

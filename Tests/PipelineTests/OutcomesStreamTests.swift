@@ -186,8 +186,9 @@ struct OutcomesStreamTests {
             #"{"id":"late","app":"com.example.shop","token":"\#(t)","payload":{"aps":{"alert":"x"}}}"#
         ])
         try await eventually("the job was sent") { sim.records.contains { $0.jobID == "late" } }
-        try await eventually("the failed outcome write was logged, twice") {
-            captured.lines.filter { $0.hasPrefix("outcome messages not delivered") }.count >= 2
+        // Logged at once, then at most every 10 s however often it is retried (SinkReadinessTests).
+        try await eventually("the failed outcome write was logged") {
+            captured.lines.contains { $0.hasPrefix("outcome messages not delivered") }
         }
         #expect(
             try await stack.store.readStats().totals[.accepted] == 0, "not recorded in Redis before its outcome message is delivered")

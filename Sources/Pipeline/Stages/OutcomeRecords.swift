@@ -30,7 +30,7 @@ enum OutcomeRecords {
     }
 
     /// Dead-letter reasons (the DLQ's `reason` header) of jobs a gateway refused; the gateway's own
-    /// reason is in the `gateway-reason` header.
+    /// reason is in the `gateway-reason` header, as sent but at most `RefusalCode.maxTextBytes`.
     enum GatewayRefusal {
         static let badRequest = "gateway-bad-request"
         static let transient = "gateway-gave-up"
@@ -54,7 +54,8 @@ enum OutcomeRecords {
             let message = KafkaConsumerMessage(
                 topic: position.lane == .priority ? (priorityTopic ?? topic) : topic, partition: position.partition,
                 offset: position.offset, key: Array(o.notification.recipientKey.utf8),
-                value: sentJob(o.notification), headers: [KafkaHeader(key: GatewayRefusal.header, string: rejection.reason)])
+                value: sentJob(o.notification),
+                headers: [KafkaHeader(key: GatewayRefusal.header, string: RefusalCode.bounded(rejection.reason))])
             share.deadLetters.append((message, reason))
             share.deadLetterItem.outcomes.append(redisOutcome(o))
             share.deadLetterItem.refs.append(ref(topic: topic, priorityTopic: priorityTopic, position: position))
@@ -148,9 +149,11 @@ enum OutcomeRecords {
                 return RedisKeys.tokenHash(hexBytes: UnsafeRawBufferPointer(hex))
             }
         }
+        // Counted by name only when Apple documents it (or the pipeline gave it): a gateway's own text
+        // would be a Redis field and a metric series of its own.
         var outcome = SettledOutcome(
             fingerprint: fingerprint, app: o.app, tokenHash: tokenHash, tokenHex: suppression == nil ? nil : n.tokenHex,
-            campaign: n.campaign, kind: kind, code: o.code, suppressToken: suppression, shard: o.connection)
+            campaign: n.campaign, kind: kind, code: o.code.map(RefusalCode.label), suppressToken: suppression, shard: o.connection)
         outcome.isBroadcast = channel != nil
         return outcome
     }

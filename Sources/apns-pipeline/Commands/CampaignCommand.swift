@@ -24,7 +24,9 @@ struct CampaignCommand: AsyncParsableCommand {
         @Option(help: "Template JSON: a job without id, token and campaign.") var template: String
         @Option(help: "Tokens: one hex token per line, or a CSV with a token column and an optional language column.") var tokens: String
         @Option(help: "Messages per produce batch.") var batch: Int = 5000
-        @Option(help: "Scheduled start (RFC 3339, e.g. 2026-12-01T09:00:00Z): published now, nothing sent before.") var at: String?
+        @Option(help: "Scheduled start (RFC 3339, e.g. 2026-12-01T09:00:00Z): published now, nothing sent before. At most 30 days ahead.")
+        var at: String?
+        @Flag(help: "With --at: a time already past starts the campaign now instead of being refused.") var nowIfPast = false
         @Option(help: "Pace: at most this many jobs per second over every `run` process (as `campaign pace`).") var rate: Int?
         @Option(help: "Seconds to wait for every running process to confirm --at / --rate before publishing.")
         var controlTimeout: Double = 10
@@ -33,12 +35,14 @@ struct CampaignCommand: AsyncParsableCommand {
         func run() async throws {
             let config = try loadPipeline(pipeline)
             guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("--campaign: a non-empty id without ':'") }
-            var startAtMs: Int64?
-            if let at {
-                guard let date = ISO8601DateFormatter().date(from: at) else {
-                    throw ValidationError("--at: an RFC 3339 time with its zone, e.g. 2026-12-01T09:00:00Z (got \(at))")
-                }
-                startAtMs = Int64(date.timeIntervalSince1970 * 1000)
+            let startAtMs: Int64?
+            do {
+                startAtMs = try Campaign.scheduledStart(at: at, nowIfPast: nowIfPast)
+            } catch {
+                throw ValidationError(error.description)
+            }
+            if let at, startAtMs == nil {
+                FileHandle.standardError.write(Data("campaign \(campaign): --at \(at) has passed: starting now (--now-if-past)\n".utf8))
             }
             if let rate, rate <= 0 || rate > 1_000_000 { throw ValidationError("--rate: 1…1000000 jobs per second") }
             let templateValue: JSONValue

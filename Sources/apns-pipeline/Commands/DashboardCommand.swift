@@ -16,7 +16,8 @@ struct DashboardCommand: AsyncParsableCommand {
             Reads the Redis named by the pipeline file (redis.url, redis.prefix) and serves a self-contained page \
             that refreshes itself every 2 s. `run` serves the same page at metrics.listen when that is set. \
             With metrics.auth_token in the file, the page asks for that token once (or takes it from a \
-            `#token=` fragment of its address) and the data needs it, as with `run`. Stops on SIGTERM/SIGINT.
+            `#token=` fragment of its address) and the data needs it, as with `run`; the campaign buttons \
+            need metrics.control_token. Stops on SIGTERM/SIGINT.
             """
     )
 
@@ -32,7 +33,7 @@ struct DashboardCommand: AsyncParsableCommand {
         do {
             served = try await OperationsSurface.serveDashboard(
                 redis: try config.redis.target(), prefix: config.redis.prefix, host: address.host, port: address.port,
-                authToken: config.metricsAuthToken, logger: logger)
+                authToken: config.metricsAuthToken, controlToken: config.metricsControlToken, logger: logger)
         } catch let error as OperationsServer.ListenError {
             throw ValidationError("--listen: \(error): pass a free port (0 picks one).")
         }

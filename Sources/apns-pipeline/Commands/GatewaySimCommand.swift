@@ -23,7 +23,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
             too_many_requests_per_token, too_many_requests_window_s, too_many_requests_rate, \
             internal_server_error_rate, service_unavailable_rate, shutdown_interval_s, response_delay_ms, \
             response_delay_max_ms, reset_stream_rate (RST_STREAM INTERNAL_ERROR instead of an answer), \
-            never_answer_tokens (hex: streams left unanswered), rates_from_s and rates_for_s (the 429/500/503/reset \
+            never_answer_tokens (hex: streams left unanswered), unlisted_reason_tokens ({hex: text}: 400 with a \
+            reason Apple does not document), rates_from_s and rates_for_s (the 429/500/503/reset \
             rates apply only in this window, seconds after the first request: a storm), channel_limit (channels per \
             app, default 10000), key_environments ({key id: sandbox|production}: a token of such a key is answered \
             403 BadEnvironmentKeyIdInToken by a simulator of the other environment; --sandbox makes it the \
