@@ -358,8 +358,9 @@ struct CampaignControlTests {
         try await waitForProcesses(stack, 2)
         let file = try stack.pipelineFile()
         let files = try publishFiles(count: 2000)
-        // Whole seconds (RFC 3339 without a fraction), at least 3 s ahead.
-        let startSeconds = Int64(Date().timeIntervalSince1970) + 4
+        // Whole seconds (RFC 3339 without a fraction), far enough ahead that `publish`, which refuses a
+        // time already past, reaches its check before it on a loaded machine.
+        let startSeconds = Int64(Date().timeIntervalSince1970) + 15
         let at = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(startSeconds)))
         let publish = try await PipelineProcess.command([
             "campaign", "publish", "--campaign", "s", "--template", files.template, "--tokens", files.tokens, "--pipeline", file, "--at",
