@@ -10,11 +10,19 @@ private func token(_ n: Int) -> String { String(format: "%064x", n) }
 /// Redis and a Redis Cluster.
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
 struct JobStatusTests {
+    /// A heartbeat that outlives the test however slow the machine: with the default 10 s, a loaded run
+    /// read the lease's holder as gone between its beat and the status.
+    static var longHeartbeat: PipelineStoreConfiguration {
+        var configuration = PipelineStoreConfiguration()
+        configuration.ownerHeartbeat = .seconds(600)
+        return configuration
+    }
+
     @Test(arguments: RedisTestTarget.allCases)
     func notSeenThenInFlightThenAccepted(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.connection())
+        let store = PipelineStore(client: try server.connection(), configuration: Self.longHeartbeat)
         let now = PipelineStore.epochNow()
 
         #expect(try await store.jobStatus(jobID: "j1", app: app, tokenHex: token(1)).state == .notSeen)
@@ -70,7 +78,7 @@ struct JobStatusTests {
     func aBroadcastByItsChannel(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
-        let store = PipelineStore(client: try server.connection())
+        let store = PipelineStore(client: try server.connection(), configuration: Self.longHeartbeat)
         let channel = "dHN0LTEyMzQ1Njc4OTA="
         try await store.beat()
         _ = try await store.gate([GateRequest(jobID: "b1", app: app, channelID: channel)])
