@@ -49,7 +49,7 @@ struct CampaignControlTests {
         try await stack.publish(campaign: "wrong", template: template, tokens: audience)
         try await eventually("the campaign is going out") { HTTP2PipelineTests.recorded(sim, campaign: "wrong").count >= 300 }
 
-        let cancel = try await PipelineProcess.command(["campaign", "cancel", "wrong", "--pipeline", file, "--json"])
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "wrong", "--pipeline", file, "--timeout", "300", "--json"])
         let atReturn = HTTP2PipelineTests.recorded(sim, campaign: "wrong").values.reduce(0, +)
         #expect(cancel.status == 0, "\(cancel.stderr)")
         let answer = try Self.json(cancel.stdout)
@@ -127,7 +127,7 @@ struct CampaignControlTests {
         let audience = (0..<4000).map(token)
         try await stack.publish(campaign: "bin", template: template, tokens: audience)
         try await eventually("the campaign is going out") { stack.recorded(campaign: "bin").count >= 100 }
-        let cancel = try await PipelineProcess.command(["campaign", "cancel", "bin", "--pipeline", file])
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "bin", "--pipeline", file, "--timeout", "300"])
         #expect(cancel.status == 0, "\(cancel.stderr)")
         #expect(cancel.stdout.contains("bin: cancelled") && cancel.stdout.contains("1 running process"), "\(cancel.stdout)")
         try await eventually("every job settled", timeout: .seconds(300)) { try await stack.store.readCampaign("bin").jobsSettled == 4000 }
@@ -157,7 +157,7 @@ struct CampaignControlTests {
         try await eventually("the first part accepted", timeout: .seconds(300)) {
             try await stack.store.readCampaign("again")[.jobsAccepted] == 200
         }
-        let cancel = try await PipelineProcess.command(["campaign", "cancel", "again", "--pipeline", file])
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "again", "--pipeline", file, "--timeout", "300"])
         #expect(cancel.status == 0, "\(cancel.stderr)")
         // The same 200 jobs again (their ids are the campaign and token), and 100 new ones.
         try await stack.publish(campaign: "again", template: template, tokens: first + (200..<300).map(token))
@@ -181,7 +181,7 @@ struct CampaignControlTests {
     @Test func cancelWithNoProcessAndBadInput() async throws {
         let stack = try await Stack()
         let file = try stack.pipelineFile()
-        let cancel = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--json"])
+        let cancel = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--timeout", "300", "--json"])
         #expect(cancel.status == 0, "\(cancel.stderr)")
         let answer = try Self.json(cancel.stdout)
         #expect((answer["processes"] as? NSNumber)?.intValue == 0)
@@ -196,7 +196,7 @@ struct CampaignControlTests {
         #expect(badRate.status != 0 && badRate.stderr.contains("--rate"), "\(badRate.stderr)")
         // A process that stopped beating (a crash) is not waited for, and its entry is removed.
         try await stack.store.client.send(RedisCommand("HSET", stack.store.keys.controlSeen, "gone", "0"))
-        let again = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--json"])
+        let again = try await PipelineProcess.command(["campaign", "cancel", "x", "--pipeline", file, "--timeout", "300", "--json"])
         let againAnswer = try Self.json(again.stdout)
         #expect(again.status == 0 && (againAnswer["processes"] as? NSNumber)?.intValue == 0, "\(again.stderr)")
         #expect(try await stack.hashLength(stack.store.keys.controlSeen) == 0)
@@ -220,7 +220,7 @@ struct CampaignControlTests {
         try await waitForProcesses(stack, 2)
         let file = try stack.pipelineFile()
 
-        let pause = try await PipelineProcess.command(["campaign", "pause", "p", "--pipeline", file, "--json"])
+        let pause = try await PipelineProcess.command(["campaign", "pause", "p", "--pipeline", file, "--timeout", "300", "--json"])
         #expect(pause.status == 0, "\(pause.stderr)")
         let paused = try Self.json(pause.stdout)
         #expect(paused["state"] as? String == "paused" && (paused["confirmed"] as? NSNumber)?.intValue == 2)
@@ -243,7 +243,7 @@ struct CampaignControlTests {
         let object = try Self.json(status.stdout)
         #expect(object["state"] as? String == "paused" && (object["deferred"] as? NSNumber)?.intValue == 3000, "\(status.stdout)")
 
-        let resume = try await PipelineProcess.command(["campaign", "resume", "p", "--pipeline", file, "--json"])
+        let resume = try await PipelineProcess.command(["campaign", "resume", "p", "--pipeline", file, "--timeout", "300", "--json"])
         #expect(resume.status == 0, "\(resume.stderr)")
         #expect(try Self.json(resume.stdout)["state"] as? String == "running")
         try await eventually("every job of p settled", timeout: .seconds(300)) {
@@ -273,7 +273,7 @@ struct CampaignControlTests {
         let first = try PipelineProcess(pipelineFile: file, logFile: logs + "-1.log")
         let second = try PipelineProcess(pipelineFile: file, logFile: logs + "-2.log")
         try await waitForProcesses(stack, 2)
-        let pause = try await PipelineProcess.command(["campaign", "pause", "k", "--pipeline", file])
+        let pause = try await PipelineProcess.command(["campaign", "pause", "k", "--pipeline", file, "--timeout", "300"])
         #expect(pause.status == 0 && pause.stdout.contains("k: paused"), "\(pause.stdout) \(pause.stderr)")
         let audience = (0..<4000).map(token)
         try await stack.publish(campaign: "k", template: template, tokens: audience)
@@ -309,7 +309,7 @@ struct CampaignControlTests {
         let file = try stack.pipelineFile()
         try await stack.publish(campaign: "m", template: template, tokens: (0..<4000).map(token))
         try await eventually("the campaign is going out") { HTTP2PipelineTests.recorded(sim, campaign: "m").count >= 300 }
-        let pause = try await PipelineProcess.command(["campaign", "pause", "m", "--pipeline", file])
+        let pause = try await PipelineProcess.command(["campaign", "pause", "m", "--pipeline", file, "--timeout", "300"])
         let atReturn = HTTP2PipelineTests.recorded(sim, campaign: "m").values.reduce(0, +)
         #expect(pause.status == 0, "\(pause.stderr)")
         try await eventually("every job sent or held", timeout: .seconds(300)) {
@@ -324,7 +324,7 @@ struct CampaignControlTests {
         #expect(fromTransports > 0 && fromTransports < held.count, "\(fromTransports) of \(held.count) held back by the transports")
         let sentWhilePaused = HTTP2PipelineTests.recorded(sim, campaign: "m").values.reduce(0, +) - atReturn
         #expect(sentWhilePaused <= c.http2.connections * c.http2.streamCap, "\(sentWhilePaused) sent after the pause returned")
-        let resume = try await PipelineProcess.command(["campaign", "resume", "m", "--pipeline", file])
+        let resume = try await PipelineProcess.command(["campaign", "resume", "m", "--pipeline", file, "--timeout", "300"])
         #expect(resume.status == 0, "\(resume.stderr)")
         try await eventually("every job settled", timeout: .seconds(300)) { try await stack.store.readCampaign("m").jobsSettled == 4000 }
         let recorded = HTTP2PipelineTests.recorded(sim, campaign: "m")
@@ -364,8 +364,7 @@ struct CampaignControlTests {
         let at = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(startSeconds)))
         let publish = try await PipelineProcess.command([
             "campaign", "publish", "--campaign", "s", "--template", files.template, "--tokens", files.tokens, "--pipeline", file, "--at",
-            at,
-            "--quiet",
+            at, "--control-timeout", "300", "--quiet",
         ])
         #expect(publish.status == 0, "\(publish.stderr)")
         #expect(publish.stderr.contains("scheduled for"), "\(publish.stderr)")
@@ -441,7 +440,7 @@ struct CampaignControlTests {
         let startMs = Int64(Date().timeIntervalSince1970 * 1000)
         let publish = try await PipelineProcess.command([
             "campaign", "publish", "--campaign", "paced", "--template", files.template, "--tokens", files.tokens, "--pipeline", file,
-            "--rate", "\(rate)", "--quiet",
+            "--rate", "\(rate)", "--control-timeout", "300", "--quiet",
         ])
         #expect(publish.status == 0, "\(publish.stderr)")
         try await eventually("every job settled", timeout: .seconds(600)) {
@@ -454,7 +453,9 @@ struct CampaignControlTests {
         // would take the 3 000 jobs in the first batches and hold none.
         #expect(try await stack.store.readCampaign("paced").counters[.deferred] > 0)
         // The pace is lifted.
-        let lift = try await PipelineProcess.command(["campaign", "pace", "paced", "--rate", "0", "--pipeline", file, "--json"])
+        let lift = try await PipelineProcess.command([
+            "campaign", "pace", "paced", "--rate", "0", "--pipeline", file, "--timeout", "300", "--json",
+        ])
         let lifted = try Self.json(lift.stdout)
         #expect(lift.status == 0 && lifted["state"] as? String == "running", "\(lift.stdout) \(lift.stderr)")
         try? await one.stop()
@@ -497,7 +498,7 @@ struct CampaignControlTests {
         let second = try PipelineProcess(pipelineFile: file, logFile: logs + "-2.log")
         try await waitForProcesses(stack, 2)
         let rate = 400
-        let pace = try await PipelineProcess.command(["campaign", "pace", "q", "--rate", "\(rate)", "--pipeline", file])
+        let pace = try await PipelineProcess.command(["campaign", "pace", "q", "--rate", "\(rate)", "--pipeline", file, "--timeout", "300"])
         #expect(pace.status == 0 && pace.stdout.contains("paced at \(rate)/s"), "\(pace.stdout) \(pace.stderr)")
         let jobs = 3000
         let startMs = Int64(Date().timeIntervalSince1970 * 1000)
