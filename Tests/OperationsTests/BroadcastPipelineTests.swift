@@ -16,7 +16,7 @@ import Testing
 /// A channel is created with the channel management client; broadcasts to it are one request each,
 /// reaching the channel's subscribers; a broadcast published twice is deduped by its job id; a
 /// broadcast to an unknown channel, one for a binary app, and a job naming both a token and a channel
-/// are dead letters with their reasons; the counters show broadcasts apart. Issue 47: each broadcast's
+/// are dead letters with their reasons; the counters show broadcasts apart. Each broadcast's
 /// apns-expiration follows its channel's storage policy, read once from channel management — 0 on a No
 /// Message Stored channel (`channel create`'s default) for a job without expiry, a nonzero expiry there
 /// refused before sending (`expiry-on-no-storage-channel`), now + 8 h on a Most Recent Message channel —
