@@ -6,9 +6,13 @@ extension HTTP2Connection {
     /// A broadcast (`POST /4/broadcasts/apps/<bundle id>`; Apple, "Sending broadcast push notification
     /// requests to APNs"; the contract is `APNsBroadcast`): the request's shape, then authentication
     /// ("APNs validates the request using either the provided authentication token or your server's
-    /// certificate"), then the channel ("If authentication succeeds, APNs then validates the channel ID"),
-    /// then delivery "to all the devices subscribed to the channel" — here one record saying the channel
-    /// and how many devices it reached (`channel_subscribers` when the channel was created).
+    /// certificate"), then the channel ("If authentication succeeds, APNs then validates the channel ID":
+    /// 400 `ChannelNotRegistered` for one the app does not have), then the expiration against the
+    /// channel's storage policy ("Providing a nonzero expiration for a channel created with the No Message
+    /// Stored storage policy results in message rejection": 400 `BadExpirationDate`,
+    /// `APNsBroadcastExpiration`), then delivery "to all the devices subscribed to the channel" — here one
+    /// record saying the channel and how many devices it reached (`channel_subscribers` when the channel
+    /// was created).
     ///
     /// A certificate is refused as for any Live Activity push (`TopicDisallowed`): Apple's Live Activity
     /// article says "Certificate-based authentication is not supported for these APNs pushes", and the
@@ -49,8 +53,13 @@ extension HTTP2Connection {
             }
         }
         raiseStreamLimit()
-        guard let reached = core.channels.subscribers(app: bundleID, id: request.channelID) else {
+        guard let reached = core.channels.subscribers(app: bundleID, id: request.channelID),
+            let policy = core.channels.policy(app: bundleID, id: request.channelID).flatMap(APNsChannelStoragePolicy.init(rawValue:))
+        else {
             return refuse(APNsBroadcastRefusal(.channelNotRegistered))
+        }
+        if let expiration = request.expiration, !APNsBroadcastExpiration.accepts(expiration, on: policy) {
+            return refuse(APNsBroadcastRefusal(.badExpirationDate))
         }
         if core.recorder.isEnabled {
             var accepted = AcceptedRequest(

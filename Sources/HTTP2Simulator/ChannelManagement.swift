@@ -99,12 +99,19 @@ extension HTTP2Connection {
         let pushTypeKey = "push-type"
         switch operation {
         case "create":
-            guard let json = try? JSONParser.parse(body), json.objectValue != nil else { return refuseChannel(.badMessageStoragePolicy) }
+            // Apple's table: "The JSON Request payload is unparseable" (BadRequestPayload), "… contained an
+            // unrecognizable attribute" (BadRequestParams). Both body fields are "Required"; Apple lists no
+            // reason for a missing or out-of-range `message-storage-policy`, so it is answered as an
+            // attribute APNs cannot use (BadRequestParams), a missing `push-type` as MissingPushType.
+            guard let json = try? JSONParser.parse(body), let members = json.objectValue else {
+                return refuseChannel(.badRequestPayload)
+            }
+            guard members.allSatisfy({ $0.key == policyKey || $0.key == pushTypeKey }) else { return refuseChannel(.badRequestParams) }
             guard let pushType = json[pushTypeKey]?.stringValue else { return refuseChannel(.missingPushType) }
             // Apple: "The only allowed value is LiveActivity."
-            guard pushType.lowercased() == APNsChannelManagement.pushType.lowercased() else { return refuseChannel(.invalidPushType) }
+            guard pushType.lowercased() == APNsChannelManagement.pushType.lowercased() else { return refuseAPNs(.invalidPushType) }
             guard let policy = json[policyKey]?.intValue, APNsChannelStoragePolicy(rawValue: policy) != nil else {
-                return refuseChannel(.badMessageStoragePolicy)
+                return refuseChannel(.badRequestParams)
             }
             let id = newChannelID()
             guard

@@ -24,6 +24,11 @@ public struct Job: Sendable {
         var alerts: [String: Alert]
         var template: JobTemplate?
         var expiry: UInt32
+        /// Whether `expiry` is the job's own (false: the decoder's default), and a broadcast's channel's
+        /// storage policy as the job states it: what a broadcast's `apns-expiration` is made from
+        /// (`APNsBroadcastExpiration`). Padding beside `priority` for a device job.
+        var expiryIsStated: Bool
+        var storagePolicy: APNsChannelStoragePolicy?
         var priority: Priority
         @usableFromInline var campaign: String?
         var collapseID: String?
@@ -60,6 +65,7 @@ public struct Job: Sendable {
                 s.token = newValue
                 s.tokenHex = newValue.hex
                 s.channel = nil  // a token makes it a device job
+                s.storagePolicy = nil
             }
         }
     }
@@ -112,7 +118,24 @@ public struct Job: Sendable {
     /// Epoch seconds after which APNs may discard the notification; 0 = do not store.
     public var expiry: UInt32 {
         get { storage.fields.expiry }
-        set { update { $0.expiry = newValue } }
+        set {
+            update { s in
+                s.expiry = newValue
+                s.expiryIsStated = true
+            }
+        }
+    }
+    /// The job's own `expiry`, nil when it gave none (then `expiry` is the decoder's default, now plus
+    /// its time to live). A broadcast's `apns-expiration` is made from this and its channel's storage
+    /// policy (docs/design.md §5.5), not from the default.
+    public var statedExpiry: UInt32? {
+        storage.fields.expiryIsStated ? storage.fields.expiry : nil
+    }
+    /// A broadcast's channel's storage policy as the job states it (`storage_policy`); nil: not stated
+    /// (the sender learns it from APNs), and always nil for a device job.
+    public var storagePolicy: APNsChannelStoragePolicy? {
+        get { storage.fields.storagePolicy }
+        set { update { $0.storagePolicy = newValue } }
     }
     public var priority: Priority {
         get { storage.fields.priority }
@@ -147,42 +170,47 @@ public struct Job: Sendable {
 
     init(
         id: String, app: String, token: DeviceToken, payload: Payload, alerts: [String: Alert], template: JobTemplate?,
-        expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
+        expiry: UInt32, expiryIsStated: Bool = true, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
     ) {
         storage = Storage(
             Fields(
                 id: id, app: app, token: token, tokenHex: token.hex, channel: nil, payload: payload, alerts: alerts, template: template,
-                expiry: expiry, priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType))
+                expiry: expiry, expiryIsStated: expiryIsStated, storagePolicy: nil, priority: priority, campaign: campaign,
+                collapseID: collapseID, pushType: pushType))
     }
 
     /// A job for `recipient`: a device as `init(id:app:token:…)`, or every device subscribed to a
-    /// broadcast channel (push type `liveactivity`, the only one a broadcast carries).
+    /// broadcast channel (push type `liveactivity`, the only one a broadcast carries). `expiry` nil: the
+    /// job gives none (`statedExpiry` nil; `expiry` then reads `defaultExpiry`); `storagePolicy`: a
+    /// broadcast's channel's, when the job states it.
     public init(
         id: String, app: String, recipient: Recipient, payload: Payload, alerts: [String: Alert] = [:],
-        expiry: UInt32, priority: Priority = .immediate, campaign: String? = nil, collapseID: String? = nil,
-        pushType: APNsPushType? = nil
+        expiry: UInt32?, defaultExpiry: UInt32 = 0, storagePolicy: APNsChannelStoragePolicy? = nil, priority: Priority = .immediate,
+        campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil
     ) {
         self.init(
-            id: id, app: app, recipient: recipient, payload: payload, alerts: alerts, template: nil, expiry: expiry, priority: priority,
-            campaign: campaign, collapseID: collapseID, pushType: pushType)
+            id: id, app: app, recipient: recipient, payload: payload, alerts: alerts, template: nil, expiry: expiry ?? defaultExpiry,
+            expiryIsStated: expiry != nil, storagePolicy: storagePolicy, priority: priority, campaign: campaign, collapseID: collapseID,
+            pushType: pushType)
     }
 
     init(
         id: String, app: String, recipient: Recipient, payload: Payload, alerts: [String: Alert], template: JobTemplate?,
-        expiry: UInt32, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
+        expiry: UInt32, expiryIsStated: Bool, storagePolicy: APNsChannelStoragePolicy?, priority: Priority, campaign: String?,
+        collapseID: String?, pushType: APNsPushType?
     ) {
         switch recipient {
         case .device(let token):
             self.init(
-                id: id, app: app, token: token, payload: payload, alerts: alerts, template: template, expiry: expiry, priority: priority,
-                campaign: campaign, collapseID: collapseID, pushType: pushType)
+                id: id, app: app, token: token, payload: payload, alerts: alerts, template: template, expiry: expiry,
+                expiryIsStated: expiryIsStated, priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType)
         case .channel(let channel):
             self.init(
                 storage: Storage(
                     Fields(
                         id: id, app: app, token: Self.channelPlaceholderToken, tokenHex: "", channel: channel, payload: payload,
-                        alerts: alerts, template: template, expiry: expiry, priority: priority, campaign: campaign,
-                        collapseID: collapseID, pushType: pushType ?? APNsBroadcast.pushType)))
+                        alerts: alerts, template: template, expiry: expiry, expiryIsStated: expiryIsStated, storagePolicy: storagePolicy,
+                        priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType ?? APNsBroadcast.pushType)))
         }
     }
 

@@ -15,15 +15,21 @@ import APNsProtocol
 ///   (`token-size-needs-http2`, `PipelineConfiguration.App.checkCanSend(tokenOf:)`); or instead of a token
 ///   `channel`, a broadcast channel id (base64, `invalid-channel`); both is `token-and-channel`. A channel
 ///   job is a Live Activity (push type `liveactivity`, given or inferred; another is `invalid-push-type`);
+///   it may state its channel's `storage_policy` (`"no-storage"` or `"most-recent"`, as `channel create`
+///   prints it; another value, or on a job without `channel`, is `invalid-storage-policy`);
 /// - `payload`: an object with an `aps` object whose Table 3-1/3-2 keys have their types
 ///   (`missing-payload`, `invalid-payload`);
 /// - `alerts` (optional): an object of language (1…64 bytes) → alert string or alert dictionary
 ///   (`invalid-alerts`);
 /// - `priority` (optional, default 10): the number 10, 5 or 1 (`invalid-priority`); the push type's
 ///   rules (`checkPushTypeRules`: a Live Activity's payload per event, `invalid-live-activity`; its
-///   priority 10 or 5; priority 1 never for a payload that shows nothing);
+///   priority 10 or 5 to a device, 10, 5 or 1 as a broadcast; priority 1 never for a payload that shows
+///   nothing);
 /// - `expiry` (optional, default `now + defaultTimeToLive`): a whole number in 0…2³²−1
-///   (`invalid-expiry`), 0 = do not store, otherwise not before `now` (`expired`);
+///   (`invalid-expiry`), 0 = do not store, otherwise not before `now` (`expired`). A broadcast's
+///   `apns-expiration` is made from its own `expiry` (`Job.statedExpiry`) and its channel's policy, not
+///   from the default (docs/design.md §5.5); with `storage_policy` `"no-storage"` a nonzero `expiry` is
+///   `expiry-on-no-storage-channel`;
 /// - `campaign` (optional): a string of 1…128 UTF-8 bytes (`invalid-campaign`);
 /// - `collapse_id` (optional): a string of 1…64 UTF-8 bytes (`invalid-collapse-id`);
 /// - `push_type` (optional): one of Apple's `apns-push-type` values (`invalid-push-type`); `background`
@@ -67,6 +73,8 @@ public struct JobDecoder: Sendable {
         "hex digits (an even count, \(DeviceToken.minHexCount)…\(DeviceToken.maxHexCount); 64 for a 32-byte token)"
     /// `channel`: a base64 channel id (``APNsChannelManagement/maxChannelIDLength``).
     public static let maxChannelBytes = APNsChannelManagement.maxChannelIDLength
+    /// `storage_policy`: one of two short names; anything longer is refused unread.
+    public static let maxStoragePolicyBytes = 32
 
     public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400, apps: KnownApps? = nil) {
         self.payloadLimit = payloadLimit
@@ -77,7 +85,7 @@ public struct JobDecoder: Sendable {
     /// A job's known top-level keys. A message's key is matched against the names once (one switch of
     /// string comparisons); what follows for it dispatches on this.
     enum Key: UInt8 {
-        case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType, channel
+        case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType, channel, storagePolicy
 
         init?(_ name: String) {
             switch name {
@@ -92,6 +100,7 @@ public struct JobDecoder: Sendable {
             case "collapse_id": self = .collapseID
             case "push_type": self = .pushType
             case "channel": self = .channel
+            case "storage_policy": self = .storagePolicy
             default: return nil
             }
         }
@@ -106,6 +115,7 @@ public struct JobDecoder: Sendable {
             case .collapseID: maxCollapseIDBytes
             case .pushType: maxPushTypeBytes
             case .channel: maxChannelBytes
+            case .storagePolicy: maxStoragePolicyBytes
             case .payload, .alerts, .expiry, .priority: nil
             }
         }
@@ -315,6 +325,8 @@ public struct JobDecoder: Sendable {
         var pushType: JSONValue?
         /// A broadcast's channel id (instead of `token`).
         var channel: JSONValue?
+        /// A broadcast's channel's storage policy, as the job states it.
+        var storagePolicy: JSONValue?
         /// Payload and alerts already read (then `payload` only marks the payload present).
         var template: JobTemplate?
         /// String keys whose value was too long to build, with its size in the message (the key itself
@@ -341,6 +353,7 @@ public struct JobDecoder: Sendable {
             case .collapseID: collapseID != nil
             case .pushType: pushType != nil
             case .channel: channel != nil
+            case .storagePolicy: storagePolicy != nil
             case .payload: payload != nil
             case .alerts: alerts != nil
             }
@@ -360,6 +373,7 @@ public struct JobDecoder: Sendable {
             case .collapseID: try JobDecoder.take(&collapseID, value, name)
             case .pushType: try JobDecoder.take(&pushType, value, name)
             case .channel: try JobDecoder.take(&channel, value, name)
+            case .storagePolicy: try JobDecoder.take(&storagePolicy, value, name)
             }
         }
     }
@@ -486,6 +500,7 @@ public struct JobDecoder: Sendable {
 
         // expiry
         let jobExpiry: UInt32
+        let expiryIsStated = expiry.flatMap(Self.nonNull) != nil
         if let expiryValue = expiry.flatMap(Self.nonNull) {
             guard case .number(let literal) = expiryValue, let seconds = UInt32(literal) else {
                 throw JobError(
@@ -499,6 +514,14 @@ public struct JobDecoder: Sendable {
         } else {
             let (sum, overflow) = now.addingReportingOverflow(defaultTimeToLive)
             jobExpiry = overflow ? UInt32.max : sum
+        }
+
+        // a broadcast's channel's storage policy, and its expiry against it
+        let storagePolicy = try Self.readStoragePolicy(f, broadcast: broadcastChannel != nil)
+        if storagePolicy == .noStorage, expiryIsStated,
+            case .failure(let refusal) = APNsBroadcastExpiration.expiration(requested: jobExpiry, policy: storagePolicy, now: now)
+        {
+            throw JobError(.expiryOnNoStorageChannel, refusal.description)
         }
 
         // campaign
@@ -546,7 +569,7 @@ public struct JobDecoder: Sendable {
         }
 
         // what the push type asks of the payload and the priority (Live Activities, ranges, priority 1)
-        try Self.checkPushTypeRules(typedPayload, pushType: jobPushType, priority: jobPriority)
+        try Self.checkPushTypeRules(typedPayload, pushType: jobPushType, priority: jobPriority, broadcast: broadcastChannel != nil)
 
         // priority against payload
         if jobPriority == .immediate && typedPayload.isContentAvailableOnly {
@@ -574,8 +597,26 @@ public struct JobDecoder: Sendable {
 
         return Job(
             id: jobID, app: appName, recipient: broadcastChannel.map(Recipient.channel) ?? .device(deviceToken), payload: typedPayload,
-            alerts: localized, template: f.template, expiry: jobExpiry, priority: jobPriority, campaign: campaignName,
-            collapseID: jobCollapseID, pushType: jobPushType)
+            alerts: localized, template: f.template, expiry: jobExpiry, expiryIsStated: expiryIsStated, storagePolicy: storagePolicy,
+            priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
+    }
+
+    /// A broadcast's `storage_policy`, nil when the job gives none. Only a broadcast may give one: on a
+    /// device job it means the producer mixed the two up, so it is refused rather than ignored.
+    private static func readStoragePolicy(_ f: Fields, broadcast: Bool) throws(JobError) -> APNsChannelStoragePolicy? {
+        guard let value = f.storagePolicy.flatMap(Self.nonNull) else { return nil }
+        guard broadcast else {
+            throw JobError(
+                .invalidStoragePolicy, "storage_policy is a broadcast channel's storage policy: give it with channel, not with token")
+        }
+        let names = APNsChannelStoragePolicy.allCases.map { "\"\($0.name)\"" }.joined(separator: " or ")
+        // Past its limit the value was not built: described by its kind, as `text` describes a string that long.
+        let got = f.oversize(.storagePolicy) != nil ? Self.kind(.string("")) : Self.text(value)
+        guard f.oversize(.storagePolicy) == nil, case .string(let name) = value, let policy = APNsChannelStoragePolicy(name: name) else {
+            throw JobError(
+                .invalidStoragePolicy, "storage_policy must be \(names) (as `apns-pipeline channel create` prints it), got \(got)")
+        }
+        return policy
     }
 
     /// The job's broadcast channel, nil when it has none (then it must have a token). Both a token and a

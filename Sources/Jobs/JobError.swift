@@ -45,6 +45,14 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     case invalidChannel = "invalid-channel"
     /// Both `token` and `channel`: a job names one recipient, a device or a broadcast channel.
     case tokenAndChannel = "token-and-channel"
+    /// `storage_policy` (a broadcast's channel's storage policy) is not `"no-storage"` or
+    /// `"most-recent"`, or the job has no `channel`.
+    case invalidStoragePolicy = "invalid-storage-policy"
+    /// A broadcast whose nonzero `expiry` asks APNs to store it, on a channel created with the No Message
+    /// Stored policy (Apple: "Providing a nonzero expiration for a channel created with the No Message
+    /// Stored storage policy results in message rejection"). Decided by the decoder when the job says
+    /// `storage_policy`, else before sending once the channel's policy is known (docs/design.md §5.5).
+    case expiryOnNoStorageChannel = "expiry-on-no-storage-channel"
     /// No `payload` (or `null`).
     case missingPayload = "missing-payload"
     /// `payload` is not an object, has no `aps` object, or a key of Tables 3-1/3-2 has the wrong type.

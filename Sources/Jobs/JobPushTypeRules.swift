@@ -7,9 +7,12 @@ extension JobDecoder {
     ///
     /// - `relevance-score` 0…1 unless a Live Activity (`ApsKeys.checkRanges`) — `invalid-payload`;
     /// - `liveactivity`: the payload as Apple documents its event (`LiveActivityPayload`) —
-    ///   `invalid-live-activity`; priority 10 or 5 — `invalid-priority`: "Set the value for the
-    ///   apns-priority header field to 5 or 10" ("Starting and updating Live Activities with ActivityKit
-    ///   push notifications", "Construct the ActivityKit remote push notification payload");
+    ///   `invalid-live-activity`; to a device, priority 10 or 5 — `invalid-priority`: "Set the value for
+    ///   the apns-priority header field to 5 or 10" ("Starting and updating Live Activities with
+    ///   ActivityKit push notifications", "Construct the ActivityKit remote push notification payload");
+    ///   as a broadcast (`broadcast`), 10, 5 or 1: "Specify 1 to prioritize the device's power
+    ///   considerations over all other factors for delivery, and prevent awakening the device" ("Sending
+    ///   broadcast push notification requests to APNs", `APNsBroadcast.priorities`);
     /// - `location`: priority 10 or 5 — `invalid-priority` ("If the location query requires an immediate
     ///   response from the Location Push Service Extension, set notification apns-priority to 10;
     ///   otherwise, use 5"; 1 would "prevent awakening the device" the query is for);
@@ -20,7 +23,9 @@ extension JobDecoder {
     /// notification priority to 10; otherwise use 5" is advice, and 1 ("prioritize the device's power
     /// considerations over all other factors for delivery, and prevent awakening the device") is the
     /// choice for an alert that can wait.
-    static func checkPushTypeRules(_ payload: Payload, pushType: APNsPushType?, priority: Priority) throws(JobError) {
+    static func checkPushTypeRules(
+        _ payload: Payload, pushType: APNsPushType?, priority: Priority, broadcast: Bool = false
+    ) throws(JobError) {
         do throws(PayloadError) {
             try ApsKeys.checkRanges(payload, pushType: pushType)
         } catch {
@@ -32,8 +37,8 @@ extension JobDecoder {
             } catch {
                 throw JobError(.invalidLiveActivity, "a Live Activity (push_type \"liveactivity\") \(error.description)")
             }
-            if priority == .powerFirst {
-                throw JobError(.invalidPriority, "a Live Activity push must have priority 10 or 5, got 1")
+            if priority == .powerFirst && !broadcast {
+                throw JobError(.invalidPriority, "a Live Activity push to a device must have priority 10 or 5, got 1")
             }
         }
         if pushType == .location && priority == .powerFirst {

@@ -39,19 +39,32 @@ public final class JobLineDecoder {
     /// Whether the pool can send a broadcast (a job with `channel`): HTTP/2 with token authentication
     /// only (design §3.1); otherwise such a job is refused `push-type-needs-token-auth`, before sending.
     public let canBroadcast: Bool
+    /// A broadcast's payload limit (Apple's 5120 bytes; at least `payloadLimit`).
+    private let broadcastEncoder: PayloadEncoder?
 
     public init(app: String, payloadLimit: Int, jobIDKey: String? = nil, binary: Bool = false, canBroadcast: Bool = false) {
         self.app = app
         self.binary = binary
         self.canBroadcast = canBroadcast
-        // The decoder refuses other apps itself, before building their names (issue 28).
-        self.decoder = JobDecoder(payloadLimit: payloadLimit, apps: KnownApps([app]))
+        // The decoder refuses other apps itself, before building their names (issue 28); a broadcast may
+        // be larger than a device push, so the decoder lets its size through and each encoder checks its own.
+        let broadcastLimit = max(payloadLimit, APNsBroadcast.maxPayloadBytes)
+        self.decoder = JobDecoder(payloadLimit: canBroadcast ? broadcastLimit : payloadLimit, apps: KnownApps([app]))
         self.encoder = PayloadEncoder(limit: payloadLimit)
+        self.broadcastEncoder = canBroadcast ? PayloadEncoder(limit: broadcastLimit) : nil
         self.jobIDKey = jobIDKey
     }
 
-    /// The notification for one line (without its newline); `now` is epoch seconds.
-    public func notification(_ line: UnsafeRawBufferPointer, now: UInt32) -> Result<PushNotification, Refusal> {
+    /// A decoded line: the notification, and for a broadcast what its `apns-expiration` is made from
+    /// (the notification's `expiry` is then the one its job's own word gives, ``BroadcastExpiryRequest``
+    /// with no learned policy; `send` learns the channel's and sets it).
+    public struct Line: Sendable {
+        public var notification: PushNotification
+        public var broadcast: BroadcastExpiryRequest?
+    }
+
+    /// One line (without its newline); `now` is epoch seconds.
+    public func line(_ line: UnsafeRawBufferPointer, now: UInt32) -> Result<Line, Refusal> {
         do throws(JobError) {
             let job = try decoder.decode(line, now: now, templates: templates)
             if job.channel != nil && !canBroadcast {
@@ -61,20 +74,45 @@ public final class JobLineDecoder {
                         detail: "a broadcast (a job with channel) needs --protocol http2 with token authentication (--token-key)"))
             }
             if binary && !job.token.fitsBinaryInterface { throw PipelineConfiguration.App.tokenSizeRefusal(app: app, token: job.token) }
+            if job.channel != nil, let broadcastEncoder {
+                let request = BroadcastExpiryRequest(job)
+                let expiry = try request.expiration(learned: nil, now: now).get()
+                let payload = try job.encodedPayload(language: nil, encoder: broadcastEncoder, jobIDKey: jobIDKey)
+                let n = PushNotification(
+                    jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: expiry, priority: job.priority,
+                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType)
+                return .success(Line(notification: n, broadcast: request))
+            }
             let payload = try job.encodedPayload(language: nil, encoder: encoder, jobIDKey: jobIDKey)
             return .success(
-                PushNotification(
-                    jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: job.expiry, priority: job.priority,
-                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType))
+                Line(
+                    notification: PushNotification(
+                        jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: job.expiry, priority: job.priority,
+                        campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType)))
         } catch {
-            if error.reason == .noCertificateForApp {
-                return .failure(Refusal(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)"))
-            }
-            return .failure(Refusal(reason: error.reason.rawValue, detail: error.detail))
+            return .failure(refusal(error))
         }
+    }
+
+    public func line(_ line: [UInt8], now: UInt32) -> Result<Line, Refusal> {
+        line.withUnsafeBytes { self.line($0, now: now) }
+    }
+
+    /// The notification for one line (without its newline); `now` is epoch seconds. A broadcast's
+    /// expiry is its job's own word (``Line``).
+    public func notification(_ line: UnsafeRawBufferPointer, now: UInt32) -> Result<PushNotification, Refusal> {
+        self.line(line, now: now).map(\.notification)
     }
 
     public func notification(_ line: [UInt8], now: UInt32) -> Result<PushNotification, Refusal> {
         line.withUnsafeBytes { notification($0, now: now) }
+    }
+
+    /// A job's refusal as `send` reports it.
+    public func refusal(_ error: JobError) -> Refusal {
+        if error.reason == .noCertificateForApp {
+            return Refusal(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)")
+        }
+        return Refusal(reason: error.reason.rawValue, detail: error.detail)
     }
 }

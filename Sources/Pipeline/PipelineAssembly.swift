@@ -229,7 +229,8 @@ extension PipelineRunner {
     func dispatch(_ parts: PipelineParts) -> Dispatch {
         Dispatch(
             configuration: configuration, router: parts.router, marks: parts.marks, deadLetters: parts.deadLetters, inbox: inbox,
-            makesOutcomeMessages: outcomeMessages != nil, metrics: metrics, waitLog: waitLog, logger: logger)
+            makesOutcomeMessages: outcomeMessages != nil, metrics: metrics, waitLog: waitLog, channelPolicies: channelPolicies,
+            logger: logger)
     }
 
     func intake(consumer: KafkaConsumer, budget: InFlightBudget, lane: Lane) -> Intake {

@@ -704,16 +704,17 @@ public struct PipelineConfiguration: Sendable {
             trustRootsPath: app.transport == .binary ? gateway.ca : http2.ca)
     }
 
-    /// The payload limit of a job for `app`: Apple's per push type on HTTP/2 (4096, 5120 for voip), the
-    /// configured `gateway.payload_limit` on the binary interface.
-    public func payloadLimit(app: App?, pushType: APNsPushType?) -> Int {
+    /// The payload limit of a job for `app`: Apple's per push type on HTTP/2 (4096, 5120 for voip and for
+    /// a broadcast), the configured `gateway.payload_limit` on the binary interface.
+    public func payloadLimit(app: App?, pushType: APNsPushType?, broadcast: Bool = false) -> Int {
         guard let app, app.transport == .http2 else { return gateway.payloadLimit }
-        return (pushType ?? .alert).maxPayloadBytes
+        return broadcast ? APNsBroadcast.maxPayloadBytes : (pushType ?? .alert).maxPayloadBytes
     }
 
     /// The largest payload any app here takes: what the decoder lets through before the per-app check.
     public var largestPayloadLimit: Int {
-        apps.map { $0.transport == .http2 ? APNsPushType.voip.maxPayloadBytes : gateway.payloadLimit }.max() ?? gateway.payloadLimit
+        let http2 = max(APNsPushType.voip.maxPayloadBytes, APNsBroadcast.maxPayloadBytes)
+        return apps.map { $0.transport == .http2 ? http2 : gateway.payloadLimit }.max() ?? gateway.payloadLimit
     }
 
     /// What `app`'s transport is built from (``TransportFactory``): its protocol's configuration, from
@@ -790,6 +791,20 @@ extension PipelineConfiguration {
         // Through the HTTPS proxy the provider API's connections take (corporate egress), unless NO_PROXY
         // lists the host.
         c.proxy = http2.proxy?.proxy(for: host.host)
+        return c
+    }
+
+    /// Where `run` reads a broadcast channel's storage policy (`ChannelPolicies`, design §5.5): as
+    /// `apns-pipeline channel get` would (the app's channel-management host, key, trust and proxy), the
+    /// whole read bounded by `http2.request_timeout_s` (not twice it: the batch the broadcast came in waits
+    /// for it).
+    public func channelPolicyReadConfiguration(forApp bundleID: String) throws -> ChannelManagementConfiguration {
+        guard let app = apps.first(where: { $0.bundleID == bundleID }) else {
+            throw ConfigurationError(file: "pipeline file", key: "apps", problem: "no app \(bundleID)")
+        }
+        var c = try channelManagementConfiguration(for: app)
+        c.requestTimeout = http2.requestTimeout
+        c.connectTimeout = min(c.connectTimeout, http2.requestTimeout)
         return c
     }
 

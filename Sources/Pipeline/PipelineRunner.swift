@@ -41,6 +41,8 @@ public final class PipelineRunner: Service, Sendable {
     /// Reasons not to be ready that parts of the process add (a sink refusing writes, …), listed by
     /// `readiness()` beside its own checks.
     public let notReady = ReadinessReasons()
+    /// Broadcast channels' storage policies, read from APNs once per channel (nil: no app can broadcast).
+    let channelPolicies: ChannelPolicies?
     /// The parts `readiness()` looks at, while running (nil from the start of a stop).
     private let live = Mutex<LiveParts?>(nil)
     private struct LiveParts: Sendable {
@@ -68,6 +70,7 @@ public final class PipelineRunner: Service, Sendable {
         outcomeMessages =
             configuration.kafka.outcomesTopic == nil
             ? nil : OutcomeMessageOptions(http2Apps: Set(configuration.apps.filter { $0.transport == .http2 }.map(\.bundleID)))
+        channelPolicies = Self.channelPolicies(configuration, group: group, logger: logger)
         if configuration.kafka.priorityTopic != nil {
             // Large priority messages get a quarter of the byte budget, on top of the bulk lane's.
             priorityBudget = InFlightBudget(

@@ -45,9 +45,10 @@ import Testing
         let delete = try await c.request(method: "DELETE", path: Self.channels, headers: auth + [("apns-channel-id", id)])
         #expect(delete.status == 204 && delete.body.isEmpty)
         let gone = try await c.request(method: "GET", path: Self.channels, headers: auth + [("apns-channel-id", id)])
-        #expect(gone.status == 404 && reason(gone) == "ChannelNotRegistered")
+        // Apple's table: "400 ChannelNotRegistered — The apns-channel-id header used in the request doesn't exist."
+        #expect(gone.status == 400 && reason(gone) == "ChannelNotRegistered")
         let again = try await c.request(method: "DELETE", path: Self.channels, headers: auth + [("apns-channel-id", id)])
-        #expect(again.status == 404 && reason(again) == "ChannelNotRegistered")
+        #expect(again.status == 400 && reason(again) == "ChannelNotRegistered")
         #expect(f.simulator.channels(app: H2Fixture.shop).map(\.id) == [other])
         // Channel answers are not counted as notifications.
         #expect(f.simulator.totals.accepted == 0)
@@ -85,11 +86,15 @@ import Testing
             ),
             ("POST", Self.channels, auth, #"{"message-storage-policy":0,"push-type":"alert"}"#, 400, "InvalidPushType"),
             ("POST", Self.channels, auth, #"{"message-storage-policy":0}"#, 400, "MissingPushType"),
-            ("POST", Self.channels, auth, #"{"message-storage-policy":2,"push-type":"LiveActivity"}"#, 400, "BadMessageStoragePolicy"),
-            ("POST", Self.channels, auth, "", 400, "BadMessageStoragePolicy"),
+            // Apple's table: BadRequestParams "contained an unrecognizable attribute", BadRequestPayload "is unparseable".
+            ("POST", Self.channels, auth, #"{"message-storage-policy":2,"push-type":"LiveActivity"}"#, 400, "BadRequestParams"),
+            ("POST", Self.channels, auth, #"{"push-type":"LiveActivity"}"#, 400, "BadRequestParams"),
+            ("POST", Self.channels, auth, #"{"message-storage-policy":0,"push-type":"LiveActivity","x":1}"#, 400, "BadRequestParams"),
+            ("POST", Self.channels, auth, "", 400, "BadRequestPayload"),
+            ("POST", Self.channels, auth, "{", 400, "BadRequestPayload"),
             ("GET", Self.channels, auth, "", 400, "MissingChannelId"),
             ("GET", Self.channels, auth + [("apns-channel-id", "not base64!")], "", 400, "BadChannelId"),
-            ("DELETE", Self.channels, auth + [("apns-channel-id", "bm90LWEtY2hhbm5lbA==")], "", 404, "ChannelNotRegistered"),
+            ("DELETE", Self.channels, auth + [("apns-channel-id", "bm90LWEtY2hhbm5lbA==")], "", 400, "ChannelNotRegistered"),
             ("PUT", Self.channels, auth, "", 405, "MethodNotAllowed"),
             ("POST", Self.all, auth, "", 405, "MethodNotAllowed"),
             ("GET", "/1/apps/\(H2Fixture.shop)/channel", auth, "", 404, "BadPath"),

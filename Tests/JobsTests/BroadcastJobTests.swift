@@ -71,8 +71,49 @@ import Testing
         let e = error(try changes(["push_type": #""alert""#]))
         #expect(e?.reason == .invalidPushType)
         #expect(e?.detail.contains("broadcast") == true, "\(String(describing: e))")
-        // The Live Activity rules apply: an update needs its content-state; priority 1 is not allowed.
+        // The Live Activity rules apply: an update needs its content-state.
         #expect(error(try changes(["payload": #"{"aps":{"event":"update","timestamp":1767000000}}"#]))?.reason == .invalidLiveActivity)
-        #expect(error(try changes(["priority": "1"]))?.reason == .invalidPriority)
+    }
+
+    /// "Sending broadcast push notification requests to APNs" lists priority 1 for a broadcast ("Specify 1
+    /// to prioritize the device's power considerations over all other factors for delivery"); a Live
+    /// Activity to a device keeps 10 or 5 ("Set the value for the apns-priority header field to 5 or 10").
+    @Test func priorityOneIsABroadcastsNotADevicesLiveActivity() throws {
+        #expect(try decode(try changes(["priority": "1"])).priority == .powerFirst)
+        let device = error([
+            "push_type": #""liveactivity""#, "payload": try TodaysPayloadTests.apple("live-activity-update"), "priority": "1",
+        ])
+        #expect(device?.reason == .invalidPriority)
+        #expect(device?.detail.contains("to a device") == true, "\(String(describing: device))")
+    }
+
+    /// A broadcast's own expiry is kept apart from the decoder's default: its apns-expiration follows its
+    /// channel's storage policy (design §5.5), not the default time to live.
+    @Test func aBroadcastKnowsWhetherItsExpiryIsItsOwn() throws {
+        let none = try decode(try changes(["expiry": nil]))
+        #expect(none.statedExpiry == nil && none.storagePolicy == nil)
+        #expect(none.expiry == now + 86_400)  // the default, which a broadcast does not send
+        let own = try decode(try changes(["expiry": "\(now + 600)"]))
+        #expect(own.statedExpiry == now + 600)
+        #expect(try decode(try changes(["expiry": "0"])).statedExpiry == 0)
+        #expect(try decode(try changes(["expiry": "null"])).statedExpiry == nil)
+    }
+
+    /// `storage_policy`: the channel's policy as `channel create` prints it; with "no-storage", a nonzero
+    /// expiry is refused at once (Apple: "Providing a nonzero expiration for a channel created with the No
+    /// Message Stored storage policy results in message rejection").
+    @Test func aBroadcastMayStateItsChannelsStoragePolicy() throws {
+        #expect(try decode(try changes(["storage_policy": #""no-storage""#])).storagePolicy == .noStorage)
+        #expect(try decode(try changes(["storage_policy": #""most-recent""#, "expiry": "\(now + 600)"])).storagePolicy == .mostRecent)
+        #expect(try decode(try changes(["storage_policy": #""no-storage""#, "expiry": "0"])).statedExpiry == 0)
+        let stored = error(try changes(["storage_policy": #""no-storage""#, "expiry": "\(now + 600)"]))
+        #expect(stored?.reason == .expiryOnNoStorageChannel)
+        #expect(stored?.detail.contains("No Message Stored") == true, "\(String(describing: stored))")
+        for bad in [#""none""#, "0", #""NO-STORAGE""#, Fixtures.quoted(String(repeating: "x", count: 40))] {
+            #expect(error(try changes(["storage_policy": bad]))?.reason == .invalidStoragePolicy, "\(bad)")
+        }
+        // A device job has no channel to have a policy.
+        let device = error(["storage_policy": #""most-recent""#])
+        #expect(device?.reason == .invalidStoragePolicy && device?.detail.contains("with channel") == true, "\(String(describing: device))")
     }
 }

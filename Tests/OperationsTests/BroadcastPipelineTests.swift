@@ -16,7 +16,11 @@ import Testing
 /// A channel is created with the channel management client; broadcasts to it are one request each,
 /// reaching the channel's subscribers; a broadcast published twice is deduped by its job id; a
 /// broadcast to an unknown channel, one for a binary app, and a job naming both a token and a channel
-/// are dead letters with their reasons; the counters show broadcasts apart.
+/// are dead letters with their reasons; the counters show broadcasts apart. Each broadcast's
+/// apns-expiration follows its channel's storage policy, read once from channel management — 0 on a No
+/// Message Stored channel (`channel create`'s default) for a job without expiry, a nonzero expiry there
+/// refused before sending (`expiry-on-no-storage-channel`), now + 8 h on a Most Recent Message channel —
+/// and a 4,500-byte broadcast and one at priority 1 are delivered; the simulator refuses what Apple refuses.
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))
 struct BroadcastPipelineTests {
     @Test func broadcastsThroughThePipeline() async throws {
@@ -39,6 +43,12 @@ struct BroadcastPipelineTests {
         let (created, _) = try await ChannelManagementClient.perform(.create(.mostRecent), configuration: manage, group: group)
         guard case .created(let channel, _) = created else {
             Issue.record("\(created)")
+            return
+        }
+        // A channel as `channel create` makes it by default: No Message Stored.
+        let (plain, _) = try await ChannelManagementClient.perform(.create(.noStorage), configuration: manage, group: group)
+        guard case .created(let noStorage, _) = plain else {
+            Issue.record("\(plain)")
             return
         }
 
@@ -65,7 +75,10 @@ struct BroadcastPipelineTests {
                 value: Array(#"{"id":"\#(id)","app":"\#(app)",\#(recipient),"payload":\#(score)\#(rest)}"#.utf8))
         }
         let onChannel = #""channel":"\#(channel)""#
+        let onNoStorage = #""channel":"\#(noStorage)""#
+        let large = #"{"aps":{"event":"update","timestamp":1767000000,"content-state":{"text":"\#(String(repeating: "g", count: 4400))"}}}"#
         let t = token(1).hex
+        let sentFrom = UInt32(Date().timeIntervalSince1970)
         let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
         try await producer.sendBatch([
@@ -75,50 +88,72 @@ struct BroadcastPipelineTests {
             job("legacy", app: legacy, key: channel, onChannel),
             job("both", key: t, #""token":"\#(t)",\#(onChannel)"#),
             job("device-1", key: t, #""token":"\#(t)","push_type":"liveactivity""#),
+            job("nms-default", key: noStorage, onNoStorage),
+            job("nms-stored", key: noStorage, onNoStorage, #","expiry":\#(sentFrom + 600)"#),
+            job("nms-low", key: noStorage, onNoStorage, #","priority":1"#),
+            KafkaProducerMessage(
+                topic: "apns.jobs", key: Array(noStorage.utf8),
+                value: Array(#"{"id":"nms-large","app":"\#(shop)",\#(onNoStorage),"payload":\#(large)}"#.utf8)),
         ])
         let client = try redis.client()
         let store = PipelineStore(client: client, logger: testLogger)
-        try await eventually("3 accepted, 3 dead letters") {
+        try await eventually("6 accepted, 4 dead letters") {
             let totals = try await store.readStats().totals
-            return totals[.accepted] == 3 && totals[.deadLettered] == 3
+            return totals[.accepted] == 6 && totals[.deadLettered] == 4
         }
+        let sentBy = UInt32(Date().timeIntervalSince1970)
         // Published again (a producer's retry): deduped by its job id, nothing sent.
         try await producer.sendBatch([job("score-1", key: channel, onChannel)])
         try await eventually("the copy deduped") { try await store.readStats().totals[.deduped] == 1 }
 
         let totals = try await store.readStats().totals
-        #expect(totals.broadcasts(.accepted) == 2 && totals.broadcasts(.deduped) == 1, "\(totals)")
-        // ghost (refused by APNs) and legacy (binary app); "both" never became a job.
-        #expect(totals.broadcasts(.deadLettered) == 2, "\(totals)")
+        #expect(totals.broadcasts(.accepted) == 5 && totals.broadcasts(.deduped) == 1, "\(totals)")
+        // ghost (refused by APNs), legacy (binary app) and nms-stored (refused before sending); "both"
+        // never became a job.
+        #expect(totals.broadcasts(.deadLettered) == 3, "\(totals)")
         #expect(totals.rejected(code: "ChannelNotRegistered") == 1)
         #expect(totals[.rejected] == 0 && totals[.suppressed] == 0)
         let text = String(decoding: prometheus.text(), as: UTF8.self)
-        #expect(sample(text, #"apns_broadcasts_total{app="com.example.shop"}"#) == 3, "\(text)")
+        #expect(sample(text, #"apns_broadcasts_total{app="com.example.shop"}"#) == 6, "\(text)")
 
         // One request per broadcast, each reaching the channel's 1000 subscribers.
         let records = Dictionary(uniqueKeysWithValues: simulator.records.map { ($0.jobID ?? $0.apnsID, $0) })
-        #expect(records.count == 3)
+        #expect(records.count == 6)
         for id in ["score-1", "score-2"] {
             #expect(records[id]?.channel == channel && records[id]?.reached == 1000, "\(String(describing: records[id]))")
             #expect(records[id]?.token == "" && records[id]?.pushType == "liveactivity")
+            // A Most Recent Message channel, no expiry in the job: Apple's 8 hours.
+            let expiration = records[id]?.expiration ?? 0
+            #expect(expiration >= Int64(sentFrom) + 28_800 && expiration <= Int64(sentBy) + 28_800, "\(expiration)")
         }
         #expect(records["score-2"]?.priority == 5)
+        // The No Message Stored channel: apns-expiration 0; 4,500 bytes and priority 1 delivered.
+        for id in ["nms-default", "nms-low", "nms-large"] {
+            #expect(records[id]?.channel == noStorage && records[id]?.expiration == 0, "\(String(describing: records[id]))")
+        }
+        #expect(records["nms-low"]?.priority == 1)
+        #expect(records["nms-stored"] == nil)
         #expect(records["device-1"]?.token == t && records["device-1"]?.channel == nil)
-        #expect(simulator.totals.broadcasts == 2 && simulator.totals.broadcastDevicesReached == 2000)
+        #expect(simulator.totals.broadcasts == 5 && simulator.totals.broadcastDevicesReached == 5000)
+        // Each channel's policy was read once, from channel management (the unknown one too).
+        #expect(simulator.totals.channelAnswers["get 200"] == 2, "\(simulator.totals.channelAnswers)")
+        #expect(simulator.totals.byReason["BadExpirationDate"] == nil)
+        // The unknown channel, answered as Apple's table says: 400 ChannelNotRegistered (the only refusal).
+        #expect(simulator.totals.byStatus[400] == 1 && simulator.totals.byReason["ChannelNotRegistered"] == 1)
 
         let dlq = try KafkaConsumer.started(
             configuration: KafkaConsumerConfiguration(
                 bootstrapServers: cluster.bootstrapServers, groupID: "dlq-reader", topics: ["apns.jobs.dlq"], sessionTimeout: .seconds(6)),
             logger: testLogger)
         var letters: [String: KafkaConsumerMessage] = [:]
-        try await eventually("3 dead letters read") {
+        try await eventually("4 dead letters read") {
             if let batch = await dlq.nextBatch() {
                 for m in batch {
                     let id = String(decoding: m.value, as: UTF8.self).split(separator: "\"")[3]
                     letters[String(id)] = m
                 }
             }
-            return letters.count >= 3
+            return letters.count >= 4
         }
         await dlq.close()
         #expect(letters["ghost"]?.headers.first(named: "reason")?.stringValue == "gateway-bad-request")
@@ -129,6 +164,7 @@ struct BroadcastPipelineTests {
         #expect(letters["ghost"].map { String(decoding: $0.key ?? [], as: UTF8.self) } == "Z2hvc3Q=")
         #expect(letters["legacy"]?.headers.first(named: "reason")?.stringValue == "push-type-needs-token-auth")
         #expect(letters["both"]?.headers.first(named: "reason")?.stringValue == "token-and-channel")
+        #expect(letters["nms-stored"]?.headers.first(named: "reason")?.stringValue == "expiry-on-no-storage-channel")
 
         await services.triggerGracefulShutdown()
         try await running.value

@@ -74,7 +74,7 @@ import Testing
         let gone = try await PipelineProcess.command(["channel", "get"] + common + ["--channel", id, "--json"])
         #expect(gone.status == 1)
         let refused = try Self.json(gone.stdout)
-        #expect(refused["ok"] == false && refused["reason"]?.stringValue == "ChannelNotRegistered" && refused["status"]?.intValue == 404)
+        #expect(refused["ok"] == false && refused["reason"]?.stringValue == "ChannelNotRegistered" && refused["status"]?.intValue == 400)
         #expect(refused["channel_id"]?.stringValue == id)
         #expect(gone.stderr.contains("no channel \(id)") && gone.stderr.contains("channel list"), "\(gone.stderr)")
         try await sim.stop()

@@ -1,6 +1,8 @@
 import APNsProtocol
 import Jobs
+import Logging
 import Sender
+import Synchronization
 import Testing
 
 @testable import Pipeline
@@ -136,5 +138,73 @@ import Testing
         #expect(try binary.notification(Self.line(), now: Self.now).get().token.hex == Self.tokenHex)
         let http2 = JobLineDecoder(app: Self.app, payloadLimit: 4096)
         #expect(try http2.notification(line, now: Self.now).get().token.hex == long)
+    }
+
+    // MARK: broadcasts (design §5.5)
+
+    static let channel = "dHN0LXNyY2gtMDAwMDAx"
+    static func broadcastLine(id: String = "b", extra: String = "", content: String = #"{"home":2}"#) -> [UInt8] {
+        Array(
+            #"{"id":"\#(id)","app":"com.example.shop","channel":"\#(channel)","payload":{"aps":{"event":"update","timestamp":1767000000,"content-state":\#(content)}}\#(extra)}"#
+                .utf8)
+    }
+
+    /// A broadcast takes Apple's 5120 bytes where a device push takes 4096; its expiry is its job's own
+    /// word (0 without one) until its channel's policy is learned.
+    @Test func aBroadcastLineCarriesWhatItsExpirationIsMadeOf() throws {
+        let lines = JobLineDecoder(app: Self.app, payloadLimit: 4096, canBroadcast: true)
+        let big = Self.broadcastLine(content: #"{"text":""# + String(repeating: "x", count: 4400) + #""}"#)
+        let decoded = try lines.line(big, now: Self.now).get()
+        #expect(decoded.notification.payload.count > 4096 && decoded.notification.channel?.value == Self.channel)
+        #expect(decoded.broadcast == BroadcastExpiryRequest(statedExpiry: nil, storagePolicy: nil))
+        #expect(decoded.notification.expiry == 0)
+        let own = try lines.line(Self.broadcastLine(extra: #","expiry":\#(Self.now + 60),"storage_policy":"most-recent""#), now: Self.now)
+            .get()
+        #expect(own.broadcast == BroadcastExpiryRequest(statedExpiry: Self.now + 60, storagePolicy: .mostRecent))
+        #expect(own.notification.expiry == Self.now + 60)
+        // A device push of that size is still refused.
+        let device = lines.line(Self.line(payload: #"{"aps":{"alert":""# + String(repeating: "x", count: 4400) + #""}}"#), now: Self.now)
+        #expect(device.failureReason == "payload-too-large")
+    }
+
+    /// The rule with a channel's policy learned (a scripted reader stands in for channel management).
+    @Test func aBroadcastsExpirationFollowsItsChannelsPolicy() async {
+        let reads = ReadCounter()
+        let policies = ChannelPolicies(logger: Logger(label: "test")) { _, channel in
+            reads.add()
+            return channel == Self.channel ? .policy(.noStorage) : .policy(.mostRecent)
+        }
+        let app = Self.app
+        let nms = BroadcastChannelID(Self.channel)!
+        let mrm = BroadcastChannelID("bW9zdA==")!
+        func expiration(_ r: BroadcastExpiryRequest, _ c: BroadcastChannelID) async -> Result<UInt32, JobError> {
+            await r.expiration(app: app, channel: c, policies: policies, now: Self.now)
+        }
+        #expect(await expiration(.init(statedExpiry: nil, storagePolicy: nil), nms) == .success(0))
+        #expect(await expiration(.init(statedExpiry: 0, storagePolicy: nil), nms) == .success(0))
+        let refused = await expiration(.init(statedExpiry: Self.now + 60, storagePolicy: nil), nms)
+        #expect((try? refused.get()) == nil)
+        if case .failure(let e) = refused { #expect(e.reason == .expiryOnNoStorageChannel && e.detail.contains("No Message Stored")) }
+        #expect(await expiration(.init(statedExpiry: nil, storagePolicy: nil), mrm) == .success(Self.now + 8 * 3600))
+        #expect(await expiration(.init(statedExpiry: Self.now + 60, storagePolicy: nil), mrm) == .success(Self.now + 60))
+        // The job's stated policy wins (no read for it); expiry 0 needs no read either.
+        #expect(
+            await expiration(.init(statedExpiry: nil, storagePolicy: .mostRecent), BroadcastChannelID("b3RoZXI=")!)
+                == .success(Self.now + 8 * 3600))
+        #expect(await expiration(.init(statedExpiry: 0, storagePolicy: nil), BroadcastChannelID("emVybw==")!) == .success(0))
+        #expect(reads.value == 2 && policies.readsMade == 2)
+    }
+}
+
+private final class ReadCounter: Sendable {
+    private let count = Mutex(0)
+    func add() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
+}
+
+extension Result where Success == JobLineDecoder.Line, Failure == JobLineDecoder.Refusal {
+    var failureReason: String? {
+        if case .failure(let r) = self { return r.reason }
+        return nil
     }
 }

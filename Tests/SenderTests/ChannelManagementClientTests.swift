@@ -50,7 +50,7 @@ import Testing
             _ = try await ChannelManagementClient.perform(.get(channelID: id), configuration: c, group: group)
             Issue.record("a deleted channel was found")
         } catch let error as ChannelManagementError {
-            #expect(error.reason == "ChannelNotRegistered" && error.exitStatus == 1)
+            #expect(error.status == 400 && error.reason == "ChannelNotRegistered" && error.exitStatus == 1)
             #expect(error.description.contains("no channel \(id)") && error.description.contains("--environment production"), "\(error)")
             #expect(error.requestID.map(APNsRequestValidator.isCanonicalUUID) == true)
         }

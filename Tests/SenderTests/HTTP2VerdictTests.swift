@@ -75,13 +75,43 @@ import Testing
                 case .badDeviceToken, .deviceTokenNotForTopic: .rejected(.invalidToken(since: nil, reason: "invalid-token"))
                 case .expiredProviderToken: .renewProviderToken
                 case .badCertificate, .badCertificateEnvironment, .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken,
-                    .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .tooManyProviderTokenUpdates:
+                    .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .topicMismatch, .tooManyProviderTokenUpdates:
                     .stopConnection
                 case .tooManyRequests: .retryLater
                 case .internalServerError, .serviceUnavailable, .shutdown: .retryElsewhere
                 default: .rejected(.badRequest(reason: reason.rawValue))
                 }
             #expect(verdict == expected, "\(reason)")
+        }
+    }
+
+    /// Every row of Apple's broadcast error table ("Handling error responses from Apple Push Notification
+    /// service", as design §5.6 lists it), with the outcome a broadcast gets: the channel's and the
+    /// request's faults are dead letters with Apple's reason (nothing suppressed: a channel is no device),
+    /// the credentials' stop the connection, 429 and 5xx are retried. `Service Unavailable` is written so
+    /// (with a space) in Apple's table; APNs' provider API spells it `ServiceUnavailable`: both retry.
+    @Test(
+        arguments: [
+            (400, "FeatureNotEnabled"), (400, "MissingChannelId"), (400, "BadChannelId"), (400, "ChannelNotRegistered"),
+            (400, "BadRequestParams"), (400, "BadRequestPayload"), (400, "PayloadEmpty"), (400, "BadMessageId"),
+            (400, "MissingPushType"), (400, "InvalidPushType"), (400, "CannotCreateChannelConfig"), (400, "BadExpirationDate"),
+            (400, "TopicDisallowed"), (400, "BadPriority"), (404, "BadPath"), (405, "MethodNotAllowed"), (413, "PayloadTooLarge"),
+        ])
+    func applesBroadcastTableRefusalsAreDeadLetters(status: Int, reason: String) {
+        #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .rejected(.badRequest(reason: reason)))
+    }
+
+    @Test func applesBroadcastTableOtherRows() {
+        for reason in ["BadCertificate", "BadCertificateEnvironment", "TopicMismatch", "MissingProviderToken", "InvalidProviderToken"] {
+            #expect(HTTP2Verdict.of(status: 403, reason: reason, timestamp: nil) == .stopConnection, "\(reason)")
+        }
+        #expect(HTTP2Verdict.of(status: 403, reason: "ExpiredProviderToken", timestamp: nil) == .renewProviderToken)
+        #expect(HTTP2Verdict.of(status: 429, reason: "TooManyRequests", timestamp: nil) == .retryLater)
+        #expect(HTTP2Verdict.of(status: 429, reason: "TooManyProviderTokenUpdates", timestamp: nil) == .stopConnection)
+        for (status, reason) in [
+            (500, "InternalServerError"), (503, "Service Unavailable"), (503, "ServiceUnavailable"), (503, "Shutdown"),
+        ] {
+            #expect(HTTP2Verdict.of(status: status, reason: reason, timestamp: nil) == .retryElsewhere, "\(reason)")
         }
     }
 

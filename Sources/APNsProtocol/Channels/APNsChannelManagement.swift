@@ -1,6 +1,7 @@
 /// Apple's channel management API for broadcast push (iOS 18): create, read, list and delete the
 /// channels a Live Activity subscribes to. Shared by the client (`ChannelManagementClient`, used by
-/// `apns-pipeline channel`) and the HTTP/2 simulator, so both read the contract from one place.
+/// `apns-pipeline channel` and by the sender to learn a channel's storage policy) and the HTTP/2
+/// simulator, so both read the contract from one place.
 ///
 /// From Apple, "Sending channel management requests to APNs":
 /// - "Use HTTP/2 and TLS 1.2 or later to establish a connection between your provider server and one
@@ -11,21 +12,23 @@
 ///   environment, respectively. Once the Live Activity event is complete, and you no longer plan to use
 ///   the channel for any subsequent updates, delete the channel to avoid going over the allocated
 ///   channel limit."
-/// - Requests: `POST /1/apps/<bundle id>/channels` with the body
-///   `{"message-storage-policy": 0|1, "push-type": "LiveActivity"}` creates a channel and answers
-///   201 with its id in the `apns-channel-id` header; `GET /1/apps/<bundle id>/channels` with an
-///   `apns-channel-id` header reads a channel's settings (200, the same two keys); `DELETE` on the same
-///   path with the same header deletes it (204); `GET /1/apps/<bundle id>/all-channels` lists the
-///   app's channel ids (200, `{"channels": [...]}`). An optional `apns-request-id` (a canonical UUID)
-///   names the request and is echoed in the answer.
-/// - ActivityKit (`PushType.channel(_:)`): "The channel ID is a base64-encoded string."
+/// - Create: `POST /1/apps/<bundleId>/channels` with the body fields `message-storage-policy` ("Specify
+///   `0` for No Message Stored. Specify `1` for Most Recent Message Stored.") and `push-type` ("Allowed
+///   value is `LiveActivity`"), both "Required"; "The HTTP status code for a successul request is 201",
+///   with `apns-channel-id`: "A base64-encoded string that identifies the newly created channel."
+///   "Message storage policy configured as part of the request can't be modified later."
+/// - Read: `GET /1/apps/<bundleId>/channels` with `apns-channel-id`; 200 and a body whose
+///   `message-storage-policy` is "The storage policy configured at channel creation … Value `0` indicates
+///   No Message Stored. Value `1` indicates Most Recent Message Stored."
+/// - Delete: `DELETE` on the same path with `apns-channel-id`; 204. List: `GET
+///   /1/apps/<bundleId>/all-channels`; 200 and `channels`, "List of all the base64-encoded channel
+///   identifiers for the topic."
+/// - `apns-request-id` (optional): "A canonical UUID that's the unique ID for this request", echoed.
+/// - "Channels can't be shared across environments … Also, don't make assumptions on the channel ID size."
 ///
-/// The quotes above are Apple's text. Apple's page could be read here only in part (its opening, the
-/// limit and the hosts); the request and answer shapes in the third point are those the published
-/// clients that speak this API send and expect (APNSwift's broadcast client after its maintainers
-/// moved the channel id to the `apns-channel-id` header, node clients and their tests), so the client
-/// here is liberal in what it reads (200 or 201 for a create, the id from a JSON body when the header
-/// is absent; 200 or 204 for a delete).
+/// The quotes are Apple's text (the page as the public mirrors of Apple's documentation hold it). The
+/// client stays liberal in what it reads (200 or 201 for a create, the id from a JSON body when the header
+/// is absent; 200 or 204 for a delete), as it was before the whole page could be read.
 public enum APNsChannelManagement {
     /// Apple's channel-management hosts (see above).
     public static let sandboxHost = "api-manage-broadcast.sandbox.push.apple.com"
@@ -101,18 +104,36 @@ public enum APNsChannelManagement {
 }
 
 /// A channel's `message-storage-policy`: what APNs keeps for a device that is offline when a broadcast
-/// is sent on the channel.
+/// is sent on the channel. Apple ("Sending channel management requests to APNs"): "The message storage
+/// policy of the channel determines if the channel stores deferred messages for offline devices. There
+/// are two available options: No Message Storage and Most Recent Message Stored. For activities with
+/// frequent updates like sports scores, use No Message Storage, which allows a higher publishing budget.
+/// For activities with infrequent updates, such as event tracking and flight updates, use Most Recent
+/// Message Stored." It "can't be modified later", so what a channel read says stays true for the channel's
+/// life (`ChannelPolicies` caches it). What it means for a broadcast's `apns-expiration`:
+/// ``APNsBroadcastExpiration``.
 public enum APNsChannelStoragePolicy: Int, Sendable, CaseIterable, CustomStringConvertible {
-    /// 0: nothing is stored: a device that is offline misses the broadcast.
+    /// 0, No Message Stored: nothing is stored; a device that is offline misses the broadcast. A
+    /// broadcast on it must say `apns-expiration: 0`.
     case noStorage = 0
-    /// 1: the most recent message is stored and delivered when the device is back.
+    /// 1, Most Recent Message Stored: "Messages in Most Recent Message store for a maximum duration of 8
+    /// hours."
     case mostRecent = 1
 
-    /// The command-line spelling (`--storage-policy no-storage|most-recent`).
+    /// The command-line and job spelling (`--storage-policy no-storage|most-recent`, a job's
+    /// `storage_policy`).
     public var name: String {
         switch self {
         case .noStorage: "no-storage"
         case .mostRecent: "most-recent"
+        }
+    }
+
+    /// Apple's name of the policy.
+    public var appleName: String {
+        switch self {
+        case .noStorage: "No Message Stored"
+        case .mostRecent: "Most Recent Message Stored"
         }
     }
 
@@ -124,10 +145,14 @@ public enum APNsChannelStoragePolicy: Int, Sendable, CaseIterable, CustomStringC
     public var description: String { "\(name) (\(rawValue))" }
 }
 
-/// The reasons APNs gives for channel requests it refuses (besides the provider API's authentication,
-/// path, method, rate and server reasons in `APNsReason`, which these endpoints share). Texts are
-/// Apple's ("Handling error responses from APNs").
+/// The reasons APNs gives for channel and broadcast requests it refuses that are not the provider API's
+/// (`APNsReason` has those: authentication, path, method, rate, server), with their texts and statuses as
+/// Apple's table lists them (Apple, "Handling error responses from Apple Push Notification service": every
+/// one of these is `400`).
 public enum APNsChannelReason: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// "The feature isn't enabled for this topic. Refer to Setting up broadcast push notifications to
+    /// enable broadcast capabilities."
+    case featureNotEnabled = "FeatureNotEnabled"
     /// "The apns-channel-id header is missing."
     case missingChannelId = "MissingChannelId"
     /// "The apns-channel-id header isn't properly encoded, or it's greater than the allowed length."
@@ -135,30 +160,18 @@ public enum APNsChannelReason: String, Sendable, CaseIterable, CustomStringConve
     /// "The apns-channel-id header used in the request doesn't exist." Channels belong to one
     /// environment: a sandbox channel is unknown in production, and the other way round.
     case channelNotRegistered = "ChannelNotRegistered"
-    /// "You have reached the maximum channel limit for your application."
-    case cannotCreateChannelConfig = "CannotCreateChannelConfig"
-    /// "The apns-push-type attribute is set to an incorrect value. The only allowed value is LiveActivity."
-    case invalidPushType = "InvalidPushType"
-    /// The push-type is missing.
+    /// "The JSON Request payload contained an unrecognizable attribute." (a channel create's body)
+    case badRequestParams = "BadRequestParams"
+    /// "The JSON Request payload is unparseable." (a channel create's body)
+    case badRequestPayload = "BadRequestPayload"
+    /// "The apns-push-type attribute is missing."
     case missingPushType = "MissingPushType"
-    /// Broadcast capability is not enabled for the app.
-    case featureNotEnabled = "FeatureNotEnabled"
-    /// The create body's `message-storage-policy` is absent or not 0 or 1. Apple's table, as far as
-    /// the material at hand shows, names no reason for it; this is the simulator's word, and the
-    /// client treats it as any other refusal.
-    case badMessageStoragePolicy = "BadMessageStoragePolicy"
+    /// "You have reached the maximum channel limit for your application. Delete channels that you no
+    /// longer use."
+    case cannotCreateChannelConfig = "CannotCreateChannelConfig"
 
-    /// The status the simulator answers with. Apple's table pairs the channel-id and push-type reasons
-    /// with 400; for ChannelNotRegistered the material at hand does not show the status, and the
-    /// simulator answers 404 (a resource that is not there). The client decides on the reason, never on
-    /// the status, so nothing depends on it.
-    public var status: Int {
-        switch self {
-        case .channelNotRegistered: 404
-        case .featureNotEnabled: 403
-        default: 400
-        }
-    }
+    /// Apple's table pairs each of them with 400.
+    public var status: Int { 400 }
 
     public var description: String { "\(status) \(rawValue)" }
 }

@@ -32,7 +32,7 @@ public enum Recipient: Hashable, Sendable, CustomStringConvertible {
 
 /// Apple's broadcast push request ("Sending broadcast push notification requests to APNs", iOS 18).
 ///
-/// What the page says, as far as it could be read here (its opening):
+/// What the page says (quoted from the page as the public mirrors of Apple's documentation hold it):
 /// - "Starting with iOS 18 and iPadOS 18, devices can subscribe on channels to receive updates for Live
 ///   Activities. You can send a single push notification to APNs on the channel to update a Live
 ///   Activity event to a large audience."
@@ -45,17 +45,27 @@ public enum Recipient: Hashable, Sendable, CustomStringConvertible {
 ///   the channel ID you're using to send the push notification. After channel validation, APNs tries to
 ///   send your JSON payload to all the devices subscribed to the channel."
 /// - "If APNs can't deliver a notification immediately, it may store the notification based on the
-///   channel's message storage policy specified during channel creation."
+///   channel's message storage policy specified during channel creation. Notifications with Medium and
+///   Low `apns-priority` might get grouped and delivered in bursts to the person's device."
+/// - Its header table: `:method` `POST`; `:path` "`/4/broadcasts/apps/<bundle ID>`"; `authorization`
+///   "Required for token-based authentication"; `apns-request-id` "Optional … The request identifier
+///   must be encoded as a UUID string"; `apns-channel-id` "Required … a base64-encoded string that
+///   identifies the channel"; `apns-expiration` "Required" (its rule against the channel's storage policy
+///   is ``APNsBroadcastExpiration``); `apns-priority` "Required … Specify `10` to send the notification
+///   immediately. Specify `5` to send the notification based on power considerations on the user's
+///   device. Specify 1 to prioritize the device's power considerations over all other factors for
+///   delivery, and prevent awakening the device."; `apns-push-type` "Required … The allowed value is
+///   `Liveactivity`".
+/// - "Don't use a compressed JSON payload, and the payload is limited to a maximum size of 5 KB (5,120
+///   bytes)."
+/// - A success is "`:status` 200" with `apns-request-id` and `apns-unique-id`.
 ///
-/// The request's shape — `POST /4/broadcasts/apps/<bundle id>` with `apns-channel-id`,
-/// `apns-push-type: liveactivity`, `apns-priority` and `apns-expiration` — is the one issue 31 states
-/// and the published clients of this API send; the rest of Apple's page (its header table) was not in the
-/// material at hand. Where it is silent here the safe choice is made and documented (design §5.5): no
-/// `apns-topic` (the bundle id is in the path), the request named by `apns-request-id` (the
-/// channel-management API's request UUID) rather than `apns-id`, and token authentication only — the
-/// page allows a certificate, but a broadcast carries a Live Activity, and "Starting and updating Live
-/// Activities with ActivityKit push notifications" says "Certificate-based authentication is not
-/// supported for these APNs pushes".
+/// No `apns-topic` (the path names the app; Apple's `TopicDisallowed` for a broadcast: "Ensure that no
+/// push type suffix is added to the bundle ID"), the request named by `apns-request-id` rather than
+/// `apns-id` (Apple's samples show both; the header table lists `apns-request-id`), and token
+/// authentication only: the page allows a certificate, but a broadcast carries a Live Activity, and
+/// "Starting and updating Live Activities with ActivityKit push notifications" says "Certificate-based
+/// authentication is not supported for these APNs pushes".
 public enum APNsBroadcast {
     /// The device token a broadcast stands in with where a type keeps one inline (`Job`,
     /// `PushNotification`, the simulator's record): all zeros, the binary interface's drain-probe token,
@@ -64,6 +74,14 @@ public enum APNsBroadcast {
 
     /// The only push type a broadcast carries.
     public static let pushType = APNsPushType.liveactivity
+
+    /// "the payload is limited to a maximum size of 5 KB (5,120 bytes)" — a broadcast's own limit, above
+    /// the 4096 bytes of a Live Activity sent to a device.
+    public static let maxPayloadBytes = 5120
+
+    /// The priorities a broadcast may carry: 10, 5 and 1 (the header table, above). A Live Activity sent
+    /// to a device takes 10 or 5 only ("Set the value for the apns-priority header field to 5 or 10").
+    public static let priorities: [APNsPriority] = [.immediate, .throttled, .powerSaving]
 
     /// What precedes the bundle id in a broadcast's `:path`.
     public static let pathPrefix = "/4/broadcasts/apps/"
@@ -90,6 +108,12 @@ public enum APNsBroadcast {
     /// one of them is dead-lettered with it (publish it again once the channel is fixed); nothing is
     /// suppressed, since a channel is not a device.
     public static let channelReasons: [APNsChannelReason] = [.missingChannelId, .badChannelId, .channelNotRegistered]
+
+    /// Whether a bundle id in a broadcast's path carries a push type's topic suffix (APNs answers
+    /// `TopicDisallowed`: "Ensure that no push type suffix is added to the bundle ID").
+    public static func hasPushTypeSuffix(_ bundleID: Substring) -> Bool {
+        APNsPushType.allCases.contains { type in type.topicSuffix.map { bundleID.hasSuffix($0) } ?? false }
+    }
 }
 
 /// A broadcast request as a server reads it (the simulator): what `APNsBroadcast.validate` found valid.
@@ -116,8 +140,6 @@ public struct APNsBroadcastRefusal: Error, Sendable, Equatable, CustomStringConv
     }
 
     public init(_ reason: APNsChannelReason) {
-        // Apple pairs the channel-id reasons with 400; ChannelNotRegistered's status is not in the material
-        // at hand (see `APNsChannelReason.status`): the client decides on the reason, never the status.
         status = reason.status
         self.reason = reason.rawValue
     }
@@ -128,16 +150,21 @@ public struct APNsBroadcastRefusal: Error, Sendable, Equatable, CustomStringConv
 extension APNsBroadcast {
     /// Checks a broadcast request against the contract above, in the order APNs states ("validates the
     /// request using either the provided authentication token or your server's certificate. If
-    /// authentication succeeds, APNs then validates the channel ID"): the method, the headers' shapes
-    /// (each once), the push type (`liveactivity` only), the priority (a Live Activity's 10 or 5: "Set the
-    /// value for the apns-priority header field to 5 or 10"), the expiration, the payload's size and
-    /// Live Activity shape, and the channel id's presence and encoding (`MissingChannelId`,
-    /// `BadChannelId`). Whether the channel exists (`ChannelNotRegistered`) and authentication are the
-    /// server's to decide.
+    /// authentication succeeds, APNs then validates the channel ID"): the method, the path's bundle id
+    /// (`TopicDisallowed` with a push type's suffix), the headers' shapes (each once), the required
+    /// `apns-push-type` (`MissingPushType`; `liveactivity` only, `InvalidPushType`), `apns-priority` (10, 5
+    /// or 1, `BadPriority`) and `apns-expiration` (whole seconds, `BadExpirationDate`), the payload's size
+    /// (5120 bytes, `PayloadTooLarge`) and Live Activity shape, and the channel id's presence and encoding
+    /// (`MissingChannelId`, `BadChannelId`). Apple marks `apns-priority` and `apns-expiration`
+    /// "Required" but lists no reason for their absence: an absent one is answered as an invalid one
+    /// (`BadPriority`, `BadExpirationDate`). Whether the channel exists (`ChannelNotRegistered`), the
+    /// expiration against its storage policy (``APNsBroadcastExpiration/accepts(_:on:)``) and
+    /// authentication are the server's to decide.
     public static func validate(
         bundleID: String, method: String?, headers: [(String, String)], payload: [UInt8]
     ) -> Result<APNsBroadcastRequest, APNsBroadcastRefusal> {
         guard method == "POST" else { return .failure(APNsBroadcastRefusal(.methodNotAllowed)) }
+        guard !hasPushTypeSuffix(Substring(bundleID)) else { return .failure(APNsBroadcastRefusal(.topicDisallowed)) }
         var seen = Set<String>()
         var duplicate = false
         var value: [String: String] = [:]
@@ -150,31 +177,23 @@ extension APNsBroadcast {
             value[name] = v
         }
         guard !duplicate else { return .failure(APNsBroadcastRefusal(.duplicateHeaders)) }
-        if let type = value[APNsHeader.pushType], type != pushType.rawValue {
-            return .failure(APNsBroadcastRefusal(APNsReason.invalidPushType))
-        }
+        guard let type = value[APNsHeader.pushType] else { return .failure(APNsBroadcastRefusal(APNsChannelReason.missingPushType)) }
+        // The table writes "Liveactivity", the samples "liveactivity": the value is read without case.
+        guard type.lowercased() == pushType.rawValue else { return .failure(APNsBroadcastRefusal(APNsReason.invalidPushType)) }
         if let id = value[APNsHeader.requestID], !APNsRequestValidator.isCanonicalUUID(id) {
             return .failure(APNsBroadcastRefusal(.badMessageId))
         }
-        var priority: APNsPriority?
-        if let text = value[APNsHeader.priority] {
-            guard let number = Int(text), let p = APNsPriority(rawValue: number), p != .powerSaving else {
-                return .failure(APNsBroadcastRefusal(.badPriority))
-            }
-            priority = p
-        }
-        var expiration: Int64?
-        if let text = value[APNsHeader.expiration] {
-            guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let seconds = Int64(text) else {
-                return .failure(APNsBroadcastRefusal(.badExpirationDate))
-            }
-            expiration = seconds
-        }
+        guard let priorityText = value[APNsHeader.priority], let number = Int(priorityText),
+            let priority = APNsPriority(rawValue: number), priorities.contains(priority)
+        else { return .failure(APNsBroadcastRefusal(.badPriority)) }
+        guard let text = value[APNsHeader.expiration], !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+            let expiration = Int64(text)
+        else { return .failure(APNsBroadcastRefusal(.badExpirationDate)) }
         if let c = value[APNsHeader.collapseID], c.utf8.count > APNsHeader.maxCollapseIDBytes {
             return .failure(APNsBroadcastRefusal(.badCollapseId))
         }
         guard !payload.isEmpty else { return .failure(APNsBroadcastRefusal(.payloadEmpty)) }
-        guard payload.count <= pushType.maxPayloadBytes else { return .failure(APNsBroadcastRefusal(.payloadTooLarge)) }
+        guard payload.count <= maxPayloadBytes else { return .failure(APNsBroadcastRefusal(.payloadTooLarge)) }
         // As for a Live Activity to a device (`APNsRequestValidator`): Apple documents no reason for a
         // payload that breaks the per-event rules; InvalidPushType, as there.
         guard let json = try? JSONParser.parse(payload), let read = try? Payload(json: json),

@@ -5,8 +5,9 @@
 /// use this token, open a new connection") and `BadEnvironmentKeyIdInToken` ("The key ID in the provider
 /// token doesn't match the environment"). APNs has been seen answering the latter as
 /// `BadEnvironmentKeyInToken` (without "Id"; APNSwift added that spelling), so both are known. What each
-/// means for settlement is `HTTP2Verdict` (docs/design.md §5.6). The broadcast and channel answers belong
-/// to those endpoints, not to `/3/device`.
+/// means for settlement is `HTTP2Verdict` (docs/design.md §5.6). The broadcast and channel endpoints share
+/// these and add their own (`APNsChannelReason`, Apple's "Handling error responses from Apple Push
+/// Notification service"), among them one more 403, `TopicMismatch`, here.
 public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomStringConvertible {
     // 400
     case badCollapseId = "BadCollapseId"
@@ -34,6 +35,9 @@ public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomS
     case badEnvironmentKeyIdInToken = "BadEnvironmentKeyIdInToken"
     /// The spelling APNs has been seen to send for `badEnvironmentKeyIdInToken`.
     case badEnvironmentKeyInToken = "BadEnvironmentKeyInToken"
+    /// Broadcast and channel management: "The bundle IDs parsed from your token or certificate don't
+    /// include the topic present in the path."
+    case topicMismatch = "TopicMismatch"
     // 404, 405
     case badPath = "BadPath"
     case methodNotAllowed = "MethodNotAllowed"
@@ -58,7 +62,7 @@ public enum APNsReason: String, Error, Sendable, Hashable, CaseIterable, CustomS
             .missingTopic, .payloadEmpty, .topicDisallowed:
             400
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden, .invalidProviderToken,
-            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
+            .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .topicMismatch:
             403
         case .badPath: 404
         case .methodNotAllowed: 405

@@ -18,11 +18,15 @@ struct Dispatch: Sendable {
     let makesOutcomeMessages: Bool
     let metrics: PipelineMetrics?
     let waitLog: LeaseWaitLog
+    /// Broadcast channels' storage policies, learned from APNs for the broadcasts' `apns-expiration`
+    /// (nil: never read; a broadcast then goes with its job's own word, design §5.5).
+    let channelPolicies: ChannelPolicies?
     let logger: Logger
 
     init(
         configuration: PipelineConfiguration, router: Router, marks: WrittenMarks, deadLetters: DeadLetterWriter, inbox: SettlerInbox,
-        makesOutcomeMessages: Bool, metrics: PipelineMetrics?, waitLog: LeaseWaitLog, logger: Logger
+        makesOutcomeMessages: Bool, metrics: PipelineMetrics?, waitLog: LeaseWaitLog, channelPolicies: ChannelPolicies? = nil,
+        logger: Logger
     ) {
         self.configuration = configuration
         apps = Dictionary(uniqueKeysWithValues: configuration.apps.map { ($0.bundleID, $0) })
@@ -33,6 +37,7 @@ struct Dispatch: Sendable {
         self.makesOutcomeMessages = makesOutcomeMessages
         self.metrics = metrics
         self.waitLog = waitLog
+        self.channelPolicies = channelPolicies
         self.logger = logger
     }
 
@@ -59,8 +64,10 @@ struct Dispatch: Sendable {
         for wait in verdicts.waits { waitLog.note(jobID: wait.jobID, holder: wait.holder, logger: logger) }
         var notifications: [PushNotification] = []
         notifications.reserveCapacity(verdicts.admitted.count)
-        // The encoder is made once per run of jobs of one app and push type.
-        var encoderFor: (app: String, pushType: APNsPushType?, encoder: PayloadEncoder)?
+        // The encoder is made once per run of jobs of one app and push type (a broadcast has its own limit).
+        var encoderFor: (app: String, pushType: APNsPushType?, broadcast: Bool, encoder: PayloadEncoder)?
+        // Broadcasts' apns-expiration, from their channels' storage policies (read once per channel).
+        var broadcastExpiries = BroadcastExpiries(policies: channelPolicies, logger: logger)
         // Priority-10 Live Activity pushes per app, counted for the metrics (they draw on a budget).
         var liveActivity10: [String: Int] = [:]
         // Broadcasts handed to each app's transport, counted apart from device pushes for the metrics.
@@ -97,12 +104,13 @@ struct Dispatch: Sendable {
                 // One branch for a 32-byte token (every token seen so far): only another size looks up the app.
                 if !job.token.fitsBinaryInterface, let config = apps[app] { try config.checkCanSend(tokenOf: job.token) }
                 let encoder: PayloadEncoder
-                if let e = encoderFor, e.app == app, e.pushType == pushType {
+                if let e = encoderFor, e.app == app, e.pushType == pushType, e.broadcast == (channel != nil) {
                     encoder = e.encoder
                 } else {
                     encoder = PayloadEncoder(
-                        limit: c.payloadLimit(app: apps[app], pushType: pushType), truncatesAlertBody: c.gateway.truncateAlert)
-                    encoderFor = (app, pushType, encoder)
+                        limit: c.payloadLimit(app: apps[app], pushType: pushType, broadcast: channel != nil),
+                        truncatesAlertBody: c.gateway.truncateAlert)
+                    encoderFor = (app, pushType, channel != nil, encoder)
                 }
                 let payload = try job.encodedPayload(language: admitted.language, encoder: encoder, jobIDKey: jobIDKey)
                 let position = SourcePosition(partition: batch[m].partition, offset: batch[m].offset, lane: lane)
@@ -110,8 +118,11 @@ struct Dispatch: Sendable {
                 let hashes = recordHashes.isEmpty ? nil : recordHashes[admitted.index]
                 let notification: PushNotification
                 if let channel {
+                    let expiry = try await broadcastExpiries.expiration(of: job, channel: channel) {
+                        verdicts.admitted.map { jobs[$0.index] }
+                    }
                     notification = PushNotification(
-                        jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: job.expiry,
+                        jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: expiry,
                         priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
                         position: position, clearance: clearance, recordHashes: hashes)
                     broadcasts[app, default: 0] += 1

@@ -196,7 +196,7 @@ public struct ChannelManagementError: Error, Sendable, CustomStringConvertible {
             case .featureNotEnabled:
                 return head + ": the Broadcast Capability is not enabled for \(app). Enable it for the app id in the "
                     + "Apple Developer account (Certificates, Identifiers & Profiles), then try again."
-            case .invalidPushType, .missingPushType, .badMessageStoragePolicy:
+            case .missingPushType, .badRequestParams, .badRequestPayload:
                 return head
                     + ": APNs did not take the create request's body; this is a bug in apns-pipeline, please report it with the request id."
             case nil:
@@ -212,7 +212,10 @@ public struct ChannelManagementError: Error, Sendable, CustomStringConvertible {
                     + "token.team_id against the key in the Apple Developer account, and that the .p8 file is that key."
             case .expiredProviderToken?:
                 return head + ": the provider token is too old or from the future for APNs: check this machine's clock (NTP)."
-            case .topicDisallowed?, .badTopic?, .forbidden?:
+            case .invalidPushType?:
+                return head
+                    + ": APNs did not take the create request's body; this is a bug in apns-pipeline, please report it with the request id."
+            case .topicDisallowed?, .badTopic?, .forbidden?, .topicMismatch?:
                 return head + ": the key \(keyID) may not manage channels of \(app). Check the bundle id and that the key "
                     + "belongs to the app's team."
             case .badPath?, .methodNotAllowed?:

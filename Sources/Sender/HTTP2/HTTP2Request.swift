@@ -79,7 +79,12 @@ struct HTTP2Request: Equatable, Sendable {
     init(_ n: PushNotification, memo: inout Memo) throws(Invalid) {
         let type = n.pushType ?? memo.inferredPushType(n.payload)
         guard !n.payload.isEmpty else { throw .payloadEmpty }
-        guard n.payload.count <= type.maxPayloadBytes else { throw .payloadTooLarge }
+        if n.payload.count > type.maxPayloadBytes {
+            // A broadcast's own limit is 5120 bytes ("Sending broadcast push notification requests to APNs",
+            // `APNsBroadcast.maxPayloadBytes`); looked at only past the push type's, so a device push pays
+            // nothing for it.
+            guard n.channel != nil, n.payload.count <= APNsBroadcast.maxPayloadBytes else { throw .payloadTooLarge }
+        }
         if let c = n.collapseID, c.utf8.count > APNsHeader.maxCollapseIDBytes || !Self.isFieldValue(c) { throw .badCollapseID }
         token = n.token
         // Push types such as voip need a suffixed topic; an app configured with it already keeps it. A

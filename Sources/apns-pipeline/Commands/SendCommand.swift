@@ -121,22 +121,35 @@ struct SendCommand: AsyncParsableCommand {
         let lines = JobLineDecoder(
             app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil, binary: !http2, canBroadcast: http2 && tokenKey != nil
         )
+        // A broadcast's apns-expiration follows its channel's storage policy, read once per channel from
+        // the channel-management API of the gateway's environment (design §5.5).
+        let policies = http2 && tokenKey != nil ? channelPolicies(gateway: gateways[0], logger: logger) : nil
         var batch: [PushNotification] = []
         batch.reserveCapacity(1000)
         var lineNumber = 0
         var reader = LineReader(handle: handle)
-        while let n = try reader.next({ line -> PushNotification? in
+        while let decoded = try reader.next({ line -> JobLineDecoder.Line? in
             lineNumber += 1
             if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return nil }
-            switch lines.notification(line, now: UInt32(Date().timeIntervalSince1970)) {
-            case .success(let notification):
-                return notification
+            switch lines.line(line, now: UInt32(Date().timeIntervalSince1970)) {
+            case .success(let decoded):
+                return decoded
             case .failure(let refusal):
                 summary.refuse(line: lineNumber, reason: refusal.reason, detail: refusal.detail)
                 return nil
             }
         }) {
-            guard let n else { continue }
+            guard var n = decoded?.notification else { continue }
+            if let request = decoded?.broadcast, request.needsChannelPolicy, let policies, let channel = n.channel {
+                switch await request.expiration(app: n.app, channel: channel, policies: policies, now: UInt32(Date().timeIntervalSince1970))
+                {
+                case .success(let expiry): n.expiry = expiry
+                case .failure(let error):
+                    let refusal = lines.refusal(error)
+                    summary.refuse(line: lineNumber, reason: refusal.reason, detail: refusal.detail)
+                    continue
+                }
+            }
             batch.append(n)
             if batch.count >= 1000 {
                 summary.sent(batch.count)
@@ -150,6 +163,29 @@ struct SendCommand: AsyncParsableCommand {
         }
         let drained = await pool.drainAndClose()
         print(summary.render(drained: drained))
+    }
+
+    /// Where `send` reads broadcast channels' storage policies: Apple's channel-management host of the
+    /// gateway's environment (the sandbox's for the sandbox host, else production's), or the gateway itself
+    /// when it is not Apple's (the HTTP/2 simulator serves both), with the token key, CA and server name
+    /// given for the gateway.
+    func channelPolicies(gateway: GatewayAddress, logger: Logger) -> ChannelPolicies {
+        let app = self.app
+        let (tokenKey, keyID, teamID, ca, serverHostname) = (self.tokenKey, self.keyID, self.teamID, self.ca, self.serverHostname)
+        return ChannelPolicies(
+            logger: logger,
+            read: ChannelPolicies.apnsReader(group: MultiThreadedEventLoopGroup.singleton, logger: logger) { _ in
+                guard let tokenKey, let keyID, let teamID else { throw ValidationError("--token-key needs --key-id and --team-id") }
+                let host = gateway.host.lowercased()
+                let apple = host == "push.apple.com" || host.hasSuffix(".push.apple.com")
+                let environment: ChannelManagementConfiguration.Environment = host.contains("sandbox") ? .sandbox : .production
+                var c = ChannelManagementConfiguration(
+                    app: app, environment: environment, host: apple ? ChannelManagementConfiguration.appleHost(environment) : gateway,
+                    tokens: try ProviderTokenCache.shared(keyFile: tokenKey, keyID: keyID, teamID: teamID))
+                c.trustRootsPath = ca
+                if !apple { c.serverHostname = serverHostname }
+                return c
+            })
     }
 
     /// Lines of a file (or stdin), read in 1 MiB chunks straight into one buffer (`read(2)`: no `Data`
