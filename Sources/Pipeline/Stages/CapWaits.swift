@@ -42,24 +42,21 @@ final class CapWaits: Sendable {
     /// Partitions held for them now.
     var partitionsHeld: Int { state.withLock { $0.waiting.count } }
 
-    /// Keeps `batch` (jobs just found `capped`) and holds its partitions.
+    /// Keeps `batch` (jobs just found `capped`) and holds its partitions (again, if a rebalance took them
+    /// away and gave them back meanwhile: holding a held partition changes nothing).
     func add(_ batch: DecodedBatch) {
         let version = controls.appliedVersion
-        let (newlyHeld, warn) = state.withLock { s -> (Set<TopicPartition>, Bool) in
+        let partitions = Set(batch.messages.map(\.topicPartition))
+        let warn = state.withLock { s -> Bool in
             s.batches.append((batch, version))
             s.jobs += batch.jobs.count
-            var newlyHeld = Set<TopicPartition>()
-            for m in batch.messages {
-                let tp = m.topicPartition
-                if s.waiting[tp, default: 0] == 0 { newlyHeld.insert(tp) }
-                s.waiting[tp, default: 0] += 1
-            }
+            for m in batch.messages { s.waiting[m.topicPartition, default: 0] += 1 }
             let now = ContinuousClock.now
             let warn = s.lastWarning.map { now - $0 >= Self.warningInterval } ?? true
             if warn { s.lastWarning = now }
-            return (newlyHeld, warn)
+            return warn
         }
-        if !newlyHeld.isEmpty { consumer.hold(newlyHeld) }
+        consumer.hold(partitions)
         if warn {
             let names = Set(batch.jobs.map { name(of: $0) }).sorted()
             logger.warning(
