@@ -159,97 +159,12 @@ extension PipelineStore {
     ) async throws -> [[HeldAnswer]] {
         if deferrals.isEmpty { return [] }
         let caps = capsHeader(enforcing: enforcingCaps)
-        // Each deferral's messages by shard, in their order, and each message's stored member.
-        var members: [[[UInt8]]] = []
-        var shardsOf: [[(shard: Int, indices: [Int])]] = []
-        for d in deferrals {
-            var stored: [[UInt8]] = []
-            stored.reserveCapacity(d.messages.count)
-            var byShard: [Int: [Int]] = [:]
-            var order: [Int] = []
-            for (i, m) in d.messages.enumerated() {
-                var s = [d.kind]
-                s.append(contentsOf: m)
-                stored.append(s)
-                let shard = RedisKeys.heldShard(message: m)
-                if byShard[shard] == nil { order.append(shard) }
-                byShard[shard, default: []].append(i)
-            }
-            members.append(stored)
-            shardsOf.append(order.map { ($0, byShard[$0]!) })
-        }
+        let batch = HeldBatch(deferrals)
         // Per message: E held already, R room (to be held, or admitted if its slot is due), F at a cap.
-        var flags = deferrals.map { [UInt8](repeating: UInt8(ascii: "R"), count: $0.messages.count) }
-        let paced = deferrals.indices.filter { if case .pace = deferrals[$0].mode { true } else { false } }
-        if !paced.isEmpty {
-            var groups: [ScriptGroup] = []
-            var owners: [(deferral: Int, indices: [Int])] = []
-            for k in paced {
-                for (shard, indices) in shardsOf[k] {
-                    groups.append(shardGroup(shard: shard, name: deferrals[k].campaign, members: indices.map { members[k][$0] }))
-                    owners.append((k, indices))
-                }
-            }
-            let replies = try await run(Scripts.heldCheck, header: caps, groups: groups)
-            for (reply, owner) in zip(replies, owners) {
-                let got = try Self.flags(reply, count: owner.indices.count, operation: "held check")
-                for (position, index) in owner.indices.enumerated() { flags[owner.deferral][index] = got[position] }
-            }
-        }
-        // The campaigns listed (before anything is stored) and the paced ones' slots: score per message
-        // to store, -1 admitted now.
+        let flags = try await checkPaced(batch, caps: caps)
+        // The campaigns listed (before anything is stored) and the paced ones' slots.
         let scores = try await reserveSlots(deferrals, flags: flags, nowMs: nowMs)
-        var answers = deferrals.map { [HeldAnswer](repeating: .held, count: $0.messages.count) }
-        var groups: [ScriptGroup] = []
-        var owners: [(deferral: Int, indices: [Int])] = []
-        for (k, d) in deferrals.enumerated() {
-            for (shard, indices) in shardsOf[k] {
-                var storing: [Int] = []
-                var arguments = RedisArguments()
-                for i in indices {
-                    switch flags[k][i] {
-                    case UInt8(ascii: "E"): answers[k][i] = .held
-                    case UInt8(ascii: "F"): answers[k][i] = .capped
-                    default:
-                        let score = scores[k][i]
-                        if score < 0 {
-                            answers[k][i] = .admitted
-                        } else {
-                            storing.append(i)
-                            arguments.append(score)
-                            arguments.append(bytes: members[k][i])
-                        }
-                    }
-                }
-                if storing.isEmpty { continue }
-                var header = RedisArguments()
-                header.append(d.campaign)
-                header.append(storing.count)
-                header.append(contentsOf: arguments)
-                groups.append(
-                    ScriptGroup(
-                        tag: keys.heldTag(shard: shard),
-                        keys: RedisArguments([keys.held(shard: shard, name: d.campaign), keys.heldBytes(shard: shard)]),
-                        arguments: header))
-                owners.append((k, storing))
-            }
-        }
-        var listed = Set<String>()
-        if !groups.isEmpty {
-            let replies = try await run(Scripts.heldStore, header: caps, groups: groups)
-            for (reply, owner) in zip(replies, owners) {
-                let got = try Self.flags(reply, count: owner.indices.count, operation: "held store")
-                for (position, index) in owner.indices.enumerated() {
-                    switch got[position] {
-                    case UInt8(ascii: "N"):
-                        answers[owner.deferral][index] = .held
-                        listed.insert(deferrals[owner.deferral].campaign)
-                    case UInt8(ascii: "E"): answers[owner.deferral][index] = .held
-                    default: answers[owner.deferral][index] = .capped  // filled by another process meanwhile
-                    }
-                }
-            }
-        }
+        let (answers, listed) = try await store(batch, flags: flags, scores: scores, caps: caps)
         if !listed.isEmpty {
             // Listed again now that they hold something (see the doc comment): a set, so idempotent.
             var arguments = RedisArguments([keys.deferredCampaigns])
@@ -257,6 +172,113 @@ extension PipelineStore {
             _ = try await command(RedisCommand("SADD", arguments: arguments))
         }
         return answers
+    }
+
+    /// A deferral call's messages as stored (kind byte first) and, per deferral, its messages by shard.
+    private struct HeldBatch {
+        var deferrals: [Deferral]
+        var members: [[[UInt8]]] = []
+        /// Per deferral, its shards in the order first met, each with its messages' indices in order.
+        var shards: [[(shard: Int, indices: [Int])]] = []
+
+        init(_ deferrals: [Deferral]) {
+            self.deferrals = deferrals
+            for d in deferrals {
+                var stored: [[UInt8]] = []
+                stored.reserveCapacity(d.messages.count)
+                var byShard: [Int: [Int]] = [:]
+                var order: [Int] = []
+                for (i, m) in d.messages.enumerated() {
+                    var member = [d.kind]
+                    member.append(contentsOf: m)
+                    stored.append(member)
+                    let shard = RedisKeys.heldShard(message: m)
+                    if byShard[shard] == nil { order.append(shard) }
+                    byShard[shard, default: []].append(i)
+                }
+                members.append(stored)
+                shards.append(order.map { ($0, byShard[$0]!) })
+            }
+        }
+    }
+
+    /// The flags of ``Scripts/heldCheck`` for the paced deferrals' messages (`R` for the others: a hold
+    /// takes no slot, its store checks the caps).
+    private func checkPaced(_ batch: HeldBatch, caps: RedisArguments) async throws -> [[UInt8]] {
+        var flags = batch.deferrals.map { [UInt8](repeating: UInt8(ascii: "R"), count: $0.messages.count) }
+        var groups: [ScriptGroup] = []
+        var owners: [(deferral: Int, indices: [Int])] = []
+        for (k, d) in batch.deferrals.enumerated() {
+            guard case .pace = d.mode else { continue }
+            for (shard, indices) in batch.shards[k] {
+                groups.append(shardGroup(shard: shard, name: d.campaign, members: indices.map { batch.members[k][$0] }))
+                owners.append((k, indices))
+            }
+        }
+        if groups.isEmpty { return flags }
+        let replies = try await run(Scripts.heldCheck, header: caps, groups: groups)
+        for (reply, owner) in zip(replies, owners) {
+            let got = try Self.flags(reply, count: owner.indices.count, operation: "held check")
+            for (position, index) in owner.indices.enumerated() { flags[owner.deferral][index] = got[position] }
+        }
+        return flags
+    }
+
+    /// Stores the messages with room and a score (``Scripts/heldStore``, which checks the caps again).
+    /// Returns each message's answer and the campaigns that stored something.
+    private func store(
+        _ batch: HeldBatch, flags: [[UInt8]], scores: [[Int64]], caps: RedisArguments
+    ) async throws -> (answers: [[HeldAnswer]], listed: Set<String>) {
+        var answers = batch.deferrals.map { [HeldAnswer](repeating: .held, count: $0.messages.count) }
+        var groups: [ScriptGroup] = []
+        var owners: [(deferral: Int, indices: [Int])] = []
+        for (k, d) in batch.deferrals.enumerated() {
+            for (shard, indices) in batch.shards[k] {
+                var storing: [Int] = []
+                var pairs = RedisArguments()
+                for i in indices {
+                    switch flags[k][i] {
+                    case UInt8(ascii: "E"): answers[k][i] = .held
+                    case UInt8(ascii: "F"): answers[k][i] = .capped
+                    default:
+                        if scores[k][i] < 0 {
+                            answers[k][i] = .admitted
+                        } else {
+                            storing.append(i)
+                            pairs.append(scores[k][i])
+                            pairs.append(bytes: batch.members[k][i])
+                        }
+                    }
+                }
+                if storing.isEmpty { continue }
+                var arguments = RedisArguments()
+                arguments.append(d.campaign)
+                arguments.append(storing.count)
+                arguments.append(contentsOf: pairs)
+                groups.append(
+                    ScriptGroup(
+                        tag: keys.heldTag(shard: shard),
+                        keys: RedisArguments([keys.held(shard: shard, name: d.campaign), keys.heldBytes(shard: shard)]),
+                        arguments: arguments))
+                owners.append((k, storing))
+            }
+        }
+        var listed = Set<String>()
+        if groups.isEmpty { return (answers, listed) }
+        let replies = try await run(Scripts.heldStore, header: caps, groups: groups)
+        for (reply, owner) in zip(replies, owners) {
+            let got = try Self.flags(reply, count: owner.indices.count, operation: "held store")
+            for (position, index) in owner.indices.enumerated() {
+                switch got[position] {
+                case UInt8(ascii: "N"):
+                    answers[owner.deferral][index] = .held
+                    listed.insert(batch.deferrals[owner.deferral].campaign)
+                case UInt8(ascii: "E"): answers[owner.deferral][index] = .held
+                default: answers[owner.deferral][index] = .capped  // filled by another process meanwhile
+                }
+            }
+        }
+        return (answers, listed)
     }
 
     /// The caps' header of the shard scripts: enforce, the shard's campaign and total shares, the cost per
