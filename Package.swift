@@ -199,6 +199,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
+                // HMAC of the jobs released at their pacing slot (`ReleaseSignature`).
+                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
 

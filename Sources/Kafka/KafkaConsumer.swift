@@ -120,6 +120,8 @@ public struct KafkaConsumerStatistics: Sendable {
     /// librdkafka before 2.1 only).
     public var fetchNudges = 0
     public var assignedPartitions: [TopicPartition] = []
+    /// Partitions held now (``KafkaConsumer/hold(_:)``): not fetched until released.
+    public var heldPartitions: [TopicPartition] = []
 }
 
 /// A Kafka group consumer that hands out batches and commits settled positions.
@@ -204,6 +206,17 @@ public final class KafkaConsumer: Service, Sendable {
     /// Commits the settled positions now (retrying "rebalance in progress" a few times).
     public func commit() async throws { try await core.requestCommit() }
 
+    /// Stops fetching `partitions` until ``release(_:)``, for a pipeline that cannot take their next
+    /// messages yet (`docs/design.md §2.11`: a campaign at its held-bytes cap). What was handed out or
+    /// buffered before still comes; librdkafka drops what it had prefetched of them and, on release,
+    /// fetches again from the first message not handed out (`rd_kafka_pause_partitions`). A partition
+    /// revoked meanwhile is no longer held: its next owner reads it, and if it comes back here it is read
+    /// from its committed offset like any assignment.
+    public func hold(_ partitions: Set<TopicPartition>) { core.hold(partitions) }
+
+    /// Fetches `partitions` again (those this consumer still owns).
+    public func release(_ partitions: Set<TopicPartition>) { core.release(partitions) }
+
     /// What would be committed now: per owned partition, the first unsettled offset.
     public var commitPositions: [TopicPartition: Int64] { core.commitPositions }
 
@@ -271,6 +284,11 @@ final class ConsumerCore: @unchecked Sendable {
         /// The error of the last commit attempted, nil once one succeeds.
         var lastCommitError: KafkaError?
         var finalCommitError: KafkaError?
+        /// Partitions the pipeline holds (``KafkaConsumer/hold(_:)``), and those paused in librdkafka now;
+        /// the poll thread makes the second follow the first when `holdsChanged`.
+        var held: Set<TopicPartition> = []
+        var paused: Set<TopicPartition> = []
+        var holdsChanged = false
     }
     private let state = Mutex(State())
     /// Wakes the poll thread while it holds (its buffer full: it is not in librdkafka's poll, so
@@ -412,6 +430,49 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
+    func hold(_ partitions: Set<TopicPartition>) {
+        let wake = state.withLock { s -> Bool in
+            let tracked = partitions.filter { s.tracker.isTracking($0) }
+            guard !tracked.isSubset(of: s.held) else { return false }
+            s.held.formUnion(tracked)
+            s.holdsChanged = true
+            return true
+        }
+        if wake { wakePollThread() }
+    }
+
+    func release(_ partitions: Set<TopicPartition>) {
+        let wake = state.withLock { s -> Bool in
+            guard !s.held.isDisjoint(with: partitions) else { return false }
+            s.held.subtract(partitions)
+            s.holdsChanged = true
+            return true
+        }
+        if wake { wakePollThread() }
+    }
+
+    /// Poll thread: pauses and resumes partitions in librdkafka as the holds say.
+    private func applyHolds() {
+        let (pause, resume) = state.withLock { s -> ([TopicPartition], [TopicPartition]) in
+            s.holdsChanged = false
+            let pause = s.held.subtracting(s.paused).filter { s.tracker.isTracking($0) }
+            let resume = s.paused.subtracting(s.held)
+            s.paused.formUnion(pause)
+            s.paused.subtract(resume)
+            return (Array(pause), Array(resume))
+        }
+        if !pause.isEmpty {
+            if let error = client.pause(pause) { logger.error("Kafka pause failed", metadata: ["error": "\(error)"]) }
+            logger.info(
+                "Kafka partitions held", metadata: ["kafka.partitions": "\(pause.map(\.description).sorted().joined(separator: ","))"])
+        }
+        if !resume.isEmpty {
+            if let error = client.resume(resume) { logger.error("Kafka resume failed", metadata: ["error": "\(error)"]) }
+            logger.info(
+                "Kafka partitions released", metadata: ["kafka.partitions": "\(resume.map(\.description).sorted().joined(separator: ","))"])
+        }
+    }
+
     var commitPositions: [TopicPartition: Int64] { state.withLock { $0.tracker.commitPositions } }
 
     var statistics: KafkaConsumerStatistics {
@@ -421,6 +482,7 @@ final class ConsumerCore: @unchecked Sendable {
             stats.assignedPartitions = s.tracker.trackedPartitions.sorted {
                 ($0.topic, $0.partition) < ($1.topic, $1.partition)
             }
+            stats.heldPartitions = s.held.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }
             return stats
         }
         stats.offsetResets += librdkafkaResets
@@ -463,10 +525,11 @@ final class ConsumerCore: @unchecked Sendable {
         // serve the rebalance) instead of sleeping on this thread, which would hold the rebalance up.
         var retry: (requests: [CheckedContinuation<Void, any Error>], attempt: Int, due: ContinuousClock.Instant)?
         while true {
-            let (action, requests) = state.withLock { s in
+            let (action, requests, holdsChanged) = state.withLock { s in
                 defer { s.commitRequests = [] }
-                return (s.machine.nextPollAction(), s.commitRequests)
+                return (s.machine.nextPollAction(), s.commitRequests, s.holdsChanged)
             }
+            if holdsChanged && action != .close { applyHolds() }
             if action == .close {
                 for r in requests + (retry?.requests ?? []) { r.resume(throwing: KafkaError.closed) }
                 break
@@ -770,6 +833,18 @@ final class ConsumerCore: @unchecked Sendable {
                         "error": "\(error)", "kafka.partitions": "\(positions.count)",
                         "kafka.settled_uncommitted": "\(uncommitted)",
                     ])
+            }
+            // A held partition leaves unpaused and unheld: if it comes back, it is read from its committed
+            // offset like any assignment (and held again if its jobs still cannot be taken).
+            let unpause = state.withLock { s -> [TopicPartition] in
+                let revoked = Set(partitions)
+                let unpause = s.paused.intersection(revoked)
+                s.paused.subtract(revoked)
+                s.held.subtract(revoked)
+                return Array(unpause)
+            }
+            if !unpause.isEmpty, let error = client.resume(unpause) {
+                logger.warning("Kafka resume of revoked partitions failed", metadata: ["error": "\(error)"])
             }
             do { try client.applyRebalance(RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, list) } catch {
                 logger.error("Kafka unassign failed", metadata: ["error": "\(error)"])

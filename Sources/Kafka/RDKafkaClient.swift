@@ -280,6 +280,23 @@ final class RDKafkaClient: @unchecked Sendable {
         return .success(())
     }
 
+    /// Stops fetching `partitions` (`rd_kafka_pause_partitions`: what librdkafka prefetched of them is
+    /// dropped, and fetched again from the application's position on resume). Nil, or the error.
+    func pause(_ partitions: [TopicPartition]) -> KafkaError? {
+        let list = Self.makeList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let err = rd_kafka_pause_partitions(handle, list)
+        return err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(err, "pause")
+    }
+
+    /// Fetches `partitions` again, from the first message not handed to the application.
+    func resume(_ partitions: [TopicPartition]) -> KafkaError? {
+        let list = Self.makeList(partitions.map { ($0, Int64(RD_KAFKA_OFFSET_INVALID)) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let err = rd_kafka_resume_partitions(handle, list)
+        return err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(err, "resume")
+    }
+
     /// Leaves the group (serving the final revoke through the rebalance callback) and stops fetching.
     func consumerClose() -> rd_kafka_resp_err_t { rd_kafka_consumer_close(handle) }
 

@@ -19,6 +19,16 @@ public struct DashboardSnapshot: Codable, Sendable {
         /// What an operator set (`campaign pause`, `cancel`, …: design §2.10) as `campaign status` says it:
         /// `running` when nothing is set.
         public var state: String = "running"
+        /// Jobs of it held in Redis (paused, scheduled, paced: design §2.11) and their bytes.
+        public var heldJobs: Int64 = 0
+        public var heldBytes: Int64 = 0
+    }
+
+    /// Jobs held in Redis under one name: a campaign, or an app's `max_rate` (`@app:<bundle id>`).
+    public struct Held: Codable, Sendable {
+        public var name: String
+        public var jobs: Int64
+        public var bytes: Int64
     }
 
     public struct Connection: Codable, Sendable {
@@ -35,6 +45,8 @@ public struct DashboardSnapshot: Codable, Sendable {
     public var minutes: [Minute] = []
     public var campaigns: [Campaign] = []
     public var connections: [Connection] = []
+    /// Everything held in Redis, by name (the held-bytes caps count these).
+    public var held: [Held] = []
     /// Set when Redis could not be read: the page says so instead of showing stale numbers as current.
     public var error: String?
     /// Whether the page may show the pause / resume / cancel buttons: the server takes them (a control
@@ -137,6 +149,12 @@ public final class DashboardData: Sendable {
             let stats = try await store.readStats(lastMinutes: 60, now: now)
             s.totals = stats.totals.fields
             s.minutes = stats.minutes.map { .init(start: $0.start, counters: $0.counters.fields) }
+            // What is held in Redis (design §2.11): the listed campaigns' held slots.
+            let heldNames = Array(try await store.deferredCampaigns().prefix(Self.maxCampaigns))
+            let usage = try await store.heldUsage(campaigns: heldNames)
+            s.held = heldNames.compactMap { name in
+                usage[name].flatMap { $0.jobs > 0 ? DashboardSnapshot.Held(name: name, jobs: $0.jobs, bytes: $0.bytes) : nil }
+            }
             let campaignKeys = try await scan(keys.campaignPrefix, limit: Self.maxCampaigns)
             let shardKeys = try await scan(keys.shardPrefix, limit: Self.maxConnections)
             let replies = try await client.pipeline((campaignKeys + shardKeys).map { RedisCommand("HGETALL", $0) })
@@ -146,6 +164,10 @@ public final class DashboardData: Sendable {
                 let id = String(key.dropFirst(keys.campaignPrefix.count))
                 var campaign = DashboardSnapshot.Campaign(id: id, published: fields["published"] ?? 0, counters: fields)
                 if let state = control.campaigns[id] { campaign.state = state.description }
+                if let held = usage[id] {
+                    campaign.heldJobs = held.jobs
+                    campaign.heldBytes = held.bytes
+                }
                 s.campaigns.append(campaign)
             }
             for (key, reply) in zip(shardKeys, replies.dropFirst(campaignKeys.count)) {

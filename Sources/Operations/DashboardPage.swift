@@ -195,7 +195,7 @@ enum DashboardPage {
           const back = history.find(h => cur.t - h.t <= 30) || null;
           put("campaigns", `<table><tr><th>campaign</th><th>progress</th>
             <th class="num">published</th>${OUTCOMES.map(([, n]) => `<th class="num">${n.toLowerCase()}</th>`).join("")}
-            <th class="num">rate</th><th class="num">ETA</th><th>state</th>${d.controls ? "<th></th>" : ""}</tr>` + rows.map(({c, settled}) => {
+            <th class="num">rate</th><th class="num">ETA</th><th>state</th><th class="num">held</th>${d.controls ? "<th></th>" : ""}</tr>` + rows.map(({c, settled}) => {
               const p = c.published || 0;
               const segs = OUTCOMES.map(([k, , color]) => `<span data-style="width:${p ? Math.min(100, (c.counters[k] || 0) / p * 100) : 0}%;background:${color}"></span>`).join("");
               const pct = p ? Math.min(100, settled / p * 100) : 0;
@@ -206,8 +206,22 @@ enum DashboardPage {
                 <td>${esc(c.id)}</td><td><div class="bar">${segs}<div class="label">${pct.toFixed(1)}%</div></div></td>
                 <td class="num">${fmt(p)}</td>${OUTCOMES.map(([k]) => `<td class="num" data-field="${k}" data-value="${c.counters[k] || 0}">${fmt(c.counters[k])}</td>`).join("")}
                 <td class="num">${r == null ? "–" : fmtRate(r) + "/s"}</td><td class="num">${eta}</td>
-                <td class="state" data-state="${esc(c.state)}">${esc(c.state)}</td>${d.controls ? `<td>${controlButtons(c)}</td>` : ""}</tr>`;
-            }).join("") + `</table>`);
+                <td class="state" data-state="${esc(c.state)}">${esc(c.state)}</td>
+                <td class="num" data-held="${c.heldJobs || 0}">${c.heldJobs ? fmt(c.heldJobs) + " (" + fmtBytes(c.heldBytes) + ")" : "–"}</td>${d.controls ? `<td>${controlButtons(c)}</td>` : ""}</tr>`;
+            }).join("") + `</table>` + heldLine(d));
+        }
+
+        // Everything held in Redis (the held-bytes caps count it), apps' max_rate included.
+        function heldLine(d) {
+          const held = d.held || [];
+          if (held.length === 0) return "";
+          const jobs = held.reduce((n, h) => n + h.jobs, 0), bytes = held.reduce((n, h) => n + h.bytes, 0);
+          return `<div class="note" id="held-total" data-jobs="${jobs}" data-bytes="${bytes}">held in Redis: ${fmt(jobs)} jobs, ${fmtBytes(bytes)} (` +
+            held.map(h => `${esc(h.name)} ${fmt(h.jobs)}`).join(", ") + `)</div>`;
+        }
+        function fmtBytes(n) {
+          n = n || 0;
+          return n >= 1048576 ? (n / 1048576).toFixed(1) + " MiB" : n >= 1024 ? (n / 1024).toFixed(1) + " KiB" : n + " B";
         }
 
         // Pause / resume / cancel (only when the server takes them: behind metrics.control_token). A cancel

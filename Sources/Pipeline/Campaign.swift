@@ -171,8 +171,11 @@ extension Campaign {
         public var countsMessages: Bool
         /// The campaign's control state (`campaign cancel`, …; design §2.10), when the caller read it.
         public var control: CampaignControlState? { didSet { controlRead = true } }
-        /// Jobs held in Redis now (a paused campaign's, `{<p>}:deferred:<id>`), when the caller read it.
+        /// Jobs held in Redis now (paused, scheduled or paced: the held slots), when the caller read it.
         public var deferred: Int64 = 0
+        /// Their bytes as the caps count them, and the campaign's cap (`redis.held_campaign_max_bytes`).
+        public var heldBytes: Int64 = 0
+        public var heldCapBytes: Int64?
         /// Whether the caller read the control state (`state` and `deferred` are in the JSON only then).
         public private(set) var controlRead = false
 
@@ -210,6 +213,8 @@ extension Campaign {
             enum Keys: String, CodingKey {
                 case campaign, state, deferred, basis, target, settled, pending, progress, publishing, done, jobs, messages
                 case rejectedByCode = "rejected_by_code"
+                case heldBytes = "held_bytes"
+                case heldCapBytes = "held_cap_bytes"
             }
 
             func encode(to encoder: any Encoder) throws {
@@ -219,6 +224,8 @@ extension Campaign {
                 if status.controlRead {
                     try c.encode(status.control?.description ?? "running", forKey: .state)
                     try c.encode(status.deferred, forKey: .deferred)
+                    try c.encode(status.heldBytes, forKey: .heldBytes)
+                    if let cap = status.heldCapBytes { try c.encode(cap, forKey: .heldCapBytes) }
                 }
                 try c.encode(status.basis, forKey: .basis)
                 try c.encode(status.target, forKey: .target)

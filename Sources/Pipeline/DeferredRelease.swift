@@ -19,19 +19,13 @@ struct DeferredRelease: Sendable {
     let producer: KafkaProducer
     let topic: String
     let controls: CampaignControls
+    /// Signs a released job that already holds its pacing slot (design §2.13): the gate admits it without
+    /// taking another slot, and admits no other message so.
+    let releases: ReleaseSignature
     let logger: Logger
 
-    /// The header a released job that already holds its pacing slot carries (design §2.13): the gate
-    /// admits it without taking another slot.
-    static let slotHeader = "apns-paced-slot"
-
-    /// The deferral (`{<p>}:deferred:<name>`, `{<p>}:pace:<name>`) of an app's `max_rate`: `@app:<bundle id>`.
+    /// The deferral (held jobs, `{<p>}:pace:<name>`) of an app's `max_rate`: `@app:<bundle id>`.
     static func appDeferral(_ app: String) -> String { "@app:" + app }
-
-    /// Whether a consumed message is a paced job released at its slot.
-    static func holdsSlot(_ message: KafkaConsumerMessage) -> Bool {
-        !message.headers.isEmpty && message.headers.contains { $0.key == slotHeader }
-    }
 
     func run() async {
         var lastWarning: ContinuousClock.Instant?
@@ -73,11 +67,11 @@ struct DeferredRelease: Sendable {
                     // Paused again meanwhile: stop; the rest waits for the next resume.
                     if let state = controls.snapshot?[campaign], state.paused && !state.cancelled { break }
                     try await producer.sendBatch(
-                        due.map { member in
-                            let m = DeferredMessage.parse(member)
+                        due.map { held in
+                            let m = DeferredMessage.parse(held.stored)
                             return KafkaProducerMessage(
                                 topic: topic, key: m.key, value: m.value,
-                                headers: m.slotted ? [KafkaHeader(key: Self.slotHeader, string: "1")] : [])
+                                headers: m.slotted ? [releases.header(for: DeferredMessage.message(of: held.stored))] : [])
                         })
                     try await store.removeDeferred(campaign: campaign, messages: due)
                     released += due.count

@@ -22,9 +22,13 @@ struct Housekeeping: Sendable {
     let sinks: [SinkHealth]
     let group: any EventLoopGroup
     let metrics: PipelineMetrics?
+    /// The lanes' jobs waiting at the held-bytes cap, and their consumers' held partitions.
+    let capWaits: @Sendable () -> [CapWaits]
     let logger: Logger
 
     static let metricsSampleInterval: Duration = .seconds(1)
+    /// Held jobs are read from Redis this often for their gauges (a read of every held slot).
+    static let heldSampleInterval: Duration = .seconds(5)
     /// `host pid` on the heartbeat key, so an operator can tell which process holds a lease.
     static let ownerDescription = "\(ProcessInfo.processInfo.hostName) pid \(ProcessInfo.processInfo.processIdentifier)"
 
@@ -99,8 +103,21 @@ struct Housekeeping: Sendable {
     /// The gauges: in-flight jobs, every connection's state and buffers, the consumer's assignment and lag,
     /// how long each sink's writes have been failing.
     private func sampleGauges(_ metrics: PipelineMetrics) async throws {
+        var nextHeldSample = ContinuousClock.now
         while !Task.isCancelled {
             metrics.inFlight(budget.inFlight)
+            let waits = capWaits()
+            metrics.heldCap(
+                waiting: waits.reduce(0) { $0 + $1.waitingJobs },
+                partitions: waits.reduce(0) { $0 + $1.partitionsHeld })
+            if ContinuousClock.now >= nextHeldSample {
+                nextHeldSample = ContinuousClock.now + Self.heldSampleInterval
+                // Cluster-wide, from Redis; a failed read keeps the last values (logged by nobody: the
+                // gate's own calls report a Redis that is away).
+                if let usage = try? await store.heldUsage(campaigns: try await store.deferredCampaigns()) {
+                    metrics.held(jobs: usage.values.reduce(0) { $0 + $1.jobs }, bytes: usage.values.reduce(0) { $0 + $1.bytes })
+                }
+            }
             var all: [(transport: String, statistics: [ConnectionStatistics])] = []
             for t in transports { all.append((t.protocolName, await t.statistics())) }
             metrics.connections(all)

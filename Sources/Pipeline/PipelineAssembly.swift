@@ -24,6 +24,8 @@ struct PipelineParts: Sendable {
     var priority: PriorityParts?
     var marks: WrittenMarks
     var release: DeferredRelease
+    /// Signs and checks the jobs released at their pacing slot (design §2.13).
+    var releases: ReleaseSignature
     var transports: [any NotificationTransport]
     var router: Router
     /// Every Redis connection, closed at the end.
@@ -198,14 +200,16 @@ extension PipelineRunner {
         // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
         // Kafka's delivery, through the dead-letter producer) on connections of their own.
         let controlStore = try await connectedStore(onLoops: false)
+        // The key only `run` reads (in Redis, made by the first `run`): a released paced job's signature.
+        let releases = ReleaseSignature(key: try await controlStore.releaseKey())
         let release = DeferredRelease(
             store: try await connectedStore(onLoops: false), producer: producer, topic: c.kafka.jobsTopic, controls: controls,
-            logger: logger)
+            releases: releases, logger: logger)
         return PipelineParts(
             owner: storeConfig.leaseOwner, store: store, settlerStore: settlerStore, gateStores: gateStores, controlStore: controlStore,
             producer: producer, deadLetter: deadLetter, deadLetters: deadLetters, outcomeStream: outcomeStream, consumer: consumer,
-            priority: priority, marks: marks, release: release, transports: transports, router: Router(transports: transports),
-            connections: connections)
+            priority: priority, marks: marks, release: release, releases: releases, transports: transports,
+            router: Router(transports: transports), connections: connections)
     }
 
     func logStart(_ parts: PipelineParts) {
@@ -244,15 +248,24 @@ extension PipelineRunner {
     func bulkLane(_ parts: PipelineParts) -> BulkLane {
         BulkLane(
             intake: intake(consumer: parts.consumer, budget: budget, lane: .bulk),
-            gate: Gate(controls: controls, configuration: configuration),
-            gateStores: parts.gateStores, dispatch: dispatch(parts), sendingStopped: sendingStopped)
+            gate: Gate(controls: controls, configuration: configuration, releases: parts.releases),
+            gateStores: parts.gateStores, dispatch: dispatch(parts), capWaits: capWaits(parts, consumer: parts.consumer),
+            sendingStopped: sendingStopped)
     }
 
     func priorityLane(_ parts: PipelineParts, _ priority: PipelineParts.PriorityParts, budget: InFlightBudget) -> PriorityLane {
         PriorityLane(
             intake: intake(consumer: priority.consumer, budget: budget, lane: .priority),
-            gate: Gate(controls: controls, configuration: configuration), store: priority.store, markStore: priority.markStore,
-            dispatch: dispatch(parts), sendingStopped: sendingStopped, logger: logger)
+            gate: Gate(controls: controls, configuration: configuration, releases: parts.releases), store: priority.store,
+            markStore: priority.markStore, dispatch: dispatch(parts), capWaits: capWaits(parts, consumer: priority.consumer),
+            sendingStopped: sendingStopped, logger: logger)
+    }
+
+    /// A lane's jobs waiting at the held-bytes cap (their room is read on the release's connection).
+    func capWaits(_ parts: PipelineParts, consumer: KafkaConsumer) -> CapWaits {
+        let waits = CapWaits(consumer: consumer, store: parts.release.store, controls: controls, logger: logger)
+        capWaiting.withLock { $0.append(waits) }
+        return waits
     }
 
     func settler(_ parts: PipelineParts) -> Settler {
@@ -269,7 +282,7 @@ extension PipelineRunner {
         Housekeeping(
             configuration: configuration, store: parts.settlerStore, gateStore: parts.store, transports: parts.transports,
             consumer: parts.consumer, budget: budget, deadLetter: parts.deadLetter, sinks: parts.sinks, group: group, metrics: metrics,
-            logger: logger)
+            capWaits: { [self] in self.capWaiting.withLock { $0 } }, logger: logger)
     }
 
     /// Commits the settled positions and closes every client; returns the first failure worth a non-zero exit.

@@ -94,12 +94,19 @@ public struct PipelineConfiguration: Sendable {
         /// mark must outlive its dedup record).
         public var campaignTTLHours: Int?
 
+        /// `held_max_bytes`: the most held jobs (paused, scheduled, paced, `apps[].max_rate`) may take in
+        /// Redis, all campaigns together (design §2.11, operations §3).
+        public var heldMaxBytes = storeDefaults.heldCaps.totalBytes
+        /// `held_campaign_max_bytes`: the same for one campaign (or one app's `max_rate`).
+        public var heldCampaignMaxBytes = storeDefaults.heldCaps.campaignBytes
+
         /// `campaignTTLHours`, or its default.
         public var effectiveCampaignTTLHours: Int { campaignTTLHours ?? dedupTTLHours + dedupBucketHours }
 
         /// The store settings these keys fix (what every command's store needs to agree with `run`).
         public func apply(to store: inout PipelineStoreConfiguration) {
             store.campaignRetention = .seconds(effectiveCampaignTTLHours * 3600)
+            store.heldCaps = HeldCaps(totalBytes: heldMaxBytes, campaignBytes: heldCampaignMaxBytes)
         }
 
         /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
@@ -390,6 +397,17 @@ public struct PipelineConfiguration: Sendable {
                         "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(c.redis.campaignTTLHours!)"
                 )
             }
+        }
+        c.redis.heldMaxBytes = Int64(
+            try r.int("held_max_bytes", default: Int(c.redis.heldMaxBytes), range: (1 << 16)...(1 << 40)))
+        c.redis.heldCampaignMaxBytes = Int64(
+            try r.int(
+                "held_campaign_max_bytes", default: Int(min(c.redis.heldCampaignMaxBytes, c.redis.heldMaxBytes)),
+                range: (1 << 16)...(1 << 40)))
+        guard c.redis.heldCampaignMaxBytes <= c.redis.heldMaxBytes else {
+            throw ConfigurationError(
+                file: file, key: "redis.held_campaign_max_bytes",
+                problem: "expected at most redis.held_max_bytes (\(c.redis.heldMaxBytes)), got \(c.redis.heldCampaignMaxBytes)")
         }
         try r.finish()
 

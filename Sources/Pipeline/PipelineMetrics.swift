@@ -76,6 +76,15 @@ public final class PipelineMetrics: Sendable {
         /// Per sink (`outcomes`, `dead_letter`) and topic: seconds since the oldest write still failing
         /// first failed (0 when every write is delivered).
         public static let sinkFailing = "apns_sink_failing_seconds"
+        /// Jobs held in Redis (paused, scheduled, paced, `apps[].max_rate`), every process's together
+        /// (read from Redis: the same in every process).
+        public static let heldJobs = "apns_held_jobs"
+        /// Their bytes, as the caps count them (`redis.held_max_bytes`).
+        public static let heldBytes = "apns_held_bytes"
+        /// Jobs this process keeps, unsettled, because the held slots had no room for them.
+        public static let heldCapWaiting = "apns_held_cap_waiting_jobs"
+        /// Partitions this process holds (does not fetch) while their jobs wait for room.
+        public static let heldPartitions = "apns_kafka_held_partitions"
     }
 
     /// The connection states a transport reports (ConnectionStatistics.state), each a row of `apns_connections`.
@@ -345,6 +354,18 @@ public final class PipelineMetrics: Sendable {
     // MARK: gauges (sampled)
 
     func inFlight(_ jobs: Int) { inFlightJobs.record(jobs) }
+
+    /// Held jobs in Redis (all campaigns, from Redis) and, in this process, the jobs waiting at the cap
+    /// and the partitions held for them.
+    func held(jobs: Int64, bytes: Int64) {
+        gauge(Name.heldJobs, [:]).record(jobs)
+        gauge(Name.heldBytes, [:]).record(bytes)
+    }
+
+    func heldCap(waiting: Int, partitions: Int) {
+        gauge(Name.heldCapWaiting, [:]).record(waiting)
+        gauge(Name.heldPartitions, [:]).record(partitions)
+    }
 
     /// Every connection of every transport: state, queue, replay buffer (binary) or streams (HTTP/2).
     func connections(_ all: [(transport: String, statistics: [ConnectionStatistics])]) {

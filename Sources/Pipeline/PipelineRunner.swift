@@ -29,6 +29,8 @@ public final class PipelineRunner: Service, Sendable {
     let waitLog = LeaseWaitLog()
     /// Campaign control (cancel, …) as this process last read it from Redis (design §2.10).
     let controls: CampaignControls
+    /// The lanes' jobs waiting at the held-bytes cap (for the gauges).
+    let capWaiting = Mutex<[CapWaits]>([])
     /// Fired when the settler gave up on Redis: nothing more is sent, not even by the stop's drain, since
     /// what is sent now could never be recorded (its duplicates would go uncounted).
     let sendingStopped = StopSignal()

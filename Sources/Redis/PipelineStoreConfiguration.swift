@@ -56,6 +56,8 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// nil: ``dedupRetention`` + one ``dedupBucketWidth``, the longest a dedup record lives (a job's
     /// mark must outlive its dedup record); a shorter value is taken as that.
     public var campaignRetention: Duration? = nil
+    /// The byte caps on held jobs (`redis.held_max_bytes`, `redis.held_campaign_max_bytes`; design §2.11).
+    public var heldCaps = HeldCaps()
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
     /// The process that holds the leases this store's gate takes: its heartbeat key must live (see

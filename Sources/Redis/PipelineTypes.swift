@@ -63,10 +63,15 @@ public enum GateDecision: Sendable, Hashable {
     /// answer of the gate script: `run` puts it in place of ``admitted(language:)`` or
     /// ``takenOver(language:written:)`` for the jobs its control snapshot says are cancelled (design §2.10).
     case cancelled
-    /// Its campaign is paused (`campaign pause`): held in Redis (`{<p>}:deferred:<campaign>`) and released
-    /// to the jobs topic again on resume; this message settles as ``SettledOutcomeKind/deferred``. Decided by
-    /// `run` before the gate call, like ``cancelled`` (design §2.11).
+    /// Its campaign is paused, scheduled for later or paced (`campaign pause`, …): held in Redis (the held
+    /// slots, `{<p>:held:<n>}:jobs:<campaign>`) and released to the jobs topic again when due; this message
+    /// settles as ``SettledOutcomeKind/deferred``. Decided by `run` before the gate call, like ``cancelled``
+    /// (design §2.11).
     case deferred
+    /// It would be held, but its held slot is at a byte cap (``HeldCaps``): neither held nor sent, not
+    /// settled. `run` keeps it, holds its Kafka partition, and gates it again once there is room (design
+    /// §2.11). Decided before the gate call.
+    case capped
 }
 
 /// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).

@@ -22,10 +22,13 @@
 /// | `{<p>}:control` | HASH | campaign id → control state (``CampaignControlState``): cancelled, paused, … |
 /// | `{<p>}:control:version` | STRING | counter, incremented with every change of `{<p>}:control` |
 /// | `{<p>}:control:seen` | HASH | lease owner → the control version that `run` process applied |
-/// | `{<p>}:deferred` | SET | campaigns with deferred jobs |
-/// | `{<p>}:deferred:<id>` | ZSET | a campaign's deferred job messages, scored by due time (epoch ms) |
+/// | `{<p>}:deferred` | SET | campaigns with held jobs |
+/// | `{<p>}:deferred:<id>` | ZSET | held jobs as older versions kept them: released, never written |
 /// | `{<p>}:deferred-lock:<id>` | STRING | owner of the release of a campaign's due jobs (PX) |
 /// | `{<p>}:pace:<id>` | STRING | a paced campaign's next free slot, epoch µs (PX 1 day) |
+/// | `{<p>}:release-key` | STRING | the key released paced jobs are signed with (hex) |
+/// | `{<p>:held:<n>}:jobs:<id>` | ZSET | a campaign's held job messages in shard n, scored by due time (epoch ms); PX the campaign retention |
+/// | `{<p>:held:<n>}:bytes` | HASH | campaign → `<bytes held in shard n> <epoch ms of its last hold>` |
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
@@ -83,14 +86,51 @@ public struct RedisKeys: Sendable, Hashable {
     public var controlVersion: String { "{\(prefix)}:control:version" }
     /// Which control version each `run` process has applied: lease owner → version.
     public var controlSeen: String { "{\(prefix)}:control:seen" }
-    /// The campaigns with deferred jobs (a set), so the release loop finds them without a scan.
+    /// The campaigns with held jobs (a set), so the release loop finds them without a scan.
     public var deferredCampaigns: String { "{\(prefix)}:deferred" }
-    /// A campaign's deferred jobs (a sorted set): the raw job messages, scored by when they are due (epoch ms).
-    public func deferred(campaign: String) -> String { "{\(prefix)}:deferred:\(campaign)" }
+    /// A campaign's held jobs as versions before the held slots kept them, in one sorted set of this slot:
+    /// still released (and emptied), never written.
+    public func legacyDeferred(campaign: String) -> String { "{\(prefix)}:deferred:\(campaign)" }
     /// A paced campaign's next free slot (epoch µs): its shared virtual clock (design §2.13).
     public func pace(campaign: String) -> String { "{\(prefix)}:pace:\(campaign)" }
     /// The lock of the one process moving a campaign's due jobs back to the jobs topic.
     public func deferredLock(campaign: String) -> String { "{\(prefix)}:deferred-lock:\(campaign)" }
+    /// The key `run` signs the jobs it releases at their pacing slot with (hex), made by the first `run`.
+    public var releaseKey: String { "{\(prefix)}:release-key" }
+
+    // MARK: Held jobs: tags `{<p>:held:<n>}`
+
+    /// How many hash tags (so Redis Cluster slots) held jobs spread over. Fixed: it is in the key names.
+    public static let heldShards = 16
+
+    /// `{<p>:held:<n>}`: the hash tag of the held jobs of shard n (of every campaign).
+    public func heldTag(shard: Int) -> String { "{\(prefix):held:\(shard)}" }
+    /// A campaign's held jobs in shard n (a sorted set): the messages, scored by when they are due (epoch ms).
+    public func held(shard: Int, name: String) -> String { heldTag(shard: shard) + ":jobs:" + name }
+    /// The bytes each campaign holds in shard n (a hash): campaign → `<bytes> <epoch ms of its last hold>`.
+    public func heldBytes(shard: Int) -> String { heldTag(shard: shard) + ":bytes" }
+
+    /// The shard of a held message (`<Kafka key> NUL <value>`, ``DeferredMessage/member(key:value:)``):
+    /// FNV-1a 32 of its key (of the whole message when it has none) mod ``heldShards``, so one token's
+    /// jobs stay in one shard, in order. Persisted through the key names: it must never change.
+    public static func heldShard(message: [UInt8]) -> Int {
+        let end = message.firstIndex(of: 0) ?? message.count
+        return end == 0 ? heldShard(fnv(message[...])) : heldShard(fnv(message[..<end]))
+    }
+
+    /// ``heldShard(message:)`` of the message a Kafka key and value are held as.
+    public static func heldShard(key: [UInt8]?, value: [UInt8]) -> Int {
+        if let key, !key.isEmpty { return heldShard(fnv(key[...])) }
+        return heldShard(fnv(value[...], from: fnv([UInt8(0)][...])))
+    }
+
+    private static func heldShard(_ hash: UInt32) -> Int { Int(hash % UInt32(heldShards)) }
+
+    private static func fnv(_ bytes: ArraySlice<UInt8>, from start: UInt32 = 0x811c_9dc5) -> UInt32 {
+        var hash = start
+        for byte in bytes { hash = (hash ^ UInt32(byte)) &* 0x0100_0193 }
+        return hash
+    }
 
     // MARK: Per token: tag `{<p>:<app>:<n>}`
 

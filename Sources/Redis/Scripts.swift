@@ -15,7 +15,7 @@
 enum Scripts {
     /// Lua helpers shared by the scripts (prepended to their source), after the constants of the
     /// settle's add flags (``DedupAddFlag``).
-    private static let helpers = DedupAddFlag.luaConstants + helperFunctions
+    static let helpers = DedupAddFlag.luaConstants + helperFunctions
 
     private static let helperFunctions = #"""
         local function mget(cmd, key, fields)

@@ -321,6 +321,31 @@ struct DashboardRedisTests {
         return 0
     }
 
+    /// The dashboard shows what is held in Redis (design §2.11): each campaign's held jobs and bytes, and
+    /// every name holding some (an app's `max_rate` too); the page draws them in a "held" column.
+    @Test func heldJobsAreOnTheDashboard() async throws {
+        let redis = try await RedisServer()
+        defer { redis.stop() }
+        let client = try redis.client()
+        let store = PipelineStore(client: client, logger: testLogger)
+        try await store.incrementPublished(campaign: "paused", by: 3)
+        let messages = (0..<3).map { DeferredMessage.member(key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) }
+        _ = try await store.deferJobs([
+            Deferral(campaign: "paused", mode: .hold(dueMs: 0), messages: messages),
+            Deferral(campaign: "@app:com.example.shop", mode: .hold(dueMs: 0), messages: [messages[0]]),
+        ])
+        let data = try DashboardData(redisURL: redis.url, prefix: "apns", logger: testLogger, cacheFor: .zero)
+        let snapshot = await data.snapshot()
+        #expect(snapshot.error == nil)
+        let campaign = try #require(snapshot.campaigns.first { $0.id == "paused" })
+        let expected = try #require(try await store.heldUsage(campaigns: ["paused"])["paused"])
+        #expect(campaign.heldJobs == 3 && campaign.heldBytes == expected.bytes && expected.bytes > 0)
+        #expect(snapshot.held.map(\.name) == ["@app:com.example.shop", "paused"] && snapshot.held.map(\.jobs) == [1, 3])
+        #expect(DashboardPage.script.contains("data-held") && DashboardPage.script.contains("held in Redis"))
+        await data.close()
+        await client.close()
+    }
+
     /// N viewers at once cost one read: 25 concurrent requests → the SCANs of one snapshot, and the
     /// next requests within the cache's life none. Without the cache (0), each request reads.
     @Test func concurrentViewersShareOneRead() async throws {

@@ -192,6 +192,21 @@ struct OperationsTests {
             text = try await get(base + "/metrics").body
             return (0..<4).allSatisfy { sample(text, #"apns_kafka_consumer_lag_messages{topic="apns.jobs",partition="\#($0)"}"#) == 0 }
         }
+        // Jobs held in Redis (a campaign scheduled far ahead, as its gate would hold it): every process shows
+        // the total (read from Redis every 5 s); none waits at the cap here.
+        let later = Int64(Date().timeIntervalSince1970 * 1000) + 86_400_000
+        let held = try await store.deferJobs([
+            Deferral(
+                campaign: "later", mode: .hold(dueMs: later),
+                messages: (0..<5).map { DeferredMessage.member(key: Array(token(1000 + $0).hex.utf8), value: Array("job \($0)".utf8)) })
+        ])
+        #expect(held == [[HeldAnswer](repeating: .held, count: 5)])
+        let heldBytes = try #require(try await store.heldUsage(campaigns: ["later"])["later"]).bytes
+        try await eventually("held jobs on /metrics", timeout: .seconds(30)) {
+            text = try await get(base + "/metrics").body
+            return sample(text, "apns_held_jobs") == 5 && sample(text, "apns_held_bytes") == Double(heldBytes)
+        }
+        #expect(sample(text, "apns_held_cap_waiting_jobs") == 0 && sample(text, "apns_kafka_held_partitions") == 0)
         // No per-job or per-token label anywhere.
         #expect(!text.contains("m1:") && !text.contains(token(1).hex))
         // Every metric has its HELP (promtool's "no help text"), and promtool, when installed, agrees.

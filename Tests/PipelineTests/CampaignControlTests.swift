@@ -320,7 +320,7 @@ struct CampaignControlTests {
         // Jobs held back by the transport are kept as the job they would have sent (its payload carries
         // the test's `jid`); those the gate held are the messages as published (no `jid`).
         let held = try await stack.store.dueDeferred(campaign: "m", nowMs: Int64(Date().timeIntervalSince1970 * 1000) + 1000, limit: 5000)
-        let fromTransports = held.filter { String(decoding: $0, as: UTF8.self).contains(#""jid""#) }.count
+        let fromTransports = held.filter { String(decoding: $0.stored, as: UTF8.self).contains(#""jid""#) }.count
         #expect(fromTransports > 0 && fromTransports < held.count, "\(fromTransports) of \(held.count) held back by the transports")
         let sentWhilePaused = HTTP2PipelineTests.recorded(sim, campaign: "m").values.reduce(0, +) - atReturn
         #expect(sentWhilePaused <= c.http2.connections * c.http2.streamCap, "\(sentWhilePaused) sent after the pause returned")

@@ -65,23 +65,23 @@ struct CampaignControlStoreTests {
                 Deferral(campaign: "p", mode: .pace(rate: 10, notBeforeMs: 0), messages: (0..<5).map(member)),
                 Deferral(campaign: "h", mode: .hold(dueMs: now + 5000), messages: [member(9), member(9)]),
             ], nowMs: now)
-        #expect(flags == [[true, false, false, false, false], [false, false]])
+        #expect(flags == [[.admitted, .held, .held, .held, .held], [.held, .held]])
         #expect(try await s.deferredCampaigns() == ["h", "p"])
         #expect(try await s.deferredCount(campaign: "h") == 1, "the same message is held once")
-        let due = try await s.dueDeferred(campaign: "p", nowMs: now + 250, limit: 10)
+        let due = try await s.dueDeferred(campaign: "p", nowMs: now + 250, limit: 100)
         #expect(due.count == 2)
-        let parsed = DeferredMessage.parse(due[0])
-        #expect(parsed.slotted && parsed.key == Array("k1".utf8) && parsed.value == Array("v1".utf8))
+        let parsed = DeferredMessage.parse(try #require(due.first { DeferredMessage.parse($0.stored).key == Array("k1".utf8) }).stored)
+        #expect(parsed.slotted && parsed.value == Array("v1".utf8))
         // A redelivered copy of a held job keeps its slot and takes none; the next new job follows the last slot.
         let again = try await s.deferJobs(
             [Deferral(campaign: "p", mode: .pace(rate: 10, notBeforeMs: 0), messages: [member(3), member(5)])], nowMs: now)
-        #expect(again == [[false, false]])
-        #expect(try await s.dueDeferred(campaign: "p", nowMs: now + 500, limit: 10).count == 5, "slots 100…500 ms: job 5 at 500")
+        #expect(again == [[.held, .held]])
+        #expect(try await s.dueDeferred(campaign: "p", nowMs: now + 500, limit: 100).count == 5, "slots 100…500 ms: job 5 at 500")
         // The release: one lock holder at a time; removal drops the campaign once empty.
         #expect(try await s.lockRelease(campaign: "p", lease: .seconds(5)))
         let other = try store(server, owner: "b")
         #expect(try await !other.lockRelease(campaign: "p", lease: .seconds(5)))
-        let all = try await s.dueDeferred(campaign: "p", nowMs: now + 10_000, limit: 10)
+        let all = try await s.dueDeferred(campaign: "p", nowMs: now + 10_000, limit: 100)
         try await s.removeDeferred(campaign: "p", messages: all)
         try await s.unlockRelease(campaign: "p")
         #expect(try await other.lockRelease(campaign: "p", lease: .seconds(5)))

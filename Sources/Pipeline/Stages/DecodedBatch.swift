@@ -20,6 +20,9 @@ struct DecodedBatch: Sendable {
     var deadLetterMessages: [OutcomeMessage] = []
     /// Jobs gated again because another copy was in flight: not counted as received a second time.
     var isRetry = false
+    /// Jobs gated again after waiting for room in the held slots (``CapWaits``), which releases their
+    /// partitions once they are gated.
+    var fromCapWaits = false
 }
 
 /// A decoded batch and the gate's decision for each of its jobs, in order.

@@ -41,10 +41,16 @@ struct Dispatch: Sendable {
         self.logger = logger
     }
 
-    /// Sends `g`; returns the jobs to gate again (another copy was in flight elsewhere), if any.
-    /// `marked`: the batch's "written" mark is set already (the priority lane sets it while the batch is
-    /// gated); else it is set as `WrittenMarks` decides.
-    func send(_ g: GatedBatch, lane: Lane, marked: Bool = false) async throws -> DecodedBatch? {
+    /// What a sent batch leaves to its lane: jobs to gate again because another copy was in flight
+    /// (``Regates``), and jobs the held slots had no room for (``CapWaits``).
+    struct Leftovers: Sendable {
+        var regate: DecodedBatch?
+        var capped: DecodedBatch?
+    }
+
+    /// Sends `g`; returns what is left to gate again. `marked`: the batch's "written" mark is set already
+    /// (the priority lane sets it while the batch is gated); else it is set as `WrittenMarks` decides.
+    func send(_ g: GatedBatch, lane: Lane, marked: Bool = false) async throws -> Leftovers {
         let c = configuration
         let d = g.decoded
         let decisions = g.decisions
@@ -180,11 +186,17 @@ struct Dispatch: Sendable {
             settled.messages = refusedMessages
             deadLetters.write(refused.map { ($0.message, $0.reason) }, settle: settled)
         }
-        var regate: DecodedBatch?
+        var leftovers = Leftovers()
         if !verdicts.regate.isEmpty {
             let inFlight = verdicts.regate
-            regate = DecodedBatch(
+            leftovers.regate = DecodedBatch(
                 messages: inFlight.map { batch[d.jobMessages[$0]] }, jobs: inFlight.map { jobs[$0] }, jobMessages: Array(inFlight.indices),
+                deadLetters: [], isRetry: true)
+        }
+        if !verdicts.capped.isEmpty {
+            let capped = verdicts.capped
+            leftovers.capped = DecodedBatch(
+                messages: capped.map { batch[d.jobMessages[$0]] }, jobs: capped.map { jobs[$0] }, jobMessages: Array(capped.indices),
                 deadLetters: [], isRetry: true)
         }
         if !notifications.isEmpty {
@@ -225,6 +237,6 @@ struct Dispatch: Sendable {
                     settle: orphanItem)
             }
         }
-        return regate
+        return leftovers
     }
 }

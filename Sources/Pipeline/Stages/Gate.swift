@@ -11,9 +11,12 @@ struct Gate: Sendable {
     let controls: CampaignControls
     /// `apps[].max_rate`, by bundle id (empty: no app is paced, and the gate never looks).
     let appRates: [String: Int]
+    /// What a job released at its pacing slot carries (design §2.13): only such a job skips the pace.
+    let releases: ReleaseSignature
 
-    init(controls: CampaignControls, configuration: PipelineConfiguration) {
+    init(controls: CampaignControls, configuration: PipelineConfiguration, releases: ReleaseSignature) {
         self.controls = controls
+        self.releases = releases
         appRates = Dictionary(uniqueKeysWithValues: configuration.apps.compactMap { app in app.maxRate.map { (app.bundleID, $0) } })
     }
 
@@ -37,9 +40,10 @@ struct Gate: Sendable {
         let snapshot = controls.snapshot
         if snapshot != nil || !appRates.isEmpty {
             let control = snapshot ?? [:]
-            // Jobs of a paused, scheduled or paced campaign are held in Redis (one call for the batch) and
-            // settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
-            // §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted.
+            // Jobs of a paused, scheduled or paced campaign are held in Redis (one deferral for the batch)
+            // and settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
+            // §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted; those the held
+            // slots have no room for are `capped`: kept, unsettled, until there is room.
             let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
             var deferrals: [Deferral] = []
             var deferralOf: [String: Int] = [:]
@@ -57,8 +61,8 @@ struct Gate: Sendable {
                 let held: (name: String, mode: Deferral.Mode)
                 if let state, let campaign = job.campaign, state.paused {
                     held = (campaign, .hold(dueMs: nowMs))
-                } else if DeferredRelease.holdsSlot(message) {
-                    continue  // released at its pacing slot: admitted without taking another
+                } else if releases.verifies(message) {
+                    continue  // released by `run` at its pacing slot: admitted without taking another
                 } else if let state, let campaign = job.campaign, let rate = state.rate {
                     held = (campaign, .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0))
                 } else if let state, let campaign = job.campaign, let at = state.startAtMs, at > nowMs {
@@ -83,9 +87,15 @@ struct Gate: Sendable {
                 indices[k].append(index)
             }
             if !deferrals.isEmpty {
-                let admitted = try await store.deferJobs(deferrals, nowMs: nowMs)
+                let answers = try await store.deferJobs(deferrals, nowMs: nowMs)
                 for (k, jobs) in indices.enumerated() {
-                    for (position, index) in jobs.enumerated() where !admitted[k][position] { decided[index] = .deferred }
+                    for (position, index) in jobs.enumerated() {
+                        switch answers[k][position] {
+                        case .admitted: break
+                        case .held: decided[index] = .deferred
+                        case .capped: decided[index] = .capped
+                        }
+                    }
                 }
             }
         }

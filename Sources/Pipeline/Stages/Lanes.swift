@@ -17,6 +17,8 @@ struct BulkLane: Sendable {
     /// waits behind another's).
     let gateStores: [PipelineStore]
     let dispatch: Dispatch
+    /// Jobs the held slots had no room for, and their partitions.
+    let capWaits: CapWaits
     /// Fired when the settler gave up: what is sent now could never be settled.
     let sendingStopped: StopSignal
 
@@ -47,6 +49,7 @@ struct BulkLane: Sendable {
                 try await gateCalls(from: decoded, into: gated)
             }
             group.addTask { await regates.run(into: decoded) }
+            group.addTask { await capWaits.run(into: decoded) }
             // The send stage. Batches are sent in the order they were decoded, whatever order their gate
             // calls finish in, so one token's jobs keep their order. A failure here (a gate call's, when
             // Redis is gone longer than the client waits) ends the group: the stages before it are
@@ -54,7 +57,10 @@ struct BulkLane: Sendable {
             while let pending = await gated.next() {
                 if sendingStopped.isFired { break }
                 let g = GatedBatch(decoded: pending.decoded, call: pending.call, gated: try await pending.gated.value())
-                if let retry = try await dispatch.send(g, lane: .bulk) { regates.add(retry) }
+                let left = try await dispatch.send(g, lane: .bulk)
+                if let retry = left.regate { regates.add(retry) }
+                if let capped = left.capped { capWaits.add(capped) }
+                if g.decoded.fromCapWaits { capWaits.retried(g.decoded) }
             }
             // Everything taken was sent (or the settler gave up): the other stages end now.
             group.cancelAll()
@@ -100,6 +106,8 @@ struct PriorityLane: Sendable {
     /// The lane's "written" marks, set while its batches are gated.
     let markStore: PipelineStore
     let dispatch: Dispatch
+    /// Jobs of an app's `max_rate` the held slots had no room for, and their partitions.
+    let capWaits: CapWaits
     let sendingStopped: StopSignal
     let logger: Logger
 
@@ -117,6 +125,7 @@ struct PriorityLane: Sendable {
                 await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
             }
             group.addTask { await regates.run(into: decoded) }
+            group.addTask { await capWaits.run(into: decoded) }
             while let d = await decoded.next() {
                 if sendingStopped.isFired { break }
                 let call = PipelineStore.newBatchID()
@@ -131,8 +140,10 @@ struct PriorityLane: Sendable {
                         "priority batch gated",
                         metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
                 }
-                let retry = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, marked: true)
-                if let retry { regates.add(retry) }
+                let left = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, marked: true)
+                if let retry = left.regate { regates.add(retry) }
+                if let capped = left.capped { capWaits.add(capped) }
+                if d.fromCapWaits { capWaits.retried(d) }
                 if logger.logLevel <= .debug, let t = d.messages.first?.timestampMilliseconds {
                     logger.debug(
                         "priority batch handed to the transports",

@@ -25,8 +25,9 @@ struct Settler: Sendable {
     /// topic fail for longer than their clients wait.
     func run() async throws {
         while let item = await inbox.take() {
-            // Jobs a transport held back are stored before their messages settle (one call).
-            if !item.deferred.isEmpty { _ = try await store.deferJobs(Self.byCampaign(item.deferred)) }
+            // Jobs a transport held back are stored before their messages settle, whatever the caps: they
+            // were taken from Kafka already (design §2.11).
+            if !item.deferred.isEmpty { _ = try await store.deferJobs(Self.byCampaign(item.deferred), enforcingCaps: false) }
             if !item.outcomes.isEmpty || item.events != PipelineEvents() || !item.campaignEvents.isEmpty {
                 var batch = SettleBatch(outcomes: item.outcomes, events: item.events, shardEvents: item.shardEvents)
                 batch.campaignEvents = item.campaignEvents

@@ -160,7 +160,10 @@ struct CampaignCommand: AsyncParsableCommand {
                     }
                     var status = Campaign.Status(progress)
                     status.control = try await store.readControl().campaigns[campaign]
-                    status.deferred = try await store.deferredCount(campaign: campaign)
+                    let held = try await store.heldUsage(campaigns: [campaign])[campaign] ?? HeldUsage()
+                    status.deferred = held.jobs
+                    status.heldBytes = held.bytes
+                    status.heldCapBytes = config.redis.heldCampaignMaxBytes
                     // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
                     let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
                     FileHandle.standardOutput.write(Data((text + "\n").utf8))
@@ -273,7 +276,10 @@ struct CampaignCommand: AsyncParsableCommand {
             lines.append(row("cancelled", j(.jobsCancelled), "\(p.counters[.cancelled])"))
         }
         lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
-        if status.deferred > 0 { lines.append(row("held (paused)", "\(status.deferred)", "")) }
+        if status.deferred > 0 {
+            let cap = status.heldCapBytes.map { " of its cap of \(mebibytes($0))" } ?? ""
+            lines.append("  held in Redis: \(status.deferred) jobs, \(mebibytes(status.heldBytes))\(cap)")
+        }
         let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
         lines.append(
             "  progress \(pct) of \(status.target) \(status.basis.rawValue)\(status.isDone ? ", done" : "")"
@@ -281,6 +287,9 @@ struct CampaignCommand: AsyncParsableCommand {
         return lines.joined(separator: "\n")
     }
 }
+
+/// Bytes as MiB with one decimal, for people.
+func mebibytes(_ bytes: Int64) -> String { String(format: "%.1f MiB", Double(bytes) / 1_048_576) }
 
 /// Runs a command body whose failures are exit status 1 with the error on stderr (scripts read the
 /// status: README "Commands"); `ExitCode`s (2 for a timeout) and usage errors pass through.
