@@ -98,7 +98,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.machine = Machine(
             configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
             instead: cancellations.map { c in { c.instead(of: $0.notification) } },
-            lane: { $0.notification.lane })
+            lane: { $0.notification.lane },
+            // The key a 429 holds: the token (a broadcast's channel), hashed as the transport routes it.
+            token: { job in job.notification.channel.map { FNV1a64.hash($0.value) } ?? job.notification.token.stableHash })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
@@ -163,6 +165,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             var s = statistics
             s.queueDepth = machine.queue.count
             s.replayCount = machine.inFlight.count
+            s.streamsAllowed = machine.permits
             s.state = stateName
             s.providerTokenAge = token.map { max(0, Int64(Date().timeIntervalSince1970) - $0.issuedAt) }
             return s
