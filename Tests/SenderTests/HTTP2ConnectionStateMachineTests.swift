@@ -372,6 +372,35 @@ import Testing
         #expect(m.acceptsWork)
     }
 
+    /// A connect refused for good (a proxy refusing our credentials, a server without h2, a certificate
+    /// that does not verify): the queue goes to the other connections, the connection waits
+    /// `authFailureDelay` (not its reconnect back-off), and it does not count as up until a connect
+    /// succeeds, even idle. While draining its queue stays with it.
+    @Test func aRefusedConnectStopsTheConnectionForTheAuthFailureDelay() {
+        var m = Self.machine()  // authFailureDelay 60
+        #expect(m.enqueue([1, 2, 3], now: 0).connect)
+        let r = m.connectRefused(now: 0)
+        #expect(r.connectRefused)
+        #expect(Set(r.reroute.map(\.job)) == [1, 2, 3])
+        #expect(!m.acceptsWork && m.refused)
+        _ = m.connectFailed(now: 0)
+        #expect(m.phase == .waitingToReconnect(at: 60))
+        #expect(!m.tick(now: 59).connect)
+        _ = m.tick(now: 60)
+        #expect(m.acceptsWork && m.refused, "it takes work again, but is not up")
+        #expect(m.enqueue([4], now: 61).connect)
+        _ = m.connected(now: 61)
+        #expect(!m.refused)
+
+        var d = Self.machine()
+        _ = d.enqueue([1], now: 0)
+        _ = d.drain(now: 0)
+        let dr = d.connectRefused(now: 0)
+        #expect(dr.reroute.isEmpty && d.queue.count == 1)
+        _ = d.connectFailed(now: 0)
+        #expect(d.phase == .waitingToReconnect(at: 60))
+    }
+
     @Test func suspendedWhileDrainingKeepsItsJobs() {
         var m = Self.authenticated()
         _ = m.enqueue([1], now: 1)

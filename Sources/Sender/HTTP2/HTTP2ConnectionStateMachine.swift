@@ -106,6 +106,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var close = false
         /// The credentials were refused with this reason: log it loudly.
         var credentialsRefused: String?
+        /// The connect was refused in a way retrying cannot fix (`HTTP2ConnectRefusal`): report it.
+        var connectRefused = false
         /// Why `close` was asked for when it is a failure: a request or PING unanswered for `requestTimeout`.
         var stuck = false
         /// The drain asked for is complete: nothing queued, nothing unanswered, connection closed.
@@ -258,6 +260,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func connected(now: Double) -> Action {
         guard phase == .connecting else { return Action(close: true) }
         phase = .active
+        refused = false
         authenticated = false
         serverMaxStreams = nil
         nextStreamID = 1
@@ -271,6 +274,20 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func connectFailed(now: Double) -> Action {
         guard phase == .connecting else { return Action() }
         return afterConnection(now: now)
+    }
+
+    /// The connect (or its TLS handshake) failed in a way that trying again cannot fix: a proxy
+    /// refusing our credentials, a server without h2, a certificate that does not verify. As with
+    /// refused credentials the connection stops: its queue goes to the other connections (not while
+    /// draining: nothing else would take it), and once it is closed (`connectFailed` or `closed`
+    /// follows) it waits `authFailureDelay` before it tries again, not its reconnect back-off.
+    mutating func connectRefused(now: Double) -> Action {
+        var action = Action()
+        guard phase == .connecting || phase == .active else { return action }
+        action.connectRefused = true
+        refused = true
+        suspend(into: &action)
+        return action
     }
 
     /// The server's SETTINGS (nil: it did not name a limit).
@@ -356,7 +373,8 @@ struct HTTP2ConnectionStateMachine<Job> {
             action.renewToken = true
         case .renewProviderToken, .stopConnection:
             queue.prepend(request, lane: laneOf(request.job))
-            suspend(reason: code, into: &action)
+            if !suspended { action.credentialsRefused = code }
+            suspend(into: &action)
         case .retryLater:
             noteAuthenticated()
             retryLater(request, reason: .tooManyRequests, elsewhere: false, now: now, into: &action)
@@ -583,8 +601,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         reconnectAttempt = 0
     }
 
-    private mutating func suspend(reason: String, into action: inout Action) {
-        if !suspended { action.credentialsRefused = reason }
+    private mutating func suspend(into action: inout Action) {
         suspended = true
         // Its waiting jobs go to a connection that can send them; while draining they stay (nothing
         // else will take them) and go out when this one reopens.
