@@ -818,12 +818,13 @@ struct HTTP2ClientFrameCodec {
         let uniqueID = Self.uniqueID(headers)
         // A closed stream's HEADERS (a late or repeated answer) changed the HPACK table above; nothing
         // else of it is kept or reported.
-        guard openStreams.contains(streamID) else { return }
         if endStream {
+            guard openStreams.close(streamID) else { return }
             // Nearly every answer (a 200 is HEADERS alone): no look-up when no answer is half read.
             if !responses.isEmpty { responses[streamID] = nil }
-            openStreams.close(streamID)
             events.append(.answer(Self.answer(streamID: streamID, status: status, body: nil, uniqueID: uniqueID)))
+        } else if !openStreams.contains(streamID) {
+            return
         } else if responses[streamID].map({ $0.status < 200 }) ?? true {
             // The first HEADERS, or the final one after an informational (1xx) answer.
             responses[streamID] = (status, nil, uniqueID)
