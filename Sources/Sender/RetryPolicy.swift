@@ -4,8 +4,9 @@
 /// - `RetryReason` / `RetryCounts`: why a request was sent again, counted per reason;
 /// - `RetryBudget`: exponential back-off with jitter, bounded by time (`give_up_after_s`) and by the
 ///   job's own `apns-expiration`, not by a count;
-/// - `AIMDWindow`: a connection's concurrent streams shrink on 503 / 429 and grow back;
-/// - `CircuitBreaker`: a connection whose answers are mostly 5xx pauses, then probes;
+/// - `AIMDWindow`: a connection's concurrent streams shrink when its 5xx share rises with them, or on
+///   timeouts, and grow back;
+/// - `CircuitBreaker`: a connection whose answers are (almost) only 5xx pauses, then probes;
 /// - `DueQueue`: requests waiting for their retry, by due time (a binary heap).
 
 /// Why a request was written again. The raw values index `RetryCounts`.
@@ -128,7 +129,14 @@ public struct RetryBudget: Sendable {
     /// that would land after the job's expiration is not made.
     public func next(failures: Int, now: Double, deadline: Deadline, random: inout some RandomNumberGenerator) -> Decision {
         if now >= deadline.at { return deadline.byExpiry ? .expired : .giveUp }
-        let due = now + backoff.delay(attempt: max(0, failures - 1), random: &random)
+        return resend(at: now + backoff.delay(attempt: max(0, failures - 1), random: &random), now: now, deadline: deadline)
+    }
+
+    /// The same rules for a resend whose time is chosen elsewhere (a request the server proved it did
+    /// not process goes again at once, and after a back-off only when that repeats): never at or past
+    /// the job's expiration, and never past the give-up time but for one last attempt there.
+    public func resend(at due: Double, now: Double, deadline: Deadline) -> Decision {
+        if now >= deadline.at { return deadline.byExpiry ? .expired : .giveUp }
         if due < deadline.at { return .retry(at: due) }
         return deadline.byExpiry ? .expired : .retry(at: deadline.at)
     }
@@ -138,50 +146,164 @@ public struct RetryBudget: Sendable {
     public static let expiredReason = "expired"
 }
 
-/// Additive increase, multiplicative decrease of a connection's concurrent streams: each 503 / 429
-/// halves the window (at most once per window's worth of answers, so one burst of refusals is one
-/// decrease), each other answer adds 1 / window (one stream per window of answers), up to the cap.
-/// An incident then slows sending instead of turning every open stream into a failure.
+/// A connection's concurrent streams (its window), moved by load and not by answers that say nothing
+/// about load. Additive increase (one stream per window of answers, up to the cap), multiplicative
+/// decrease (halving) on the signs of too much load:
+/// - a stream or the connection timing out (`timeout`);
+/// - a 5xx share that *rises with the window*. Whether it does is measured: over samples of answers
+///   (at least `sampleAnswers`, and a window's worth), a share above its reference by more than
+///   chance explains is a rise. The reference is the share measured at the smallest window since (0
+///   at first): samples at about that window refine it, a wider one never moves it. A rise at a wider
+///   window than the reference's is the share growing with the window: halved. A rise at the same
+///   window is tested: the window is halved for one sample, a probe. If the share falls with it, the
+///   server was overloaded and the window stays halved. If it does not, the share is not ours to fix
+///   (a failing front end, a partial incident): the window is restored and that share becomes the
+///   reference. While 5xx come, the window grows by one stream per sample, so each sample measures
+///   one window (without them, by one stream per window of answers).
+///
+/// So a random 30 % of 503s costs their retries (back-off per job) and one probe, not a window that
+/// halves on every burst of them down to one stream, which made a partial incident a crawl; 429
+/// (about one device token) does not move it at all. A host answering only 5xx is the circuit
+/// breaker's to stop.
 public struct AIMDWindow: Sendable, Equatable {
-    /// The window, in streams; `.infinity` until the first decrease (the cap rules alone).
+    public struct Settings: Sendable, Equatable {
+        /// Answers per measurement of the 5xx share (at least; a window's worth when it is wider).
+        public var sampleAnswers = 200
+        /// The least rise of the share that counts, beside three standard errors of a sample.
+        public var minimumRise = 0.05
+        public init() {}
+    }
+
+    public let settings: Settings
+    /// The window, in streams; `.infinity` while at the cap (the cap rules alone).
     public private(set) var value = Double.infinity
-    /// Answers still to come before another decrease counts.
+    /// Answers still to come before another decrease counts (a burst of timeouts is one decrease).
     private var holdoff = 0
+    /// Answers are being sampled: a 5xx came since the share was last found to be 0.
+    private var sampling = false
+    private var sampled = 0
+    private var errors = 0
+    /// The 5xx share the window's samples are compared with, and the window it was measured at.
+    public private(set) var reference = 0.0
+    private var referenceWindow = Double.infinity
+    /// A halving under way to see whether the share follows the window: the share that rose and the
+    /// window it rose at.
+    private var probe: (share: Double, window: Double)?
 
-    public init() {}
+    public init(settings: Settings = Settings()) { self.settings = settings }
 
-    /// At the cap with nothing to count down: a success changes nothing (the common case).
-    public var isFull: Bool { value == .infinity && holdoff == 0 }
+    public static func == (a: AIMDWindow, b: AIMDWindow) -> Bool {
+        a.value == b.value && a.holdoff == b.holdoff && a.sampling == b.sampling && a.sampled == b.sampled
+            && a.errors == b.errors && a.reference == b.reference && a.referenceWindow == b.referenceWindow
+            && a.probe?.share == b.probe?.share
+            && a.probe?.window == b.probe?.window
+    }
+
+    /// At the cap with nothing to count: an answer changes nothing (the common case).
+    public var isFull: Bool { value == .infinity && holdoff == 0 && !sampling }
+
+    /// Halved to test whether the 5xx share follows the window.
+    public var isProbing: Bool { probe != nil }
 
     /// Streams allowed under `cap` (the server's and the configuration's limit).
     public func limit(cap: Int) -> Int { value >= Double(cap) ? cap : max(1, Int(value)) }
 
+    /// An answer that is not a 5xx (429 excepted: it is about one device token, not the connection).
     public mutating func success(cap: Int) {
         if holdoff > 0 { holdoff -= 1 }
+        if sampling { return count(serverError: false, cap: cap) }
         guard value < Double(cap) else { return }
-        value += 1 / max(1, value)
+        grow(by: 1 / max(1, value), cap: cap)
+    }
+
+    private mutating func grow(by streams: Double, cap: Int) {
+        value += streams
         if value >= Double(cap) { value = .infinity }
     }
 
-    public mutating func congestion(cap: Int) {
-        if holdoff > 0 {
-            holdoff -= 1
-            return
-        }
-        value = max(1, min(value, Double(cap)) / 2)
+    /// A 5xx answer: sampled, and the window halved only when their share rises with it.
+    public mutating func serverError(cap: Int) {
+        if holdoff > 0 { holdoff -= 1 }
+        sampling = true
+        count(serverError: true, cap: cap)
+    }
+
+    /// A stream unanswered past its deadline, or the connection stuck: too much in flight for the
+    /// server (or the path) to answer in time. Halves the window, at most once per window of answers.
+    public mutating func timeout(cap: Int) {
+        guard holdoff == 0 else { return }
+        probe = nil
+        halve(cap: cap)
         holdoff = Int(value.rounded(.up))
+    }
+
+    private mutating func halve(cap: Int) {
+        value = max(1, min(value, Double(cap)) / 2)
+    }
+
+    private mutating func count(serverError: Bool, cap: Int) {
+        sampled += 1
+        if serverError { errors += 1 }
+        guard sampled >= max(settings.sampleAnswers, limit(cap: cap)) else { return }
+        let share = Double(errors) / Double(sampled)
+        let n = Double(sampled)
+        let none = errors == 0
+        sampled = 0
+        errors = 0
+        let window = min(value, Double(cap))
+        if let probe {
+            self.probe = nil
+            // Compared sample with sample: both have their noise.
+            if share < probe.share - rise(over: probe.share, answers: n / 2, errors: 3) {
+                // It fell with the window: load. The window stays halved.
+                (reference, referenceWindow) = (share, window)
+            } else {
+                value = probe.window >= Double(cap) ? .infinity : probe.window
+                (reference, referenceWindow) = ((share + probe.share) / 2, probe.window)
+            }
+        } else if none && value == .infinity {
+            // No 5xx in a whole sample at the cap: back to not counting.
+            sampling = false
+            (reference, referenceWindow) = (0, .infinity)
+        } else if share <= reference + rise(over: reference, answers: n, errors: 4) {
+            if window < referenceWindow {
+                (reference, referenceWindow) = (share, window)
+            } else if window <= referenceWindow * 1.25 {
+                reference += (share - reference) / 4
+            }
+            if value < Double(cap) { grow(by: 1, cap: cap) }
+        } else if window > referenceWindow * 1.25 {
+            halve(cap: cap)  // the share rose as the window grew from the reference's
+        } else {
+            probe = (share, window)
+            halve(cap: cap)
+        }
+    }
+
+    /// How far from `share` a sample of `answers` must lie to count: that many standard errors, and
+    /// at least `minimumRise`. A rise over the reference takes four (chance gives one in 30,000 samples:
+    /// a probe costs a sample at half the window, but a probe misread as load costs the window's regrowth);
+    /// the probe's own verdict compares two samples (their noise adds: `answers` halved) at three.
+    private func rise(over share: Double, answers: Double, errors: Double) -> Double {
+        max(settings.minimumRise, errors * (share * (1 - share) / answers).squareRoot())
     }
 }
 
-/// Pauses a connection whose answers are mostly 5xx: over each `window` answers, `threshold` or more
-/// 5xx opens it for `openFor` seconds (doubling on each failed probe, up to `maxOpenFor`); then one
-/// probe request goes out: a non-5xx answer closes it, a 5xx opens it again. While it is open the
+/// Pauses a connection whose answers are (almost) only 5xx: over each `window` answers, `threshold` or
+/// more 5xx opens it for `openFor` seconds (doubling on each failed probe, up to `maxOpenFor`); then
+/// one probe request goes out: a non-5xx answer closes it, a 5xx opens it again. While it is open the
 /// connection takes no new work and its queue goes to healthy connections.
+///
+/// It is for a host that is down, not for one that fails some requests: those are retried per job
+/// (`RetryBudget`), and the window (`AIMDWindow`) judges whether they come from load. Half of 20
+/// answers tripped it by chance under a random 30 % of 503s (one window in 21), pausing the
+/// connection each time; 36 of 40 is beyond chance below about 70 % (one window in 400 there, none in
+/// 10^14 at 30 %), and still stops a down host after 40 answers.
 public struct CircuitBreaker: Sendable, Equatable {
     public struct Settings: Sendable, Equatable {
         /// Answers per verdict, and the share of 5xx among them that opens the breaker.
-        public var window = 20
-        public var threshold = 0.5
+        public var window = 40
+        public var threshold = 0.9
         /// The first pause; each failed probe doubles it, up to `maxOpenFor` (one request per pause
         /// is all a down host sees from this connection).
         public var openFor = 0.5

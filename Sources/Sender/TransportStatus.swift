@@ -54,6 +54,9 @@ public struct ConnectionStatistics: Sendable {
     public var queueDepth = 0
     public var replayCount = 0
     public var replayBytes = 0
+    /// HTTP/2: streams the connection may have open now (its window under the server's and the
+    /// configured limit; 1 while unproved or probing). 0 for the binary interface.
+    public var streamsAllowed = 0
     /// HTTP/2 token authentication: the age in seconds of the provider token this connection last sent
     /// (APNs refuses tokens over an hour old; the cache renews them at ~50 minutes). Nil otherwise.
     public var providerTokenAge: Int64?

@@ -246,3 +246,123 @@ import Testing
         #expect(!err.contains("Permission denied"), "\(err)")
     }
 }
+
+/// Connects that retrying cannot fix end `send` at once: exit status 1 and one line on stderr that says
+/// what is wrong and what to do, nothing sent. Each `send` runs under `timeout 120`: one that retried
+/// for ever (as before) fails the test instead of hanging it.
+@Suite struct SendFailsFastTests {
+    static func jobs() throws -> URL {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("send-refused-\(UUID().uuidString).ndjson")
+        try (0..<20).map { #"{"id":"r:\#($0)","app":"\#(shop)","token":"\#(token($0).hex)","payload":{"aps":{"alert":"hi"}}}"# }
+            .joined(separator: "\n").write(to: file, atomically: true, encoding: .utf8)
+        return file
+    }
+
+    static let tokenAuth = [
+        "--token-key", TestCertificates.tokenKeyPath, "--key-id", TestCertificates.tokenKeyID, "--team-id", TestCertificates.tokenTeamID,
+    ]
+    static let certAuth = ["--cert", TestCertificates.pem(shop), "--key", TestCertificates.key(shop)]
+
+    /// `send` with `arguments` (after the app and before the file) under `timeout 120`, with no proxy
+    /// from this environment but `environment`'s.
+    static func send(_ arguments: [String], jobs: URL, environment: [String: String] = [:]) async throws -> (Int32, String, String) {
+        let noProxy = ["https_proxy": "", "HTTPS_PROXY": "", "no_proxy": "", "NO_PROXY": ""]
+        return try await PipelineProcess.command(
+            ["120", PipelineProcess.binary!, "send", "--protocol", "http2", "--app", shop] + arguments + [jobs.path],
+            environment: noProxy.merging(environment) { $1 }, executable: "/usr/bin/timeout")
+    }
+
+    /// One non-empty line on stderr naming the host and holding `fragment`, status 1, nothing on stdout.
+    static func expectOneLine(
+        _ result: (Int32, String, String), host: String, _ fragment: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let (status, out, err) = result
+        let lines = err.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+        #expect(status == 1, "status \(status) (124: still retrying after 120 s): \(err)", sourceLocation: sourceLocation)
+        #expect(lines.count == 1, "\(lines)", sourceLocation: sourceLocation)
+        #expect(lines.first?.contains("cannot connect to APNs at \(host) for \(shop): ") == true, "\(err)", sourceLocation: sourceLocation)
+        #expect(lines.first?.contains(fragment) == true, "expected \"\(fragment)\" in: \(err)", sourceLocation: sourceLocation)
+        #expect(out.isEmpty, "\(out)", sourceLocation: sourceLocation)
+    }
+
+    /// A server without h2 (the binary gateway simulator: TLS with no ALPN), a server certificate that does
+    /// not verify against the trust roots, one that is not for the name checked, and our client
+    /// certificate refused by the server (signed by a CA it does not trust).
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func aServerWithoutH2OrACertificateThatDoesNotVerifyEndsSend() async throws {
+        let jobs = try Self.jobs()
+        defer { try? FileManager.default.removeItem(at: jobs) }
+        let binary = try await startBinarySimulator()
+        let sim = try await HTTP2Simulator.startedForTests(tokens: false)
+        let h2 = "127.0.0.1:\(sim.port)"
+        let ca = "\(TestCertificates.directory)/ca.pem"
+
+        let old = "127.0.0.1:\(binary.ports.gateway)"
+        Self.expectOneLine(
+            try await Self.send(Self.certAuth + ["--ca", ca, "--gateway", old, "--server-hostname", "localhost"], jobs: jobs),
+            host: old, "did not negotiate HTTP/2 (ALPN: none)")
+        Self.expectOneLine(
+            try await Self.send(
+                Self.certAuth + ["--ca", TestCertificates.pem("rogue-ca"), "--gateway", h2, "--server-hostname", "localhost"], jobs: jobs),
+            host: h2, "does not verify against the trust roots")
+        // The name: a certificate matching neither it nor the address (its IP entry is 127.0.0.1's).
+        let other = try await HTTP2Simulator.startedForTests(tokens: false) { $0.host = "127.0.0.2" }
+        let elsewhere = "127.0.0.2:\(other.port)"
+        Self.expectOneLine(
+            try await Self.send(Self.certAuth + ["--ca", ca, "--gateway", elsewhere, "--server-hostname", "apns.invalid"], jobs: jobs),
+            host: elsewhere, "the server's certificate is not for apns.invalid")
+        #expect(other.records.isEmpty)
+        try await other.stop()
+        Self.expectOneLine(
+            try await Self.send(
+                [
+                    "--cert", TestCertificates.pem("rogue"), "--key", TestCertificates.key("rogue"), "--ca", ca, "--gateway", h2,
+                    "--server-hostname", "localhost",
+                ], jobs: jobs),
+            host: h2, "the server refused our client certificate")
+        #expect(sim.records.isEmpty && binary.totals.accepted == 0)
+        try await sim.stop()
+        try await binary.stop()
+    }
+
+    /// Through tinyproxy with the wrong password (its 401) and with none (407): one line naming the
+    /// proxy and the fix, never the password.
+    @Test(
+        .enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"),
+        .enabled(if: TinyProxy.available, TinyProxy.skipReason))
+    func aProxyRefusingOurCredentialsEndsSend() async throws {
+        let jobs = try Self.jobs()
+        defer { try? FileManager.default.removeItem(at: jobs) }
+        let sim = try await HTTP2Simulator.startedForTests()
+        let proxy = try await TinyProxy(connectPorts: [sim.port], basicAuth: ("apns", "Right-Pr0xy-Pass"))
+        let args =
+            Self.tokenAuth + [
+                "--ca", "\(TestCertificates.directory)/ca.pem", "--gateway", "127.0.0.1:\(sim.port)", "--server-hostname", "localhost",
+            ]
+        let wrong = try await Self.send(args + ["--proxy", "http://apns:Wr0ng-Pr0xy-Pass@127.0.0.1:\(proxy.port)"], jobs: jobs)
+        Self.expectOneLine(
+            wrong, host: "127.0.0.1:\(sim.port)",
+            "the HTTPS proxy 127.0.0.1:\(proxy.port) refused CONNECT 127.0.0.1:\(sim.port): 401 Unauthorized — the user or password in --proxy is wrong"
+        )
+        #expect(!wrong.2.contains("Pr0xy-Pass"))
+        // The password in the environment, as the help advises: the same, naming the variable.
+        let none = try await Self.send(args, jobs: jobs, environment: ["HTTPS_PROXY": "http://127.0.0.1:\(proxy.port)"])
+        Self.expectOneLine(none, host: "127.0.0.1:\(sim.port)", "407 Proxy Authentication Required — it wants credentials: HTTPS_PROXY")
+        #expect(sim.records.isEmpty)
+        // The right password goes through.
+        let (status, out, err) = try await Self.send(
+            args + ["--proxy", "http://apns:Right-Pr0xy-Pass@127.0.0.1:\(proxy.port)"], jobs: jobs)
+        #expect(status == 0 && out.split(separator: "\n").contains("  accepted: 20"), "\(out)\n\(err)")
+        try await sim.stop()
+    }
+}
+
+/// The binary gateway simulator over TLS (client certificates from the test CA), on free ports.
+func startBinarySimulator() async throws -> GatewaySimulator {
+    var config = SimulatorConfiguration(tls: .testCertificates(in: TestCertificates.directory))
+    config.gatewayPort = 0
+    config.feedbackPort = 0
+    let simulator = try GatewaySimulator(configuration: config)
+    try await simulator.start()
+    return simulator
+}

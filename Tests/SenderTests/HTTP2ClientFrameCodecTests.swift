@@ -381,6 +381,142 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
     }
 }
 
+extension HTTP2ClientFrameCodecTests {
+    /// A header block with the dynamic table in use, as a server may send it.
+    static func block(_ encoder: inout HPACKEncoder, status: String, id: String) -> ByteBuffer {
+        var b = ByteBuffer()
+        try! encoder.encode(headers: [":status": status, "apns-id": id], to: &b)
+        return b
+    }
+
+    /// HEADERS without END_STREAM, DATA and RST_STREAM on streams already answered (a server repeating
+    /// old stream ids, as often as it likes): nothing is kept and nothing reported, yet every header
+    /// block still updates the HPACK table (the next answer on an open stream decodes); the open
+    /// streams are answered as before.
+    @Test func framesOnClosedStreamsKeepNoState() throws {
+        var codec = try Self.codec(requests: 4)  // streams 1, 3, 5, 7
+        var encoder = HPACKEncoder(allocator: Self.allocator)
+        var answered = Self.receive(
+            &codec,
+            frame(Kind.headers, flags: Flag.endHeaders | Flag.endStream, stream: 1, Self.block(&encoder, status: "200", id: "A"))
+                + frame(Kind.headers, flags: Flag.endHeaders | Flag.endStream, stream: 3, Self.block(&encoder, status: "200", id: "B")))
+        #expect(answered.count == 2)
+        #expect(codec.openStreams.count == 2)
+        for i in 0..<1000 {
+            let id = UInt32(1 + 2 * (i % 2))
+            let events = Self.receive(
+                &codec,
+                frame(Kind.headers, flags: Flag.endHeaders, stream: id, Self.block(&encoder, status: "503", id: "old-\(i)"))
+                    + frame(Kind.data, stream: id, Array(#"{"reason":"ServiceUnavailable"}"#.utf8)))
+            #expect(events.isEmpty)
+        }
+        #expect(codec.answersInProgress == 0)
+        #expect(codec.failed == nil)
+        // An answer repeated in full, and a reset, on a closed stream: not reported again.
+        #expect(
+            Self.receive(
+                &codec,
+                frame(Kind.headers, flags: Flag.endHeaders | Flag.endStream, stream: 1, Self.block(&encoder, status: "200", id: "A"))
+                    + frame(Kind.rstStream, stream: 3, u32(2))
+            ).isEmpty)
+        // DATA on closed streams still counts against the connection window (it must be returned).
+        #expect(codec.unacknowledgedBytes >= 1000 * 31)
+        // The open streams: the blocks above changed the table, and this one (same fields) decodes.
+        answered = Self.receive(
+            &codec,
+            frame(Kind.headers, flags: Flag.endHeaders, stream: 5, Self.block(&encoder, status: "503", id: "old-999"))
+                + frame(Kind.data, flags: Flag.endStream, stream: 5, Array(#"{"reason":"ServiceUnavailable"}"#.utf8))
+                + frame(Kind.rstStream, stream: 7, u32(7)))
+        #expect(
+            answered == [
+                .answer(.init(streamID: 5, status: 503, reason: "ServiceUnavailable", timestamp: nil)),
+                .reset(streamID: 7, code: .refusedStream),
+            ])
+        #expect(codec.openStreams.isEmpty && codec.answersInProgress == 0)
+    }
+
+    /// Streams we gave up on (RST_STREAM CANCEL) and streams above a GOAWAY's last stream id are closed
+    /// too: an answer that comes for them later is not kept or reported.
+    @Test func streamsResetByUsOrAboveAGoAwayAreClosed() throws {
+        var codec = try Self.codec(requests: 4)
+        var encoder = HPACKEncoder(allocator: Self.allocator)
+        // Half an answer on stream 7, then we reset it.
+        #expect(
+            Self.receive(&codec, frame(Kind.headers, flags: Flag.endHeaders, stream: 7, Self.block(&encoder, status: "500", id: "D")))
+                .isEmpty)
+        #expect(codec.answersInProgress == 1)
+        codec.writeReset(streamID: 7, code: .cancel)
+        #expect(codec.answersInProgress == 0 && !codec.openStreams.contains(7))
+        // GOAWAY naming stream 1: 3 and 5 will never be processed.
+        _ = Self.receive(&codec, frame(Kind.goAway, u32(1) + u32(0)))
+        #expect(codec.openStreams.count == 1 && codec.openStreams.contains(1))
+        let late = Self.receive(
+            &codec,
+            [3, 5, 7].flatMap { frame(Kind.headers, flags: Flag.endHeaders, stream: $0, Self.block(&encoder, status: "200", id: "L")) })
+        #expect(late.isEmpty && codec.answersInProgress == 0)
+        let last = Self.receive(
+            &codec, frame(Kind.headers, flags: Flag.endHeaders | Flag.endStream, stream: 1, Self.block(&encoder, status: "200", id: "A")))
+        #expect(last == [.answer(.init(streamID: 1, status: 200, reason: nil, timestamp: nil))])
+    }
+
+    /// Many thousands of streams opened and answered, then every old id answered again without an end:
+    /// the codec holds no entry per id, and its set of open streams stays a few words.
+    @Test func oldStreamIDsCannotGrowTheCodec() throws {
+        var codec = try Self.codec(requests: 0)
+        var encoder = HPACKEncoder(allocator: Self.allocator)
+        let head = try Self.head(0)
+        for k in 0..<20_000 {
+            let id = UInt32(2 * k + 1)
+            codec.writeRequest(streamID: id, head: head, authority: "a", authorization: nil, payload: [])
+            _ = codec.takeOutbound()
+            _ = Self.receive(
+                &codec,
+                frame(Kind.headers, flags: Flag.endHeaders | Flag.endStream, stream: id, Self.block(&encoder, status: "200", id: "x")))
+            #expect(codec.openStreams.storedWords <= 1)
+        }
+        var bytes: [UInt8] = []
+        for k in 0..<20_000 {
+            bytes += frame(Kind.headers, flags: Flag.endHeaders, stream: UInt32(2 * k + 1), Self.block(&encoder, status: "503", id: "x"))
+        }
+        #expect(Self.receive(&codec, bytes).isEmpty)
+        #expect(codec.answersInProgress == 0 && codec.openStreams.isEmpty && codec.failed == nil)
+    }
+
+    /// The open-stream set against a plain `Set` under random opens (in increasing order, as a client
+    /// opens them), closes (in any order) and GOAWAYs.
+    @Test func openStreamsAgreeWithASet() {
+        var random = SystemRandomNumberGenerator()
+        for _ in 0..<20 {
+            var bits = HTTP2OpenStreams()
+            var model = Set<UInt32>()
+            var next: UInt32 = 1
+            for _ in 0..<5_000 {
+                switch Int.random(in: 0..<10, using: &random) {
+                case 0..<5:
+                    bits.open(next)
+                    model.insert(next)
+                    next += 2 * UInt32.random(in: 1...3, using: &random)
+                case 5..<9:
+                    let id = model.randomElement(using: &random) ?? UInt32.random(in: 1...next, using: &random)
+                    #expect(bits.close(id) == (model.remove(id) != nil))
+                default:
+                    let last = UInt32.random(in: 0...next, using: &random)
+                    bits.close(above: last)
+                    model = model.filter { $0 <= last }
+                }
+                #expect(bits.count == model.count)
+            }
+            for id in 0...next + 4 { #expect(bits.contains(id) == model.contains(id)) }
+        }
+        // Ids below the oldest open one and even ids are never open.
+        var bits = HTTP2OpenStreams()
+        bits.open(101)
+        bits.open(50)
+        bits.open(102)
+        #expect(bits.count == 1 && !bits.contains(50) && !bits.contains(102))
+    }
+}
+
 /// `apns-unique-id` (sandbox answers, issue 31): kept when it is a UUID's text, ignored otherwise.
 @Suite struct HTTP2UniqueIDParsingTests {
     @Test func aUUIDIsKeptAnythingElseIgnored() {

@@ -251,6 +251,72 @@ import Testing
         #expect(m.tick(now: 2).writes.map(\.request.job) == [1])
     }
 
+    /// A server refusing every stream (REFUSED_STREAM) for longer than `give_up_after_s`: the job is
+    /// resent with a growing back-off, then dead-lettered `gateway-gave-up` like a 5xx retry.
+    @Test func refusedStreamsForeverGiveUpByTime() {
+        var m = Self.machine { $0.budget.giveUpAfter = 30 }
+        _ = m.enqueue([1], now: 0)
+        var w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        var now = 0.0
+        var attempts = 1
+        var settled: [Machine.Settled] = []
+        while settled.isEmpty && now < 1000 {
+            let r = m.reset(streamID: w[0].streamID, refused: true, now: now)
+            settled = r.settled
+            w = r.writes
+            while w.isEmpty && settled.isEmpty && now < 1000 {
+                now += 0.05
+                let t = m.tick(now: now)
+                w = t.writes
+                settled = t.settled
+            }
+            if !w.isEmpty { attempts += 1 }
+        }
+        #expect(settled.first?.delivery == .rejected(.transient(reason: "gateway-gave-up")))
+        #expect(now >= 30 && now < 31)
+        #expect(attempts < 16, "a back-off, not a hot loop: \(attempts) attempts")
+        let e = m.takeEvents()
+        #expect(e.gaveUp == 1 && e.retriedBy[.refusedStream] == attempts - 1)
+    }
+
+    /// A job above a GOAWAY's last stream id is resent on the next connection; when that connection
+    /// comes only after the job's `apns-expiration`, it is dead-lettered `expired`, not written.
+    @Test func aGoAwayResendPastItsExpirationIsNotWritten() {
+        var c = Machine.Configuration()
+        c.streamCap = 10
+        c.reconnect.initialDelay = 5
+        c.reconnect.jitter = 0
+        var m = Machine(configuration: c, random: SplitMix64(seed: 1), expiry: { $0 >= 1_000_000 ? UInt32($0) : 0 })
+        m.wallClockOffset = 1_000_000
+        _ = m.enqueue([0], now: 0)
+        let w0 = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        _ = m.response(streamID: w0[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
+        // Job 1_000_002 expires 2 s from now, job 7 never.
+        let w = m.enqueue([1_000_002, 7], now: 0).writes
+        #expect(w.count == 2)
+        let g = m.goAway(lastStreamID: w0[0].streamID, now: 0.5)
+        #expect(g.settled.isEmpty && g.close)
+        _ = m.closed(now: 0.5)
+        // The reconnect comes 5 s later: past the first job's expiration.
+        var writes: [Machine.Write] = []
+        var settled: [Machine.Settled] = []
+        for t in stride(from: 0.5, through: 10, by: 0.1) {
+            let a = m.tick(now: t)
+            settled += a.settled
+            if a.connect {
+                let c = m.connected(now: t)
+                writes += c.writes
+                settled += c.settled
+            }
+        }
+        #expect(settled.map(\.request.job) == [1_000_002])
+        #expect(settled.first?.delivery == .rejected(.transient(reason: "expired")))
+        #expect(writes.map(\.request.job) == [7])
+        #expect(m.takeEvents().gaveUp == 1)
+    }
+
     /// A job whose `apns-expiration` comes before the give-up time is dead-lettered `expired`
     /// rather than sent after it.
     @Test func aJobExpiringWhileItWaitsIsDeadLetteredExpired() {
@@ -306,6 +372,35 @@ import Testing
         #expect(m.acceptsWork)
     }
 
+    /// A connect refused for good (a proxy refusing our credentials, a server without h2, a certificate
+    /// that does not verify): the queue goes to the other connections, the connection waits
+    /// `authFailureDelay` (not its reconnect back-off), and it does not count as up until a connect
+    /// succeeds, even idle. While draining its queue stays with it.
+    @Test func aRefusedConnectStopsTheConnectionForTheAuthFailureDelay() {
+        var m = Self.machine()  // authFailureDelay 60
+        #expect(m.enqueue([1, 2, 3], now: 0).connect)
+        let r = m.connectRefused(now: 0)
+        #expect(r.connectRefused)
+        #expect(Set(r.reroute.map(\.job)) == [1, 2, 3])
+        #expect(!m.acceptsWork && m.refused)
+        _ = m.connectFailed(now: 0)
+        #expect(m.phase == .waitingToReconnect(at: 60))
+        #expect(!m.tick(now: 59).connect)
+        _ = m.tick(now: 60)
+        #expect(m.acceptsWork && m.refused, "it takes work again, but is not up")
+        #expect(m.enqueue([4], now: 61).connect)
+        _ = m.connected(now: 61)
+        #expect(!m.refused)
+
+        var d = Self.machine()
+        _ = d.enqueue([1], now: 0)
+        _ = d.drain(now: 0)
+        let dr = d.connectRefused(now: 0)
+        #expect(dr.reroute.isEmpty && d.queue.count == 1)
+        _ = d.connectFailed(now: 0)
+        #expect(d.phase == .waitingToReconnect(at: 60))
+    }
+
     @Test func suspendedWhileDrainingKeepsItsJobs() {
         var m = Self.authenticated()
         _ = m.enqueue([1], now: 1)
@@ -357,18 +452,114 @@ import Testing
         #expect(end.settled.first?.delivery == .rejected(.transient(reason: "gateway-gave-up")))
     }
 
-    /// 503 and 429 halve the connection's streams; other answers grow them back, one per window.
-    @Test func serviceUnavailableShrinksTheStreamsAndSuccessGrowsThemBack() {
+    /// Answers every open stream, oldest first, with `status(job, streams open when it was written)`,
+    /// feeding new jobs as streams free up, for `answers` answers; returns the permits before each.
+    static func serve(
+        _ m: inout Machine, answers: Int, from start: Int = 1_000, status: (Int, Int) -> Int
+    ) -> [Int] {
+        var open: [(stream: UInt32, job: Int, load: Int)] = []
+        var permits: [Int] = []
+        var next = start
+        func take(_ a: Machine.Action) {
+            for w in a.writes { open.append((w.streamID, w.request.job, open.count + 1)) }
+        }
+        take(m.enqueue(Array(next..<next + 200), now: 1))
+        next += 200
+        for _ in 0..<answers {
+            permits.append(m.permits)
+            guard !open.isEmpty else { break }
+            let x = open.removeFirst()
+            let code = status(x.job, x.load)
+            take(m.response(streamID: x.stream, status: code, reason: code == 200 ? nil : "ServiceUnavailable", timestamp: nil, now: 1))
+            if m.queue.count < 100 {
+                take(m.enqueue(Array(next..<next + 200), now: 1))
+                next += 200
+            }
+        }
+        return permits
+    }
+
+    /// A random 30 % of 503 (not depending on the streams open): the connection keeps its streams (one
+    /// probe at half of them, then back), retries each job, and is never paused.
+    @Test func aRandomShareOf503KeepsTheStreams() {
         var m = Self.authenticated(cap: 16)
+        var random = SplitMix64(seed: 4)
+        let permits = Self.serve(&m, answers: 20_000) { _, _ in Double.random(in: 0..<1, using: &random) < 0.3 ? 503 : 200 }
+        #expect(permits.filter { $0 == 16 }.count > permits.count * 95 / 100)
+        #expect(permits.min() == 8, "one halving: the probe")
         #expect(m.permits == 16)
-        let w = m.enqueue(Array(1...16), now: 1).writes
-        _ = m.response(streamID: w[0].streamID, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: 1)
+        #expect(m.breaker.state == .closed)
+        #expect(m.takeEvents().retriedBy[.serverError] > 5_000)
+    }
+
+    /// A server overloaded past 6 open streams (a request that finds `n` open, counting itself, is
+    /// answered 503 with a chance of (n - 6) / n): the share rises with the streams, so they shrink,
+    /// and the share falls.
+    @Test func a503ShareRisingWithTheStreamsShrinksThem() {
+        var m = Self.machine(cap: 16) { $0.window.sampleAnswers = 100 }
+        _ = m.enqueue([0], now: 0)
+        let w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 1000, now: 0)
+        _ = m.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
+        var statuses: [Int] = []
+        var random = SplitMix64(seed: 8)
+        let permits = Self.serve(&m, answers: 20_000) { _, load in
+            statuses.append(Double.random(in: 0..<1, using: &random) < Double(max(0, load - 6)) / Double(load) ? 503 : 200)
+            return statuses.last!
+        }
+        let late = permits.suffix(10_000)
+        let mean = Double(late.reduce(0, +)) / Double(late.count)
+        #expect(mean < 12, "mean streams \(mean) of 16")
+        let share = { (s: ArraySlice<Int>) in Double(s.filter { $0 == 503 }.count) / Double(s.count) }
+        #expect(share(statuses.prefix(100)) > 0.4)
+        #expect(share(statuses.suffix(10_000)) < 0.35, "503 share now \(share(statuses.suffix(10_000)))")
+    }
+
+    /// Streams unanswered past their deadline halve the window (load: the server or the path cannot
+    /// answer so many in time).
+    @Test func aTimeoutShrinksTheStreams() {
+        var m = Self.authenticated(cap: 16)
+        _ = m.enqueue(Array(1...16), now: 100)
+        _ = m.response(streamID: 3, status: 200, reason: nil, timestamp: nil, now: 105)
+        #expect(m.permits == 16)
+        let t = m.tick(now: 111)
+        #expect(t.cancel.count == 15)
         #expect(m.permits == 8)
-        // The rest of the same burst does not halve it again and again.
-        _ = m.response(streamID: w[1].streamID, status: 503, reason: "ServiceUnavailable", timestamp: nil, now: 1)
-        #expect(m.permits == 8)
-        for x in w.dropFirst(2) { _ = m.response(streamID: x.streamID, status: 200, reason: nil, timestamp: nil, now: 1) }
-        #expect(m.permits > 8)
+    }
+
+    /// 429 TooManyRequests is about one device token: that token's later jobs wait out its back-off
+    /// with it, every other token's go on, and the connection keeps all its streams.
+    @Test func tooManyRequestsHoldsItsTokenOnly() {
+        var c = Machine.Configuration()
+        c.streamCap = 4
+        c.budget.backoff.initialDelay = 1
+        c.budget.backoff.jitter = 0
+        // Jobs 100…199 are token 1, 200…299 token 2.
+        var m = Machine(configuration: c, random: SplitMix64(seed: 1), token: { UInt64($0 / 100) })
+        _ = m.enqueue([100], now: 0)
+        let first = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        let a = m.response(streamID: first[0].streamID, status: 429, reason: "TooManyRequests", timestamp: nil, now: 0)
+        #expect(a.settled.isEmpty && a.writes.isEmpty)
+        #expect(m.tokenHolds.count == 1)
+        // (A 429 proves the credentials: all four streams.) Another token's job goes at once.
+        let b = m.enqueue([200], now: 0.1)
+        #expect(b.writes.map(\.request.job) == [200])
+        _ = m.response(streamID: b.writes[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0.1)
+        #expect(m.permits == 4, "the 429 did not shrink the window")
+        // Token 1's next jobs wait for its hold (with the job that got the 429); token 2's go.
+        let c2 = m.enqueue([101, 201, 102, 202], now: 0.2)
+        #expect(c2.writes.map(\.request.job) == [201, 202])
+        for w in c2.writes { _ = m.response(streamID: w.streamID, status: 200, reason: nil, timestamp: nil, now: 0.3) }
+        #expect(m.tick(now: 0.9).writes.isEmpty)
+        let due = m.tick(now: 1.0).writes
+        #expect(due.map(\.request.job) == [100, 101, 102])
+        #expect(due.map(\.request.attempts) == [2, 1, 1])
+        let e = m.takeEvents()
+        #expect(e.retriedBy[.tooManyRequests] == 1)
+        // The holds are forgotten once passed.
+        _ = m.tick(now: 3)
+        #expect(m.tokenHolds.isEmpty)
     }
 
     /// Mostly 5xx: the connection stops taking work and hands its queue to the others, then one
@@ -399,6 +590,8 @@ import Testing
         #expect(m.acceptsWork)
         _ = m.response(streamID: probe[0].streamID, status: 200, reason: nil, timestamp: nil, now: t + 5)
         #expect(m.breaker.state == .closed)
+        // The host is back: the whole window at once, whatever the 503s did to it.
+        #expect(m.window.isFull)
         #expect(m.enqueue([12, 13], now: t + 5).writes.count == 2)
     }
 

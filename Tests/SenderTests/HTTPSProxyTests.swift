@@ -165,7 +165,13 @@ import Testing
             }
             #expect(error.problem == problem)
             #expect(error.description.contains("HTTPS proxy proxy:3128") && error.description.contains(fix), "\(error)")
-            #expect(error.description.contains("retries with back-off"), "\(error)")
+            // Wrong credentials do not get better by retrying: the connection waits (HTTP2ConnectRefusal).
+            if case .authenticationRequired = problem {
+                #expect(error.description.contains("waits (as for refused credentials) before it tries again"), "\(error)")
+                #expect(!error.summary.contains("tries again") && error.description.hasPrefix(error.summary))
+            } else {
+                #expect(error.description.contains("retries with back-off"), "\(error)")
+            }
             #expect(!error.description.contains("pw-1234"))
             #expect(!channel.isActive, "a refused tunnel's connection is closed")
         }
@@ -278,6 +284,7 @@ struct HTTPSProxyTransportTests {
             let wrongLog = OutcomeLog()
             let records = sim.records.count
             // Reconnects at most every 5 s: the transport stays behind with its queued jobs after the test.
+            let connects = proxy.connectRequests.count
             let wrong = try Self.transport(sim, proxy: try Self.settings(url), log: wrongLog, logger: logger, reconnectMax: 5)
             try await wrong.send((1000..<1020).map { job($0, token: $0) })
             try await waitUntil("both connections failed at the proxy", seconds: 30) {
@@ -287,14 +294,20 @@ struct HTTPSProxyTransportTests {
                 #expect(error.contains("HTTPS proxy 127.0.0.1:\(proxy.port) refused CONNECT 127.0.0.1:\(sim.port): \(status)"), "\(error)")
                 #expect(error.contains(fix), "\(error)")
             }
-            // Nothing settled and nothing lost: the jobs wait in the queue for a proxy that lets them through.
+            // Nothing settled and nothing lost: the jobs wait in the queue for a proxy that lets them through,
+            // and the connections do not knock again before `authFailureDelay` (60 s): one CONNECT each.
             #expect(wrongLog.count == 0)
             #expect(sim.records.count == records)
-            #expect(await wrong.statistics().reduce(0) { $0 + $1.queueDepth } == 20)
+            try await waitUntil("the jobs back in a queue", seconds: 30) { await wrong.statistics().reduce(0) { $0 + $1.queueDepth } == 20 }
+            #expect(await wrong.statistics().allSatisfy { $0.state == "stopped" })
+            // The one log line for both connections (at most one a minute for the same refusal).
             let lines = captured.lines
-            #expect(lines.contains { $0.contains("connect failed") && $0.contains("proxy=127.0.0.1:\(proxy.port)") }, "\(lines)")
+            let refused = lines.filter { $0.hasPrefix("connect refused: the HTTPS proxy 127.0.0.1:\(proxy.port) refused CONNECT") }
+            #expect(refused.count == 1 && refused[0].contains("proxy=127.0.0.1:\(proxy.port)"), "\(lines)")
+            #expect(!lines.contains { $0.hasPrefix("connect failed") }, "\(lines)")
             let basic = Data("apns:Wr0ng-Pr0xy-Pass".utf8).base64EncodedString()
             #expect(!lines.contains { $0.contains("Pr0xy-Pass") || $0.contains(basic) }, "a password in a log line: \(lines)")
+            #expect(proxy.connectRequests.count - connects <= 2, "\(proxy.connectRequests.count - connects) CONNECTs")
             _ = await wrong.drainAndClose(before: .now + .milliseconds(200))
         }
         try await sim.stop()

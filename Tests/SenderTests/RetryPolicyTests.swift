@@ -48,29 +48,132 @@ import Testing
         #expect(budget.next(failures: 1, now: 0, deadline: past, random: &random) == .expired)
     }
 
-    @Test func aimdHalvesOncePerWindowAndGrowsBackToTheCap() {
+    /// A resend whose time is chosen by the caller (a refused stream: at once) keeps the budget's rules:
+    /// not at or past the expiration, not past the give-up time but for one attempt there.
+    @Test func aResendAtAChosenTimeKeepsTheDeadline() {
+        let budget = RetryBudget()
+        let byTime = RetryBudget.Deadline(at: 100, byExpiry: false)
+        let byExpiry = RetryBudget.Deadline(at: 100, byExpiry: true)
+        #expect(budget.resend(at: 50, now: 50, deadline: byTime) == .retry(at: 50))
+        #expect(budget.resend(at: 120, now: 90, deadline: byTime) == .retry(at: 100))
+        #expect(budget.resend(at: 100, now: 100, deadline: byTime) == .giveUp)
+        #expect(budget.resend(at: 99, now: 90, deadline: byExpiry) == .retry(at: 99))
+        #expect(budget.resend(at: 100, now: 90, deadline: byExpiry) == .expired)
+        #expect(budget.resend(at: 100, now: 100, deadline: byExpiry) == .expired)
+    }
+
+    /// Answers with a 5xx share drawn at random (`share` of them), whatever the window: the window is
+    /// at its cap for nearly every answer (one probe at the start, an occasional one by chance).
+    static func answers(_ w: inout AIMDWindow, share: (Int) -> Double, count: Int, cap: Int, seed: UInt64) -> [Int] {
+        var random = SplitMix64(seed: seed)
+        var limits: [Int] = []
+        for _ in 0..<count {
+            let limit = w.limit(cap: cap)
+            limits.append(limit)
+            if Double.random(in: 0..<1, using: &random) < share(limit) { w.serverError(cap: cap) } else { w.success(cap: cap) }
+        }
+        return limits
+    }
+
+    @Test(arguments: [0.01, 0.1, 0.3, 0.5])
+    func aRandom5xxShareKeepsTheWindow(_ share: Double) {
+        var w = AIMDWindow()
+        let limits = Self.answers(&w, share: { _ in share }, count: 200_000, cap: 100, seed: 11)
+        let full = limits.filter { $0 == 100 }.count
+        #expect(Double(full) / Double(limits.count) > 0.98, "at the cap for \(full) of \(limits.count) answers")
+        #expect(limits.min()! >= 50, "a probe halves it once, never more")
+        #expect(w.limit(cap: 100) == 100)
+        #expect(abs(w.reference - share) < 0.05, "the share it learned: \(w.reference)")
+    }
+
+    /// A server that can take 30 streams: a request beyond them is answered 503 (so the share grows with
+    /// the window). The window finds its way below the cap and stays around the server's capacity,
+    /// and the 5xx share falls with it.
+    @Test func aShareRisingWithTheWindowHalvesIt() {
+        var w = AIMDWindow()
+        let capacity = 30.0
+        let limits = Self.answers(&w, share: { max(0, (Double($0) - capacity) / Double($0)) }, count: 100_000, cap: 100, seed: 12)
+        let late = limits.suffix(50_000)
+        let mean = Double(late.reduce(0, +)) / Double(late.count)
+        #expect(mean >= 10 && mean <= 60, "mean window \(mean)")
+        #expect(late.max()! < 100, "it never went back to the cap")
+        let lateShare = late.map { max(0, (Double($0) - capacity) / Double($0)) }.reduce(0, +) / Double(late.count)
+        #expect(lateShare < 0.35, "the 5xx share fell from 70 % at the cap to \(lateShare)")
+    }
+
+    /// A share that appears at once (0 → 40 %) and does not depend on the window: one probe (half the
+    /// window for one sample), then the window is back at the cap.
+    @Test func aShareAppearingAtOnceIsProbedOnceThenKept() {
+        var settings = AIMDWindow.Settings()
+        settings.sampleAnswers = 100
+        var w = AIMDWindow(settings: settings)
+        for _ in 0..<1000 { w.success(cap: 64) }
+        #expect(w.isFull)
+        var random = SplitMix64(seed: 5)
+        var probes = 0
+        var wasProbing = false
+        for _ in 0..<400 {
+            if Double.random(in: 0..<1, using: &random) < 0.4 { w.serverError(cap: 64) } else { w.success(cap: 64) }
+            if w.isProbing && !wasProbing {
+                probes += 1
+                #expect(w.limit(cap: 64) == 32)
+            }
+            wasProbing = w.isProbing
+        }
+        #expect(probes == 1)
+        #expect(w.limit(cap: 64) == 64)
+        // The 5xx stop: after a sample without any, it stops counting (the answer path's fast case).
+        for _ in 0..<200 { w.success(cap: 64) }
+        #expect(w.isFull)
+    }
+
+    /// Timeouts halve the window (a burst of them, within a window of answers, once); other answers
+    /// grow it back by about one stream per window of answers, up to the cap.
+    @Test func timeoutsHalveOncePerWindowAndSuccessGrowsBack() {
         var w = AIMDWindow()
         #expect(w.limit(cap: 100) == 100)
-        w.congestion(cap: 100)
+        w.timeout(cap: 100)
         #expect(w.limit(cap: 100) == 50)
-        for _ in 0..<50 { w.congestion(cap: 100) }  // the same burst (a window of answers): one decrease
+        for _ in 0..<20 { w.timeout(cap: 100) }  // the same burst: one decrease
         #expect(w.limit(cap: 100) == 50)
-        w.congestion(cap: 100)
+        for _ in 0..<50 { w.success(cap: 100) }
+        w.timeout(cap: 100)
         #expect(w.limit(cap: 100) == 25)
+        // A timeout every 30 answers: the window settles where 30 answers grow it back by as much as a
+        // halving takes away (about 8 streams).
         for _ in 0..<10 {
-            w.congestion(cap: 100)
-            for _ in 0..<30 { w.congestion(cap: 100) }
+            w.timeout(cap: 100)
+            for _ in 0..<30 { w.success(cap: 100) }
         }
-        #expect(w.limit(cap: 100) == 1, "never below one stream")
+        #expect(w.limit(cap: 100) < 16)
         var answers = 0
         while w.limit(cap: 100) < 100 && answers < 100_000 {
             w.success(cap: 100)
             answers += 1
         }
-        #expect(w.limit(cap: 100) == 100)
+        #expect(w.limit(cap: 100) == 100 && w.isFull)
         #expect(answers > 1000, "additive: about one stream per window of answers")
         // A lower cap (the server's SETTINGS) bounds it too.
         #expect(w.limit(cap: 10) == 10)
+    }
+
+    /// The default breaker: a random 30 % (even 50 %) of 5xx never opens it; a host answering only 5xx
+    /// opens it within its window of 40 answers.
+    @Test func theBreakerStopsADownHostNotAFailingShare() {
+        var random = SplitMix64(seed: 9)
+        for share in [0.3, 0.5] {
+            var b = CircuitBreaker()
+            var opened = 0
+            for _ in 0..<200_000 where b.record(serverError: Double.random(in: 0..<1, using: &random) < share, now: 0) { opened += 1 }
+            #expect(opened == 0, "\(share): opened \(opened) times")
+        }
+        var b = CircuitBreaker()
+        var answers = 0
+        while !b.isOpen {
+            _ = b.record(serverError: true, now: 0)
+            answers += 1
+        }
+        #expect(answers == 40)
     }
 
     @Test func breakerOpensOnMostly5xxProbesAndBacksOffItsWait() {

@@ -361,7 +361,11 @@ struct HTTP2ClientFrameCodec {
     /// The highest stream id we opened: a frame on a stream above it (or on a server-initiated,
     /// even one) is a protocol error.
     private(set) var highestStreamID: UInt32 = 0
-    /// Answers being assembled: `:status` from HEADERS, the body from DATA.
+    /// The streams written and not yet answered, reset or given up on: frames on any other stream
+    /// (an old one, answered long ago) are read for the connection's state (HPACK, the window) and
+    /// otherwise ignored, so nothing the server repeats there is kept.
+    private(set) var openStreams = HTTP2OpenStreams()
+    /// Answers being assembled, open streams only: `:status` from HEADERS, the body from DATA.
     private var responses: [UInt32: (status: Int, body: ByteBuffer?, uniqueID: String?)] = [:]
     /// A header block waiting for its CONTINUATION frames.
     private var headerBlock: (streamID: UInt32, endStream: Bool, bytes: ByteBuffer)?
@@ -439,6 +443,7 @@ struct HTTP2ClientFrameCodec {
     ) {
         guard failed == nil else { return }
         highestStreamID = max(highestStreamID, streamID)
+        openStreams.open(streamID)
         let start = outbound.writerIndex
         outbound.writeRepeatingByte(0, count: HTTP2FrameHeader.size)  // the header, filled in below
         encoder.beginBlock(into: &outbound)
@@ -532,6 +537,9 @@ struct HTTP2ClientFrameCodec {
     /// DATA frames waiting for a WINDOW_UPDATE.
     var waitingDataCount: Int { waitingData.count }
 
+    /// Answers whose HEADERS came and whose end has not (state kept per stream, for tests).
+    var answersInProgress: Int { responses.count }
+
     mutating func writePing(ack: Bool = false, data: UInt64 = 1) {
         guard failed == nil else { return }
         HTTP2FrameHeader(length: 8, type: HTTP2FrameHeader.Kind.ping, flags: ack ? HTTP2FrameHeader.Flag.ack : 0, streamID: 0)
@@ -543,6 +551,7 @@ struct HTTP2ClientFrameCodec {
     /// working on it, its DATA still waiting for window is dropped, and a late answer is ignored.
     mutating func writeReset(streamID: UInt32, code: HTTP2WireErrorCode) {
         guard failed == nil else { return }
+        openStreams.close(streamID)
         responses[streamID] = nil
         waitingData.removeAll { $0.streamID == streamID }
         HTTP2FrameHeader(length: 4, type: HTTP2FrameHeader.Kind.rstStream, flags: 0, streamID: streamID).write(into: &outbound)
@@ -644,6 +653,7 @@ struct HTTP2ClientFrameCodec {
                 }
                 if header.flags & HTTP2FrameHeader.Flag.endStream != 0 {
                     let (status, body, uniqueID) = responses.remove(at: index).value
+                    openStreams.close(header.streamID)
                     events.append(.answer(Self.answer(streamID: header.streamID, status: status, body: body, uniqueID: uniqueID)))
                 }
             }
@@ -685,6 +695,8 @@ struct HTTP2ClientFrameCodec {
             guard header.length == 4, let code = payload.readInteger(as: UInt32.self) else {
                 throw HTTP2ConnectionError(code: .frameSizeError, message: "RST_STREAM of \(header.length) bytes")
             }
+            // A reset of a stream already closed (answered, or reset by us) is news to no one.
+            guard openStreams.close(header.streamID) else { return }
             responses[header.streamID] = nil
             waitingData.removeAll { $0.streamID == header.streamID }
             events.append(.reset(streamID: header.streamID, code: HTTP2WireErrorCode(rawValue: code)))
@@ -728,8 +740,11 @@ struct HTTP2ClientFrameCodec {
                 throw HTTP2ConnectionError(code: .frameSizeError, message: "GOAWAY of \(header.length) bytes")
             }
             let lastStreamID = last & 0x7FFF_FFFF
-            // Streams above it will never be processed: their DATA is not sent (they are resent elsewhere).
+            // Streams above it will never be processed: their DATA is not sent (they are resent
+            // elsewhere), and nothing the server says on them later is kept.
             waitingData.removeAll { $0.streamID > lastStreamID }
+            openStreams.close(above: lastStreamID)
+            if !responses.isEmpty { responses = responses.filter { $0.key <= lastStreamID } }
             events.append(
                 .goAway(
                     lastStreamID: lastStreamID, code: HTTP2WireErrorCode(rawValue: code), debug: payload.readableBytes > 0 ? payload : nil))
@@ -801,9 +816,15 @@ struct HTTP2ClientFrameCodec {
         let status = headers.first(name: APNsHeader.status).flatMap { Int($0) } ?? 0
         // `apns-unique-id`: sandbox answers only, so a String is made only there (nil elsewhere).
         let uniqueID = Self.uniqueID(headers)
+        // A closed stream's HEADERS (a late or repeated answer) changed the HPACK table above; nothing
+        // else of it is kept or reported.
         if endStream {
-            responses[streamID] = nil
+            guard openStreams.close(streamID) else { return }
+            // Nearly every answer (a 200 is HEADERS alone): no look-up when no answer is half read.
+            if !responses.isEmpty { responses[streamID] = nil }
             events.append(.answer(Self.answer(streamID: streamID, status: status, body: nil, uniqueID: uniqueID)))
+        } else if !openStreams.contains(streamID) {
+            return
         } else if responses[streamID].map({ $0.status < 200 }) ?? true {
             // The first HEADERS, or the final one after an informational (1xx) answer.
             responses[streamID] = (status, nil, uniqueID)

@@ -41,6 +41,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     private let onOutcomes: OutcomeHandler
     /// Hands requests to another connection of the transport (never called while draining).
     private let reroute: @Sendable ([Machine.Request], _ from: Int) -> Void
+    /// Where a refused connect is reported (`send`'s handler, or a log line at most once a minute).
+    private let refusals: HTTP2ConnectRefusals
     private var logger: Logger
 
     private var machine: Machine
@@ -66,6 +68,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     private var connectFailures = 0
     /// The HTTPS proxy this connection's host is reached through (nil: directly, or listed in NO_PROXY).
     private let proxy: HTTPSProxy?
+    /// The epoch whose connect was refused for good (`refuse`).
+    private var refusedEpoch = -1
     private(set) var statistics = ConnectionStatistics()
 
     /// Whether the transport should route new work here (read from other threads).
@@ -74,7 +78,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     init(
         index: Int, eventLoop: any EventLoop, configuration: HTTP2TransportConfiguration, sslContext: NIOSSLContext,
         limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler,
-        reroute: @escaping @Sendable ([Machine.Request], Int) -> Void
+        reroute: @escaping @Sendable ([Machine.Request], Int) -> Void, refusals: HTTP2ConnectRefusals = HTTP2ConnectRefusals()
     ) {
         self.index = index
         self.eventLoop = eventLoop
@@ -88,6 +92,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.limiter = limiter
         self.onOutcomes = onOutcomes
         self.reroute = reroute
+        self.refusals = refusals
         self.logger = logger
         self.logger[metadataKey: "app"] = "\(configuration.app)"
         self.logger[metadataKey: "connection"] = "\(index)"
@@ -98,7 +103,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.machine = Machine(
             configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
             instead: cancellations.map { c in { c.instead(of: $0.notification) } },
-            lane: { $0.notification.lane })
+            lane: { $0.notification.lane },
+            // The key a 429 holds: the token (a broadcast's channel), hashed as the transport routes it.
+            token: { job in job.notification.channel.map { FNV1a64.hash($0.value) } ?? job.notification.token.stableHash })
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
@@ -163,6 +170,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             var s = statistics
             s.queueDepth = machine.queue.count
             s.replayCount = machine.inFlight.count
+            s.streamsAllowed = machine.permits
             s.state = stateName
             s.providerTokenAge = token.map { max(0, Int64(Date().timeIntervalSince1970) - $0.issuedAt) }
             return s
@@ -171,7 +179,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     private var stateName: String {
         switch machine.phase {
-        case .idle: "idle"
+        // Idle after a refused connect is not up: nothing has connected since (readiness).
+        case .idle: machine.refused ? "stopped" : "idle"
         case .connecting: "connecting"
         case .active: machine.suspended ? "stopped" : "connected"
         case .goingAway, .closing: "closing"
@@ -193,8 +202,28 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     func protocolMismatch(epoch: Int, negotiated: String?) {
         guard epoch == self.epoch else { return }
-        statistics.lastError = "server did not negotiate h2 (ALPN: \(negotiated ?? "none"))"
-        logger.error("server did not negotiate HTTP/2", metadata: ["alpn": "\(negotiated ?? "none")"])
+        refuse(.noHTTP2(app: configuration.app, host: "\(host)", negotiated: negotiated))
+    }
+
+    /// A connect that retrying cannot fix: reported (`send` stops; `run` logs it, rate-limited), and the
+    /// machine stops the connection for `authFailureDelay` with its jobs kept.
+    private func refuse(_ refusal: HTTP2ConnectRefusal) {
+        refusedEpoch = epoch
+        statistics.lastError = refusal.description
+        if refusals.report(refusal) {
+            logger.error(
+                "connect refused: \(refusal.detail)",
+                metadata: [
+                    "refusal": "\(refusal.kind.rawValue)", "retry_in_seconds": "\(configuration.authFailureDelay)",
+                    "note": "jobs wait; logged at most once a minute",
+                ])
+        }
+        apply(machine.connectRefused(now: now))
+    }
+
+    private func refusal(for error: any Error) -> HTTP2ConnectRefusal? {
+        HTTP2ConnectRefusal.classify(
+            error, app: configuration.app, host: "\(host)", serverHostname: configuration.serverHostname ?? host.host)
     }
 
     /// The complete answers of a read burst, in arrival order (collected by `HTTP2ClientHandler`).
@@ -243,6 +272,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     func channelError(epoch: Int, error: any Error) {
         guard epoch == self.epoch else { return }
+        if let refusal = refusal(for: error) { return refuse(refusal) }
+        // What follows a refusal on its channel (TLS's unclean shutdown) is no news.
+        guard refusedEpoch != epoch else { return logger.debug("connection error", metadata: ["error": "\(error)"]) }
         statistics.lastError = "\(error)"
         logger.warning("connection error", metadata: ["error": "\(error)"])
     }
@@ -386,8 +418,12 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                 channel = c
             case .failure(let error):
                 connectFailures += 1
-                statistics.lastError = "\(error)"
-                logger.warning("connect failed", metadata: ["error": "\(error)"])
+                if let refusal = refusal(for: error) {
+                    refuse(refusal)
+                } else {
+                    statistics.lastError = "\(error)"
+                    logger.warning("connect failed", metadata: ["error": "\(error)"])
+                }
                 self.epoch += 1
                 apply(machine.connectFailed(now: now))
             }

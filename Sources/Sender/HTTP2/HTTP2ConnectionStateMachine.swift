@@ -16,10 +16,13 @@
 ///   a stream past its deadline) count against the job's retry budget (`RetryBudget`): resent after
 ///   an exponential back-off with jitter, from a queue of due times that holds no stream, until
 ///   `give_up_after_s` after the first failure (`gateway-gave-up`) or the job's `apns-expiration`
-///   (`expired`);
-/// - 503 / 429 halve the connection's streams (`AIMDWindow`), other answers grow them back; mostly
-///   5xx answers pause the connection (`CircuitBreaker`): its queue goes to the others, then one
-///   probe;
+///   (`expired`); the resends proved "not processed" have the same deadline (set at a job's first
+///   failure or resend, whichever comes first), and no resend is written past the job's expiration;
+/// - 429 TooManyRequests is about one device token: that token's jobs wait for the job's back-off
+///   (a hold per token), and the connection's streams do not change;
+/// - the streams (`AIMDWindow`) halve when the 5xx share rises with them or on timeouts, and other
+///   answers grow them back; (almost) only 5xx answers pause the connection (`CircuitBreaker`): its
+///   queue goes to the others, then one probe, and a good probe gives it back its full window;
 /// - streams open and nothing read for `requestTimeout`, or a PING unanswered as long, means the
 ///   connection is stuck: it is closed (so its streams count as ambiguous) and reopened; one stream
 ///   unanswered for `requestTimeout` while others are answered is reset (CANCEL) and resent;
@@ -32,6 +35,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         var pingInterval = 30.0
         /// Back-off and give-up time of every retry (5xx, 429, resets, lost connections, timeouts).
         var budget = RetryBudget()
+        var window = AIMDWindow.Settings()
         var breaker = CircuitBreaker.Settings()
         var reconnect = ReconnectPolicy()
         /// How long a connection whose credentials were refused waits before trying again.
@@ -44,7 +48,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         /// Times written to a connection.
         var attempts = 0
         /// Where its retries end (`RetryBudget.Deadline`, kept as its two fields so the request, copied
-        /// between the queue, the streams and the actions, stays small); set at its first failure.
+        /// between the queue, the streams and the actions, stays small); set at its first failure or
+        /// resend.
         var deadlineAt = Double.infinity
         var deadlineByExpiry = false
         /// Failures that count against the retry budget (5xx, 429, resets, lost, timed out) so far.
@@ -55,6 +60,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var renewedToken = false
         /// Times resent after its fate was unknown (see `Outcome.ambiguousResends`).
         var ambiguousResends: UInt8 = 0
+
+        var deadline: RetryBudget.Deadline { RetryBudget.Deadline(at: deadlineAt, byExpiry: deadlineByExpiry) }
 
         /// Requeued after a write that may have been processed: a possible duplicate.
         mutating func noteAmbiguous() {
@@ -99,6 +106,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var close = false
         /// The credentials were refused with this reason: log it loudly.
         var credentialsRefused: String?
+        /// The connect was refused in a way retrying cannot fix (`HTTP2ConnectRefusal`): report it.
+        var connectRefused = false
         /// Why `close` was asked for when it is a failure: a request or PING unanswered for `requestTimeout`.
         var stuck = false
         /// The drain asked for is complete: nothing queued, nothing unanswered, connection closed.
@@ -136,8 +145,12 @@ struct HTTP2ConnectionStateMachine<Job> {
     private(set) var delayed = DueQueue<(request: Request, elsewhere: Bool)>()
     /// When the open streams are next checked against the per-stream deadline.
     private var nextStreamCheck = 0.0
-    private(set) var window = AIMDWindow()
+    private(set) var window: AIMDWindow
     private(set) var breaker: CircuitBreaker
+    /// Device tokens answered 429 TooManyRequests, by key, and until when their jobs wait (pruned as
+    /// they pass). Empty in the common case, which the per-request path checks first.
+    private(set) var tokenHolds: [UInt64: Double] = [:]
+    private var nextHoldSweep = 0.0
     /// Wall-clock seconds since 1970 minus this machine's clock (for a job's `apns-expiration`).
     var wallClockOffset = 0.0
     /// A job's `apns-expiration` (epoch seconds, 0 = none), read at its first failure.
@@ -149,12 +162,18 @@ struct HTTP2ConnectionStateMachine<Job> {
     private let insteadOf: ((Job) -> Delivery?)?
     /// A job's lane, for a request put back or adopted (new work comes with its lane).
     private let laneOf: (Job) -> Lane
+    /// A job's device token (a broadcast's channel), as a key for the holds after 429; nil: a 429
+    /// holds its own job only.
+    private let tokenOf: ((Job) -> UInt64)?
     /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
     private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
     private(set) var draining = false
     /// The credentials were refused: no writes until the connection is reopened after `authFailureDelay`.
     private(set) var suspended = false
+    /// The last connect was refused for good (`connectRefused`) and none has succeeded since: the
+    /// connection is not up even when it is idle (`run`'s readiness).
+    private(set) var refused = false
     private var authenticated = false
     private var serverMaxStreams: Int?
     /// The id of the next stream opened (internal so tests can start near the end of the id space).
@@ -177,7 +196,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
         expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil },
         instead: ((Job) -> Delivery?)? = nil,
-        lane: @escaping (Job) -> Lane = { _ in .bulk }
+        lane: @escaping (Job) -> Lane = { _ in .bulk }, token: ((Job) -> UInt64)? = nil
     ) {
         self.configuration = configuration
         self.random = random
@@ -185,6 +204,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         self.clearanceOf = clearance
         self.insteadOf = instead
         self.laneOf = lane
+        self.tokenOf = token
+        self.window = AIMDWindow(settings: configuration.window)
         self.breaker = CircuitBreaker(settings: configuration.breaker)
     }
 
@@ -239,6 +260,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func connected(now: Double) -> Action {
         guard phase == .connecting else { return Action(close: true) }
         phase = .active
+        refused = false
         authenticated = false
         serverMaxStreams = nil
         nextStreamID = 1
@@ -252,6 +274,20 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func connectFailed(now: Double) -> Action {
         guard phase == .connecting else { return Action() }
         return afterConnection(now: now)
+    }
+
+    /// The connect (or its TLS handshake) failed in a way that trying again cannot fix: a proxy
+    /// refusing our credentials, a server without h2, a certificate that does not verify. As with
+    /// refused credentials the connection stops: its queue goes to the other connections (not while
+    /// draining: nothing else would take it), and once it is closed (`connectFailed` or `closed`
+    /// follows) it waits `authFailureDelay` before it tries again, not its reconnect back-off.
+    mutating func connectRefused(now: Double) -> Action {
+        var action = Action()
+        guard phase == .connecting || phase == .active else { return action }
+        action.connectRefused = true
+        refused = true
+        suspend(into: &action)
+        return action
     }
 
     /// The server's SETTINGS (nil: it did not name a limit).
@@ -317,8 +353,10 @@ struct HTTP2ConnectionStateMachine<Job> {
         var request = answered.request
         let verdict = HTTP2Verdict.of(status: status, reason: reason, timestamp: timestamp)
         let code = HTTP2Verdict.code(status: status, reason: reason)
-        // 503 and 429 say "slow down": fewer streams on this connection for a while.
-        if status == 503 || status == 429 { window.congestion(cap: streamLimit) } else if status < 500 { window.success(cap: streamLimit) }
+        // A 5xx is sampled: the window shrinks only if their share rises with it. A 429 is about one
+        // device token (Apple: "The server received too many requests for the same device token"):
+        // it leaves the connection's window alone and holds that token (`retryLater`).
+        if status >= 500 { window.serverError(cap: streamLimit) } else if status != 429 { window.success(cap: streamLimit) }
         noteBreaker(serverError: status >= 500, now: now, into: &action)
         switch verdict {
         case .accepted:
@@ -335,7 +373,8 @@ struct HTTP2ConnectionStateMachine<Job> {
             action.renewToken = true
         case .renewProviderToken, .stopConnection:
             queue.prepend(request, lane: laneOf(request.job))
-            suspend(reason: code, into: &action)
+            if !suspended { action.credentialsRefused = code }
+            suspend(into: &action)
         case .retryLater:
             noteAuthenticated()
             retryLater(request, reason: .tooManyRequests, elsewhere: false, now: now, into: &action)
@@ -351,45 +390,73 @@ struct HTTP2ConnectionStateMachine<Job> {
     private mutating func retryLater(_ request: Request, reason: RetryReason, elsewhere: Bool, now: Double, into action: inout Action) {
         var request = request
         if request.failures < .max { request.failures += 1 }
-        if request.failures == 1 {
-            let d = configuration.budget.deadline(firstFailureAt: now, expiry: expiryOf(request.job), wallNow: now + wallClockOffset)
-            request.deadlineAt = d.at
-            request.deadlineByExpiry = d.byExpiry
-        }
-        let deadline = RetryBudget.Deadline(at: request.deadlineAt, byExpiry: request.deadlineByExpiry)
-        switch configuration.budget.next(failures: Int(request.failures), now: now, deadline: deadline, random: &random) {
+        startDeadline(&request, now: now)
+        switch configuration.budget.next(failures: Int(request.failures), now: now, deadline: request.deadline, random: &random) {
         case .retry(let at):
             if reason == .serverError || reason == .tooManyRequests { events.retried += 1 }
             events.retriedBy[reason] += 1
             delayed.insert((request, elsewhere), due: at)
+            // The token's other jobs wait as long: more requests for it now would only be refused.
+            if reason == .tooManyRequests, let key = tokenOf?(request.job) { tokenHolds[key] = max(tokenHolds[key] ?? 0, at) }
         case .giveUp:
-            events.gaveUp += 1
-            let r = RetryBudget.gaveUpReason
-            action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: r)), code: r))
+            giveUp(request, expired: false, into: &action)
         case .expired:
-            events.gaveUp += 1
-            let r = RetryBudget.expiredReason
-            action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: r)), code: r))
+            giveUp(request, expired: true, into: &action)
         }
     }
 
-    /// A resend proved "not processed" (REFUSED_STREAM, above a GOAWAY): nothing to give up on, but
-    /// when it repeats for the same request it waits for a back-off rather than spin.
-    private mutating func replay(_ request: Request, reason: RetryReason, now: Double) {
+    /// A resend proved "not processed" (REFUSED_STREAM, above a GOAWAY): at once the first time, after
+    /// a back-off when it repeats for the same request (rather than spin), and within the job's
+    /// deadline like any other retry: a server that refuses every stream for an hour, or a job that
+    /// expires meanwhile, ends it as 5xx retries end (`gateway-gave-up`, `expired`).
+    private mutating func replay(_ request: Request, reason: RetryReason, now: Double, into action: inout Action) {
         var request = request
         if request.replays < .max { request.replays += 1 }
-        events.retriedBy[reason] += 1
-        if request.replays < 2 {
-            queue.prepend(request, lane: laneOf(request.job))
-        } else {
-            let delay = configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random)
-            delayed.insert((request, false), due: now + delay)
+        startDeadline(&request, now: now)
+        var due = now
+        if request.replays >= 2 { due += configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random) }
+        switch configuration.budget.resend(at: due, now: now, deadline: request.deadline) {
+        case .retry(let at):
+            events.replayed += 1
+            events.retriedBy[reason] += 1
+            if at <= now {
+                queue.prepend(request, lane: laneOf(request.job))
+            } else {
+                delayed.insert((request, false), due: at)
+            }
+        case .giveUp:
+            giveUp(request, expired: false, into: &action)
+        case .expired:
+            giveUp(request, expired: true, into: &action)
         }
+    }
+
+    /// Where a job's retries end is set at its first failure or resend, whichever comes first.
+    private func startDeadline(_ request: inout Request, now: Double) {
+        guard Int(request.failures) + Int(request.replays) == 1 else { return }
+        let d = configuration.budget.deadline(firstFailureAt: now, expiry: expiryOf(request.job), wallNow: now + wallClockOffset)
+        request.deadlineAt = d.at
+        request.deadlineByExpiry = d.byExpiry
+    }
+
+    /// Dead-letters a job whose retries ran out: `gateway-gave-up`, or `expired` (Apple would discard it).
+    private mutating func giveUp(_ request: Request, expired: Bool, into action: inout Action) {
+        events.gaveUp += 1
+        let r = expired ? RetryBudget.expiredReason : RetryBudget.gaveUpReason
+        action.settled.append(Settled(request: request, delivery: .rejected(.transient(reason: r)), code: r))
     }
 
     /// Feeds the circuit breaker; when it opens, this connection's waiting work goes to the others.
     private mutating func noteBreaker(serverError: Bool, now: Double, into action: inout Action) {
-        guard breaker.record(serverError: serverError, now: now) else { return }
+        var probing = false
+        if case .halfOpen = breaker.state { probing = true }
+        guard breaker.record(serverError: serverError, now: now) else {
+            // A good probe closed it: the window starts afresh, at the cap. What it measured while the
+            // host answered only 5xx says nothing about load now, and a host back from an outage
+            // should have its full rate at once (if it cannot take it, its share rises again).
+            if probing, breaker.state == .closed { window = AIMDWindow(settings: configuration.window) }
+            return
+        }
         action.breakerOpened = true
         if !draining { action.reroute += queue.removeAll() }
     }
@@ -401,8 +468,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         var action = Action()
         guard var request = inFlight.removeValue(forKey: streamID)?.request else { return action }
         if refused {
-            events.replayed += 1
-            replay(request, reason: .refusedStream, now: now)
+            replay(request, reason: .refusedStream, now: now, into: &action)
         } else {
             // It may have been processed, and a server that resets every stream must not be answered
             // with an immediate resend (a hot loop: issue 28): it backs off, bounded by time.
@@ -422,9 +488,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         var action = Action()
         let unprocessed = inFlight.keys.filter { $0 > lastStreamID }.sorted()
         for id in unprocessed.reversed() {
-            if let r = inFlight.removeValue(forKey: id)?.request { replay(r, reason: .goAway, now: now) }
+            if let r = inFlight.removeValue(forKey: id)?.request { replay(r, reason: .goAway, now: now, into: &action) }
         }
-        events.replayed += unprocessed.count
         if phase == .active { phase = .goingAway }
         finishIfGoingAway(into: &action)
         return action
@@ -463,6 +528,10 @@ struct HTTP2ConnectionStateMachine<Job> {
             }
         }
         _ = breaker.tick(now: now)
+        if !tokenHolds.isEmpty, now >= nextHoldSweep {
+            tokenHolds = tokenHolds.filter { $0.value > now }
+            nextHoldSweep = now + 1
+        }
         if case .waitingToReconnect(let at) = phase, at <= now {
             phase = .idle
             suspended = false
@@ -476,6 +545,7 @@ struct HTTP2ConnectionStateMachine<Job> {
                 (pingSentAt.map { now - $0 >= configuration.requestTimeout } ?? false)
                 || (!inFlight.isEmpty && now - max(lastRead, busySince) >= configuration.requestTimeout)
             if stuck {
+                window.timeout(cap: streamLimit)
                 phase = .closing
                 action.close = true
                 action.stuck = true
@@ -515,6 +585,8 @@ struct HTTP2ConnectionStateMachine<Job> {
         for (id, open) in inFlight where now - open.sentAt >= configuration.requestTimeout && lastRead > open.sentAt {
             expired.append(id)
         }
+        // Answers that do not come in time are a sign of load: fewer streams.
+        if !expired.isEmpty { window.timeout(cap: streamLimit) }
         for id in expired.sorted() {
             guard var r = inFlight.removeValue(forKey: id)?.request else { continue }
             action.cancel.append(id)
@@ -529,8 +601,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         reconnectAttempt = 0
     }
 
-    private mutating func suspend(reason: String, into action: inout Action) {
-        if !suspended { action.credentialsRefused = reason }
+    private mutating func suspend(into action: inout Action) {
         suspended = true
         // Its waiting jobs go to a connection that can send them; while draining they stay (nothing
         // else will take them) and go out when this one reopens.
@@ -593,6 +664,16 @@ struct HTTP2ConnectionStateMachine<Job> {
             if let insteadOf, let instead = insteadOf(request.job) {
                 // Its campaign was cancelled (or paused): settled so, not written.
                 action.settled.append(Settled(request: request, delivery: instead, code: nil))
+                continue
+            }
+            // A resend that waited (for a connection, after a GOAWAY) past the job's expiration is not
+            // written: Apple would discard it. Only a request that has failed has a deadline to pass.
+            if request.deadlineByExpiry, now >= request.deadlineAt {
+                giveUp(request, expired: true, into: &action)
+                continue
+            }
+            if !tokenHolds.isEmpty, let key = tokenOf?(request.job), let until = tokenHolds[key], until > now {
+                delayed.insert((request, false), due: until)
                 continue
             }
             if nextStreamID > Self.lastUsableStreamID {

@@ -56,12 +56,13 @@ public final class HTTP2Transport: NotificationTransport {
         let sslContext = try configuration.authentication.makeClientContext()
         let limiter = limiter ?? ConnectionLimiter(attemptsPerSecond: configuration.reconnect.attemptsPerSecondPerGateway)
         let shared = Shared()
+        let refusals = HTTP2ConnectRefusals(handler: configuration.onConnectRefused)
         var loops = group.makeIterator()
         let made = (0..<configuration.connections).map { i in
             HTTP2Connection(
                 index: i, eventLoop: loops.next() ?? group.next(), configuration: configuration, sslContext: sslContext,
                 limiter: limiter, logger: logger, onOutcomes: onOutcomes,
-                reroute: { requests, from in shared.reroute(requests, from: from) })
+                reroute: { requests, from in shared.reroute(requests, from: from) }, refusals: refusals)
         }
         shared.connections.withLock { $0 = made }
         connections = made
@@ -169,4 +170,30 @@ public final class HTTP2Transport: NotificationTransport {
 private final class DrainRace: Sendable {
     private let flag = Atomic<Bool>(false)
     func claim() -> Bool { !flag.exchange(true, ordering: .acquiringAndReleasing) }
+}
+
+/// Where a transport's connections report refused connects (`HTTP2ConnectRefusal`): to the handler
+/// of `HTTP2TransportConfiguration.onConnectRefused` when there is one (`send`, which stops), else as
+/// a log line at most once a minute for the same refusal, however many connections meet it (`run`:
+/// its readiness says it meanwhile).
+final class HTTP2ConnectRefusals: Sendable {
+    private let handler: (@Sendable (HTTP2ConnectRefusal) -> Void)?
+    private let logged = Mutex<[String: ContinuousClock.Instant]>([:])
+    static let logInterval = Duration.seconds(60)
+
+    init(handler: (@Sendable (HTTP2ConnectRefusal) -> Void)? = nil) { self.handler = handler }
+
+    /// Hands `refusal` to the handler, or says whether it is due for a log line.
+    func report(_ refusal: HTTP2ConnectRefusal) -> Bool {
+        if let handler {
+            handler(refusal)
+            return false
+        }
+        let now = ContinuousClock.now
+        return logged.withLock { logged in
+            if let last = logged[refusal.description], now - last < Self.logInterval { return false }
+            logged[refusal.description] = now
+            return true
+        }
+    }
 }

@@ -72,7 +72,8 @@ public struct HTTP2TransportConfiguration: Sendable {
     /// When a connection's answers are mostly 5xx it pauses (its work goes to the others), then probes.
     public var breaker = CircuitBreaker.Settings()
     public var reconnect = ReconnectPolicy()
-    /// How long a connection whose credentials were refused waits before trying again.
+    /// How long a connection whose credentials were refused waits before trying again (also after a
+    /// refused connect: `HTTP2ConnectRefusal`).
     public var authFailureDelay = 60.0
     public var connectTimeout = 10.0
     /// Name checked against the server's certificate (and sent as `:authority`); nil uses each host's.
@@ -85,6 +86,11 @@ public struct HTTP2TransportConfiguration: Sendable {
     /// Cancelled campaigns (`campaign cancel`, design §2.10): a queued request of one settles
     /// ``Delivery/cancelled`` instead of being written. nil: nothing is cancelled.
     public var cancellations: CampaignCancellations?
+    /// Called (on a connection's event loop) with every connect refused in a way that retrying cannot
+    /// fix (`HTTP2ConnectRefusal`), instead of logging it: `send` stops at the first. nil: each is
+    /// logged, at most once a minute per transport, and the connections keep trying every
+    /// `authFailureDelay` with their jobs held (`run`).
+    public var onConnectRefused: (@Sendable (HTTP2ConnectRefusal) -> Void)?
 
     public init(app: String, authentication: HTTP2Authentication, hosts: [GatewayAddress]) {
         precondition(!hosts.isEmpty)

@@ -224,26 +224,35 @@ public struct HTTPSProxyError: Error, CustomStringConvertible, Sendable, Equatab
 
     public var description: String {
         let retry = "the connection retries with back-off, nothing is lost"
+        if case .authenticationRequired = problem {
+            // Wrong credentials do not get better by trying: the connection stops (`HTTP2ConnectRefusal`).
+            return summary + "; the connection waits (as for refused credentials) before it tries again; nothing is lost"
+        }
+        return summary + "; " + retry
+    }
+
+    /// What happened and what to do, without what the connection does next (`send` stops at a refusal
+    /// of our credentials: there is no retry to promise there).
+    public var summary: String {
         switch problem {
         case .unreachable(let detail):
-            return "cannot reach the HTTPS proxy \(proxy) (\(source)): \(detail) — check that it runs and that \(source) names it; \(retry)"
+            return "cannot reach the HTTPS proxy \(proxy) (\(source)): \(detail) — check that it runs and that \(source) names it"
         case .authenticationRequired(let status, let given):
             return
                 "the HTTPS proxy \(proxy) refused CONNECT \(target): \(status) \(status == 401 ? "Unauthorized" : "Proxy Authentication Required") — "
                 + (given ? "the user or password in \(source) is wrong" : "it wants credentials: \(source) = http://user:password@\(proxy)")
-                + "; \(retry)"
         case .refused(let status, let reason):
             let hint =
                 status >= 500
                 ? "the proxy could not reach \(target) (its DNS, firewall or Apple's side)"
                 : "the proxy must allow CONNECT to \(target) (squid: SSL_ports and http_access; tinyproxy: ConnectPort), or list the host in NO_PROXY / http2.no_proxy if it needs no proxy"
-            return "the HTTPS proxy \(proxy) refused CONNECT \(target): \(status) \(reason) — \(hint); \(retry)"
+            return "the HTTPS proxy \(proxy) refused CONNECT \(target): \(status) \(reason) — \(hint)"
         case .closed:
-            return "the HTTPS proxy \(proxy) closed the connection before answering CONNECT \(target); \(retry)"
+            return "the HTTPS proxy \(proxy) closed the connection before answering CONNECT \(target)"
         case .timedOut(let seconds):
-            return "the HTTPS proxy \(proxy) did not answer CONNECT \(target) within \(seconds) s; \(retry)"
+            return "the HTTPS proxy \(proxy) did not answer CONNECT \(target) within \(seconds) s"
         case .malformedAnswer:
-            return "the HTTPS proxy \(proxy) answered CONNECT \(target) with something that is no tunnel (a body after 2xx); \(retry)"
+            return "the HTTPS proxy \(proxy) answered CONNECT \(target) with something that is no tunnel (a body after 2xx)"
         }
     }
 }

@@ -20,7 +20,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
             sends GOAWAY {"reason":"Shutdown"} on every connection. HTTP/2 fault file keys: the binary ones \
             below (processing_error_rate = 500 rate, uninstalled_tokens = 410 Unregistered) plus \
             unregistered_tokens ({hex: ms}), unregistered_timestamp_ms, expired_tokens, token_topics ({hex: bundle}), \
-            too_many_requests_per_token, too_many_requests_window_s, too_many_requests_rate, \
+            too_many_requests_per_token, too_many_requests_window_s, too_many_requests_rate (--too-many-requests-rate), \
             internal_server_error_rate, service_unavailable_rate, shutdown_interval_s, response_delay_ms, \
             response_delay_max_ms, reset_stream_rate (RST_STREAM INTERNAL_ERROR instead of an answer), \
             never_answer_tokens (hex: streams left unanswered), unlisted_reason_tokens ({hex: text}: 400 with a \
@@ -90,6 +90,8 @@ struct GatewaySimCommand: AsyncParsableCommand {
     var unregisteredTimestampMs: Int64?
     @Option(help: "HTTP/2: 429 TooManyRequests beyond this many requests per token per window.")
     var tooManyRequestsPerToken: Int?
+    @Option(help: "HTTP/2: chance 0…1 of 429 TooManyRequests, whatever the token (too_many_requests_rate).")
+    var tooManyRequestsRate: Double?
     @Option(help: "HTTP/2: chance 0…1 of 500 InternalServerError (also --processing-error-rate).")
     var internalServerErrorRate: Double?
     @Option(help: "HTTP/2: chance 0…1 of 503 ServiceUnavailable.") var serviceUnavailableRate: Double?
@@ -153,6 +155,7 @@ struct GatewaySimCommand: AsyncParsableCommand {
         if let expiredTokens { script.expiredTokens.formUnion(try Self.tokens(in: expiredTokens)) }
         if let unregisteredTimestampMs { script.unregisteredTimestampMillis = unregisteredTimestampMs }
         if let tooManyRequestsPerToken { script.tooManyRequestsPerToken = tooManyRequestsPerToken }
+        if let tooManyRequestsRate { script.tooManyRequestsRate = tooManyRequestsRate }
         if let rate = internalServerErrorRate ?? processingErrorRate { script.internalServerErrorRate = rate }
         if let serviceUnavailableRate { script.serviceUnavailableRate = serviceUnavailableRate }
         if let shutdownIntervalSeconds { script.shutdownIntervalSeconds = shutdownIntervalSeconds }

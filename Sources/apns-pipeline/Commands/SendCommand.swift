@@ -73,6 +73,7 @@ struct SendCommand: AsyncParsableCommand {
         }
         if gateways.isEmpty { gateways = http2 ? HTTP2TransportConfiguration.production : [.production] }
         let summary = Summary()
+        let refusal = FirstRefusal()
         let pool: any NotificationTransport
         do {
             let transportConfiguration: any TransportConfiguration
@@ -91,6 +92,9 @@ struct SendCommand: AsyncParsableCommand {
                 configuration.streamCap = streams
                 configuration.serverHostname = serverHostname
                 configuration.proxy = try proxySettings(environment: ProcessInfo.processInfo.environment)
+                // A proxy refusing our credentials, a server without h2, a certificate that does not
+                // verify: `send` stops at once with the reason rather than retrying for ever.
+                configuration.onConnectRefused = { refusal.set($0) }
                 transportConfiguration = configuration
             } else {
                 guard let cert, let key else { throw ValidationError("--protocol binary needs --cert and --key") }
@@ -118,12 +122,28 @@ struct SendCommand: AsyncParsableCommand {
             handle = h
         }
         // Broadcasts go over HTTP/2 with token authentication only (design §3.1).
-        let lines = JobLineDecoder(
-            app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil, binary: !http2, canBroadcast: http2 && tokenKey != nil
-        )
+        let (app, embedJobID, canBroadcast) = (app, embedJobID, http2 && tokenKey != nil)
         // A broadcast's apns-expiration follows its channel's storage policy, read once per channel from
         // the channel-management API of the gateway's environment (design §5.5).
-        let policies = http2 && tokenKey != nil ? channelPolicies(gateway: gateways[0], logger: logger) : nil
+        let policies = canBroadcast ? channelPolicies(gateway: gateways[0], logger: logger) : nil
+        let work = Task {
+            let lines = JobLineDecoder(
+                app: app, payloadLimit: payloadLimit, jobIDKey: embedJobID ? "jid" : nil, binary: !http2, canBroadcast: canBroadcast)
+            try await Self.send(from: handle, decoder: lines, policies: policies, through: pool, summary: summary)
+            return summary.render(drained: await pool.drainAndClose())
+        }
+        // The sending waits for connections that a refused connect leaves waiting; the refusal ends the
+        // command instead (ArgumentParser prints it as one line and exits 1; the process's exit ends the rest).
+        if let refused = await refusal.race(work) { throw refused }
+        print(try await work.value)
+    }
+
+    /// Every line of `handle` decoded and handed to the transport, in batches of 1000 (refused lines
+    /// counted in `summary`); a broadcast's expiration from its channel's policy when it needs one.
+    static func send(
+        from handle: FileHandle, decoder lines: JobLineDecoder, policies: ChannelPolicies?, through pool: any NotificationTransport,
+        summary: Summary
+    ) async throws {
         var batch: [PushNotification] = []
         batch.reserveCapacity(1000)
         var lineNumber = 0
@@ -161,8 +181,50 @@ struct SendCommand: AsyncParsableCommand {
             summary.sent(batch.count)
             try await pool.send(batch)
         }
-        let drained = await pool.drainAndClose()
-        print(summary.render(drained: drained))
+    }
+
+    /// The first connect refused for good (`HTTP2ConnectRefusal`), set from an event loop, and a race of
+    /// it against the command's work.
+    final class FirstRefusal: Sendable {
+        private struct State {
+            var refusal: HTTP2ConnectRefusal?
+            var waiter: CheckedContinuation<Void, Never>?
+            /// The work ended first: a refusal after it changes nothing.
+            var workEnded = false
+        }
+        private let state = Mutex(State())
+
+        func set(_ refusal: HTTP2ConnectRefusal) {
+            let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                guard s.refusal == nil, !s.workEnded else { return nil }
+                s.refusal = refusal
+                defer { s.waiter = nil }
+                return s.waiter
+            }
+            waiter?.resume()
+        }
+
+        /// Waits for `work` to end or for a refusal, whichever comes first; returns the refusal if one came.
+        func race<T: Sendable>(_ work: Task<T, any Error>) async -> HTTP2ConnectRefusal? {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let refused = state.withLock { s in
+                    if s.refusal != nil { return true }
+                    s.waiter = c
+                    return false
+                }
+                if refused { return c.resume() }
+                Task {
+                    _ = await work.result
+                    let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                        if s.refusal == nil { s.workEnded = true }
+                        defer { s.waiter = nil }
+                        return s.waiter
+                    }
+                    waiter?.resume()
+                }
+            }
+            return state.withLock { $0.refusal }
+        }
     }
 
     /// Where `send` reads broadcast channels' storage policies: Apple's channel-management host of the
