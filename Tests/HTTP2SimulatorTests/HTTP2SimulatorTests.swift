@@ -207,7 +207,9 @@ import Testing
     @Test func streamLimitIsOneUntilAuthThenTheConfiguredLimit() async throws {
         let f = try await H2Fixture {
             $0.maxConcurrentStreams = 3
-            $0.faults.responseDelayMillis = 300
+            // Long enough that a loaded machine sends the whole burst while the first stream is open (at
+            // 300 ms, a slow run once saw a stream answered before the next was sent, and none refused).
+            $0.faults.responseDelayMillis = 10_000
         }
         // Unauthenticated: one stream at a time; the others are refused.
         let c = try await f.tokenClient(ignoreStreamLimit: true)

@@ -202,7 +202,7 @@ struct OperationsTests {
         ])
         #expect(held == [[HeldAnswer](repeating: .held, count: 5)])
         let heldBytes = try #require(try await store.heldUsage(campaigns: ["later"])["later"]).bytes
-        try await eventually("held jobs on /metrics", timeout: .seconds(30)) {
+        try await eventually("held jobs on /metrics", timeout: .seconds(300)) {
             text = try await get(base + "/metrics").body
             return sample(text, "apns_held_jobs") == 5 && sample(text, "apns_held_bytes") == Double(heldBytes)
         }

@@ -73,7 +73,7 @@ struct RefusedConnectTests {
 
         // Every connection tried once (the jobs go on to the next connection after each refusal), and
         // each is waiting its minute out.
-        try await eventually("not ready: every connection stopped, naming the refused connect", timeout: .seconds(120)) {
+        try await eventually("not ready: every connection stopped, naming the refused connect", timeout: .seconds(300)) {
             let readiness = try await get(base + "/readyz")
             return readiness.status == 503
                 && readiness.body.contains("- gateway: no http2 connection of com.example.shop is up (3 stopped; last error: ")

@@ -50,7 +50,7 @@ struct SinkReadinessTests {
         let base = "http://127.0.0.1:\(server.port)"
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
         let running = Task { try await group.run() }
-        try await eventually("ready", timeout: .seconds(120)) { try await get(base + "/readyz").status == 200 }
+        try await eventually("ready", timeout: .seconds(300)) { try await get(base + "/readyz").status == 200 }
 
         // Both sinks refuse; 20 valid jobs (each settles with an outcome message) and one refused job (a
         // dead letter, then an outcome message).
@@ -67,7 +67,7 @@ struct SinkReadinessTests {
             (jobs + [refused]).map { KafkaProducerMessage(topic: "apns.jobs", key: nil, value: Array($0.utf8)) })
 
         var notReady = (status: 0, body: "")
-        try await eventually("not ready, naming both topics", timeout: .seconds(120)) {
+        try await eventually("not ready, naming both topics", timeout: .seconds(300)) {
             notReady = try await get(base + "/readyz")
             return notReady.status == 503 && notReady.body.contains("outcomes topic \(Self.outcomes) has refused writes for")
                 && notReady.body.contains("dead-letter topic apns.jobs.dlq has refused writes for")
@@ -77,7 +77,7 @@ struct SinkReadinessTests {
         // The gauge says which sink and for how long (at least the grace by now: sampled every second).
         let outcomesGauge = #"apns_sink_failing_seconds{sink="outcomes",topic="apns.outcomes"}"#
         let deadLetterGauge = #"apns_sink_failing_seconds{sink="dead_letter",topic="apns.jobs.dlq"}"#
-        try await eventually("the gauges show both sinks failing", timeout: .seconds(120)) {
+        try await eventually("the gauges show both sinks failing", timeout: .seconds(300)) {
             let text = try await get(base + "/metrics").body
             return (sample(text, outcomesGauge) ?? 0) >= 1 && (sample(text, deadLetterGauge) ?? 0) >= 1
         }
@@ -85,7 +85,7 @@ struct SinkReadinessTests {
         // most once per 10 s.
         let client = try redis.client()
         let store = PipelineStore(client: client, logger: testLogger)
-        try await eventually("four dead-letter attempts failed", timeout: .seconds(120)) {
+        try await eventually("four dead-letter attempts failed", timeout: .seconds(300)) {
             try await store.readStats().totals[.deadLetterFailures] >= 4
         }
         let elapsed = ContinuousClock.now - failingSince
@@ -104,8 +104,8 @@ struct SinkReadinessTests {
         // The topics take writes again: ready, and every job settled once, with its message.
         cluster.setTopicError(Self.outcomes, code: 0)
         cluster.setTopicError("apns.jobs.dlq", code: 0)
-        try await eventually("ready again", timeout: .seconds(120)) { try await get(base + "/readyz").status == 200 }
-        try await eventually("every job settled", timeout: .seconds(120)) {
+        try await eventually("ready again", timeout: .seconds(300)) { try await get(base + "/readyz").status == 200 }
+        try await eventually("every job settled", timeout: .seconds(300)) {
             let totals = try await store.readStats().totals
             return totals[.accepted] == 20 && totals[.deadLettered] == 1
         }
@@ -126,7 +126,7 @@ struct SinkReadinessTests {
         #expect(seen.subtracting(expected).count == 1 && seen.contains { $0.hasSuffix(" dead_lettered") }, "\(seen.sorted())")
         let letters = try await readTopic(cluster, "apns.jobs.dlq", group: "dlq-reader") { !$0.isEmpty }
         #expect(letters.count == 1 && letters[0].value == Array(refused.utf8))
-        try await eventually("the gauges back at 0", timeout: .seconds(120)) {
+        try await eventually("the gauges back at 0", timeout: .seconds(300)) {
             let text = try await get(base + "/metrics").body
             return sample(text, outcomesGauge) == 0 && sample(text, deadLetterGauge) == 0
         }

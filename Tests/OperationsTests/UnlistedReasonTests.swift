@@ -22,7 +22,7 @@ func readTopic(
         logger: testLogger)
     var all: [KafkaConsumerMessage] = []
     do {
-        try await eventually("\(topic) read (\(all.count) so far)", timeout: .seconds(120)) {
+        try await eventually("\(topic) read (\(all.count) so far)", timeout: .seconds(300)) {
             if let batch = await consumer.nextBatch() { all.append(contentsOf: batch) }
             return done(all)
         }
@@ -79,7 +79,7 @@ struct UnlistedReasonTests {
             })
         let client = try redis.client()
         let store = PipelineStore(client: client, logger: testLogger)
-        try await eventually("every job settled", timeout: .seconds(120)) {
+        try await eventually("every job settled", timeout: .seconds(300)) {
             let t = try await store.readStats().totals
             return t[.accepted] == 1 && t[.rejected] == 1 && t[.deadLettered] == 2
         }

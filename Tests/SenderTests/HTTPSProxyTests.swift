@@ -287,7 +287,7 @@ struct HTTPSProxyTransportTests {
             let connects = proxy.connectRequests.count
             let wrong = try Self.transport(sim, proxy: try Self.settings(url), log: wrongLog, logger: logger, reconnectMax: 5)
             try await wrong.send((1000..<1020).map { job($0, token: $0) })
-            try await waitUntil("both connections failed at the proxy", seconds: 30) {
+            try await waitUntil("both connections failed at the proxy", seconds: 300) {
                 await Self.lastErrors(wrong).count == 2
             }
             for error in await Self.lastErrors(wrong) {
@@ -298,7 +298,9 @@ struct HTTPSProxyTransportTests {
             // and the connections do not knock again before `authFailureDelay` (60 s): one CONNECT each.
             #expect(wrongLog.count == 0)
             #expect(sim.records.count == records)
-            try await waitUntil("the jobs back in a queue", seconds: 30) { await wrong.statistics().reduce(0) { $0 + $1.queueDepth } == 20 }
+            try await waitUntil("the jobs back in a queue", seconds: 300) {
+                await wrong.statistics().reduce(0) { $0 + $1.queueDepth } == 20
+            }
             #expect(await wrong.statistics().allSatisfy { $0.state == "stopped" })
             // The one log line for both connections (at most one a minute for the same refusal).
             let lines = captured.lines
@@ -320,7 +322,7 @@ struct HTTPSProxyTransportTests {
         let log = OutcomeLog()
         let transport = try Self.transport(sim, proxy: try Self.settings("http://127.0.0.1:\(proxy.port)"), log: log, reconnectMax: 5)
         try await transport.send((0..<10).map { job($0, token: $0) })
-        try await waitUntil("both connections refused", seconds: 30) { await Self.lastErrors(transport).count == 2 }
+        try await waitUntil("both connections refused", seconds: 300) { await Self.lastErrors(transport).count == 2 }
         for error in await Self.lastErrors(transport) {
             #expect(error.contains("refused CONNECT 127.0.0.1:\(sim.port): 403"), "\(error)")
             #expect(error.contains("ConnectPort"), "says what to change: \(error)")
@@ -343,7 +345,7 @@ struct HTTPSProxyTransportTests {
         let transport = try Self.transport(sim, proxy: try Self.settings("http://127.0.0.1:\(proxy.port)"), log: log)
         // Every wait is bounded (minutes, against hangs, not timing): a CI run once hung here for 24 min.
         try await withDeadline("the first 300 jobs queued") { try await transport.send((0..<300).map { job($0, token: $0) }) }
-        try await waitUntil("the connects failed at the missing proxy", seconds: 30) {
+        try await waitUntil("the connects failed at the missing proxy", seconds: 300) {
             await Self.lastErrors(transport).count == 2
         }
         for error in await Self.lastErrors(transport) {
@@ -351,11 +353,11 @@ struct HTTPSProxyTransportTests {
         }
         #expect(log.count == 0 && sim.records.isEmpty)
         try await proxy.start()
-        try await waitUntil("the first 300 delivered through the proxy, once up", seconds: 60) { log.count == 300 }
+        try await waitUntil("the first 300 delivered through the proxy, once up", seconds: 300) { log.count == 300 }
 
         // The proxy dies while a second batch is in flight, and comes back.
         let sending = Task { try await transport.send((300..<3000).map { job($0, token: $0) }) }
-        try await waitUntil("some of the second batch answered", seconds: 60) { log.count > 400 }
+        try await waitUntil("some of the second batch answered", seconds: 300) { log.count > 400 }
         await proxy.kill()
         try await Task.sleep(for: .milliseconds(300))
         try await proxy.start()
