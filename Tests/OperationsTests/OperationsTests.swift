@@ -26,10 +26,11 @@ var testLogger: Logger {
     return l
 }
 
-/// GET over a real socket: status and body.
+/// GET over a real socket: status and body. The timeout only keeps a broken server from hanging the test:
+/// at 10 s, a `/readyz` on a loaded machine (the suite beside a CPU load) once threw it out of `eventually`.
 func get(_ url: String) async throws -> (status: Int, body: String) {
     var request = URLRequest(url: URL(string: url)!)
-    request.timeoutInterval = 10
+    request.timeoutInterval = 120
     let (data, response) = try await URLSession.shared.data(for: request)
     return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
 }

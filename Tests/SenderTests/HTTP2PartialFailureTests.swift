@@ -119,7 +119,11 @@ import TestSupport
         // 4 s of back-off from 50 ms (doubling, at most 0.5 s): a dozen attempts or so, not a hot loop.
         #expect(log.outcomes.allSatisfy { $0.attempts >= 2 && $0.attempts <= 25 }, "\(log.outcomes.map(\.attempts))")
         #expect(sim.totals.refusedStreams == log.outcomes.reduce(0) { $0 + $1.attempts })
-        #expect(log.events.gaveUp == 10 && log.events.retriedBy[.refusedStream] == sim.totals.refusedStreams - 10)
+        // Every refusal is retried but a job's last one, when the give-up time or the expiration is already
+        // past as it comes; a job whose expiration passes while its resend waits ends with all of its
+        // refusals retried (which of the two a job meets depends on the machine's speed).
+        let retried = log.events.retriedBy[.refusedStream]
+        #expect(log.events.gaveUp == 10 && retried <= sim.totals.refusedStreams && retried >= sim.totals.refusedStreams - 10)
         #expect(sim.records.isEmpty)
         try await sim.stop()
     }
