@@ -39,6 +39,34 @@ extension Scripts {
             end
             local enforce, campCap, totalCap = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3])
             local overhead, retention = tonumber(ARGV[4]), tonumber(ARGV[5])
+            -- The check of `heldCheck` and `heldStore`, per member in order: `E` held already (or earlier in
+            -- the group), `F` its shard at a cap (and every later one of the group: a token's jobs keep
+            -- their order), else `fit`, counted. Returns the flags, the fitting members' indexes and the
+            -- campaign's bytes in the shard with them.
+            local function admit(zset, hash, name, members, now, fit)
+              local found = mget('ZMSCORE', zset, members)
+              local bytes, total = shardBytes(hash, now, retention, true)
+              local camp = bytes[name] or 0
+              local flags, fitting, full, seen = {}, {}, false, {}
+              for j = 1, #members do
+                local m = members[j]
+                if found[j] or seen[m] then
+                  flags[j] = 'E'
+                elseif full then
+                  flags[j] = 'F'
+                else
+                  local size = #m + overhead
+                  if fits(enforce, camp, total, size, campCap, totalCap) then
+                    flags[j] = fit; seen[m] = true
+                    fitting[#fitting + 1] = j
+                    camp = camp + size; total = total + size
+                  else
+                    full = true; flags[j] = 'F'
+                  end
+                end
+              end
+              return flags, fitting, camp
+            end
 
             """#
 
@@ -57,26 +85,7 @@ extension Scripts {
               local members = {}
               for j = 1, n do members[j] = ARGV[i + j - 1] end
               i = i + n
-              local found = mget('ZMSCORE', zset, members)
-              local bytes, total = shardBytes(hash, now, retention, true)
-              local camp = bytes[name] or 0
-              local flags, full, seen = {}, false, {}
-              for j = 1, n do
-                local m = members[j]
-                if found[j] or seen[m] then
-                  flags[j] = 'E'
-                elseif full then
-                  flags[j] = 'F'
-                else
-                  local size = #m + overhead
-                  if fits(enforce, camp, total, size, campCap, totalCap) then
-                    flags[j] = 'R'; seen[m] = true
-                    camp = camp + size; total = total + size
-                  else
-                    full = true; flags[j] = 'F'
-                  end
-                end
-              end
+              local flags = admit(zset, hash, name, members, now, 'R')
               out[g] = table.concat(flags)
             end
             return out
@@ -101,26 +110,10 @@ extension Scripts {
                 members[j] = ARGV[i + 2 * j - 1]
               end
               i = i + 2 * n
-              local found = mget('ZMSCORE', zset, members)
-              local bytes, total = shardBytes(hash, now, retention, true)
-              local camp = bytes[name] or 0
-              local flags, adds, full, seen = {}, {}, false, {}
-              for j = 1, n do
-                local m = members[j]
-                if found[j] or seen[m] then
-                  flags[j] = 'E'
-                elseif full then
-                  flags[j] = 'F'
-                else
-                  local size = #m + overhead
-                  if fits(enforce, camp, total, size, campCap, totalCap) then
-                    flags[j] = 'N'; seen[m] = true
-                    adds[#adds + 1] = scores[j]; adds[#adds + 1] = m
-                    camp = camp + size; total = total + size
-                  else
-                    full = true; flags[j] = 'F'
-                  end
-                end
+              local flags, fitting, camp = admit(zset, hash, name, members, now, 'N')
+              local adds = {}
+              for _, j in ipairs(fitting) do
+                adds[#adds + 1] = scores[j]; adds[#adds + 1] = members[j]
               end
               if #adds > 0 then
                 for from = 1, #adds, 1000 do
