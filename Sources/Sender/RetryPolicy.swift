@@ -370,6 +370,12 @@ public struct CircuitBreaker: Sendable, Equatable {
         return false
     }
 
+    /// Ends a pause early (another connection's probe found the host answering again): the next
+    /// request is this connection's probe. A failed one still doubles the next pause.
+    public mutating func endPause() {
+        if case .open = state { state = .halfOpen }
+    }
+
     private mutating func open(now: Double) {
         let wait = min(settings.maxOpenFor, settings.openFor * Double(1 << min(trips, 20)))
         trips += 1

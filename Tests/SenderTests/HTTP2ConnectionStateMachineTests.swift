@@ -588,11 +588,50 @@ import Testing
         let probe = m.tick(now: t + 5).writes
         #expect(probe.count == 1, "one probe")
         #expect(m.acceptsWork)
-        _ = m.response(streamID: probe[0].streamID, status: 200, reason: nil, timestamp: nil, now: t + 5)
+        let good = m.response(streamID: probe[0].streamID, status: 200, reason: nil, timestamp: nil, now: t + 5)
         #expect(m.breaker.state == .closed)
+        #expect(good.hostRecovered, "the other connections to the host are told")
         // The host is back: the whole window at once, whatever the 503s did to it.
         #expect(m.window.isFull)
         #expect(m.enqueue([12, 13], now: t + 5).writes.count == 2)
+    }
+
+    /// Another connection's probe found the host answering: a pause under way ends at once, and the
+    /// next request is this connection's probe (one stream until it is answered).
+    @Test func anotherConnectionsGoodProbeEndsThePause() {
+        var m = Self.machine(cap: 4) {
+            $0.breaker.window = 4
+            $0.breaker.openFor = 5
+        }
+        _ = m.enqueue(Array(1...20), now: 0)
+        var w = m.connected(now: 0).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        while !m.breaker.isOpen, let x = w.first {
+            w = Array(w.dropFirst()) + m.response(streamID: x.streamID, status: 503, reason: nil, timestamp: nil, now: 1).writes
+        }
+        for x in w { _ = m.response(streamID: x.streamID, status: 503, reason: nil, timestamp: nil, now: 1) }
+        #expect(m.breaker.isOpen)
+        _ = m.enqueue([21, 22], now: 1.5)  // its own queue went to the others when it opened; new work came
+        let a = m.hostAnswers(now: 2)  // long before its own 5 s were up
+        #expect(m.breaker.state == .halfOpen)
+        #expect(a.writes.map(\.request.job) == [21], "one probe")
+        _ = m.response(streamID: a.writes[0].streamID, status: 200, reason: nil, timestamp: nil, now: 2)
+        #expect(m.breaker.state == .closed && m.permits == 4)
+    }
+
+    /// A connection with more queued than its share hands the newest of its bulk queue over, in
+    /// order; the priority lane's stay; nothing while draining.
+    @Test func handOverGivesTheNewestBulkRequests() {
+        var m = Self.machine(cap: 1)
+        _ = m.enqueue(Array(1...10), now: 0)
+        _ = m.enqueue([100], lane: .priority, now: 0)
+        #expect(m.handOver(count: 4).map(\.job) == [7, 8, 9, 10])
+        #expect(m.queue.count == 7 && m.queue.priority.count == 1)
+        #expect(m.handOver(count: 50).map(\.job) == Array(1...6))
+        var d = Self.machine()
+        _ = d.enqueue([1, 2], now: 0)
+        _ = d.drain(now: 0)
+        #expect(d.handOver(count: 1).isEmpty)
     }
 
     @Test func finalAnswersSettleWithMeaningAndCode() {

@@ -90,6 +90,11 @@ import TestSupport
         let answered503 = sim.totals.byStatus[503, default: 0]
         #expect(answered503 <= bound, "\(answered503) answers 503 in \(storm) s (bound \(bound))")
         _ = try await Self.sendAll([], through: transport)
+        // While the host was down the work gathered on the last connection to pause; when a probe found
+        // it back, the queues were evened out: both connections delivered a good part of the jobs (all
+        // accepted after the storm). Before, one delivered them all and the other idled.
+        let perConnection = Dictionary(grouping: sim.records, by: \.connection).mapValues(\.count)
+        #expect(perConnection.count == 2 && perConnection.values.allSatisfy { $0 >= 200 }, "accepted per connection: \(perConnection)")
         #expect(log.outcomes.count == 2000 && log.outcomes.allSatisfy { $0.kind == .accepted })
         #expect(Set(sim.records.compactMap(\.jobID)).count == 2000 && sim.records.count == 2000)
         #expect(log.events.gaveUp == 0)

@@ -74,11 +74,17 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     /// Whether the transport should route new work here (read from other threads).
     let acceptsWork = Atomic<Bool>(true)
+    /// Requests in the bulk queue, as of the last event (read from other threads: who has work to spare).
+    let queued = Atomic<Int>(0)
+
+    /// Tells the transport this connection's probe found the host answering again.
+    private let hostRecovered: @Sendable (_ index: Int) -> Void
 
     init(
         index: Int, eventLoop: any EventLoop, configuration: HTTP2TransportConfiguration, sslContext: NIOSSLContext,
         limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler,
-        reroute: @escaping @Sendable ([Machine.Request], Int) -> Void, refusals: HTTP2ConnectRefusals = HTTP2ConnectRefusals()
+        reroute: @escaping @Sendable ([Machine.Request], Int) -> Void, refusals: HTTP2ConnectRefusals = HTTP2ConnectRefusals(),
+        hostRecovered: @escaping @Sendable (Int) -> Void = { _ in }
     ) {
         self.index = index
         self.eventLoop = eventLoop
@@ -93,6 +99,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.onOutcomes = onOutcomes
         self.reroute = reroute
         self.refusals = refusals
+        self.hostRecovered = hostRecovered
         self.logger = logger
         self.logger[metadataKey: "app"] = "\(configuration.app)"
         self.logger[metadataKey: "connection"] = "\(index)"
@@ -148,6 +155,22 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             apply(machine.adopt(requests, now: now))
             taken()
         }
+    }
+
+    /// The last `count` of this connection's bulk queue go to connection `to` (through `deliver`).
+    func handOver(count: Int, to: Int, deliver: @escaping @Sendable ([Machine.Request], Int) -> Void) {
+        eventLoop.execute { [self] in
+            let requests = machine.handOver(count: count)
+            guard !requests.isEmpty else { return }
+            deliver(requests, to)
+            // Room again: a caller waiting for it goes on (its new work may go to the others).
+            apply(Machine.Action())
+        }
+    }
+
+    /// Another connection's probe found this connection's host answering again: end a pause under way.
+    func hostAnswers() {
+        eventLoop.execute { [self] in apply(machine.hostAnswers(now: now)) }
     }
 
     /// Nothing held and the connection closed (after a drain).
@@ -358,7 +381,9 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             for p in drainPromises { p.succeed() }
             drainPromises.removeAll()
         }
+        if action.hostRecovered { hostRecovered(index) }
         acceptsWork.store(machine.acceptsWork, ordering: .relaxed)
+        queued.store(machine.queue.bulk.count, ordering: .relaxed)
         if machine.hasRoom { while let w = waiters.popFirst() { w.succeed() } }
         if !inRead { publishOutcomes() }
     }

@@ -99,6 +99,9 @@ struct HTTP2ConnectionStateMachine<Job> {
         var cancel: [UInt32] = []
         /// The circuit breaker opened: mostly 5xx answers (log it).
         var breakerOpened = false
+        /// A probe found the host answering again after a pause: the other connections to it need not
+        /// wait out theirs (`hostAnswers`).
+        var hostRecovered = false
         /// Renew the provider token before writing `writes` (403 ExpiredProviderToken).
         var renewToken = false
         var ping = false
@@ -451,10 +454,12 @@ struct HTTP2ConnectionStateMachine<Job> {
         var probing = false
         if case .halfOpen = breaker.state { probing = true }
         guard breaker.record(serverError: serverError, now: now) else {
+            guard probing, breaker.state == .closed else { return }
             // A good probe closed it: the window starts afresh, at the cap. What it measured while the
             // host answered only 5xx says nothing about load now, and a host back from an outage
             // should have its full rate at once (if it cannot take it, its share rises again).
-            if probing, breaker.state == .closed { window = AIMDWindow(settings: configuration.window) }
+            window = AIMDWindow(settings: configuration.window)
+            action.hostRecovered = true
             return
         }
         action.breakerOpened = true
@@ -707,6 +712,23 @@ struct HTTP2ConnectionStateMachine<Job> {
         action.clearances.append(clearance)
     }
 
+    /// Another connection's probe found the host answering again: a pause under way ends now, and the
+    /// next request is this connection's probe (a host back from an outage gets every connection back
+    /// within a round trip, not as each one's pause of up to `maxOpenFor` ends).
+    mutating func hostAnswers(now: Double) -> Action {
+        var action = Action()
+        breaker.endPause()
+        pump(now: now, into: &action)
+        return action
+    }
+
+    /// The last `count` of the bulk queue (the newest), for another connection with less to do; nothing
+    /// while draining.
+    mutating func handOver(count: Int) -> [Request] {
+        guard !draining else { return [] }
+        return queue.removeLastBulk(count)
+    }
+
     /// A leave asked for was granted: write what waited for it.
     mutating func cleared(now: Double) -> Action {
         var action = Action()
@@ -762,6 +784,9 @@ struct LaneFIFO<Element> {
         if priority.isEmpty { return bulk.removeAll() }
         return priority.removeAll() + bulk.removeAll()
     }
+
+    /// The bulk lane's last `k` (the newest), in their order.
+    mutating func removeLastBulk(_ k: Int) -> [Element] { bulk.removeLast(k) }
 }
 
 /// A first-in first-out queue that can also put items back at its head (a resent request goes before
@@ -808,5 +833,18 @@ struct FIFO<Element> {
         storage.removeAll(keepingCapacity: true)
         head = 0
         return all
+    }
+
+    /// The last `k` (at most `count`), in their order.
+    mutating func removeLast(_ k: Int) -> [Element] {
+        let k = min(max(0, k), count)
+        guard k > 0 else { return [] }
+        let tail = storage[(storage.count - k)...].compactMap { $0 }
+        storage.removeLast(k)
+        if head == storage.count {
+            storage.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        return tail
     }
 }

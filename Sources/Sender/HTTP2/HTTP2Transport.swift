@@ -38,9 +38,34 @@ public final class HTTP2Transport: NotificationTransport {
                     break
                 }
             }
+            deliver(requests, to: target)
+        }
+
+        /// Connection `target` takes `requests` (counted in transit until it has).
+        func deliver(_ requests: [HTTP2ConnectionStateMachine<HTTP2Job>.Request], to target: Int) {
+            let all = connections.withLock { $0 }
             inTransit.add(requests.count, ordering: .sequentiallyConsistent)
             all[target].adopt(requests) { [self] in
                 inTransit.subtract(requests.count, ordering: .sequentiallyConsistent)
+            }
+        }
+
+        /// Connection `index`'s probe found its host answering again: the others to the same host end
+        /// their pauses (connection k's host is k mod the number of hosts), and their queues are evened
+        /// out. While the host was down each connection that paused handed its queue to one still taking
+        /// work, so the last to pause holds nearly all of it, and new work waits for room behind it: the
+        /// others would idle until it had worked its queue down.
+        func hostRecovered(_ index: Int, hosts: Int) {
+            let all = connections.withLock { $0 }
+            let peers = all.indices.filter { $0 % hosts == index % hosts }
+            for i in peers where i != index { all[i].hostAnswers() }
+            let queued = peers.map { (index: $0, count: all[$0].queued.load(ordering: .relaxed)) }
+            let share = queued.reduce(0) { $0 + $1.count } / max(1, peers.count)
+            guard let donor = queued.max(by: { $0.count < $1.count }), donor.count > share + share / 4 else { return }
+            for peer in queued where peer.count < share {
+                all[donor.index].handOver(count: share - peer.count, to: peer.index) { [self] requests, target in
+                    deliver(requests, to: target)
+                }
             }
         }
     }
@@ -62,7 +87,8 @@ public final class HTTP2Transport: NotificationTransport {
             HTTP2Connection(
                 index: i, eventLoop: loops.next() ?? group.next(), configuration: configuration, sslContext: sslContext,
                 limiter: limiter, logger: logger, onOutcomes: onOutcomes,
-                reroute: { requests, from in shared.reroute(requests, from: from) }, refusals: refusals)
+                reroute: { requests, from in shared.reroute(requests, from: from) }, refusals: refusals,
+                hostRecovered: { [hosts = configuration.hosts.count] in shared.hostRecovered($0, hosts: hosts) })
         }
         shared.connections.withLock { $0 = made }
         connections = made
