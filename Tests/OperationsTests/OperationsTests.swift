@@ -135,13 +135,8 @@ struct OperationsTests {
         ]
         c.feedbackIntervalMinutes = 0
 
-        let prometheus = PrometheusMetrics()
-        let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
-        let (server, data) = try await OperationsSurface.serve(
-            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
-        let base = "http://127.0.0.1:\(server.port)"
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
-        let running = Task { try await group.run() }
+        let served = try await ServedPipeline(c)
+        let base = served.base
 
         // Before the first batch: alive, not ready (no partitions yet), every outcome series at 0.
         #expect(try await get(base + "/healthz") == (200, "ok\n"))
@@ -228,10 +223,7 @@ struct OperationsTests {
         try await redis.start()
         try await eventually("ready again with Redis back", timeout: .seconds(300)) { try await get(base + "/readyz").status == 200 }
 
-        await group.triggerGracefulShutdown()
-        try await running.value
-        await server.stop()
-        await data.close()
+        try await served.stop()
         await client.close()
         await producer.close()
         try? await simulator.stop()
@@ -255,13 +247,8 @@ struct OperationsTests {
         c.metricsAuthToken = opsToken
         let auth = ["Authorization": "Bearer \(opsToken)"]
 
-        let prometheus = PrometheusMetrics()
-        let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
-        let (server, data) = try await OperationsSurface.serve(
-            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
-        let base = "http://127.0.0.1:\(server.port)"
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
-        let running = Task { try await group.run() }
+        let served = try await ServedPipeline(c)
+        let base = served.base
 
         let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
@@ -302,10 +289,7 @@ struct OperationsTests {
         #expect(sample(refusals, #"apns_ops_refusals_total{reason="connection-cap"}"#) == 0)
         if let problems = try await promtoolProblems(text) { #expect(problems.isEmpty, "promtool: \(problems)") }
 
-        await group.triggerGracefulShutdown()
-        try await running.value
-        await server.stop()
-        await data.close()
+        try await served.stop()
         await producer.close()
         try? await simulator.stop()
     }

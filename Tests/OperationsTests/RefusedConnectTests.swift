@@ -52,13 +52,8 @@ struct RefusedConnectTests {
         var logger = Logger(label: "apns.test") { _ in CapturingLogHandler(captured) }
         logger.logLevel = .info
 
-        let prometheus = PrometheusMetrics()
-        let runner = PipelineRunner(configuration: c, logger: logger, metrics: prometheus.pipelineMetrics(for: c))
-        let (server, data) = try await OperationsSurface.serve(
-            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
-        let base = "http://127.0.0.1:\(server.port)"
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
-        let running = Task { try await group.run() }
+        let served = try await ServedPipeline(c, logger: logger)
+        let base = served.base
 
         let started = ContinuousClock.now
         let producer = try KafkaProducer.started(
@@ -94,10 +89,7 @@ struct RefusedConnectTests {
         #expect(refusedLines.count >= 1 && refusedLines.count <= minutes, "\(captured.lines.filter { $0.contains("refused") })")
         #expect(!captured.lines.contains { $0.hasPrefix("connect failed") || $0.hasPrefix("connection error") }, "\(captured.lines)")
 
-        await group.triggerGracefulShutdown()
-        try await running.value
-        await server.stop()
-        await data.close()
+        try await served.stop()
         await client.close()
         await producer.close()
         try? await binary.stop()

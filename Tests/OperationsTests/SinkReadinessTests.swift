@@ -43,13 +43,8 @@ struct SinkReadinessTests {
         var logger = Logger(label: "sink-readiness") { _ in CapturingLogHandler(captured) }
         logger.logLevel = .notice
 
-        let prometheus = PrometheusMetrics()
-        let runner = PipelineRunner(configuration: c, logger: logger, metrics: prometheus.pipelineMetrics(for: c))
-        let (server, data) = try await OperationsSurface.serve(
-            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
-        let base = "http://127.0.0.1:\(server.port)"
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
-        let running = Task { try await group.run() }
+        let served = try await ServedPipeline(c, logger: logger)
+        let base = served.base
         try await eventually("ready", timeout: .seconds(300)) { try await get(base + "/readyz").status == 200 }
 
         // Both sinks refuse; 20 valid jobs (each settles with an outcome message) and one refused job (a
@@ -131,11 +126,8 @@ struct SinkReadinessTests {
             return sample(text, outcomesGauge) == 0 && sample(text, deadLetterGauge) == 0
         }
 
-        await group.triggerGracefulShutdown()
-        try await running.value
-        #expect(runner.observations.finalCommitPositions.values.reduce(0, +) == 21)
-        await server.stop()
-        await data.close()
+        try await served.stop()
+        #expect(served.runner.observations.finalCommitPositions.values.reduce(0, +) == 21)
         await client.close()
         await producer.close()
         try? await simulator.stop()

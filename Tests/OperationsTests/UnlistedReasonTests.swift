@@ -61,12 +61,7 @@ struct UnlistedReasonTests {
         c.apps = http2Apps()
         c.sendHTTP2(to: simulator)
         c.kafka.outcomesTopic = Self.outcomes
-        let prometheus = PrometheusMetrics()
-        let runner = PipelineRunner(configuration: c, logger: testLogger, metrics: prometheus.pipelineMetrics(for: c))
-        let (server, data) = try await OperationsSurface.serve(
-            configuration: c, runner: runner, metrics: prometheus, host: "127.0.0.1", port: 0, logger: testLogger)
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [.init(service: runner)], logger: testLogger))
-        let running = Task { try await group.run() }
+        let served = try await ServedPipeline(c)
 
         let producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
@@ -90,7 +85,7 @@ struct UnlistedReasonTests {
         #expect(fields["rejected:BadDeviceToken"] == 1)
         #expect(!fields.keys.contains { $0.contains("NotInApplesList") || $0.contains("Teapot") }, "\(fields.keys.sorted())")
         // Prometheus: the same, one series for both.
-        let text = try await get("http://127.0.0.1:\(server.port)/metrics").body
+        let text = try await get(served.base + "/metrics").body
         #expect(sample(text, #"apns_gateway_refusals_total{app="com.example.shop",transport="http2",code="other"}"#) == 2)
         #expect(sample(text, #"apns_gateway_refusals_total{app="com.example.shop",transport="http2",code="BadDeviceToken"}"#) == 1)
         #expect(!text.contains("NotInApplesList") && !text.contains("Teapot"))
@@ -116,10 +111,7 @@ struct UnlistedReasonTests {
         #expect(try code(of: "u-2") == "TeapotRefusal")
         #expect(try code(of: "u-3") == "BadDeviceToken")
 
-        await group.triggerGracefulShutdown()
-        try await running.value
-        await server.stop()
-        await data.close()
+        try await served.stop()
         await client.close()
         await producer.close()
         try? await simulator.stop()
