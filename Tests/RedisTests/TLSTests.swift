@@ -134,6 +134,8 @@ struct TLSTests {
     /// The certificate must verify for the host: `localhost` (its DNS name) and `127.0.0.1` (its IP
     /// address) both do. (swift-nio-ssl also accepts a certificate whose IP address is the peer's when
     /// `server_name` names something else, so a wrong name is not tested against this certificate.)
+    /// The server's certificate must name the host as reached (or `server_name`): the names it holds get
+    /// in; one it does not hold fails at once with the reason, though the CA is right.
     @Test func hostnameIsVerified() async throws {
         let server = try await RedisServer(tls: true)
         defer { server.stop() }
@@ -141,6 +143,14 @@ struct TLSTests {
         try await client(server, tls: RedisTLSConfiguration(ca: ca), host: "localhost").connect()
         try await client(server, tls: RedisTLSConfiguration(ca: ca, serverName: "localhost")).connect()
         try await client(server, tls: RedisTLSConfiguration(ca: ca)).connect()
+        // A retry budget far past any wait here: the refusal must not be retried until it runs out.
+        let wrongName = try client(server, tls: RedisTLSConfiguration(ca: ca, serverName: "redis.example.org"), maximumWait: .seconds(3600))
+        await #expect {
+            try await wrongName.connect()
+        } throws: { error in
+            guard case RedisError.tls(let message) = error else { return false }
+            return message.contains("does not name the host") && message.contains("redis.tls.server_name")
+        }
     }
 
     @Test func missingOrMismatchedFilesNameTheKey() throws {
