@@ -43,7 +43,7 @@ import APNsProtocol
 ///
 /// Every string field has a byte limit (`docs/design.md §3.2`). Through `decode(_:now:templates:)` (the
 /// path `run` and `send` take) a string key's value is measured in the message before it is copied:
-/// one far over its limit is refused without being built (issue 28: a 400 kB `app` became key names,
+/// one far over its limit is refused without being built (a 400 kB `app` became key names,
 /// cache entries and metric labels), and the values of unknown keys are checked as JSON but never built.
 public struct JobDecoder: Sendable {
     /// Checked on the compact encoding of the payload (2048 for the binary interface, 4096 for HTTP/2).
@@ -276,12 +276,6 @@ public struct JobDecoder: Sendable {
         case "expiry", "priority": false
         default: true
         }
-    }
-
-    /// The contents of a JSON string without escapes (between its quotes), else nil.
-    static func plainString(_ raw: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer? {
-        guard raw.count >= 2, raw[0] == UInt8(ascii: "\""), !raw.contains(UInt8(ascii: "\\")) else { return nil }
-        return UnsafeRawBufferPointer(rebasing: raw[1..<(raw.count - 1)])
     }
 
     /// A value the parser already checked, built.

@@ -230,10 +230,6 @@ public actor RedisCluster: RedisConnection {
         return try await client(for: node).send(command)
     }
 
-    /// Forgets the slot map: the next call reads it again (after an operator's resharding, say; MOVED
-    /// would find out too, one slot at a time).
-    public func invalidateSlotMap() { mapLoaded = false }
-
     // MARK: - Routing
 
     /// Sends `command` to its slot's owner, following redirections and waiting out transient failures;
