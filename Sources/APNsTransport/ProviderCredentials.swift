@@ -35,8 +35,7 @@ public struct ProviderCredentials: Sendable, Hashable {
         // swift-nio-ssl allows TLS 1.0 by default; TLS 1.0 and 1.1 are deprecated (RFC 8996), and Apple
         // says "Use HTTP/2 and TLS 1.2 or later to establish a connection between your provider server
         // and one of the following servers" ("Sending Notification Requests to APNs"). Every client of
-        // the pipeline (binary sender, feedback poller, HTTP/2 with a certificate) gets its context here
-        // (issue 28).
+        // the pipeline (binary sender, feedback poller, HTTP/2 with a certificate) gets its context here.
         tls.minimumTLSVersion = .tlsv12
         tls.certificateVerification = .fullVerification
         tls.applicationProtocols = applicationProtocols

@@ -4,14 +4,14 @@ import APNsProtocol
 ///
 /// A value type over one shared, immutable storage object: the pipeline hands jobs from stage to stage
 /// (decoding, gate, send) and a copy is one reference count, not one per string, payload part and
-/// alert (issue 14: copying the fields was ~10 % of `run`'s CPU). A setter, which nothing on the hot
+/// alert (copying the fields was ~10 % of `run`'s CPU). A setter, which nothing on the hot
 /// path calls, makes a new storage object.
 public struct Job: Sendable {
     // `@usableFromInline`: the getters the gate and the dispatch read per job (`id`, `app`, `tokenHex`,
     // `channel`, `campaign`, `pushType`) are inlined into the pipeline's code rather than called
-    // (`perf`, 2026-11-27). The storage holds them in a `let`: a `var` of a class read from another
+    // (`perf`). The storage holds them in a `let`: a `var` of a class read from another
     // module costs a dynamic exclusivity check (`swift_beginAccess`) per read, which was ~0.07 µs per
-    // job in `send --protocol http2` (`perf`, 2026-11-28).
+    // job in `send --protocol http2` (`perf`).
     @usableFromInline struct Fields: Sendable {
         @usableFromInline var id: String
         @usableFromInline var app: String

@@ -94,6 +94,6 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// Registration: `language` is not a string of at most 64 UTF-8 bytes.
     case invalidLanguage = "invalid-language"
     /// A valid job (or registration) whose `app` is not one of the pipeline file's apps: decided by the
-    /// decoder, before anything touches Redis (issue 28).
+    /// decoder, before anything touches Redis.
     case noCertificateForApp = "no-certificate-for-app"
 }

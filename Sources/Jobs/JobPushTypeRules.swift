@@ -1,6 +1,6 @@
 import APNsProtocol
 
-/// The rules a job's payload and priority must follow for its push type (issue 31), beside
+/// The rules a job's payload and priority must follow for its push type, beside
 /// `JobDecoder.validate` so that that function only calls them.
 extension JobDecoder {
     /// Checked once the push type and the priority are known (the payload was read before them):

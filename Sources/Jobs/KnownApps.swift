@@ -1,4 +1,4 @@
-/// The bundle ids jobs may name: the pipeline file's apps (`docs/design.md §3.2`, issue 28).
+/// The bundle ids jobs may name: the pipeline file's apps (`docs/design.md §3.2`).
 ///
 /// A job for any other app is refused by the decoder (`no-certificate-for-app`) before it reaches Redis,
 /// so an app name read from a message never becomes a key name, a cached key table or a metric label:

@@ -23,7 +23,7 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// drained. The partitions are not paused: see `ConsumerCore.pollLoop`.
     public var maxBufferedMessages: Int
     /// The same bound in bytes (message values): a buffer of ~1 MB messages must not reach
-    /// `maxBufferedMessages` of them (issue 28). Whichever bound is reached first holds the poll thread.
+    /// `maxBufferedMessages` of them. Whichever bound is reached first holds the poll thread.
     public var maxBufferedBytes: Int = 32 << 20
     /// How long one poll of librdkafka waits to fill a batch (`rd_kafka_consume_batch_queue` returns when
     /// it has `maxBatchSize` messages or this passed): what a message may wait in librdkafka's queue for

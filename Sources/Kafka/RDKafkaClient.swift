@@ -223,7 +223,7 @@ final class RDKafkaClient: @unchecked Sendable {
 
     /// The group's rebalance protocol, read once (it is fixed by the configuration): asked again from the
     /// revoke callback that `rd_kafka_consumer_close` serves, `rd_kafka_rebalance_protocol` blocked for
-    /// good now and then (a stop of one of two in-process consumers of a group hung, issue 30's tests).
+    /// good now and then (a stop of one of two in-process consumers of a group hung).
     /// The first ask is the first assignment's callback, served by an ordinary poll.
     var rebalanceProtocolIsCooperative: Bool {
         if let known = cooperative.withLock({ $0 }) { return known }

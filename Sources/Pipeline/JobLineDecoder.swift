@@ -46,7 +46,7 @@ public final class JobLineDecoder {
         self.app = app
         self.binary = binary
         self.canBroadcast = canBroadcast
-        // The decoder refuses other apps itself, before building their names (issue 28); a broadcast may
+        // The decoder refuses other apps itself, before building their names; a broadcast may
         // be larger than a device push, so the decoder lets its size through and each encoder checks its own.
         let broadcastLimit = max(payloadLimit, APNsBroadcast.maxPayloadBytes)
         self.decoder = JobDecoder(payloadLimit: canBroadcast ? broadcastLimit : payloadLimit, apps: KnownApps([app]))

@@ -9,7 +9,7 @@ import Musl
 #endif
 
 /// Private key files (an app's certificate key, an HTTP/2 token's `.p8`) that group or others may read:
-/// a warning at start, naming the file and the fix (issue 28). Not an error: the process runs as the
+/// a warning at start, naming the file and the fix. Not an error: the process runs as the
 /// file allows, and some deployments (a secret mounted read-only by a group) choose it knowingly.
 public enum KeyFilePermissions {
     public struct Loose: Equatable, Sendable {

@@ -141,7 +141,7 @@ extension PipelineRunner {
                 bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
                 // Four batches ahead of ingest, behind librdkafka's own queue: ten cost ~4 MiB more at
-                // the peak for no speed (1M-job runs, 2026-11-25).
+                // the peak for no speed (1M-job runs).
                 maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
             logger: logger)
         // The priority lane (`docs/design.md §1.4`): a consumer of its own, in a group of its own

@@ -267,7 +267,7 @@ public struct PipelineConfiguration: Sendable {
     public var eventLoopThreads = PipelineConfiguration.defaultEventLoopThreads
     /// Half the machine's cores (at least 1, at most 8). The other half is for Swift's cooperative pool,
     /// which decodes, gates and settles every job: on 2 cores, a loop per core made `run` spend ~9 % more
-    /// CPU per HTTP/2 job at the same rate than one loop did (benchmarks §7.1, 2026-11-27). Beyond 8, one
+    /// CPU per HTTP/2 job at the same rate than one loop did (benchmarks §7.1). Beyond 8, one
     /// process is better split in two (operations §4).
     public static var defaultEventLoopThreads: Int { min(max(1, System.coreCount / 2), 8) }
     /// How long a stop (SIGTERM) waits for the batches already taken to be sent and for every transport's

@@ -235,7 +235,7 @@ public final class PipelineMetrics: Sendable {
         if let r = run { byOutcome[r.key, default: 0] += r.count }
         for (key, n) in byOutcome {
             // A message that failed to decode has no app; an app the pipeline file does not name never
-            // becomes a label (one series per name a producer invents would grow without bound, issue 28).
+            // becomes a label (one series per name a producer invents would grow without bound).
             let app = transports[key.app] == nil ? "unknown" : key.app
             switch key.kind {
             case .accepted: counter(Name.accepted, ["app": app, "transport": transport(key.app)]).increment(by: n)

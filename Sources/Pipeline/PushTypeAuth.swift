@@ -2,7 +2,7 @@ import APNsProtocol
 import Jobs
 
 /// Which apps can send the push types Apple serves over token-based connections only
-/// (`APNsPushType.requiresTokenAuthentication`: `liveactivity`, `location`; issue 31). Apple, "Starting
+/// (`APNsPushType.requiresTokenAuthentication`: `liveactivity`, `location`). Apple, "Starting
 /// and updating Live Activities with ActivityKit push notifications": "Send the push tokens you receive
 /// from ActivityKit to your server and use them establish a token-based connection to APNs"; answering on
 /// Live Activity pushes (Apple Developer Forums thread 712499): "Certificate-based authentication is not
@@ -57,7 +57,7 @@ extension PipelineConfiguration.App {
     }
 }
 
-/// Which apps can take a token of a size other than 32 bytes (issue 31 item 4). Apple,
+/// Which apps can take a token of a size other than 32 bytes. Apple,
 /// `application(_:didRegisterForRemoteNotificationsWithDeviceToken:)`: "APNs device tokens are of
 /// variable length. Do not hard-code their size." The provider API puts the token's hex in the request
 /// path, of any length; the legacy binary interface has a 32-byte token item ("Device token, 32 bytes")

@@ -4,7 +4,7 @@ import Redis
 import Sender
 
 /// Sets gate calls' "written" marks in Redis when a transport asks for leave to write them
-/// (``WriteClearance``, issue 28 item 8, `docs/design.md §2.4`), one SET at a time on a Redis connection
+/// (``WriteClearance``, `docs/design.md §2.4`), one SET at a time on a Redis connection
 /// of their own, so a mark never waits behind a gate or settle call. A mark that cannot be set is
 /// retried with back-off: its notifications wait (a write before the mark could be an uncounted
 /// duplicate after a crash), and the stop's drain timeout bounds the wait.
@@ -20,7 +20,7 @@ final class WrittenMarks: Sendable {
     /// `eventLoop`: the marks are set on it rather than on Swift's pool. A transport's connection that
     /// asked for a mark writes nothing of its call until it is set; through the pool the way took two
     /// waits for a busy thread, longer than the connection's look-ahead at full rate, and connections
-    /// stopped writing at 845 of the 1 200 calls of a 300 000-job run (2026-11-28).
+    /// stopped writing at 845 of the 1 200 calls of a 300 000-job run.
     init(store: PipelineStore, eventLoop: any EventLoop, logger: Logger) {
         (asks, continuation) = AsyncStream.makeStream(of: Ask.self)
         self.store = store
@@ -45,7 +45,7 @@ final class WrittenMarks: Sendable {
     /// over from a process that died (`resent_after_crash`, and `ambiguous` for those the dead process may
     /// have written; design §2.4). Counted at the next settle instead, a kill -9 between the take-over and
     /// that settle lost the count while the jobs had already gone out once more: a job sent by three
-    /// processes in turn was counted once for two duplicates (soak scenario a, two kills, 2026-11-27).
+    /// processes in turn was counted once for two duplicates (soak scenario a, two kills).
     /// Exactly once per call (the batch id `takeover-<call>` is the settle's marker). Only the take-over
     /// path pays this round trip.
     func recordTakeOvers(call: String, events: PipelineEvents, campaignEvents: [String: PipelineEvents]) async throws {

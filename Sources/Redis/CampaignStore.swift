@@ -44,7 +44,7 @@ struct CampaignStore: StoreRole {
     ///
     /// A mark set lives ``jobMarkRetention`` after its last write, plus up to a minute: its expiry is
     /// set once per process and minute (``MarkExpiries``), a minute longer, not with every batch (a
-    /// batch of 1 000 touched ~430 of a 1M-job campaign's 2 500 sets: 0.43 `EXPIRE` per job, issue 14).
+    /// batch of 1 000 touched ~430 of a 1M-job campaign's 2 500 sets: 0.43 `EXPIRE` per job).
     @discardableResult
     func recordPublished(
         campaign: String, jobIDs: [String], messages: Int? = nil, markSets: Int, now: Int64 = PipelineStore.epochNow()

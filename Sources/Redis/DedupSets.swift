@@ -8,11 +8,11 @@ struct DedupSetID: Hashable {
 
 /// The names of the dedup sets, per token tag and time bucket, made once per process rather than per
 /// job: the gate names `probes` sets per job and the settle one per accepted job, and formatting them
-/// (`{<p>:<app>:<n>}:dedup:<bucket>:<sub>`) was ~5 % of `run`'s CPU (issue 14). Each table holds every
+/// (`{<p>:<app>:<n>}:dedup:<bucket>:<sub>`) was ~5 % of `run`'s CPU. Each table holds every
 /// sub-bucket's name of one (tag, bucket): 256 names with the defaults, ~12 KB; tables of buckets older
 /// than `liveBuckets` behind the newest are dropped. Only tables of the configured apps' tags are kept
 /// (apps × token buckets × live buckets: bounded by the pipeline file); a table of any other tag is made
-/// for its call and dropped (issue 28: tags built from app names a producer invents grew without bound).
+/// for its call and dropped (tags built from app names a producer invents grew without bound).
 final class DedupSetNames: Sendable {
     /// The key names of one tag's sets in one time bucket, one per sub-bucket.
     final class Table: Sendable {
@@ -112,13 +112,13 @@ final class DedupSetNames: Sendable {
 /// Which dedup sets this process gave their expiry recently. A set's expiry (end of its time bucket +
 /// the retention) is the same for every write, so one `EXPIREAT` per set and minute is enough, not one
 /// per set and settle batch (a batch of 500 touches ~470 of the 4096 sets: that was ~0.9 `EXPIREAT` per
-/// job, issue 14). Forgotten every minute, so a set that lost its expiry (a server restarted without
+/// job). Forgotten every minute, so a set that lost its expiry (a server restarted without
 /// its data, a key deleted by hand) gets it again with its next write after at most a minute. Marked
 /// only once the call that set them succeeded.
 final class DedupExpiries: Sendable {
     private struct State {
         /// By table serial (``DedupSetID/table``), a bit per sub-bucket: a look-up per accepted job is an
-        /// index and a mask, where a `Set<DedupSetID>` hashed every key (~1 % of `run`, issue 14). Serials
+        /// index and a mask, where a `Set<DedupSetID>` hashed every key (~1 % of `run`). Serials
         /// only grow, by one per tag and time bucket: tens of entries a day, emptied every minute.
         var given: [[UInt64]] = []
         var window = ExpiryWindow()

@@ -38,7 +38,7 @@ struct GateStore: StoreRole {
         if void.isEmpty { return decisions }
         let indices = void.keys.sorted()
         let (retried, _) = try await gateOnce(requests, indices: indices, voids: void, call: call, now: now)
-        // Which of the dead process's batches it had handed to its transports (issue 28): only those
+        // Which of the dead process's batches it had handed to its transports: only those
         // jobs may have reached a device. Read like the heartbeats, once per gate call of the dead owner.
         var written: [String: Bool] = [:]
         for value in Set(void.values) {
@@ -58,7 +58,7 @@ struct GateStore: StoreRole {
         // A job the dead owner may have written may reach a device once more through this call. If this
         // process dies too before its own mark, its successor must still count the job `ambiguous`: the
         // mark is inherited now, for the whole call (over-counting its fresh jobs in that double crash).
-        // Without it a second kill -9 during a take-over hid ~1 000 real duplicates (CI, 2026-11-27).
+        // Without it a second kill -9 during a take-over hid ~1 000 real duplicates (CI).
         if inheritsWritten { try await markWritten(call: call) }
         return decisions
     }
@@ -70,8 +70,8 @@ struct GateStore: StoreRole {
     }
 
     /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
-    /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (issue 28,
-    /// design §2.2). Lives as long as a lease. One write per batch.
+    /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (design
+    /// §2.2). Lives as long as a lease. One write per batch.
     func markWritten(call: String) async throws {
         _ = try await command(
             RedisCommand(

@@ -1,4 +1,4 @@
-/// What Redis knows of one job (`apns-pipeline job status`, issue 30 item 5), read from the keys of the
+/// What Redis knows of one job (`apns-pipeline job status`), read from the keys of the
 /// job's token tag only: one round trip, no scan, plus one `EXISTS` of the lease holder's heartbeat when
 /// a lease is held.
 ///

@@ -85,8 +85,8 @@ public struct PipelineStore: Sendable {
     }
 
     /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
-    /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (issue 28,
-    /// design §2.2). Lives as long as a lease. One write per batch.
+    /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (design
+    /// §2.2). Lives as long as a lease. One write per batch.
     public func markWritten(call: String) async throws {
         try await gateStore.markWritten(call: call)
     }

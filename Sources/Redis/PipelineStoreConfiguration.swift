@@ -13,7 +13,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// probes every bucket that can hold a live record (retention / width + 1 lookups per job, and the
     /// next bucket near its start), so wider buckets mean fewer lookups but records kept longer. The
     /// default, as wide as the default retention, probes 2 (12 h probed 3: ~0.9 µs more Redis CPU per
-    /// job in `ops/bench e2e`, issue 14) and keeps a record 24–48 h (12 h: 24–36). Part of the
+    /// job in `ops/bench e2e`) and keeps a record 24–48 h (12 h: 24–36). Part of the
     /// ``DedupLayout``: fixed for the data's life (checked at start).
     public var dedupBucketWidth: Duration
     /// Sets per time bucket and app, split over its token buckets (``dedupSubBucketsPerTag`` per tag). Size it so a set stays below the server's `set-max-intset-entries`
@@ -48,7 +48,7 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// their keys are the same either way.
     public var oneSlotPerCall: Bool
     /// The apps whose per-tag key names this process keeps (``DedupSetNames``): the pipeline file's, so
-    /// the cache is bounded by configuration whatever app names reach the store (issue 28). nil: any
+    /// the cache is bounded by configuration whatever app names reach the store. nil: any
     /// app, up to ``DedupSetNames/maxTablesForAnyApp`` tables; names of other apps are made per call.
     public var apps: Set<String>? = nil
     /// How long a campaign's keys (`{<p>}:campaign:<id>`, its `jobs:published` and `jobs:counted` sets)

@@ -94,13 +94,13 @@ public enum SettledOutcomeKind: String, Sendable, Hashable, CaseIterable {
 public struct SettledOutcome: Sendable, Hashable {
     /// The job id's fingerprint: all the settle needs of the id (its dedup record, its lease, its
     /// per-job progress). Kept rather than the id, so an outcome never makes or holds the id's String
-    /// (a campaign job's id is made from its campaign and token only when asked: issue 14).
+    /// (a campaign job's id is made from its campaign and token only when asked).
     public var fingerprint: JobFingerprint
     public var app: String
     /// ``RedisKeys/tokenHash(hex:)`` of the job's token: which token tag the outcome writes to.
     public var tokenHash: UInt32
     /// The token's hex, which only a suppression writes: the pipeline's outcomes carry it only with
-    /// ``suppressToken`` (an outcome over the binary interface has no hex to hand: issue 14).
+    /// ``suppressToken`` (an outcome over the binary interface has no hex to hand).
     public var tokenHex: String?
     public var campaign: String?
     public var kind: SettledOutcomeKind

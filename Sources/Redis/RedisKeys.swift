@@ -1,7 +1,7 @@
 /// The Redis key layout: the contract ops dashboards read (`docs/design.md §4.1`). Every key name the pipeline
 /// writes is spelled here, and only here.
 ///
-/// Laid out for Redis Cluster (issue 15): every key carries a hash tag, and a script only ever touches the
+/// Laid out for Redis Cluster: every key carries a hash tag, and a script only ever touches the
 /// keys of one tag (so of one slot). Two kinds of tag:
 /// - `{<p>}`: the counters and campaign state dashboards read, all in one slot, so one marker-guarded
 ///   script per batch updates them atomically (one call per batch, not per job: no hot spot).
@@ -244,7 +244,7 @@ public struct JobFingerprint: Sendable, Hashable {
 
     /// The fingerprint of the job id whose UTF-8 is `jobIDBytes`: the same as ``init(jobID:)`` of that
     /// text. For ids lent as bytes (a campaign job's `<campaign>:<token hex>` is made in a buffer for the
-    /// call, never as a String: issue 14).
+    /// call, never as a String).
     public init(jobIDBytes: UnsafeRawBufferPointer) {
         // FNV-1a 64 twice, from two offset bases: the member's bits and the sub-bucket's.
         var a: UInt64 = 0xcbf2_9ce4_8422_2325

@@ -6,7 +6,7 @@
 /// single Redis it may send all groups of a batch in one call. Either way the groups and their key lists
 /// are the same: the scripts loop over groups and never mix keys of two groups.
 ///
-/// Cost (issue 14): the scripts make batch-level calls where Redis allows them (HMGET per hash and group,
+/// Cost: the scripts make batch-level calls where Redis allows them (HMGET per hash and group,
 /// the leases as fields of one hash per group: one HMGET, one HSET and, in the settle, one HDEL; one
 /// SCARD per group; a dedup set's EXPIREAT once per process and minute), and take no index argument per
 /// job, so the per-job calls are the dedup probes and the dedup record's SADD. Redis's cost per call (a
@@ -55,7 +55,7 @@ enum Scripts {
     ///
     /// Leases are fields of the tag's hash `inflight` (job fingerprint → `<owner>/<call>/<expiry ms>`, the
     /// expiry on the server's clock, `TIME`): one HMGET and one HSET per group instead of a key, a `SET NX
-    /// PX` and a `DEL` per job (issue 14). A lease past its expiry is free. The owner is the process, the
+    /// PX` and a `DEL` per job. A lease past its expiry is free. The owner is the process, the
     /// call this gate call, so a retry of the call after a lost reply recognises (and refreshes) its own
     /// leases, while another batch of the same process holding the id is still in flight. Whether another
     /// owner is alive (its heartbeat key) is not read here: that key is in no job's slot. The script

@@ -74,7 +74,7 @@ struct SettleStore: StoreRole {
         }
         // The per-job counters are summed here and written once per field and campaign after the loop
         // (CounterWrites hashes each key and field it is given: three keys per outcome made that a few
-        // percent of `run`, issue 14).
+        // percent of `run`).
         var tally = OutcomeTally()
         struct CampaignJob: Hashable {
             var campaign: Int
@@ -82,7 +82,7 @@ struct SettleStore: StoreRole {
         }
         var seenInBatch = Set<CampaignJob>(minimumCapacity: batch.outcomes.count)
         // Each outcome is read in place (borrowed from the batch's storage): `for outcome in` copied it
-        // out, a retain and a release of each of its references per job (~1 % of `run`, issue 14).
+        // out, a retain and a release of each of its references per job (~1 % of `run`).
         func include(_ outcome: borrowing SettledOutcome) {
             let campaignIndex = tally.campaign(outcome.campaign)
             tally.count(outcome.kind.rawValue, campaign: campaignIndex)
@@ -162,7 +162,7 @@ struct SettleStore: StoreRole {
         }
         counters.countedTTL = jobMarkRetention
         // Campaign hashes live jobMarkRetention after their last activity: given their expiry once per
-        // process and minute (a minute longer), like the mark sets, not per batch (issue 28: they never
+        // process and minute (a minute longer), like the mark sets, not per batch (they never
         // expired).
         var refreshed: [String] = []
         for campaign in Set(tally.campaigns.compactMap { $0 }).union(batch.campaignEvents.keys)

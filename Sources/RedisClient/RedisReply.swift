@@ -104,7 +104,7 @@ public struct RedisArguments: Sendable, Hashable {
     /// gate and settle send several integers per job). The digits are made in a stack buffer and
     /// appended at once: an append per digit checked the array's capacity and uniqueness each time.
     /// Inlinable, as the appends below: the stores call them per job from another module, where an
-    /// opaque generic call converted each integer through witness tables (`perf`, 2026-11-27).
+    /// opaque generic call converted each integer through witness tables (`perf`).
     @inlinable
     public mutating func append(_ value: some BinaryInteger) {
         guard let value = Int64(exactly: value) else { return append(String(value)) }
@@ -181,8 +181,8 @@ public struct RedisArguments: Sendable, Hashable {
 
     /// Appends the arguments as one RESP command to `buffer`, in one pass and with no allocation of its
     /// own (the buffer grows at most once): hiredis's `redisFormatCommandArgv` printf-formats every
-    /// argument's header into a fresh buffer (~1 % of `run` with a script call's thousands of arguments,
-    /// issue 14), and its output would then be copied into the channel's buffer again.
+    /// argument's header into a fresh buffer (~1 % of `run` with a script call's thousands of arguments),
+    /// and its output would then be copied into the channel's buffer again.
     func writeRESP(into buffer: inout ByteBuffer) {
         let capacity = respCapacity
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: capacity) { out in

@@ -1,4 +1,4 @@
-/// The pieces of the HTTP/2 transport's retry policy (issue 28, docs/design.md §5.6), each a small
+/// The pieces of the HTTP/2 transport's retry policy (docs/design.md §5.6), each a small
 /// value with no I/O and the clock passed in, so each is tested on its own and the connection state
 /// machine only combines them:
 /// - `RetryReason` / `RetryCounts`: why a request was sent again, counted per reason;

@@ -37,7 +37,7 @@ public enum Lane: UInt8, Sendable, Hashable {
 ///
 /// A value type over one shared, immutable storage object: a notification is copied into queues,
 /// replay buffers and outcomes, and each copy is one reference count rather than one per string and
-/// buffer (issue 14). It keeps no more than it needs: a binary shard holds every notification it wrote
+/// buffer. It keeps no more than it needs: a binary shard holds every notification it wrote
 /// for the grace window after it settled (tens of thousands at full rate), so e.g. the token's hex
 /// (96 bytes on the heap) is made when needed rather than kept. So is a campaign job's id,
 /// `<campaign>:<token hex>` (``PushNotification/campaignJobID(campaign:token:)``): ~100 bytes on the heap
@@ -45,9 +45,9 @@ public enum Lane: UInt8, Sendable, Hashable {
 public struct PushNotification: Sendable {
     // `@usableFromInline`: the getters the pipeline and the transports read per notification on the hot
     // path (`app`, `lane`, `channel`, `position`, `campaign`, `token`) are inlined into their callers, in
-    // other modules, rather than called (`perf`, 2026-11-27: a call and a retain each, per read). The
+    // other modules, rather than called (`perf`: a call and a retain each, per read). The
     // storage holds them in a `let`, so such a read needs no dynamic exclusivity check (a `var` of a class
-    // read from another module does, per read: `perf`, 2026-11-28). A setter, which nothing on the hot
+    // read from another module does, per read: `perf`). A setter, which nothing on the hot
     // path calls (the pipeline passes everything to `init`), makes a new storage object.
     @usableFromInline struct Fields: Sendable {
         /// nil: the id is `<campaign>:<token hex>` (`campaign` is set), made when asked.
@@ -373,7 +373,7 @@ public struct Outcome: Sendable {
         // the job is kept to publish again. The delivery is looked at first: an outcome is made on the
         // connection's event loop, where the notification's storage (written by the decoding thread) is
         // not in cache, and reading its channel for every outcome was a cache miss per job (~0.17 µs of
-        // HTTP/2's `send`, 2026-11-28).
+        // HTTP/2's `send`).
         if case .rejected(.invalidToken(_, let reason)) = delivery, notification.channel != nil {
             self.delivery = .rejected(.badRequest(reason: code ?? reason))
         } else {

@@ -1,6 +1,6 @@
 import Synchronization
 
-/// Leave to write one gate call's notifications (issue 28 item 8, `docs/design.md §2.4`). The pipeline
+/// Leave to write one gate call's notifications (`docs/design.md §2.4`). The pipeline
 /// grants it once the call's "written" mark is set in Redis; a transport writes no request of the call
 /// before then. So if the process dies, the process that takes its leases over counts `ambiguous` only
 /// the calls that may have reached a connection, not the ones still queued behind Apple's stream limits

@@ -4,7 +4,7 @@
 /// for their types. They stay in `APS.other` / `AlertDictionary.other` and are sent unchanged: reading
 /// them into typed fields would change nothing on the wire and grow every payload value.
 ///
-/// Issue 31, item 5. A wrong value is a `PayloadError.invalid` naming the key, which the job decoder
+/// A wrong value is a `PayloadError.invalid` naming the key, which the job decoder
 /// turns into `invalid-payload` (design §3.2), as for the keys of the older tables.
 public enum ApsKeys {
     /// `interruption-level`: "A string that indicates the importance and delivery timing of a

@@ -7,7 +7,7 @@ import Synchronization
 /// fills and stops fetching: back-pressure reaches Kafka and nothing buffers without bound
 /// (`docs/design.md §1.2`).
 ///
-/// Bytes too (issue 28): a valid job may be ~1 MB (unknown keys are allowed), so `maxInFlight` of them
+/// Bytes too: a valid job may be ~1 MB (unknown keys are allowed), so `maxInFlight` of them
 /// would be gigabytes. Messages larger than `largeMessageBytes` — more than any job whose payload fits
 /// Apple's limits needs — are counted in bytes as well, against `byteCapacity`, until they settle; dead
 /// letters waiting for a failing dead-letter topic hold theirs too (they settle once stored). Smaller

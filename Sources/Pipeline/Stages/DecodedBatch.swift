@@ -44,7 +44,7 @@ struct GatedBatch: Sendable {
 
 /// Turns Kafka messages into jobs (pure: no I/O). Jobs for apps the pipeline file does not name are
 /// refused here, before the gate: an app name from a message never becomes a Redis key, a cached key
-/// table or a metric label (issue 28).
+/// table or a metric label.
 struct BatchDecoder: Sendable {
     let decoder: JobDecoder
     /// Whether refusals also get their outcomes-stream message (`kafka.outcomes_topic` is set).
@@ -76,7 +76,7 @@ struct BatchDecoder: Sendable {
             } catch {
                 let m = batch[index]
                 // A job valid but for its app keeps its id and campaign: counted in the campaign's
-                // progress, as when the router refused it. Its app is no label or key (issue 28).
+                // progress, as when the router refused it. Its app is no label or key.
                 d.deadLetters.append(
                     (
                         m, error.reason.rawValue,

@@ -202,7 +202,7 @@ struct Dispatch: Sendable {
         if !notifications.isEmpty {
             // Before any of it is written, its gate call is marked "written": if this process dies, whoever
             // takes its leases over counts these jobs `ambiguous` (they may reach a device twice), and only
-            // these (issue 28). HTTP/2 connections ask for the mark when the batch nears the front of their
+            // these. HTTP/2 connections ask for the mark when the batch nears the front of their
             // queue (up to `connections × queue_capacity` wait there); a binary shard writes what it is
             // given at once, so a batch with binary apps is marked before the hand-off.
             if marked {

@@ -11,8 +11,8 @@ import NIOCore
 /// in, so tests choose them.
 ///
 /// `Shard` drives it on its event loop, beside `BinaryShardLifecycle` (the connection's lifecycle and
-/// epochs, reconnect back-off, gateway rotation, the drain and its probe: issue 12's seam, the other
-/// half of the cut), and keeps only what is about sockets and timers: the channel, the outgoing buffer,
+/// epochs, reconnect back-off, gateway rotation, the drain and its probe: the other half of
+/// the cut), and keeps only what is about sockets and timers: the channel, the outgoing buffer,
 /// the linger, settle and probe-timeout timers.
 ///
 /// Rules (docs/design.md §2.3–§2.5, §5.3):

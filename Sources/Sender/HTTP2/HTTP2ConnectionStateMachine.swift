@@ -158,7 +158,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     var wallClockOffset = 0.0
     /// A job's `apns-expiration` (epoch seconds, 0 = none), read at its first failure.
     private let expiryOf: (Job) -> UInt32
-    /// A job's leave to be written (its gate call's "written" mark, issue 28); nil: no wait.
+    /// A job's leave to be written (its gate call's "written" mark); nil: no wait.
     private let clearanceOf: (Job) -> WriteClearance?
     /// What becomes of a job instead of being written (its campaign cancelled or paused: design §2.10,
     /// §2.11), checked right before it would be; nil from it: write it. nil: nothing is ever held back.
@@ -476,7 +476,7 @@ struct HTTP2ConnectionStateMachine<Job> {
             replay(request, reason: .refusedStream, now: now, into: &action)
         } else {
             // It may have been processed, and a server that resets every stream must not be answered
-            // with an immediate resend (a hot loop: issue 28): it backs off, bounded by time.
+            // with an immediate resend (a hot loop): it backs off, bounded by time.
             events.ambiguous += 1
             request.noteAmbiguous()
             retryLater(request, reason: .reset, elsewhere: false, now: now, into: &action)
@@ -657,7 +657,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
         while inFlight.count < permits, let (popped, lane) = queue.popFirst() {
             var request = popped
-            // Nothing of a gate call is written before its "written" mark is set (issue 28): the head
+            // Nothing of a gate call is written before its "written" mark is set: the head
             // of the queue waits for its leave, and so does everything behind it (order kept). Popped
             // first and put back when it must wait: a look at the head before every pop cost a copy of
             // every request.
@@ -697,7 +697,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         // Asked ahead, two windows of streams before it is due, so the next call's mark is usually set by
         // the time its first request may be written (a connection that finds its head not cleared stops
         // writing until it is). One window ahead was a few milliseconds at full rate, less than a mark
-        // takes on a busy machine: 845 of the 1 200 call heads of a 300 000-job run waited (2026-11-28).
+        // takes on a busy machine: 845 of the 1 200 call heads of a 300 000-job run waited.
         if let ahead = queue.element(at: min(queue.count - 1, Self.clearanceLead * permits)), let clearance = clearanceOf(ahead.job),
             !clearance.isGranted
         {

@@ -28,7 +28,7 @@ public enum HTTP2Authentication: Sendable {
         case .token(_, let trustRootsPath):
             var tls = TLSConfiguration.makeClientConfiguration()
             // swift-nio-ssl allows TLS 1.0 by default; Apple: "Use HTTP/2 and TLS 1.2 or later to
-            // establish a connection" ("Sending Notification Requests to APNs"; issue 28).
+            // establish a connection" ("Sending Notification Requests to APNs").
             tls.minimumTLSVersion = .tlsv12
             tls.certificateVerification = .fullVerification
             tls.applicationProtocols = ["h2"]

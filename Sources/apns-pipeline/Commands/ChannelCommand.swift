@@ -110,7 +110,7 @@ private func perform(_ operation: ChannelOperation, _ common: ChannelCommand.Com
         ("environment", .string(configuration.environment.rawValue)), ("host", .string("\(configuration.host)")),
     ]
     // Untyped: `do throws(ChannelManagementError)` here crashed the release build's optimizer (Swift 6.3.1,
-    // "Found ownership error" in CopyPropagation, 2026-11-27).
+    // "Found ownership error" in CopyPropagation).
     do {
         let (result, requestID) = try await ChannelManagementClient.perform(
             operation, configuration: configuration, group: group, logger: quietLogger())

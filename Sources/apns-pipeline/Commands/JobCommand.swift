@@ -3,7 +3,7 @@ import Foundation
 import Pipeline
 import Redis
 
-/// `apns-pipeline job status`: what happened to one job, from Redis (issue 30 item 5).
+/// `apns-pipeline job status`: what happened to one job, from Redis.
 struct JobCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "job", abstract: "Look up one job in Redis.", subcommands: [Status.self])

@@ -43,7 +43,7 @@ struct KafkaDevCommand: AsyncParsableCommand {
     var groups: [String] = []
 
     /// Topics that SIGHUP turns into ones refusing every request, and the next SIGHUP back (ops/soak's
-    /// scenario k: dead letters waiting on a failing dead-letter topic, issue 28).
+    /// scenario k: dead letters waiting on a failing dead-letter topic).
     @Option(
         name: .customLong("fault-topic"), help: "A topic that SIGHUP makes refuse every request and the next SIGHUP heals (repeatable).")
     var faultTopics: [String] = []
