@@ -562,16 +562,23 @@ import Testing
         #expect(m.tokenHolds.isEmpty)
     }
 
-    /// Mostly 5xx: the connection stops taking work and hands its queue to the others, then one
-    /// probe; a good answer to it opens it up again.
-    @Test func mostly5xxOpensTheBreakerThenAProbeClosesIt() {
-        var m = Self.machine(cap: 2) {
+    /// A connection whose breaker judges every 4 answers and pauses 5 s, `queued` waiting, connected at
+    /// 0 with the server's 100 streams; and what it wrote first.
+    static func breakerMachine(cap: Int, queued: [Int]) -> (Machine, [Machine.Write]) {
+        var m = machine(cap: cap) {
             $0.breaker.window = 4
             $0.breaker.openFor = 5
         }
-        _ = m.enqueue(Array(1...10), now: 0)
-        var w = m.connected(now: 0).writes
+        _ = m.enqueue(queued, now: 0)
+        let writes = m.connected(now: 0).writes
         _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        return (m, writes)
+    }
+
+    /// Mostly 5xx: the connection stops taking work and hands its queue to the others, then one
+    /// probe; a good answer to it opens it up again.
+    @Test func mostly5xxOpensTheBreakerThenAProbeClosesIt() {
+        var (m, w) = Self.breakerMachine(cap: 2, queued: Array(1...10))
         var opened: Machine.Action?
         var t = 0.0
         while opened == nil, let x = w.first {
@@ -599,13 +606,7 @@ import Testing
     /// Another connection's probe found the host answering: a pause under way ends at once, and the
     /// next request is this connection's probe (one stream until it is answered).
     @Test func anotherConnectionsGoodProbeEndsThePause() {
-        var m = Self.machine(cap: 4) {
-            $0.breaker.window = 4
-            $0.breaker.openFor = 5
-        }
-        _ = m.enqueue(Array(1...20), now: 0)
-        var w = m.connected(now: 0).writes
-        _ = m.settings(maxConcurrentStreams: 100, now: 0)
+        var (m, w) = Self.breakerMachine(cap: 4, queued: Array(1...20))
         while !m.breaker.isOpen, let x = w.first {
             w = Array(w.dropFirst()) + m.response(streamID: x.streamID, status: 503, reason: nil, timestamp: nil, now: 1).writes
         }
