@@ -99,6 +99,8 @@ public struct PipelineConfiguration: Sendable {
         public var heldMaxBytes = storeDefaults.heldCaps.totalBytes
         /// `held_campaign_max_bytes`: the same for one campaign (or one app's `max_rate`).
         public var heldCampaignMaxBytes = storeDefaults.heldCaps.campaignBytes
+        /// `held_replica_acks`: replicas that must have a held job before its message settles (design §2.4).
+        public var heldReplicaAcks = storeDefaults.heldReplicaAcks
 
         /// `campaignTTLHours`, or its default.
         public var effectiveCampaignTTLHours: Int { campaignTTLHours ?? dedupTTLHours + dedupBucketHours }
@@ -107,6 +109,7 @@ public struct PipelineConfiguration: Sendable {
         public func apply(to store: inout PipelineStoreConfiguration) {
             store.campaignRetention = .seconds(effectiveCampaignTTLHours * 3600)
             store.heldCaps = HeldCaps(totalBytes: heldMaxBytes, campaignBytes: heldCampaignMaxBytes)
+            store.heldReplicaAcks = heldReplicaAcks
         }
 
         /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
@@ -409,6 +412,7 @@ public struct PipelineConfiguration: Sendable {
                 file: file, key: "redis.held_campaign_max_bytes",
                 problem: "expected at most redis.held_max_bytes (\(c.redis.heldMaxBytes)), got \(c.redis.heldCampaignMaxBytes)")
         }
+        c.redis.heldReplicaAcks = try r.int("held_replica_acks", default: c.redis.heldReplicaAcks, range: 0...16)
         try r.finish()
 
         let g = try root.section("gateway")

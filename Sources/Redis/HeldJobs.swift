@@ -164,14 +164,36 @@ extension PipelineStore {
         let flags = try await checkPaced(batch, caps: caps)
         // The campaigns listed (before anything is stored) and the paced ones' slots.
         let scores = try await reserveSlots(deferrals, flags: flags, nowMs: nowMs)
-        let (answers, listed) = try await store(batch, flags: flags, scores: scores, caps: caps)
+        let (answers, listed, written) = try await store(batch, flags: flags, scores: scores, caps: caps)
         if !listed.isEmpty {
             // Listed again now that they hold something (see the doc comment): a set, so idempotent.
             var arguments = RedisArguments([keys.deferredCampaigns])
             for name in listed.sorted() { arguments.append(name) }
             _ = try await command(RedisCommand("SADD", arguments: arguments))
+            try await awaitReplicas(of: written.sorted() + [keys.deferredCampaigns])
         }
         return answers
+    }
+
+    /// With ``PipelineStoreConfiguration/heldReplicaAcks`` set: until that many replicas of each node
+    /// written (one key per slot in `keys`) acknowledge what this connection wrote to it (`WAIT`), retried
+    /// up to ``PipelineStoreConfiguration/heldReplicaWait``, then ``RedisError/unavailable(waited:lastError:)``:
+    /// the messages then stay unsettled in Kafka, to be held again.
+    private func awaitReplicas(of keys: [String]) async throws {
+        let wanted = configuration.heldReplicaAcks
+        guard wanted > 0 else { return }
+        let clock = ContinuousClock()
+        let start = clock.now
+        for key in keys {
+            while true {
+                let acked = try await client.send(RedisCommand("WAIT", String(wanted), "1000"), routedBy: key).integer ?? 0
+                if acked >= wanted { break }
+                let waited = clock.now - start
+                let problem = "held jobs acknowledged by \(acked) of \(wanted) replicas (redis.held_replica_acks) of the node of \(key)"
+                if waited >= configuration.heldReplicaWait { throw RedisError.unavailable(waited: waited, lastError: problem) }
+                logger.warning("held jobs not on enough replicas yet, waiting", metadata: ["redis.problem": "\(problem)"])
+            }
+        }
     }
 
     /// A deferral call's messages as stored (kind byte first) and, per deferral, its messages by shard.
@@ -228,10 +250,10 @@ extension PipelineStore {
     /// Returns each message's answer and the campaigns that stored something.
     private func store(
         _ batch: HeldBatch, flags: [[UInt8]], scores: [[Int64]], caps: RedisArguments
-    ) async throws -> (answers: [[HeldAnswer]], listed: Set<String>) {
+    ) async throws -> (answers: [[HeldAnswer]], listed: Set<String>, written: Set<String>) {
         var answers = batch.deferrals.map { [HeldAnswer](repeating: .held, count: $0.messages.count) }
         var groups: [ScriptGroup] = []
-        var owners: [(deferral: Int, indices: [Int])] = []
+        var owners: [(deferral: Int, indices: [Int], tag: String)] = []
         for (k, d) in batch.deferrals.enumerated() {
             for (shard, indices) in batch.shards[k] {
                 var storing: [Int] = []
@@ -260,11 +282,12 @@ extension PipelineStore {
                         tag: keys.heldTag(shard: shard),
                         keys: RedisArguments([keys.held(shard: shard, name: d.campaign), keys.heldBytes(shard: shard)]),
                         arguments: arguments))
-                owners.append((k, storing))
+                owners.append((k, storing, keys.heldTag(shard: shard)))
             }
         }
         var listed = Set<String>()
-        if groups.isEmpty { return (answers, listed) }
+        var written = Set<String>()
+        if groups.isEmpty { return (answers, listed, written) }
         let replies = try await run(Scripts.heldStore, header: caps, groups: groups)
         for (reply, owner) in zip(replies, owners) {
             let got = try Self.flags(reply, count: owner.indices.count, operation: "held store")
@@ -273,12 +296,13 @@ extension PipelineStore {
                 case UInt8(ascii: "N"):
                     answers[owner.deferral][index] = .held
                     listed.insert(batch.deferrals[owner.deferral].campaign)
+                    written.insert(owner.tag)
                 case UInt8(ascii: "E"): answers[owner.deferral][index] = .held
                 default: answers[owner.deferral][index] = .capped  // filled by another process meanwhile
                 }
             }
         }
-        return (answers, listed)
+        return (answers, listed, written)
     }
 
     /// The caps' header of the shard scripts: enforce, the shard's campaign and total shares, the cost per

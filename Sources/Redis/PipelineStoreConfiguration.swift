@@ -58,6 +58,13 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     public var campaignRetention: Duration? = nil
     /// The byte caps on held jobs (`redis.held_max_bytes`, `redis.held_campaign_max_bytes`; design §2.11).
     public var heldCaps = HeldCaps()
+    /// `redis.held_replica_acks`: how many replicas of each node must acknowledge a call's held jobs
+    /// before the call returns (`WAIT`). A held job's message settles `deferred`, so Redis holds its only
+    /// copy: a fail-over to a replica that never got it would lose it. 0 (the default): no wait, for a
+    /// Redis without replicas.
+    public var heldReplicaAcks = 0
+    /// How long a call waits for those acknowledgements before it fails as Redis unavailable would.
+    public var heldReplicaWait: Duration = .seconds(60)
     /// Lifetime of the per-minute counter hashes.
     public var minuteBucketRetention: Duration
     /// The process that holds the leases this store's gate takes: its heartbeat key must live (see

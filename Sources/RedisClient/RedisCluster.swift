@@ -37,10 +37,16 @@ public enum RedisClusterError: Error, Sendable, Hashable, CustomStringConvertibl
 ///   again and the call sent to the new owner.
 /// - `ASK <slot> <node>`: the slot is being migrated and this key is already on the target. The call is
 ///   sent there once, preceded by `ASKING` in the same round trip; the map is not changed.
-/// - `TRYAGAIN` (a multi-key call during a migration), `CLUSTERDOWN`, a node that does not answer or a
-///   slot no one serves: wait with ``RedisReconnectPolicy`` back-off (the cluster configuration's
-///   `reconnect`), re-read the map from the other nodes, try again — until `maximumWait`, then
+/// - `TRYAGAIN` (a multi-key call during a migration), `CLUSTERDOWN`, `READONLY` (a write reached a
+///   node demoted to replica since the map was read), a node that does not answer or a slot no one
+///   serves: wait with ``RedisReconnectPolicy`` back-off (the cluster configuration's `reconnect`),
+///   re-read the map from the other nodes, try again — until `maximumWait`, then
 ///   ``RedisError/unavailable(waited:lastError:)``, as a single ``RedisClient`` does.
+/// - A primary's fail-over is these cases in turn: its connection refused or silent until the cluster
+///   marks it failed (`CLUSTERDOWN` from the others meanwhile, with full coverage required), then its
+///   replica promoted (the next map read names it), then `MOVED` from the old primary once it is back as
+///   a replica. The map is read from any node the last map named, replicas included, so seeds that
+///   list only the primaries still find the promoted replica when its old primary is the one gone.
 ///
 /// Calls are not serialised across nodes: this actor only routes; each node's ``RedisClient`` runs its
 /// round trips on its own channel and event loop, so calls to different nodes overlap.
@@ -62,6 +68,8 @@ public actor RedisCluster: RedisConnection {
     /// Per slot: the index in `primaries` of its owner, or -1 when no node serves it.
     private var owners = [Int](repeating: -1, count: RedisSlot.count)
     private var primaries: [RedisNodeAddress] = []
+    /// The replicas the last map named: where the map is read from when primaries are gone.
+    private var replicas: [RedisNodeAddress] = []
     private var mapLoaded = false
     /// Set when a node failed: re-read the map before the next attempt.
     private var mapSuspect = false
@@ -416,7 +424,7 @@ public actor RedisCluster: RedisConnection {
 
     private func loadSlotMap() async throws {
         var candidates = primaries
-        for seed in configuration.seeds where !candidates.contains(seed) { candidates.append(seed) }
+        for node in replicas + configuration.seeds where !candidates.contains(node) { candidates.append(node) }
         var failures: [String] = []
         for node in candidates {
             let reply: RedisReply
@@ -443,6 +451,7 @@ public actor RedisCluster: RedisConnection {
         guard let ranges = reply.array else { throw RedisError.unexpectedReply("CLUSTER SLOTS: \(reply)") }
         var newOwners = [Int](repeating: -1, count: RedisSlot.count)
         var newPrimaries: [RedisNodeAddress] = []
+        var newReplicas: [RedisNodeAddress] = []
         for range in ranges {
             guard let fields = range.array, fields.count >= 3,
                 let first = fields[0].integer, let last = fields[1].integer,
@@ -461,6 +470,13 @@ public actor RedisCluster: RedisConnection {
                 index = newPrimaries.count - 1
             }
             for slot in Int(first)...Int(last) { newOwners[slot] = index }
+            for replica in fields.dropFirst(3) {
+                guard let endpoint = replica.array, endpoint.count >= 2, let port = endpoint[1].integer else { continue }
+                var host = endpoint[0].string ?? ""
+                if host.isEmpty || host == "?" { host = source.host }
+                let node = RedisNodeAddress(host: host, port: Int(port))
+                if !newReplicas.contains(node) { newReplicas.append(node) }
+            }
         }
         if newPrimaries != primaries {
             logger.info(
@@ -468,6 +484,7 @@ public actor RedisCluster: RedisConnection {
         }
         owners = newOwners
         primaries = newPrimaries
+        replicas = newReplicas.filter { !newPrimaries.contains($0) }
     }
 
     // MARK: - Keys of a command
@@ -523,12 +540,14 @@ struct NodeReplies: Sendable {
 enum RedisRedirection: Equatable {
     case moved(slot: Int, to: RedisNodeAddress)
     case ask(slot: Int, to: RedisNodeAddress)
-    /// `TRYAGAIN` (a multi-key call on a slot in migration) or `CLUSTERDOWN`.
+    /// `TRYAGAIN` (a multi-key call on a slot in migration), `CLUSTERDOWN` (the cluster is failing a
+    /// node over), or `READONLY` (the node was demoted to replica after the map was read): wait, read
+    /// the map again, retry.
     case retryLater
 
     /// `from`: the node that answered, for an endpoint with an empty host (`MOVED 3999 :6380`).
     init?(_ message: String, from node: RedisNodeAddress?) {
-        if message.hasPrefix("TRYAGAIN") || message.hasPrefix("CLUSTERDOWN") {
+        if message.hasPrefix("TRYAGAIN") || message.hasPrefix("CLUSTERDOWN") || message.hasPrefix("READONLY") {
             self = .retryLater
             return
         }

@@ -174,7 +174,7 @@ struct HeldCapTests {
     }
 }
 
-/// `redis.held_max_bytes` and `redis.held_campaign_max_bytes`: defaults, values, refusals naming the key.
+/// `redis.held_max_bytes`, `redis.held_campaign_max_bytes` and `redis.held_replica_acks`: defaults, values, refusals naming the key.
 struct HeldCapConfigurationTests {
     @Test func theCapsAreReadAndChecked() throws {
         let defaults = try PipelineConfiguration.load(file: try pipelineFile(redis: "  url: \"redis://127.0.0.1:6379\""))
@@ -186,6 +186,11 @@ struct HeldCapConfigurationTests {
         )
         set.redis.apply(to: &store)
         #expect(store.heldCaps == HeldCaps(totalBytes: 1 << 20, campaignBytes: 1 << 18))
+        #expect(store.heldReplicaAcks == 0)
+        let acks = try PipelineConfiguration.load(
+            file: try pipelineFile(redis: "  url: \"redis://127.0.0.1:6379\"\n  held_replica_acks: 1"))
+        acks.redis.apply(to: &store)
+        #expect(store.heldReplicaAcks == 1)
         // A total below the default campaign cap lowers the campaign's default with it.
         let small = try PipelineConfiguration.load(
             file: try pipelineFile(redis: "  url: \"redis://127.0.0.1:6379\"\n  held_max_bytes: 1048576"))
@@ -193,6 +198,7 @@ struct HeldCapConfigurationTests {
         for (yaml, key) in [
             ("  held_campaign_max_bytes: 2097152\n  held_max_bytes: 1048576", "redis.held_campaign_max_bytes"),
             ("  held_max_bytes: 100", "redis.held_max_bytes"),
+            ("  held_replica_acks: -1", "redis.held_replica_acks"),
         ] {
             let file = try pipelineFile(redis: "  url: \"redis://127.0.0.1:6379\"\n" + yaml)
             do {

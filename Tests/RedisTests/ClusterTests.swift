@@ -35,6 +35,7 @@ import Testing
         #expect(RedisRedirection("MOVED 1 [::1]:7001", from: nil) == .moved(slot: 1, to: RedisNodeAddress(host: "::1", port: 7001)))
         #expect(RedisRedirection("TRYAGAIN Multiple keys request during rehashing of slot", from: nil) == .retryLater)
         #expect(RedisRedirection("CLUSTERDOWN The cluster is down", from: nil) == .retryLater)
+        #expect(RedisRedirection("READONLY You can't write against a read only replica.", from: nil) == .retryLater)
         #expect(RedisRedirection("ERR wrong number of arguments", from: nil) == nil)
         #expect(RedisRedirection("MOVED x 127.0.0.1:1", from: nil) == nil)
     }

@@ -4,8 +4,9 @@ import ProcessSupport
 import Redis
 import Testing
 
-/// A throw-away Redis Cluster of `masters` primaries (no replicas), each a `redis-server
-/// --cluster-enabled yes` on a free loopback port, killed when the test ends.
+/// A throw-away Redis Cluster of `masters` primaries, each with `replicas` replicas (none by default),
+/// each node a `redis-server --cluster-enabled yes` on a free loopback port, killed when the test ends.
+/// Nodes `0..<masters` are the primaries; node `masters + m * replicas + r` is primary `m`'s replica `r`.
 ///
 /// Built with the cluster commands themselves (`CLUSTER ADDSLOTSRANGE`, `SET-CONFIG-EPOCH`, `MEET`) rather
 /// than `redis-cli --cluster create`: no prompt, no fixed sleeps, and each test gets its own cluster, so
@@ -13,11 +14,21 @@ import Testing
 /// `redis-cli` for people and benchmarks.
 public final class RedisClusterServer: @unchecked Sendable {
     public let nodes: [RedisServer]
+    public let masters: Int
     /// Whether the nodes speak only TLS, the cluster bus included (`--tls-cluster yes`).
     public let tls: Bool
 
     /// Every node as `redis.cluster` lists them: `host:port`, or `rediss://host:port` over TLS.
     public var addresses: [String] { nodes.map { "\(tls ? "rediss://" : "")127.0.0.1:\($0.port)" } }
+
+    /// Only the primaries' addresses, as a `redis.cluster` written before any fail-over would list them.
+    public var primaryAddresses: [String] { Array(addresses.prefix(masters)) }
+
+    /// The replica nodes of primary `master`.
+    public func replicaIndices(of master: Int) -> [Int] {
+        let perPrimary = (nodes.count - masters) / masters
+        return (0..<perPrimary).map { masters + master * perPrimary + $0 }
+    }
 
     /// `redis.tls`: the test CA when the nodes speak TLS.
     public var tlsConfiguration: RedisTLSConfiguration? { nodes.first?.tlsConfiguration }
@@ -26,11 +37,14 @@ public final class RedisClusterServer: @unchecked Sendable {
     /// the other primaries keep serving their slots while one is down (what the kill test checks).
     /// `tls`: every node speaks only TLS (`--tls-port`), to clients and on the cluster bus, and
     /// announces its TLS port in `CLUSTER SLOTS` (`--tls-cluster yes`).
-    public init(masters: Int = 3, nodeTimeout: Duration = .seconds(5), tls: Bool = false) async throws {
+    /// `replicas`: per primary; a replica takes its primary's place `nodeTimeout` and an election after
+    /// the primary stops answering (`--cluster-replica-validity-factor 0`: however stale it is).
+    public init(masters: Int = 3, replicas: Int = 0, nodeTimeout: Duration = .seconds(5), tls: Bool = false) async throws {
         self.tls = tls
+        self.masters = masters
         var nodes: [RedisServer] = []
         var busPorts: [Int] = []
-        for _ in 0..<masters {
+        for _ in 0..<(masters * (1 + replicas)) {
             // A picked port may be taken before the node binds it (tests run in parallel): the node then
             // exits, and is started again with other ports (RedisServer retries its client port).
             var attempt = 1
@@ -40,7 +54,7 @@ public final class RedisClusterServer: @unchecked Sendable {
                     var arguments = [
                         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                         "--cluster-node-timeout", String(Int(nodeTimeout / .milliseconds(1))),
-                        "--cluster-require-full-coverage", "no",
+                        "--cluster-require-full-coverage", "no", "--cluster-replica-validity-factor", "0",
                         // The bus port is the client port + 10 000 unless given: a free port of its own
                         // instead, since client port + 10 000 may be taken or past 65 535.
                         "--cluster-port", String(busPort),
@@ -65,20 +79,72 @@ public final class RedisClusterServer: @unchecked Sendable {
         self.nodes = nodes
         for (index, node) in nodes.enumerated() {
             let client = try node.client(logLevel: .critical)
-            let first = RedisSlot.count * index / masters
-            let last = RedisSlot.count * (index + 1) / masters - 1
-            try await client.send(RedisCommand("CLUSTER", "ADDSLOTSRANGE", String(first), String(last)))
+            if index < masters {
+                let first = RedisSlot.count * index / masters
+                let last = RedisSlot.count * (index + 1) / masters - 1
+                try await client.send(RedisCommand("CLUSTER", "ADDSLOTSRANGE", String(first), String(last)))
+            }
             // Distinct epochs up front, as redis-cli does: no epoch collision to resolve at start.
             try await client.send(RedisCommand("CLUSTER", "SET-CONFIG-EPOCH", String(index + 1)))
             if index > 0 { try await client.send(RedisCommand("CLUSTER", "MEET", "127.0.0.1", String(nodes[0].port), String(busPorts[0]))) }
             await client.close()
         }
         try await waitUntilReady()
+        if nodes.count > masters { try await attachReplicas() }
+    }
+
+    /// Each replica node follows its primary (`CLUSTER REPLICATE`), until every primary reports its
+    /// replicas online (`INFO replication`).
+    private func attachReplicas(timeout: Duration = .seconds(60)) async throws {
+        for master in 0..<masters {
+            let id = try await nodeID(master)
+            for replica in replicaIndices(of: master) {
+                let client = try nodeClient(replica)
+                try await client.send(RedisCommand("CLUSTER", "REPLICATE", id))
+                await client.close()
+            }
+        }
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        for master in 0..<masters {
+            while try await onlineReplicas(of: master) < replicaIndices(of: master).count {
+                guard clock.now < deadline else { throw TestFailure("replicas of node \(master) not online after \(timeout)") }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+    }
+
+    /// How many replicas node `index` reports online (`INFO replication`'s `slaveN:…state=online`).
+    public func onlineReplicas(of index: Int) async throws -> Int {
+        try await replicationInfo(index).filter { $0.key.hasPrefix("slave") && $0.value.contains("state=online") }.count
+    }
+
+    /// Node `index`'s `INFO replication` as fields.
+    public func replicationInfo(_ index: Int) async throws -> [String: String] {
+        let client = try nodeClient(index)
+        defer { Task { await client.close() } }
+        let info = try await client.send(RedisCommand("INFO", "replication")).string ?? ""
+        return Dictionary(
+            info.split(whereSeparator: \.isNewline).compactMap { line -> (String, String)? in
+                let parts = line.split(separator: ":", maxSplits: 1)
+                return parts.count == 2 ? (String(parts[0]), String(parts[1]).trimmingCharacters(in: .whitespaces)) : nil
+            }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// Until node `index` says it is a primary (`role:master`): a replica's promotion.
+    public func waitUntilPrimary(_ index: Int, timeout: Duration = .seconds(120)) async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while (try? await replicationInfo(index))?["role"] != "master" {
+            guard clock.now < deadline else { throw TestFailure("node \(index) not promoted after \(timeout)") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
     }
 
     /// A cluster client seeded with every node, failing fast enough for tests.
-    public func client(maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster {
-        var configuration = try RedisClusterConfiguration(nodes: addresses)
+    /// `seeds`: the nodes it is configured with (default: every node).
+    public func client(seeds: [String]? = nil, maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster {
+        var configuration = try RedisClusterConfiguration(nodes: seeds ?? addresses)
         configuration.node.tls = tlsConfiguration
         configuration.node.reconnect = RedisReconnectPolicy(
             initialDelay: .milliseconds(20), maximumDelay: .milliseconds(200), maximumWait: maximumWait)

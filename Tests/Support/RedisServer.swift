@@ -94,6 +94,12 @@ public final class RedisServer: @unchecked Sendable {
         process = nil
     }
 
+    /// Sends `signal` to the server (SIGSTOP: a node that stops answering without closing its sockets,
+    /// SIGCONT: back).
+    public func signal(_ signal: Int32) {
+        if let pid = process?.pid { _ = Foundation.kill(pid, signal) }
+    }
+
     /// SIGKILL without waiting for the exit, and the data directory removed: the end of a test.
     public func stop() {
         process?.killWithoutWaiting()
