@@ -309,7 +309,23 @@ public struct PipelineConfiguration: Sendable {
     ) throws -> PipelineConfiguration {
         let root = try ConfigSection.load(file: file, environment: environment)
         var c = PipelineConfiguration()
+        try readKafka(root, into: &c, file: file)
+        try readRedis(root, into: &c, file: file)
+        try readGateway(root, into: &c, file: file)
+        try readHTTP2(root, into: &c, file: file, environment: environment)
+        try readApps(root, into: &c, file: file)
+        try readPipeline(root, into: &c)
+        try readFeedback(root, into: &c)
+        try readLogging(root, into: &c, file: file)
+        try readMetrics(root, into: &c, file: file)
+        try root.finish()
+        collectSecrets(root.substitution, into: &c)
+        try checkFilesExist(c, file: file)
+        return c
+    }
 
+    /// The `kafka` section: where jobs come from and where outcomes and dead letters go.
+    private static func readKafka(_ root: ConfigSection, into c: inout PipelineConfiguration, file: String) throws {
         let k = try root.section("kafka")
         c.kafka.bootstrapServers = try k.string("bootstrap_servers")
         c.kafka.bootstrapServersFile = try k.string("bootstrap_servers_file")
@@ -319,18 +335,7 @@ public struct PipelineConfiguration: Sendable {
         c.kafka.registrationsTopic = try k.string("registrations_topic") ?? c.kafka.registrationsTopic
         if try k.bool("consume_registrations", default: true) == false { c.kafka.registrationsTopic = nil }
         if let topic = try k.string("priority_topic") {
-            let others = [
-                ("kafka.jobs_topic", c.kafka.jobsTopic), ("kafka.dead_letter_topic", c.kafka.deadLetterTopic),
-                ("kafka.registrations_topic", c.kafka.registrationsTopic ?? ""),
-            ]
-            if topic.isEmpty {
-                throw ConfigurationError(file: file, key: "kafka.priority_topic", problem: "expected a topic name (or leave the key out)")
-            }
-            if let (key, _) = others.first(where: { $0.1 == topic }) {
-                throw ConfigurationError(
-                    file: file, key: "kafka.priority_topic", problem: "expected a topic of its own: \(topic) is already \(key)")
-            }
-            c.kafka.priorityTopic = topic
+            c.kafka.priorityTopic = try priorityTopic(topic, kafka: c.kafka, file: file)
         }
         if let topic = try k.string("outcomes_topic") {
             c.kafka.outcomesTopic = try outcomesTopic(topic, kafka: c.kafka, file: file)
@@ -344,77 +349,115 @@ public struct PipelineConfiguration: Sendable {
             "dead_letter_timeout_ms", default: c.kafka.deadLetterTimeoutMs, range: 1000...900_000)
         c.kafka.properties = try k.stringMap("properties")
         try k.finish()
+    }
 
+    /// `kafka.priority_topic`, checked: a lane of its own needs a topic no other key already names.
+    private static func priorityTopic(_ topic: String, kafka: Kafka, file: String) throws -> String {
+        let others = [
+            ("kafka.jobs_topic", kafka.jobsTopic), ("kafka.dead_letter_topic", kafka.deadLetterTopic),
+            ("kafka.registrations_topic", kafka.registrationsTopic ?? ""),
+        ]
+        if topic.isEmpty {
+            throw ConfigurationError(file: file, key: "kafka.priority_topic", problem: "expected a topic name (or leave the key out)")
+        }
+        if let (key, _) = others.first(where: { $0.1 == topic }) {
+            throw ConfigurationError(
+                file: file, key: "kafka.priority_topic", problem: "expected a topic of its own: \(topic) is already \(key)")
+        }
+        return topic
+    }
+
+    /// The `redis` section: which server(s) and how to reach them, then the gate's and the hold's sizes.
+    private static func readRedis(_ root: ConfigSection, into c: inout PipelineConfiguration, file: String) throws {
         let r = try root.section("redis")
-        c.redis.url = try r.string("url", default: c.redis.url)
-        c.redis.cluster = try r.strings("cluster")
+        try readRedisServer(r, into: &c.redis, file: file)
+        try readRedisLimits(r, into: &c.redis, file: file)
+        try r.finish()
+    }
+
+    /// `redis.url` or `redis.cluster`, the password and TLS: checked together, since a target is only
+    /// known once all are read.
+    private static func readRedisServer(_ r: ConfigSection, into redis: inout Redis, file: String) throws {
+        redis.url = try r.string("url", default: redis.url)
+        redis.cluster = try r.strings("cluster")
         if let password = try r.string("password") {
             guard !password.isEmpty else {
                 throw ConfigurationError(
                     file: file, key: "redis.password", problem: "expected a password (is the file or variable it names empty?)")
             }
-            c.redis.password = password
+            redis.password = password
         }
         if r.has("tls") {
-            let t = try r.section("tls")
-            let tls = RedisTLSConfiguration(
-                ca: try t.string("ca"), certificate: try t.string("cert"), key: try t.string("key"),
-                serverName: try t.string("server_name"))
-            try t.finish()
-            // The files are read now: a wrong path fails at start, naming the key, not at the first call.
-            do {
-                _ = try tls.checkedContext()
-            } catch let problem as RedisTLSConfiguration.Problem {
-                throw ConfigurationError(file: file, key: "redis.tls.\(problem.key)", problem: problem.problem)
-            }
-            c.redis.tls = tls
+            redis.tls = try redisTLS(try r.section("tls"), file: file)
         }
-        if r.has("url") && c.redis.cluster != nil {
+        if r.has("url") && redis.cluster != nil {
             throw ConfigurationError(
                 file: file, key: "redis", problem: "give redis.url (one server) or redis.cluster (a Redis Cluster's nodes), not both")
         }
         do {
-            _ = try c.redis.target()
+            _ = try redis.target()
         } catch let RedisError.invalidURL(problem) {
-            let key = c.redis.cluster != nil ? "redis.cluster" : "redis.url"
+            let key = redis.cluster != nil ? "redis.cluster" : "redis.url"
             let expected =
-                c.redis.cluster != nil
+                redis.cluster != nil
                 ? "a list of host:port (or redis[s]://[user:password@]host:port)"
                 : "redis://[user:password@]host:port[/db] or rediss://… (TLS)"
             throw ConfigurationError(file: file, key: key, problem: "expected \(expected): \(problem)")
         }
-        c.redis.prefix = try r.string("prefix", default: c.redis.prefix)
-        c.redis.dedupTTLHours = try r.int("dedup_ttl_hours", default: c.redis.dedupTTLHours, range: 1...24 * 365)
-        c.redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: c.redis.dedupBucketHours, range: 1...24 * 365)
-        c.redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: c.redis.dedupSubBuckets, range: 1...1 << 24)
-        c.redis.tokenBuckets = try r.int("token_buckets", default: c.redis.tokenBuckets, range: 1...16_384)
-        c.redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: c.redis.inFlightLeaseSeconds, range: 1...86_400)
-        c.redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: c.redis.ownerHeartbeatSeconds, range: 2...600)
+    }
+
+    /// `redis.tls`, with its files read now: a wrong path fails at start, naming the key, not at the
+    /// first call.
+    private static func redisTLS(_ t: ConfigSection, file: String) throws -> RedisTLSConfiguration {
+        let tls = RedisTLSConfiguration(
+            ca: try t.string("ca"), certificate: try t.string("cert"), key: try t.string("key"),
+            serverName: try t.string("server_name"))
+        try t.finish()
+        do {
+            _ = try tls.checkedContext()
+        } catch let problem as RedisTLSConfiguration.Problem {
+            throw ConfigurationError(file: file, key: "redis.tls.\(problem.key)", problem: problem.problem)
+        }
+        return tls
+    }
+
+    /// The key prefix, the dedup and token-bucket shapes, leases and the hold's byte budgets, with the
+    /// checks that tie them to one another.
+    private static func readRedisLimits(_ r: ConfigSection, into redis: inout Redis, file: String) throws {
+        redis.prefix = try r.string("prefix", default: redis.prefix)
+        redis.dedupTTLHours = try r.int("dedup_ttl_hours", default: redis.dedupTTLHours, range: 1...24 * 365)
+        redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: redis.dedupBucketHours, range: 1...24 * 365)
+        redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: redis.dedupSubBuckets, range: 1...1 << 24)
+        redis.tokenBuckets = try r.int("token_buckets", default: redis.tokenBuckets, range: 1...16_384)
+        redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: redis.inFlightLeaseSeconds, range: 1...86_400)
+        redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: redis.ownerHeartbeatSeconds, range: 2...600)
         if r.has("campaign_ttl_hours") {
-            let least = c.redis.dedupTTLHours + c.redis.dedupBucketHours
-            c.redis.campaignTTLHours = try r.int("campaign_ttl_hours", default: least, range: 1...24 * 3650)
-            guard c.redis.campaignTTLHours! >= least else {
+            let least = redis.dedupTTLHours + redis.dedupBucketHours
+            redis.campaignTTLHours = try r.int("campaign_ttl_hours", default: least, range: 1...24 * 3650)
+            guard redis.campaignTTLHours! >= least else {
                 throw ConfigurationError(
                     file: file, key: "redis.campaign_ttl_hours",
                     problem:
-                        "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(c.redis.campaignTTLHours!)"
+                        "expected at least dedup_ttl_hours + dedup_bucket_hours = \(least) (a campaign's job marks must outlive its dedup records), got \(redis.campaignTTLHours!)"
                 )
             }
         }
-        c.redis.heldMaxBytes = Int64(
-            try r.int("held_max_bytes", default: Int(c.redis.heldMaxBytes), range: (1 << 16)...(1 << 40)))
-        c.redis.heldCampaignMaxBytes = Int64(
+        redis.heldMaxBytes = Int64(
+            try r.int("held_max_bytes", default: Int(redis.heldMaxBytes), range: (1 << 16)...(1 << 40)))
+        redis.heldCampaignMaxBytes = Int64(
             try r.int(
-                "held_campaign_max_bytes", default: Int(min(c.redis.heldCampaignMaxBytes, c.redis.heldMaxBytes)),
+                "held_campaign_max_bytes", default: Int(min(redis.heldCampaignMaxBytes, redis.heldMaxBytes)),
                 range: (1 << 16)...(1 << 40)))
-        guard c.redis.heldCampaignMaxBytes <= c.redis.heldMaxBytes else {
+        guard redis.heldCampaignMaxBytes <= redis.heldMaxBytes else {
             throw ConfigurationError(
                 file: file, key: "redis.held_campaign_max_bytes",
-                problem: "expected at most redis.held_max_bytes (\(c.redis.heldMaxBytes)), got \(c.redis.heldCampaignMaxBytes)")
+                problem: "expected at most redis.held_max_bytes (\(redis.heldMaxBytes)), got \(redis.heldCampaignMaxBytes)")
         }
-        c.redis.heldReplicaAcks = try r.int("held_replica_acks", default: c.redis.heldReplicaAcks, range: 0...16)
-        try r.finish()
+        redis.heldReplicaAcks = try r.int("held_replica_acks", default: redis.heldReplicaAcks, range: 0...16)
+    }
 
+    /// The `gateway` section: the binary interface's gateways and what every shard is built with.
+    private static func readGateway(_ root: ConfigSection, into c: inout PipelineConfiguration, file: String) throws {
         let g = try root.section("gateway")
         if let list = try g.strings("addresses") {
             c.gateway.addresses = try list.map { try address($0, file: file, key: "gateway.addresses") }
@@ -428,6 +471,13 @@ public struct PipelineConfiguration: Sendable {
         c.gateway.truncateAlert = try g.bool("truncate_alert", default: c.gateway.truncateAlert)
         c.gateway.embedJobID = try g.bool("embed_job_id", default: c.gateway.embedJobID)
         c.gateway.shards = try g.int("shards", default: c.gateway.shards, range: 1...256)
+        c.gateway.shard = try shardConfiguration(g, file: file)
+        try g.finish()
+    }
+
+    /// The per-shard keys of `gateway` (batching, replay, settling, give-up, reconnect): one
+    /// ``ShardConfiguration`` every binary shard shares.
+    private static func shardConfiguration(_ g: ConfigSection, file: String) throws -> ShardConfiguration {
         var s = ShardConfiguration()
         s.batchBytes = try g.int("batch_bytes", default: s.batchBytes, range: 512...(16 << 20))
         // Every number has a range, so a wrong unit (seconds for milliseconds) or a stray minus sign is an
@@ -449,9 +499,16 @@ public struct PipelineConfiguration: Sendable {
         s.giveUpAfter = try g.double("give_up_after_s", default: s.giveUpAfter ?? RetryBudget.defaultGiveUpAfter, range: 1...(7 * 86400))
         s.drainTimeout = try g.double("drain_timeout_s", default: s.drainTimeout, range: 0...3600)
         s.connectTimeout = try g.double("connect_timeout_s", default: s.connectTimeout, range: 0.1...600)
-        let rc = try g.section("reconnect")
-        let initialMs = try rc.double("initial_ms", default: s.reconnect.initialDelay * 1000, range: 1...60_000)
-        let maxMs = try rc.double("max_ms", default: s.reconnect.maximumDelay * 1000, range: 1...3_600_000)
+        s.reconnect = try gatewayReconnect(try g.section("reconnect"), default: s.reconnect, file: file)
+        return s
+    }
+
+    /// `gateway.reconnect`: a shard's back-off between connection attempts, whose ceiling may not be
+    /// below its start.
+    private static func gatewayReconnect(_ rc: ConfigSection, default d: ReconnectPolicy, file: String) throws -> ReconnectPolicy {
+        var policy = d
+        let initialMs = try rc.double("initial_ms", default: d.initialDelay * 1000, range: 1...60_000)
+        let maxMs = try rc.double("max_ms", default: d.maximumDelay * 1000, range: 1...3_600_000)
         if maxMs < initialMs {
             throw ConfigurationError(
                 file: file, key: "gateway.reconnect.max_ms",
@@ -459,14 +516,18 @@ public struct PipelineConfiguration: Sendable {
                     "expected a number ≥ gateway.reconnect.initial_ms (\(ConfigSection.text(initialMs))), found \"\(ConfigSection.text(maxMs))\""
             )
         }
-        s.reconnect.initialDelay = initialMs / 1000
-        s.reconnect.maximumDelay = maxMs / 1000
-        s.reconnect.attemptsPerSecondPerGateway = try rc.double(
-            "attempts_per_second_per_gateway", default: s.reconnect.attemptsPerSecondPerGateway, range: 0.1...10_000)
+        policy.initialDelay = initialMs / 1000
+        policy.maximumDelay = maxMs / 1000
+        policy.attemptsPerSecondPerGateway = try rc.double(
+            "attempts_per_second_per_gateway", default: d.attemptsPerSecondPerGateway, range: 0.1...10_000)
         try rc.finish()
-        c.gateway.shard = s
-        try g.finish()
+        return policy
+    }
 
+    /// The `http2` section: the provider API's hosts, connections, timeouts, back-offs and proxy.
+    private static func readHTTP2(
+        _ root: ConfigSection, into c: inout PipelineConfiguration, file: String, environment: [String: String]
+    ) throws {
         let h = try root.section("http2")
         if let list = try h.strings("hosts") {
             c.http2.hosts = try list.map { try address($0, file: file, key: "http2.hosts") }
@@ -486,21 +547,30 @@ public struct PipelineConfiguration: Sendable {
                 problem: "no longer used: HTTP/2 retries are bounded by time (http2.give_up_after_s, default \(Int(c.http2.giveUpAfter)))")
         }
         c.http2.giveUpAfter = try h.double("give_up_after_s", default: c.http2.giveUpAfter, range: 1...(7 * 86400))
-        let hretry = try h.section("retry")
-        c.http2.retry.initialDelay = try hretry.double("initial_ms", default: c.http2.retry.initialDelay * 1000, range: 1...600_000) / 1000
-        c.http2.retry.maximumDelay = try hretry.double("max_ms", default: c.http2.retry.maximumDelay * 1000, range: 1...3_600_000) / 1000
-        try hretry.finish()
-        let hr = try h.section("reconnect")
-        c.http2.reconnect.initialDelay =
-            try hr.double("initial_ms", default: c.http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
-        c.http2.reconnect.maximumDelay =
-            try hr.double("max_ms", default: c.http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
-        c.http2.reconnect.attemptsPerSecondPerGateway = try hr.double(
-            "attempts_per_second_per_host", default: c.http2.reconnect.attemptsPerSecondPerGateway, range: 0.01...100_000)
-        try hr.finish()
+        try readHTTP2Backoffs(h, into: &c.http2)
         c.http2.proxy = try proxySettings(h, file: file, environment: environment)
         try h.finish()
+    }
 
+    /// `http2.retry` and `http2.reconnect`: the back-off between a request's attempts and between a
+    /// connection's.
+    private static func readHTTP2Backoffs(_ h: ConfigSection, into http2: inout HTTP2) throws {
+        let hretry = try h.section("retry")
+        http2.retry.initialDelay = try hretry.double("initial_ms", default: http2.retry.initialDelay * 1000, range: 1...600_000) / 1000
+        http2.retry.maximumDelay = try hretry.double("max_ms", default: http2.retry.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        try hretry.finish()
+        let hr = try h.section("reconnect")
+        http2.reconnect.initialDelay =
+            try hr.double("initial_ms", default: http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
+        http2.reconnect.maximumDelay =
+            try hr.double("max_ms", default: http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        http2.reconnect.attemptsPerSecondPerGateway = try hr.double(
+            "attempts_per_second_per_host", default: http2.reconnect.attemptsPerSecondPerGateway, range: 0.01...100_000)
+        try hr.finish()
+    }
+
+    /// The `apps` list: at least one, each bundle id once.
+    private static func readApps(_ root: ConfigSection, into c: inout PipelineConfiguration, file: String) throws {
         let appSections = try root.sections("apps")
         if appSections.isEmpty {
             throw ConfigurationError(
@@ -513,7 +583,10 @@ public struct PipelineConfiguration: Sendable {
         if Set(ids).count != ids.count {
             throw ConfigurationError(file: file, key: "apps", problem: "each bundle_id may appear once")
         }
+    }
 
+    /// The `pipeline` section: in-flight budgets, threads and the stop's timings.
+    private static func readPipeline(_ root: ConfigSection, into c: inout PipelineConfiguration) throws {
         let p = try root.section("pipeline")
         c.maxInFlight = try p.int("max_in_flight", default: c.maxInFlight, range: 1...10_000_000)
         c.gateCallsInFlight = try p.int("gate_calls_in_flight", default: c.gateCallsInFlight, range: 1...8)
@@ -525,9 +598,17 @@ public struct PipelineConfiguration: Sendable {
         c.readinessGrace = .milliseconds(
             Int64(try p.double("readiness_grace_s", default: Double(c.readinessGrace.components.seconds), range: 1...3600) * 1000))
         try p.finish()
+    }
+
+    /// The `feedback` section: how often the binary feedback service is polled.
+    private static func readFeedback(_ root: ConfigSection, into c: inout PipelineConfiguration) throws {
         let f = try root.section("feedback")
         c.feedbackIntervalMinutes = try f.double("interval_minutes", default: c.feedbackIntervalMinutes, range: 0...1440)
         try f.finish()
+    }
+
+    /// The `logging` section: a level swift-log knows, so a typo fails at start rather than logging all.
+    private static func readLogging(_ root: ConfigSection, into c: inout PipelineConfiguration, file: String) throws {
         let l = try root.section("logging")
         c.logLevel = try l.string("level", default: c.logLevel)
         if !["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(c.logLevel) {
@@ -535,6 +616,10 @@ public struct PipelineConfiguration: Sendable {
                 file: file, key: "logging.level", problem: "expected one of trace, debug, info, notice, warning, error, critical")
         }
         try l.finish()
+    }
+
+    /// The `metrics` section: where the operations surface listens and the tokens it asks for.
+    private static func readMetrics(_ root: ConfigSection, into c: inout PipelineConfiguration, file: String) throws {
         let m = try root.section("metrics")
         if let listen = try m.string("listen") {
             c.metricsListen = try address(listen, file: file, key: "metrics.listen")
@@ -546,8 +631,12 @@ public struct PipelineConfiguration: Sendable {
             c.metricsControlToken = try checkedMetricsControlToken(token, readToken: c.metricsAuthToken, file: file)
         }
         try m.finish()
-        try root.finish()
-        c.secrets = root.substitution.secrets + [c.metricsAuthToken, c.metricsControlToken].compactMap { $0 }
+    }
+
+    /// Every value the logs must not show in clear: what was substituted into the file, the tokens, and
+    /// passwords wherever they were written.
+    private static func collectSecrets(_ substitution: Substitution, into c: inout PipelineConfiguration) {
+        c.secrets = substitution.secrets + [c.metricsAuthToken, c.metricsControlToken].compactMap { $0 }
         // Redis passwords are secrets however they were written (in the URL or the key, literally or
         // substituted): never logged in clear.
         if let password = try? c.redis.target().password, !c.secrets.contains(password) { c.secrets.append(password) }
@@ -559,8 +648,10 @@ public struct PipelineConfiguration: Sendable {
                 c.secrets.append(form)
             }
         }
+    }
 
-        // Files must be there now, not at the first notification.
+    /// Files must be there now, not at the first notification.
+    private static func checkFilesExist(_ c: PipelineConfiguration, file: String) throws {
         for (i, app) in c.apps.enumerated() {
             for (key, path) in app.credentialFiles where !FileManager.default.fileExists(atPath: path) {
                 throw ConfigurationError(file: file, key: "apps[\(i)].\(key)", problem: "no such file: \(path)")
@@ -571,7 +662,6 @@ public struct PipelineConfiguration: Sendable {
                 throw ConfigurationError(file: file, key: key, problem: "no such file: \(path)")
             }
         }
-        return c
     }
 
     /// One entry of `apps`. `transport` (default http2) decides which keys apply: a binary app needs a
