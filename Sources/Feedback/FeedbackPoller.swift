@@ -49,18 +49,46 @@ public struct FeedbackPoller: Sendable {
         _ app: FeedbackApp,
         progress: (@Sendable (FeedbackPollSummary) async -> Void)? = nil
     ) async throws(FeedbackPollError) -> FeedbackPollSummary {
-        let clock = ContinuousClock()
-        let started = clock.now
         var logger = self.logger
         logger[metadataKey: "feedback.app"] = "\(app.app)"
         logger[metadataKey: "feedback.endpoint"] = "\(app.endpoint)"
-        var summary = FeedbackPollSummary(app: app.app, endpoint: app.endpoint.description)
-        func failure(_ stage: FeedbackPollError.Stage, _ error: any Error) -> FeedbackPollError {
-            summary.duration = clock.now - started
-            return FeedbackPollError(stage: stage, underlying: "\(error)", summary: summary)
-        }
+        var state = PollState(
+            app: app, store: store, batchSize: max(1, configuration.batchSize), logger: logger, progress: progress)
+        state.pending.reserveCapacity(configuration.batchSize)
 
         // 1. Everything that can fail before the service is contacted, so that its list stays intact.
+        let context = try await prepare(app, state: &state)
+        // 2. Connect.
+        let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+        do {
+            channel = try await connect(app, context: context)
+        } catch {
+            throw state.failure(.connect, error)
+        }
+        logger.debug("connected to the feedback service")
+        // 3. Read and write as it arrives.
+        let streamError = try await read(channel, state: &state)
+
+        // Whatever ended the stream, what was decoded is written before reporting.
+        try await state.flush()
+        if let streamError {
+            if streamError is CancellationError || Task.isCancelled {
+                logger.notice("feedback poll cancelled; what was read is written", metadata: state.summary.metadata)
+                throw state.failure(.cancelled, streamError)
+            }
+            throw state.failure(.stream, streamError)
+        }
+        if !state.decoder.isAtTupleBoundary {
+            state.summary.endedMidTuple = true
+            logger.warning("feedback stream ended inside a tuple; the partial tuple is dropped", metadata: state.summary.metadata)
+        }
+        state.summary.duration = state.clock.now - state.started
+        return state.summary
+    }
+
+    /// The certificate is the app's and loads, and Redis answers: checked before the service is
+    /// contacted, since it forgets its list once read. Returns the TLS context to connect with.
+    private func prepare(_ app: FeedbackApp, state: inout PollState) async throws(FeedbackPollError) -> NIOSSLContext {
         let context: NIOSSLContext
         do {
             if configuration.requireMatchingTopic, let topic = try app.credentials.certificateTopic(), topic != app.app {
@@ -69,89 +97,45 @@ public struct FeedbackPoller: Sendable {
             }
             context = try app.credentials.makeClientContext()
         } catch {
-            throw failure(.configuration, error)
+            throw state.failure(.configuration, error)
         }
         do {
             try await store.client.send(RedisCommand("PING"))
         } catch {
-            throw failure(.redisUnavailable, error)
+            throw state.failure(.redisUnavailable, error)
         }
-        if Task.isCancelled { throw failure(.cancelled, CancellationError()) }
+        if Task.isCancelled { throw state.failure(.cancelled, CancellationError()) }
+        return context
+    }
 
-        // 2. Connect.
-        let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+    /// A TLS connection to the app's feedback service whose reads wait for Redis: at most
+    /// ``FeedbackPollerConfiguration/readAhead`` reads are buffered ahead of the writes.
+    private func connect(_ app: FeedbackApp, context: NIOSSLContext) async throws -> NIOAsyncChannel<ByteBuffer, ByteBuffer> {
         let readTimeout = TimeAmount(configuration.readTimeout)
         let hostname = app.endpoint.serverHostname
         let readAhead = max(1, configuration.readAhead)
-        do {
-            channel = try await ClientBootstrap(group: group)
-                .connectTimeout(TimeAmount(configuration.connectTimeout))
-                .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-                .connect(host: app.endpoint.host, port: app.endpoint.port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        let sync = channel.pipeline.syncOperations
-                        try sync.addHandler(ReadTimeoutHandler(timeout: readTimeout))
-                        // An IP address is not a valid SNI name; verification still checks it against the certificate.
-                        try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: hostname.isIPAddress ? nil : hostname))
-                        return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
-                            wrappingChannelSynchronously: channel,
-                            configuration: .init(backPressureStrategy: .init(lowWatermark: 1, highWatermark: readAhead)))
-                    }
+        return try await ClientBootstrap(group: group)
+            .connectTimeout(TimeAmount(configuration.connectTimeout))
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .connect(host: app.endpoint.host, port: app.endpoint.port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let sync = channel.pipeline.syncOperations
+                    try sync.addHandler(ReadTimeoutHandler(timeout: readTimeout))
+                    // An IP address is not a valid SNI name; verification still checks it against the certificate.
+                    try sync.addHandler(NIOSSLClientHandler(context: context, serverHostname: hostname.isIPAddress ? nil : hostname))
+                    return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(
+                        wrappingChannelSynchronously: channel,
+                        configuration: .init(backPressureStrategy: .init(lowWatermark: 1, highWatermark: readAhead)))
                 }
-        } catch {
-            throw failure(.connect, error)
-        }
-        logger.debug("connected to the feedback service")
-
-        // 3. Read and write as it arrives.
-        var decoder = FeedbackDecoder()
-        var pending: [Suppression] = []
-        pending.reserveCapacity(configuration.batchSize)
-        let batchSize = max(1, configuration.batchSize)
-        let store = self.store
-
-        /// Writes `pending`; on failure logs the tuples that could not be written, so they can be re-applied.
-        func flush() async throws(FeedbackPollError) {
-            guard !pending.isEmpty else { return }
-            do {
-                try await store.suppress(pending)
-            } catch {
-                logger.error(
-                    "feedback tuples read but not written to Redis",
-                    metadata: [
-                        "feedback.unwritten": .array(pending.map { "\($0.tokenHex)@\($0.at)" }),
-                        "error": "\(error)",
-                    ])
-                throw failure(.redisWrite, error)
             }
-            summary.suppressed += pending.count
-            summary.batches += 1
-            pending.removeAll(keepingCapacity: true)
-            if let progress { await progress(summary) }
-        }
+    }
 
-        func take(_ tuple: FeedbackTuple) async throws(FeedbackPollError) {
-            summary.tuplesRead += 1
-            guard let token = tuple.deviceToken else {
-                summary.malformed += 1
-                if summary.malformed <= 10 {
-                    logger.warning(
-                        "malformed feedback tuple skipped: token is not 32 bytes",
-                        metadata: [
-                            "feedback.token_length": "\(tuple.token.count)", "feedback.time": "\(tuple.timestamp)",
-                            "feedback.tuple_index": "\(summary.tuplesRead)",
-                        ])
-                }
-                return
-            }
-            let at = Int64(tuple.timestamp)
-            summary.oldestTimestamp = min(summary.oldestTimestamp ?? at, at)
-            summary.newestTimestamp = max(summary.newestTimestamp ?? at, at)
-            pending.append(Suppression(app: app.app, tokenHex: token.hex, at: at, reason: "feedback"))
-            if pending.count >= batchSize { try await flush() }
-        }
-
-        var streamError: (any Error)?
+    /// Reads until the service closes, decoding and writing as it arrives. A failure to write throws; what
+    /// ended the stream otherwise (reset, timeout, cancellation) is returned, for the caller to write
+    /// what was decoded before reporting it.
+    private func read(
+        _ channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, state: inout PollState
+    ) async throws(FeedbackPollError) -> (any Error)? {
         do {
             try await channel.executeThenClose { inbound, _ in
                 var iterator = inbound.makeAsyncIterator()
@@ -162,38 +146,100 @@ public struct FeedbackPoller: Sendable {
                     } catch let error as NIOSSLError where error == .uncleanShutdown {
                         // TCP closed without close_notify. Tuples are self-delimiting: a truncated one
                         // shows as a half tuple below; everything complete is good.
-                        logger.debug("feedback service closed without TLS close_notify")
+                        state.logger.debug("feedback service closed without TLS close_notify")
                         next = nil
                     }
                     guard var buffer = next else { break }
-                    buffer.withUnsafeReadableBytes { decoder.append($0) }
+                    buffer.withUnsafeReadableBytes { state.decoder.append($0) }
                     buffer.clear()
-                    while let tuple = decoder.next() { try await take(tuple) }
-                    try await flush()  // one batch per TLS read at least: nothing read waits for more
+                    while let tuple = state.decoder.next() { try await state.take(tuple) }
+                    try await state.flush()  // one batch per TLS read at least: nothing read waits for more
                     if Task.isCancelled { throw CancellationError() }
                 }
             }
         } catch let error as FeedbackPollError {
             throw error
         } catch {
-            streamError = error
+            return error
         }
+        return nil
+    }
+}
 
-        // Whatever ended the stream, what was decoded is written before reporting.
-        try await flush()
-        if let streamError {
-            if streamError is CancellationError || Task.isCancelled {
-                logger.notice("feedback poll cancelled; what was read is written", metadata: summary.metadata)
-                throw failure(.cancelled, streamError)
-            }
-            throw failure(.stream, streamError)
-        }
-        if !decoder.isAtTupleBoundary {
-            summary.endedMidTuple = true
-            logger.warning("feedback stream ended inside a tuple; the partial tuple is dropped", metadata: summary.metadata)
-        }
+/// One poll's running state: the summary so far, the decoder, and the suppressions decoded but not yet
+/// written. Apart from the socket, so that "written as it arrives" is in one place.
+private struct PollState {
+    let app: FeedbackApp
+    let store: PipelineStore
+    let batchSize: Int
+    let logger: Logger
+    let progress: (@Sendable (FeedbackPollSummary) async -> Void)?
+    let clock = ContinuousClock()
+    let started: ContinuousClock.Instant
+    var summary: FeedbackPollSummary
+    var decoder = FeedbackDecoder()
+    var pending: [Suppression] = []
+
+    init(
+        app: FeedbackApp, store: PipelineStore, batchSize: Int, logger: Logger,
+        progress: (@Sendable (FeedbackPollSummary) async -> Void)?
+    ) {
+        self.app = app
+        self.store = store
+        self.batchSize = batchSize
+        self.logger = logger
+        self.progress = progress
+        started = clock.now
+        summary = FeedbackPollSummary(app: app.app, endpoint: app.endpoint.description)
+    }
+
+    /// The error to throw at `stage`, with the summary of what was done until then.
+    mutating func failure(_ stage: FeedbackPollError.Stage, _ error: any Error) -> FeedbackPollError {
         summary.duration = clock.now - started
-        return summary
+        return FeedbackPollError(stage: stage, underlying: "\(error)", summary: summary)
+    }
+
+    /// Writes `pending`; on failure logs the tuples that could not be written, so they can be re-applied.
+    mutating func flush() async throws(FeedbackPollError) {
+        guard !pending.isEmpty else { return }
+        do {
+            try await store.suppress(pending)
+        } catch {
+            logger.error(
+                "feedback tuples read but not written to Redis",
+                metadata: [
+                    "feedback.unwritten": .array(pending.map { "\($0.tokenHex)@\($0.at)" }),
+                    "error": "\(error)",
+                ])
+            throw failure(.redisWrite, error)
+        }
+        summary.suppressed += pending.count
+        summary.batches += 1
+        pending.removeAll(keepingCapacity: true)
+        if let progress { await progress(summary) }
+    }
+
+    /// Counts a tuple and queues its suppression (a malformed one is logged, the first ten, and
+    /// skipped); writes once a batch is full.
+    mutating func take(_ tuple: FeedbackTuple) async throws(FeedbackPollError) {
+        summary.tuplesRead += 1
+        guard let token = tuple.deviceToken else {
+            summary.malformed += 1
+            if summary.malformed <= 10 {
+                logger.warning(
+                    "malformed feedback tuple skipped: token is not 32 bytes",
+                    metadata: [
+                        "feedback.token_length": "\(tuple.token.count)", "feedback.time": "\(tuple.timestamp)",
+                        "feedback.tuple_index": "\(summary.tuplesRead)",
+                    ])
+            }
+            return
+        }
+        let at = Int64(tuple.timestamp)
+        summary.oldestTimestamp = min(summary.oldestTimestamp ?? at, at)
+        summary.newestTimestamp = max(summary.newestTimestamp ?? at, at)
+        pending.append(Suppression(app: app.app, tokenHex: token.hex, at: at, reason: "feedback"))
+        if pending.count >= batchSize { try await flush() }
     }
 }
 
