@@ -765,93 +765,118 @@ final class ConsumerCore: @unchecked Sendable {
     func handleRebalance(_ event: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
         let partitions = RDKafkaClient.read(list).map { $0.0 }
         if event == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
-            // The committed offsets are where fetching starts: knowing them lets the tracker report a first
-            // message above them as a gap (data dropped while nobody consumed).
-            var committed: [TopicPartition: Int64?] = [:]
-            // Closing: assigned only to be revoked again at once; no blocking lookup in between.
-            if !state.withLock({ $0.machine.isClosing }) {
-                do {
-                    committed = try client.committed(partitions, timeoutMs: 10_000)
-                } catch {
-                    logger.warning("Kafka committed offsets unknown at assignment: no gap check at start", metadata: ["error": "\(error)"])
-                }
-            }
-            state.withLock { s in
-                for tp in partitions {
-                    let c = committed[tp] ?? nil
-                    s.tracker.startTracking(tp, committed: c)
-                    if let c { s.lastCommitted[tp] = c } else { s.lastCommitted[tp] = nil }
-                }
-            }
-            do { try client.applyRebalance(event, list) } catch {
-                logger.error("Kafka assign failed", metadata: ["error": "\(error)"])
-            }
-            logger.info(
-                "Kafka partitions assigned",
-                metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
+            assign(partitions, event, list)
         } else {
-            let lost = client.assignmentLost || event != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
-            // Stop tracking first: from here on, settling these partitions is refused, so what we commit is
-            // exactly what the pipeline had settled, and the next owner starts from there.
-            let (positions, uncommitted) = state.withLock { s -> ([TopicPartition: Int64], Int64) in
-                var positions: [TopicPartition: Int64] = [:]
-                var uncommitted: Int64 = 0
-                let revoked = Set(partitions)
-                for tp in partitions {
-                    if let pos = s.tracker.stopTracking(tp), s.lastCommitted[tp].map({ $0 < pos }) ?? true {
-                        positions[tp] = pos
-                        uncommitted += pos - (s.lastCommitted[tp] ?? pos)
-                    }
-                    s.lastCommitted[tp] = nil
+            revoke(partitions, event, list)
+        }
+    }
+
+    /// Partitions assigned: tracked from their committed offsets, then applied.
+    private func assign(
+        _ partitions: [TopicPartition], _ event: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    ) {
+        // The committed offsets are where fetching starts: knowing them lets the tracker report a first
+        // message above them as a gap (data dropped while nobody consumed).
+        var committed: [TopicPartition: Int64?] = [:]
+        // Closing: assigned only to be revoked again at once; no blocking lookup in between.
+        if !state.withLock({ $0.machine.isClosing }) {
+            do {
+                committed = try client.committed(partitions, timeoutMs: 10_000)
+            } catch {
+                logger.warning("Kafka committed offsets unknown at assignment: no gap check at start", metadata: ["error": "\(error)"])
+            }
+        }
+        state.withLock { s in
+            for tp in partitions {
+                let c = committed[tp] ?? nil
+                s.tracker.startTracking(tp, committed: c)
+                if let c { s.lastCommitted[tp] = c } else { s.lastCommitted[tp] = nil }
+            }
+        }
+        do { try client.applyRebalance(event, list) } catch {
+            logger.error("Kafka assign failed", metadata: ["error": "\(error)"])
+        }
+        logger.info(
+            "Kafka partitions assigned",
+            metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
+    }
+
+    /// Partitions revoked or lost: what was settled is committed (unless lost), the rest dropped for the
+    /// next owner, and the partitions leave unpaused and unheld.
+    private func revoke(
+        _ partitions: [TopicPartition], _ event: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    ) {
+        let lost = client.assignmentLost || event != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS
+        // Stop tracking first: from here on, settling these partitions is refused, so what we commit is
+        // exactly what the pipeline had settled, and the next owner starts from there.
+        let (positions, uncommitted) = stopTrackingRevoked(partitions)
+        if lost {
+            state.withLock { $0.stats.settledButUncommittedAtRevoke += uncommitted }
+            logger.warning(
+                "Kafka partitions lost (not committing): their unsettled messages go to the next owner",
+                metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
+        } else if case .failure(let error) = commitOnce(positions, reason: "revoke") {
+            state.withLock {
+                $0.stats.revokeCommitFailures += 1
+                $0.stats.settledButUncommittedAtRevoke += uncommitted
+            }
+            logger.warning(
+                "Kafka commit on revoke failed: settled messages will be redelivered to the next owner",
+                metadata: [
+                    "error": "\(error)", "kafka.partitions": "\(positions.count)",
+                    "kafka.settled_uncommitted": "\(uncommitted)",
+                ])
+        }
+        unpauseRevoked(partitions)
+        do { try client.applyRebalance(RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, list) } catch {
+            logger.error("Kafka unassign failed", metadata: ["error": "\(error)"])
+        }
+        logger.info(
+            "Kafka partitions revoked",
+            metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))", "lost": "\(lost)"])
+    }
+
+    /// Stops tracking revoked partitions and drops their buffered messages. Returns the positions to
+    /// commit (settled beyond the last commit) and how many settled messages that commit covers.
+    private func stopTrackingRevoked(_ partitions: [TopicPartition]) -> (positions: [TopicPartition: Int64], uncommitted: Int64) {
+        state.withLock { s -> ([TopicPartition: Int64], Int64) in
+            var positions: [TopicPartition: Int64] = [:]
+            var uncommitted: Int64 = 0
+            let revoked = Set(partitions)
+            for tp in partitions {
+                if let pos = s.tracker.stopTracking(tp), s.lastCommitted[tp].map({ $0 < pos }) ?? true {
+                    positions[tp] = pos
+                    uncommitted += pos - (s.lastCommitted[tp] ?? pos)
                 }
-                var dropped = 0
-                var droppedBytes = 0
-                s.buffer = s.buffer.compactMap { batch in
-                    let kept = batch.filter { !revoked.contains($0.topicPartition) }
-                    dropped += batch.count - kept.count
-                    droppedBytes += Self.bytes(of: batch) - Self.bytes(of: kept)
-                    return kept.isEmpty ? nil : kept
-                }
-                s.buffered -= dropped
-                s.bufferedBytes -= droppedBytes
-                s.stats.droppedOnRevoke += dropped
-                return (positions, uncommitted)
+                s.lastCommitted[tp] = nil
             }
-            if lost {
-                state.withLock { $0.stats.settledButUncommittedAtRevoke += uncommitted }
-                logger.warning(
-                    "Kafka partitions lost (not committing): their unsettled messages go to the next owner",
-                    metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))"])
-            } else if case .failure(let error) = commitOnce(positions, reason: "revoke") {
-                state.withLock {
-                    $0.stats.revokeCommitFailures += 1
-                    $0.stats.settledButUncommittedAtRevoke += uncommitted
-                }
-                logger.warning(
-                    "Kafka commit on revoke failed: settled messages will be redelivered to the next owner",
-                    metadata: [
-                        "error": "\(error)", "kafka.partitions": "\(positions.count)",
-                        "kafka.settled_uncommitted": "\(uncommitted)",
-                    ])
+            var dropped = 0
+            var droppedBytes = 0
+            s.buffer = s.buffer.compactMap { batch in
+                let kept = batch.filter { !revoked.contains($0.topicPartition) }
+                dropped += batch.count - kept.count
+                droppedBytes += Self.bytes(of: batch) - Self.bytes(of: kept)
+                return kept.isEmpty ? nil : kept
             }
-            // A held partition leaves unpaused and unheld: if it comes back, it is read from its committed
-            // offset like any assignment (and held again if its jobs still cannot be taken).
-            let unpause = state.withLock { s -> [TopicPartition] in
-                let revoked = Set(partitions)
-                let unpause = s.paused.intersection(revoked)
-                s.paused.subtract(revoked)
-                s.held.subtract(revoked)
-                return Array(unpause)
-            }
-            if !unpause.isEmpty, let error = client.resume(unpause) {
-                logger.warning("Kafka resume of revoked partitions failed", metadata: ["error": "\(error)"])
-            }
-            do { try client.applyRebalance(RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS, list) } catch {
-                logger.error("Kafka unassign failed", metadata: ["error": "\(error)"])
-            }
-            logger.info(
-                "Kafka partitions revoked",
-                metadata: ["kafka.partitions": "\(partitions.map(\.description).joined(separator: ","))", "lost": "\(lost)"])
+            s.buffered -= dropped
+            s.bufferedBytes -= droppedBytes
+            s.stats.droppedOnRevoke += dropped
+            return (positions, uncommitted)
+        }
+    }
+
+    /// A held partition leaves unpaused and unheld: if it comes back, it is read from its committed
+    /// offset like any assignment (and held again if its jobs still cannot be taken).
+    private func unpauseRevoked(_ partitions: [TopicPartition]) {
+        let unpause = state.withLock { s -> [TopicPartition] in
+            let revoked = Set(partitions)
+            let unpause = s.paused.intersection(revoked)
+            s.paused.subtract(revoked)
+            s.held.subtract(revoked)
+            return Array(unpause)
+        }
+        if !unpause.isEmpty, let error = client.resume(unpause) {
+            logger.warning("Kafka resume of revoked partitions failed", metadata: ["error": "\(error)"])
         }
     }
 
