@@ -256,25 +256,14 @@ public actor RedisCluster: RedisConnection {
     private func routed<T>(
         _ operation: String, slot: Int?, _ body: (RedisClient, _ asking: Bool) async throws -> T
     ) async throws -> T {
-        let clock = ContinuousClock()
-        let start = clock.now
+        let start = ContinuousClock.now
         var attempt = 0
         var redirections = 0
         var askTarget: RedisNodeAddress?
         while true {
             var failure: String
             do {
-                let node: RedisNodeAddress
-                if let target = askTarget {
-                    node = target
-                } else {
-                    // A failure to read the map is a node failure like any other: back-off below.
-                    if !mapLoaded { try await refreshSlotMap() }
-                    guard let owner = currentOwner(of: slot) else {
-                        throw RedisError.server("CLUSTERDOWN no node serves slot \(slot ?? -1) in the slot map")
-                    }
-                    node = owner
-                }
+                let node = try await targetNode(slot: slot, askTarget: askTarget)
                 let asking = askTarget != nil
                 askTarget = nil
                 do {
@@ -321,28 +310,44 @@ public actor RedisCluster: RedisConnection {
                 // No node answered CLUSTER SLOTS.
                 failure = "\(error)"
             }
-
             attempt += 1
-            statistics.retries += 1
-            let waited = clock.now - start
-            if let maximumWait = configuration.node.reconnect.maximumWait, waited >= maximumWait {
-                logger.error(
-                    "redis cluster unavailable, giving up",
-                    metadata: [
-                        "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)", "error": "\(failure)",
-                    ])
-                throw RedisError.unavailable(waited: waited, lastError: failure)
-            }
-            let delay = configuration.node.reconnect.delay(attempt: attempt, using: &random)
-            logger.log(
-                level: attempt == 1 ? .warning : .debug, "redis cluster call failed, retrying",
-                metadata: [
-                    "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
-                    "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(failure)",
-                ])
-            try await Task.sleep(for: delay)
-            if mapSuspect { try? await refreshSlotMap() }
+            try await backOff(operation, attempt: attempt, since: start, failure: failure)
         }
+    }
+
+    /// Where the next attempt goes: the node an ASK named, else the slot's owner in the map (read first
+    /// when none is loaded; a failure to read it is a node failure like any other, for the back-off).
+    private func targetNode(slot: Int?, askTarget: RedisNodeAddress?) async throws -> RedisNodeAddress {
+        if let askTarget { return askTarget }
+        if !mapLoaded { try await refreshSlotMap() }
+        guard let owner = currentOwner(of: slot) else {
+            throw RedisError.server("CLUSTERDOWN no node serves slot \(slot ?? -1) in the slot map")
+        }
+        return owner
+    }
+
+    /// After `attempt` failed: gives up once the node policy's `maximumWait` has passed since `start`,
+    /// else waits its delay for that attempt and re-reads a map the failure made suspect.
+    private func backOff(_ operation: String, attempt: Int, since start: ContinuousClock.Instant, failure: String) async throws {
+        statistics.retries += 1
+        let waited = ContinuousClock.now - start
+        if let maximumWait = configuration.node.reconnect.maximumWait, waited >= maximumWait {
+            logger.error(
+                "redis cluster unavailable, giving up",
+                metadata: [
+                    "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)", "error": "\(failure)",
+                ])
+            throw RedisError.unavailable(waited: waited, lastError: failure)
+        }
+        let delay = configuration.node.reconnect.delay(attempt: attempt, using: &random)
+        logger.log(
+            level: attempt == 1 ? .warning : .debug, "redis cluster call failed, retrying",
+            metadata: [
+                "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
+                "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(failure)",
+            ])
+        try await Task.sleep(for: delay)
+        if mapSuspect { try? await refreshSlotMap() }
     }
 
     /// A node that did not answer (or is still loading): the per-node clients do not wait themselves
