@@ -53,6 +53,27 @@ struct PipelineParts: Sendable {
     }
 }
 
+/// `run`'s Redis connections, each with a store of its own, kept so that all are closed at the end.
+/// One server (`redis.url`) or a Redis Cluster (`redis.cluster`): the same calls either way.
+struct StoreConnections {
+    let redis: PipelineConfiguration.Redis
+    let configuration: PipelineStoreConfiguration
+    let group: MultiThreadedEventLoopGroup
+    let logger: Logger
+    /// Every connection opened, in order.
+    private(set) var connections: [any RedisConnection] = []
+
+    /// A store on a connection of its own. `onLoops`: on the pipeline's event loops (else the
+    /// connection's own).
+    mutating func connectedStore(onLoops: Bool = true) async throws -> PipelineStore {
+        let connection = try redis.makeConnection(
+            logger: logger, eventLoopGroup: onLoops ? group : MultiThreadedEventLoopGroup.singleton)
+        connections.append(connection)
+        try await connection.connect()
+        return PipelineStore(client: connection, configuration: configuration, logger: logger)
+    }
+}
+
 extension PipelineRunner {
     /// The priority consumer's group: the jobs group's name and `.priority`.
     static func priorityGroup(_ group: String) -> String { group + ".priority" }
@@ -67,6 +88,48 @@ extension PipelineRunner {
     func assemble() async throws -> PipelineParts {
         let c = configuration
         let bootstrap = try c.kafka.resolvedBootstrapServers()
+        let storeConfig = storeConfiguration()
+        var stores = StoreConnections(redis: c.redis, configuration: storeConfig, group: group, logger: logger)
+        // The gate's round trips and the settler's overlap instead of queueing behind each other on one socket.
+        let store = try await stores.connectedStore()
+        let settlerStore = try await stores.connectedStore()
+        // Before the first gate: this file's dedup layout must find the records Redis holds (a changed
+        // bucket width would let every job accepted within the retention through again).
+        try await store.verifyDedupLayout()
+        // The gate's further connections: one gate call in flight on each (`BulkLane`).
+        var gateStores = [store]
+        for _ in 1..<max(1, c.gateCallsInFlight) { gateStores.append(try await stores.connectedStore()) }
+
+        let producer = try makeDeadLetterProducer(bootstrap: bootstrap)
+        let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
+        let deadLetters = DeadLetterWriter(
+            deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics, readinessGrace: c.readinessGrace)
+        let outcomeStream = try makeOutcomeStream(bootstrap: bootstrap)
+        let consumerProperties = jobsConsumerProperties()
+        let consumer = try makeJobsConsumer(bootstrap: bootstrap, properties: consumerProperties)
+        let priority = try await makePriorityParts(bootstrap: bootstrap, consumerProperties: consumerProperties, stores: &stores)
+        let transports = try makeTransports(onOutcomes: outcomeHandler(deadLetters: deadLetters))
+        // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
+        // of their own, so they never wait behind a gate or settle call.
+        let marks = WrittenMarks(store: try await stores.connectedStore(), eventLoop: group.next(), logger: logger)
+        // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
+        // Kafka's delivery, through the dead-letter producer) on connections of their own.
+        let controlStore = try await stores.connectedStore(onLoops: false)
+        // The key only `run` reads (in Redis, made by the first `run`): a released paced job's signature.
+        let releases = ReleaseSignature(key: try await controlStore.releaseKey())
+        let release = DeferredRelease(
+            store: try await stores.connectedStore(onLoops: false), producer: producer, topic: c.kafka.jobsTopic, controls: controls,
+            releases: releases, logger: logger)
+        return PipelineParts(
+            owner: storeConfig.leaseOwner, store: store, settlerStore: settlerStore, gateStores: gateStores, controlStore: controlStore,
+            producer: producer, deadLetter: deadLetter, deadLetters: deadLetters, outcomeStream: outcomeStream, consumer: consumer,
+            priority: priority, marks: marks, release: release, releases: releases, transports: transports,
+            router: Router(transports: transports), connections: stores.connections)
+    }
+
+    /// What every store of this process is made with: the file's `redis` keys, in the store's units.
+    func storeConfiguration() -> PipelineStoreConfiguration {
+        let c = configuration
         var storeConfig = PipelineStoreConfiguration()
         storeConfig.keyPrefix = c.redis.prefix
         storeConfig.dedupRetention = .seconds(c.redis.dedupTTLHours * 3600)
@@ -78,27 +141,12 @@ extension PipelineRunner {
         // Per-tag key names are cached for the configured apps only (the decoder refuses the others).
         storeConfig.apps = Set(c.apps.map(\.bundleID))
         c.redis.apply(to: &storeConfig)
-        var connections: [any RedisConnection] = []
-        // A store on a connection of its own. One server (`redis.url`) or a Redis Cluster
-        // (`redis.cluster`): the same calls either way. `onLoops`: on the pipeline's event loops (else
-        // the connection's own).
-        func connectedStore(onLoops: Bool = true) async throws -> PipelineStore {
-            let connection = try c.redis.makeConnection(
-                logger: logger, eventLoopGroup: onLoops ? group : MultiThreadedEventLoopGroup.singleton)
-            connections.append(connection)
-            try await connection.connect()
-            return PipelineStore(client: connection, configuration: storeConfig, logger: logger)
-        }
-        // The gate's round trips and the settler's overlap instead of queueing behind each other on one socket.
-        let store = try await connectedStore()
-        let settlerStore = try await connectedStore()
-        // Before the first gate: this file's dedup layout must find the records Redis holds (a changed
-        // bucket width would let every job accepted within the retention through again).
-        try await store.verifyDedupLayout()
-        // The gate's further connections: one gate call in flight on each (`BulkLane`).
-        var gateStores = [store]
-        for _ in 1..<max(1, c.gateCallsInFlight) { gateStores.append(try await connectedStore()) }
+        return storeConfig
+    }
 
+    /// The dead-letter producer (it also writes released deferred jobs back to the jobs topic).
+    private func makeDeadLetterProducer(bootstrap: String) throws -> KafkaProducer {
+        let c = configuration
         // This producer writes dead letters only: its size limit is the pipeline file's, whatever
         // `kafka.properties` says for the consumers.
         var producerProperties = c.kafka.properties
@@ -106,14 +154,16 @@ extension PipelineRunner {
         // How long one dead-letter write may take before it is reported failed and retried (librdkafka
         // retries inside it; its default, 300 s, would hide an unusable DLQ for five minutes).
         producerProperties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
-        let producer = try KafkaProducer(
+        return try KafkaProducer(
             configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: producerProperties), logger: logger)
-        let deadLetter = DeadLetter(producer: producer, topic: c.kafka.deadLetterTopic, maxMessageBytes: c.kafka.deadLetterMaxBytes)
-        let deadLetters = DeadLetterWriter(
-            deadLetter: deadLetter, store: store, inbox: inbox, logger: logger, metrics: metrics, readinessGrace: c.readinessGrace)
-        // The outcomes stream's producer, of its own (its messages are small and many; a dead letter may be
-        // large): a write failing this long is reported, logged and retried, as a dead letter's.
-        let outcomeStream: OutcomeStream? = try c.kafka.outcomesTopic.flatMap { topic in
+    }
+
+    /// The outcomes stream (nil without `kafka.outcomes_topic`), with a producer of its own: its
+    /// messages are small and many, a dead letter may be large. A write failing this long is reported,
+    /// logged and retried, as a dead letter's.
+    private func makeOutcomeStream(bootstrap: String) throws -> OutcomeStream? {
+        let c = configuration
+        return try c.kafka.outcomesTopic.flatMap { topic in
             guard let options = self.outcomeMessages else { return nil }
             var properties = c.kafka.properties
             properties["message.timeout.ms"] = String(c.kafka.deadLetterTimeoutMs)
@@ -122,7 +172,12 @@ extension PipelineRunner {
             return OutcomeStream(
                 topic: topic, options: options, producer: producer, logger: logger, metrics: self.metrics, readinessGrace: c.readinessGrace)
         }
-        var consumerProperties = c.kafka.properties
+    }
+
+    /// `kafka.properties` with the consumers' defaults where the file sets none (the priority consumer
+    /// starts from these too).
+    func jobsConsumerProperties() -> [String: String] {
+        var consumerProperties = configuration.kafka.properties
         if metrics != nil, consumerProperties["statistics.interval.ms"] == nil {
             // librdkafka's statistics carry the consumer lag per partition (a gauge); `properties` may change the period.
             consumerProperties["statistics.interval.ms"] = "5000"
@@ -136,49 +191,62 @@ extension PipelineRunner {
             // in a 1M-job `ops/bench e2e` run where 8 MiB read ~100 000.)
             consumerProperties["queued.max.messages.kbytes"] = String(Self.prefetchKilobytes)
         }
-        let consumer = try KafkaConsumer(
+        return consumerProperties
+    }
+
+    /// The jobs topic's consumer, in the file's group.
+    private func makeJobsConsumer(bootstrap: String, properties: [String: String]) throws -> KafkaConsumer {
+        let c = configuration
+        return try KafkaConsumer(
             configuration: KafkaConsumerConfiguration(
-                bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: consumerProperties,
+                bootstrapServers: bootstrap, groupID: c.kafka.group, topics: [c.kafka.jobsTopic], properties: properties,
                 sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: c.kafka.batchSize,
                 // Four batches ahead of ingest, behind librdkafka's own queue: ten cost ~4 MiB more at
                 // the peak for no speed (1M-job runs).
                 maxBufferedMessages: max(c.kafka.batchSize * 4, 4_000)),
             logger: logger)
-        // The priority lane (`docs/design.md §1.4`): a consumer of its own, in a group of its own
-        // (`<group>.priority`, as registrations have `<group>.registrations`), so a bulk backlog holding
-        // the jobs consumer's poll thread (back-pressure, §1.2) never holds the priority topic's messages,
-        // nor a rebalance of the priority topic (an eager rebalance waits for every member of a group,
-        // and a held poll thread rejoins late). Its own gate connection: its gate calls never queue
-        // behind the bulk lane's.
-        var priority: PipelineParts.PriorityParts?
-        if let topic = c.kafka.priorityTopic {
-            var properties = consumerProperties
-            if c.kafka.properties["queued.max.messages.kbytes"] == nil { properties["queued.max.messages.kbytes"] = "1024" }
-            // A fetch waits at most this long for data (a real broker answers as soon as a message comes;
-            // librdkafka's mock cluster waits it out): the priority consumer asks more often than the
-            // jobs consumer's 50 ms.
-            if c.kafka.properties["fetch.wait.max.ms"] == nil { properties["fetch.wait.max.ms"] = "5" }
-            var consumerConfiguration = KafkaConsumerConfiguration(
-                bootstrapServers: bootstrap, groupID: Self.priorityGroup(c.kafka.group), topics: [topic], properties: properties,
-                sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: Self.priorityBatchSize,
-                maxBufferedMessages: max(c.priorityMaxInFlight, Self.priorityBatchSize))
-            // A message is handed on within ~2 ms of librdkafka having it, never held to fill a batch
-            // (the jobs consumer waits up to 100 ms: measured, that was most of a priority job's latency).
-            consumerConfiguration.pollTimeout = Self.priorityPollTimeout
-            let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
-            priority = PipelineParts.PriorityParts(
-                consumer: priorityConsumer, topic: topic, store: try await connectedStore(onLoops: false),
-                markStore: try await connectedStore(onLoops: false))
-        }
+    }
 
+    /// The priority lane (`docs/design.md §1.4`; nil without `kafka.priority_topic`): a consumer of its
+    /// own, in a group of its own (`<group>.priority`, as registrations have `<group>.registrations`), so
+    /// a bulk backlog holding the jobs consumer's poll thread (back-pressure, §1.2) never holds the
+    /// priority topic's messages, nor a rebalance of the priority topic (an eager rebalance waits for
+    /// every member of a group, and a held poll thread rejoins late). Its own gate connection: its gate
+    /// calls never queue behind the bulk lane's.
+    private func makePriorityParts(
+        bootstrap: String, consumerProperties: [String: String], stores: inout StoreConnections
+    ) async throws -> PipelineParts.PriorityParts? {
+        let c = configuration
+        guard let topic = c.kafka.priorityTopic else { return nil }
+        var properties = consumerProperties
+        if c.kafka.properties["queued.max.messages.kbytes"] == nil { properties["queued.max.messages.kbytes"] = "1024" }
+        // A fetch waits at most this long for data (a real broker answers as soon as a message comes;
+        // librdkafka's mock cluster waits it out): the priority consumer asks more often than the
+        // jobs consumer's 50 ms.
+        if c.kafka.properties["fetch.wait.max.ms"] == nil { properties["fetch.wait.max.ms"] = "5" }
+        var consumerConfiguration = KafkaConsumerConfiguration(
+            bootstrapServers: bootstrap, groupID: Self.priorityGroup(c.kafka.group), topics: [topic], properties: properties,
+            sessionTimeout: .milliseconds(c.kafka.sessionTimeoutMs), maxBatchSize: Self.priorityBatchSize,
+            maxBufferedMessages: max(c.priorityMaxInFlight, Self.priorityBatchSize))
+        // A message is handed on within ~2 ms of librdkafka having it, never held to fill a batch
+        // (the jobs consumer waits up to 100 ms: measured, that was most of a priority job's latency).
+        consumerConfiguration.pollTimeout = Self.priorityPollTimeout
+        let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
+        return PipelineParts.PriorityParts(
+            consumer: priorityConsumer, topic: topic, store: try await stores.connectedStore(onLoops: false),
+            markStore: try await stores.connectedStore(onLoops: false))
+    }
+
+    /// What the transports call with their outcomes. Runs on the transports' event loops: hands the
+    /// settler its share at once, never waits.
+    private func outcomeHandler(deadLetters: DeadLetterWriter) -> OutcomeHandler {
         let inbox = self.inbox
-        let jobsTopic = c.kafka.jobsTopic
-        let priorityTopic = c.kafka.priorityTopic
+        let jobsTopic = configuration.kafka.jobsTopic
+        let priorityTopic = configuration.kafka.priorityTopic
         let priorityClock = self.priorityClock
         let metrics = self.metrics
         let outcomeMessages = self.outcomeMessages
-        // Runs on the transports' event loops: hands the settler its share at once, never waits.
-        let onOutcomes: OutcomeHandler = { batch in
+        return { batch in
             metrics?.senderEvents(app: batch.app, batch.events)
             if let priorityClock, let metrics { priorityClock.observeAccepted(batch, metrics: metrics) }
             let share = OutcomeRecords.settlerShare(batch, topic: jobsTopic, priorityTopic: priorityTopic, messages: outcomeMessages)
@@ -186,30 +254,18 @@ extension PipelineRunner {
             // Jobs the gateway refused settle once their dead letters are stored.
             if !share.deadLetters.isEmpty { deadLetters.write(share.deadLetters, settle: share.deadLetterItem) }
         }
-        // One factory for the process: its transports of a kind share a connection limiter (the gateway
-        // counts connection attempts, whichever app makes them).
+    }
+
+    /// One transport per app, from one factory for the process: its transports of a kind share a
+    /// connection limiter (the gateway counts connection attempts, whichever app makes them).
+    private func makeTransports(onOutcomes: @escaping OutcomeHandler) throws -> [any NotificationTransport] {
+        let c = configuration
         let factory = TransportFactory(group: group, logger: logger)
-        let transports = try c.apps.map { app -> any NotificationTransport in
+        return try c.apps.map { app -> any NotificationTransport in
             var configuration = try c.transportConfiguration(for: app)
             configuration.cancellations = controls.cancellations  // checked right before each write (design §2.10)
             return try factory.make(configuration, onOutcomes: onOutcomes)
         }
-        // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
-        // of their own, so they never wait behind a gate or settle call.
-        let marks = WrittenMarks(store: try await connectedStore(), eventLoop: group.next(), logger: logger)
-        // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
-        // Kafka's delivery, through the dead-letter producer) on connections of their own.
-        let controlStore = try await connectedStore(onLoops: false)
-        // The key only `run` reads (in Redis, made by the first `run`): a released paced job's signature.
-        let releases = ReleaseSignature(key: try await controlStore.releaseKey())
-        let release = DeferredRelease(
-            store: try await connectedStore(onLoops: false), producer: producer, topic: c.kafka.jobsTopic, controls: controls,
-            releases: releases, logger: logger)
-        return PipelineParts(
-            owner: storeConfig.leaseOwner, store: store, settlerStore: settlerStore, gateStores: gateStores, controlStore: controlStore,
-            producer: producer, deadLetter: deadLetter, deadLetters: deadLetters, outcomeStream: outcomeStream, consumer: consumer,
-            priority: priority, marks: marks, release: release, releases: releases, transports: transports,
-            router: Router(transports: transports), connections: connections)
     }
 
     func logStart(_ parts: PipelineParts) {
