@@ -151,99 +151,125 @@ public final class PipelineRunner: Service, Sendable {
     /// The lanes and the settler until a stop: the lanes end (a graceful stop, the drain timeout, a
     /// failure), the transports drain, the settler takes what came back. Returns the first failure.
     private func runLanesAndSettle(_ parts: PipelineParts) async -> (any Error)? {
-        let c = configuration
-        return await withTaskGroup(of: (any Error)?.self) { stages in
-            stages.addTask {
-                do {
-                    try await self.settler(parts).run()
-                    return nil
-                } catch {
-                    // Nothing settles any more and the in-flight budget never frees: stop taking and sending
-                    // jobs, and let the process exit non-zero.
-                    self.sendingStopped.fire()
-                    return error
-                }
-            }
-            var failure: (any Error)?
-            await withTaskGroup(of: LaneEnd.self) { lanes in
-                var running = 0
-                lanes.addTask {
-                    do {
-                        try await self.bulkLane(parts).run()
-                        return .lane(.bulk, failure: nil)
-                    } catch {
-                        return .lane(.bulk, failure: error)
-                    }
-                }
-                running += 1
-                if let priority = parts.priority, let priorityBudget {
-                    // Its tasks run at a higher priority than the bulk lane's: on a busy machine the
-                    // cooperative threads take its work before the next bulk batch's decoding or encoding.
-                    lanes.addTask(priority: .high) {
-                        do {
-                            try await self.priorityLane(parts, priority, budget: priorityBudget).run()
-                            return .lane(.priority, failure: nil)
-                        } catch {
-                            return .lane(.priority, failure: error)
-                        }
-                    }
-                    running += 1
-                }
-                // The stop is bounded whatever Apple, Redis or Kafka do (`docs/design.md §1.3`): from a
-                // graceful stop, the batches already taken get `drainTimeout` to be gated and sent.
-                lanes.addTask {
-                    guard (try? await gracefulShutdown()) != nil else { return .idle }
-                    self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
-                    self.live.withLock { $0 = nil }  // readiness: "not running" from here on
-                    let deadline = ContinuousClock.now + c.drainTimeout
-                    self.stopDeadline.withLock { $0 = deadline }
-                    guard (try? await Task.sleep(until: deadline)) != nil else { return .idle }
-                    return .drainTimeout
-                }
-                lanes.addTask {
-                    await self.sendingStopped.wait()
-                    return self.sendingStopped.isFired ? .sendingStopped : .idle
-                }
-                while running > 0, let end = await lanes.next() {
-                    switch end {
-                    case .lane(let lane, let error):
-                        running -= 1
-                        if let error, !(error is CancellationError) {
-                            // Either lane's failure stops the process (what is unsettled is redelivered).
-                            logger.error(
-                                lane == .bulk ? "ingest stopped; shutting down" : "priority lane stopped; shutting down",
-                                metadata: ["error": "\(error)"])
-                            failure = failure ?? error
-                            lanes.cancelAll()
-                        }
-                    case .drainTimeout:
-                        logger.warning(
-                            "stop: batches taken from Kafka were not all sent before the drain timeout; the rest stay unsettled and are redelivered",
-                            metadata: ["drain_timeout_s": "\(c.drainTimeout.components.seconds)"])
-                        lanes.cancelAll()
-                    case .sendingStopped:
-                        lanes.cancelAll()
-                    case .idle:
-                        break
-                    }
-                }
-                lanes.cancelAll()
-            }
-            live.withLock { $0 = nil }
-            let deadline = stopDeadline.withLock { $0 } ?? .now + c.drainTimeout
-            // An outcomes topic still failing then is given up on: those jobs stay unsettled (redelivered).
-            parts.outcomeStream?.giveUp(at: deadline)
-            await drain(parts, before: deadline)
-            // Dead letters still failing are abandoned: their messages stay unsettled, so are redelivered.
-            await parts.deadLetters.finish()
-            parts.marks.finish()
-            inbox.close()
+        await withTaskGroup(of: (any Error)?.self) { stages in
+            stages.addTask { await self.runSettler(parts) }
+            var failure = await runLanes(parts)
+            await endStages(parts)
             if let error = await stages.next() ?? nil {
                 logger.error("settler stopped: outcomes not recorded stay unsettled and are redelivered", metadata: ["error": "\(error)"])
                 failure = failure ?? error
             }
             return failure
         }
+    }
+
+    /// The settler until its inbox closes. Returns its failure, having stopped every lane's sending.
+    private func runSettler(_ parts: PipelineParts) async -> (any Error)? {
+        do {
+            try await settler(parts).run()
+            return nil
+        } catch {
+            // Nothing settles any more and the in-flight budget never frees: stop taking and sending
+            // jobs, and let the process exit non-zero.
+            sendingStopped.fire()
+            return error
+        }
+    }
+
+    /// The lanes until each has ended, or the first failure, the drain timeout or the settler giving up
+    /// ends them all. Returns the first lane's failure.
+    private func runLanes(_ parts: PipelineParts) async -> (any Error)? {
+        let c = configuration
+        return await withTaskGroup(of: LaneEnd.self) { lanes in
+            var running = addLanes(parts, to: &lanes)
+            addStopWatchers(to: &lanes)
+            var failure: (any Error)?
+            while running > 0, let end = await lanes.next() {
+                switch end {
+                case .lane(let lane, let error):
+                    running -= 1
+                    if let error, !(error is CancellationError) {
+                        // Either lane's failure stops the process (what is unsettled is redelivered).
+                        logger.error(
+                            lane == .bulk ? "ingest stopped; shutting down" : "priority lane stopped; shutting down",
+                            metadata: ["error": "\(error)"])
+                        failure = failure ?? error
+                        lanes.cancelAll()
+                    }
+                case .drainTimeout:
+                    logger.warning(
+                        "stop: batches taken from Kafka were not all sent before the drain timeout; the rest stay unsettled and are redelivered",
+                        metadata: ["drain_timeout_s": "\(c.drainTimeout.components.seconds)"])
+                    lanes.cancelAll()
+                case .sendingStopped:
+                    lanes.cancelAll()
+                case .idle:
+                    break
+                }
+            }
+            lanes.cancelAll()
+            return failure
+        }
+    }
+
+    /// Starts the bulk lane, and the priority lane when there is one. Returns how many were started:
+    /// the lanes' group runs until that many ended.
+    private func addLanes(_ parts: PipelineParts, to lanes: inout TaskGroup<LaneEnd>) -> Int {
+        lanes.addTask {
+            do {
+                try await self.bulkLane(parts).run()
+                return .lane(.bulk, failure: nil)
+            } catch {
+                return .lane(.bulk, failure: error)
+            }
+        }
+        guard let priority = parts.priority, let priorityBudget else { return 1 }
+        // Its tasks run at a higher priority than the bulk lane's: on a busy machine the
+        // cooperative threads take its work before the next bulk batch's decoding or encoding.
+        lanes.addTask(priority: .high) {
+            do {
+                try await self.priorityLane(parts, priority, budget: priorityBudget).run()
+                return .lane(.priority, failure: nil)
+            } catch {
+                return .lane(.priority, failure: error)
+            }
+        }
+        return 2
+    }
+
+    /// The watchers that end the lanes from outside: the drain timeout after a graceful stop, and the
+    /// settler giving up.
+    private func addStopWatchers(to lanes: inout TaskGroup<LaneEnd>) {
+        let c = configuration
+        // The stop is bounded whatever Apple, Redis or Kafka do (`docs/design.md §1.3`): from a
+        // graceful stop, the batches already taken get `drainTimeout` to be gated and sent.
+        lanes.addTask {
+            guard (try? await gracefulShutdown()) != nil else { return .idle }
+            self.logger.info("shutting down: no more jobs taken from Kafka; draining the shards")
+            self.live.withLock { $0 = nil }  // readiness: "not running" from here on
+            let deadline = ContinuousClock.now + c.drainTimeout
+            self.stopDeadline.withLock { $0 = deadline }
+            guard (try? await Task.sleep(until: deadline)) != nil else { return .idle }
+            return .drainTimeout
+        }
+        lanes.addTask {
+            await self.sendingStopped.wait()
+            return self.sendingStopped.isFired ? .sendingStopped : .idle
+        }
+    }
+
+    /// Once the lanes ended: the transports drain until the stop's deadline, the stages feeding the
+    /// settler finish, and its inbox closes so that it ends once it took the rest.
+    private func endStages(_ parts: PipelineParts) async {
+        live.withLock { $0 = nil }
+        let deadline = stopDeadline.withLock { $0 } ?? .now + configuration.drainTimeout
+        // An outcomes topic still failing then is given up on: those jobs stay unsettled (redelivered).
+        parts.outcomeStream?.giveUp(at: deadline)
+        await drain(parts, before: deadline)
+        // Dead letters still failing are abandoned: their messages stay unsettled, so are redelivered.
+        await parts.deadLetters.finish()
+        parts.marks.finish()
+        inbox.close()
     }
 
     /// Every shard proves what it sent (probe), every HTTP/2 request is answered, or `deadline` passes;
