@@ -34,6 +34,29 @@ struct CampaignCommand: AsyncParsableCommand {
 
         func run() async throws {
             let config = try loadPipeline(pipeline)
+            let startAtMs = try validatedOptions()
+            let (templateValue, recipients) = try readRecipients()
+            let logger = quietLogger()
+            let bootstrap = try config.kafka.resolvedBootstrapServers()
+            let producer = try KafkaProducer.started(
+                configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
+            let (redis, store) = try await openStore(config, logger: logger)
+            if startAtMs != nil || rate != nil {
+                try await applyScheduleAndPace(startAtMs: startAtMs, redis: redis, store: store)
+            }
+            let (done, new) = try await publish(
+                recipients, template: templateValue, topic: config.kafka.jobsTopic, producer: producer, store: store)
+            await producer.close()
+            await redis.close()
+            let again = done - new
+            print(
+                "published \(done) jobs of campaign \(campaign) to \(config.kafka.jobsTopic)\(again > 0 ? " (\(again) published before: not counted again in `jobs`)" : "")"
+            )
+        }
+
+        /// The campaign id, `--at` and `--rate`, checked before anything is read or connected to.
+        /// Returns the scheduled start (nil: now).
+        private func validatedOptions() throws -> Int64? {
             guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("--campaign: a non-empty id without ':'") }
             let startAtMs: Int64?
             do {
@@ -45,6 +68,12 @@ struct CampaignCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("campaign \(campaign): --at \(at) has passed: starting now (--now-if-past)\n".utf8))
             }
             if let rate, rate <= 0 || rate > 1_000_000 { throw ValidationError("--rate: 1…1000000 jobs per second") }
+            return startAtMs
+        }
+
+        /// The template and the audience, each token once; lines skipped and duplicates are warned about
+        /// on stderr, since the count published would otherwise not match the file.
+        private func readRecipients() throws -> (template: JSONValue, recipients: [Campaign.Recipient]) {
             let templateValue: JSONValue
             let audience: Campaign.Audience
             do {
@@ -68,32 +97,37 @@ struct CampaignCommand: AsyncParsableCommand {
                         "warning: \(audience.recipients.count - recipients.count) duplicate token(s) in \(tokens) are published once\n".utf8
                     ))
             }
-            let logger = quietLogger()
-            let bootstrap = try config.kafka.resolvedBootstrapServers()
-            let producer = try KafkaProducer.started(
-                configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
-            let (redis, store) = try await openStore(config, logger: logger)
-            if startAtMs != nil || rate != nil {
-                // Before any job reaches Kafka, every running `run` process must hold the schedule / pace
-                // (design §2.12): else one could send a job early.
-                let rate = rate
-                let applied = try await store.changeControlAndWait(campaign: campaign, wait: .seconds(controlTimeout)) {
-                    var state = $0
-                    if let startAtMs { state.startAtMs = startAtMs }
-                    if let rate { state.rate = rate }
-                    return state
-                }
-                if !applied.missing.isEmpty {
-                    await redis.close()
-                    FileHandle.standardError.write(
-                        Data(
-                            "campaign \(campaign): nothing published: \(applied.missing.count) running process(es) did not confirm the schedule/pace within \(controlTimeout) s: \(applied.missing.map(\.process).joined(separator: ", "))\n"
-                                .utf8))
-                    throw ExitCode(2)
-                }
-                FileHandle.standardError.write(Data("campaign \(campaign): \(applied.state.description)\n".utf8))
-            }
+            return (templateValue, recipients)
+        }
 
+        /// Before any job reaches Kafka, every running `run` process must hold the schedule / pace
+        /// (design §2.12): else one could send a job early. Exits 2, having published nothing, when one
+        /// does not confirm in time.
+        private func applyScheduleAndPace(startAtMs: Int64?, redis: any RedisConnection, store: PipelineStore) async throws {
+            let rate = rate
+            let applied = try await store.changeControlAndWait(campaign: campaign, wait: .seconds(controlTimeout)) {
+                var state = $0
+                if let startAtMs { state.startAtMs = startAtMs }
+                if let rate { state.rate = rate }
+                return state
+            }
+            if !applied.missing.isEmpty {
+                await redis.close()
+                FileHandle.standardError.write(
+                    Data(
+                        "campaign \(campaign): nothing published: \(applied.missing.count) running process(es) did not confirm the schedule/pace within \(controlTimeout) s: \(applied.missing.map(\.process).joined(separator: ", "))\n"
+                            .utf8))
+                throw ExitCode(2)
+            }
+            FileHandle.standardError.write(Data("campaign \(campaign): \(applied.state.description)\n".utf8))
+        }
+
+        /// Publishes the jobs in batches of `--batch`, each recorded in Redis once Kafka delivered it.
+        /// Returns the jobs published and how many of them were new to the campaign.
+        private func publish(
+            _ recipients: [Campaign.Recipient], template templateValue: JSONValue, topic: String, producer: KafkaProducer,
+            store: PipelineStore
+        ) async throws -> (done: Int, new: Int) {
             let total = recipients.count
             // `campaign wait` is not done while this runs (publish_started_ms > publish_finished_ms).
             let markSets = try await store.beginPublish(campaign: campaign, expectedJobs: total)
@@ -104,7 +138,7 @@ struct CampaignCommand: AsyncParsableCommand {
                 let slice = recipients[start..<min(total, start + batch)]
                 let messages = slice.map { r in
                     KafkaProducerMessage(
-                        topic: config.kafka.jobsTopic, key: Array(r.token.hex.utf8),
+                        topic: topic, key: Array(r.token.hex.utf8),
                         value: Campaign.job(template: templateValue, campaign: campaign, recipient: r))
                 }
                 try await producer.sendBatch(messages)  // returns when every message is delivered
@@ -115,12 +149,7 @@ struct CampaignCommand: AsyncParsableCommand {
             }
             try await store.finishPublish(campaign: campaign)
             progress.finish()
-            await producer.close()
-            await redis.close()
-            let again = done - new
-            print(
-                "published \(done) jobs of campaign \(campaign) to \(config.kafka.jobsTopic)\(again > 0 ? " (\(again) published before: not counted again in `jobs`)" : "")"
-            )
+            return (done, new)
         }
     }
 
