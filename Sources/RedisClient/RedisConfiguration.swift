@@ -82,31 +82,45 @@ public struct RedisConfiguration: Sendable, Hashable {
             )
         }
         if let at = rest.lastIndex(of: "@") {
-            let userInfo = rest[..<at]
+            (username, password) = try Self.credentials(fromUserInfo: rest[..<at])
             rest = rest[rest.index(after: at)...]
-            let user: Substring
-            let secret: Substring?
-            if let colon = userInfo.firstIndex(of: ":") {
-                user = userInfo[..<colon]
-                secret = userInfo[userInfo.index(after: colon)...]
-            } else {
-                // `redis://secret@host` is the common shorthand for a password without a user.
-                user = ""
-                secret = userInfo
-            }
-            guard let decodedUser = Self.percentDecoded(user) else {
-                throw RedisError.invalidURL("bad percent-encoding in the user name (a % must start %XX, UTF-8)")
-            }
-            var decodedSecret: String?
-            if let secret {
-                guard let decoded = Self.percentDecoded(secret) else {
-                    throw RedisError.invalidURL("bad percent-encoding in the password (a % must start %XX, UTF-8; write % itself as %25)")
-                }
-                decodedSecret = decoded
-            }
-            username = decodedUser.isEmpty ? nil : decodedUser
-            password = (decodedSecret?.isEmpty ?? true) ? nil : decodedSecret
         }
+        let (host, port) = try Self.hostAndPort(rest)
+        self.host = host
+        if let port { self.port = port }
+        if let database = try Self.database(fromTail: tail) { self.database = database }
+    }
+
+    /// The user and password of a URL's user info (`user:password`, or `password` alone), each
+    /// percent-decoded; an empty one is nil.
+    private static func credentials(fromUserInfo userInfo: Substring) throws -> (username: String?, password: String?) {
+        let user: Substring
+        let secret: Substring?
+        if let colon = userInfo.firstIndex(of: ":") {
+            user = userInfo[..<colon]
+            secret = userInfo[userInfo.index(after: colon)...]
+        } else {
+            // `redis://secret@host` is the common shorthand for a password without a user.
+            user = ""
+            secret = userInfo
+        }
+        guard let decodedUser = percentDecoded(user) else {
+            throw RedisError.invalidURL("bad percent-encoding in the user name (a % must start %XX, UTF-8)")
+        }
+        var decodedSecret: String?
+        if let secret {
+            guard let decoded = percentDecoded(secret) else {
+                throw RedisError.invalidURL("bad percent-encoding in the password (a % must start %XX, UTF-8; write % itself as %25)")
+            }
+            decodedSecret = decoded
+        }
+        return (decodedUser.isEmpty ? nil : decodedUser, (decodedSecret?.isEmpty ?? true) ? nil : decodedSecret)
+    }
+
+    /// `host[:port]` or `[ipv6][:port]`, the part of the authority after the user info. The port is nil
+    /// when the URL gives none.
+    private static func hostAndPort(_ rest: Substring) throws -> (host: String, port: Int?) {
+        let host: String
         var portText: Substring?
         if rest.hasPrefix("[") {
             guard let close = rest.firstIndex(of: "]") else { throw RedisError.invalidURL("unclosed [ in the host") }
@@ -124,20 +138,22 @@ public struct RedisConfiguration: Sendable, Hashable {
             host = String(rest)
         }
         guard !host.isEmpty else { throw RedisError.invalidURL("missing host") }
-        if let portText {
-            guard let value = Int(portText), (1...65535).contains(value) else {
-                throw RedisError.invalidURL("bad port: expected a number in 1…65535")
-            }
-            port = value
+        guard let portText else { return (host, nil) }
+        guard let value = Int(portText), (1...65535).contains(value) else {
+            throw RedisError.invalidURL("bad port: expected a number in 1…65535")
         }
+        return (host, value)
+    }
+
+    /// The database of what follows the authority (`/db`; nil: none given). A query or fragment is refused.
+    private static func database(fromTail tail: Substring) throws -> Int? {
         let path = tail.dropFirst()  // the "/" (or "?"/"#", refused below)
         if tail.hasPrefix("?") || tail.hasPrefix("#") || path.contains("?") || path.contains("#") {
             throw RedisError.invalidURL("a query or fragment is not supported: expected redis://[user:password@]host:port[/db]")
         }
-        if !path.isEmpty {
-            guard let db = Int(path), db >= 0 else { throw RedisError.invalidURL("bad database: expected a number ≥ 0 after the /") }
-            database = db
-        }
+        guard !path.isEmpty else { return nil }
+        guard let db = Int(path), db >= 0 else { throw RedisError.invalidURL("bad database: expected a number ≥ 0 after the /") }
+        return db
     }
 
     /// RFC 3986 percent-decoding of a user-info part; nil when a `%` does not start two hex digits or
