@@ -73,51 +73,21 @@ public struct APNsRequestValidator: Sendable {
         requireTopic: Bool
     ) -> Result<APNsRequest, APNsRejection> {
         guard method == "POST" else { return .failure(APNsRejection(.methodNotAllowed)) }
-        guard let path, path.utf8.starts(with: APNsHeader.devicePathPrefix.utf8) else { return .failure(APNsRejection(.badPath)) }
-        let hex = path.utf8.dropFirst(APNsHeader.devicePathPrefix.utf8.count)
-        guard !hex.isEmpty else { return .failure(APNsRejection(.missingDeviceToken)) }
-        guard !hex.contains(UInt8(ascii: "/")) else { return .failure(APNsRejection(.badPath)) }
-        let parsed = hex.withContiguousStorageIfAvailable { try? DeviceToken(hexBytes: UnsafeRawBufferPointer($0)) }
-        guard let token = parsed ?? (try? DeviceToken(hex: Substring(hex))) else {
-            return .failure(APNsRejection(.badDeviceToken))
+        let token: DeviceToken
+        switch Self.token(path: path) {
+        case .success(let t): token = t
+        case .failure(let rejection): return .failure(rejection)
         }
-
-        var seen: UInt8 = 0
-        var duplicate = false
-        var authorization: String?
-        var id: String?
-        var topic: String?
-        var pushTypeText: String?
-        var priorityText: String?
-        var expirationText: String?
-        var collapseID: String?
-        func once(_ bit: UInt8, _ slot: inout String?, _ value: String) {
-            if seen & bit != 0 { duplicate = true }
-            seen |= bit
-            slot = value
-        }
-        for (name, value) in headers {
-            switch name {
-            case APNsHeader.authorization: once(1 << 0, &authorization, value)
-            case APNsHeader.id: once(1 << 1, &id, value)
-            case APNsHeader.topic: once(1 << 2, &topic, value)
-            case APNsHeader.pushType: once(1 << 3, &pushTypeText, value)
-            case APNsHeader.priority: once(1 << 4, &priorityText, value)
-            case APNsHeader.expiration: once(1 << 5, &expirationText, value)
-            case APNsHeader.collapseID: once(1 << 6, &collapseID, value)
-            default: break
-            }
-        }
-        guard !duplicate else { return .failure(APNsRejection(.duplicateHeaders)) }
+        guard let h = RequestHeaders(headers) else { return .failure(APNsRejection(.duplicateHeaders)) }
 
         var givenPushType: APNsPushType?
-        if let pushTypeText {
+        if let pushTypeText = h.pushType {
             guard let known = APNsPushType(rawValue: pushTypeText) else { return .failure(APNsRejection(.invalidPushType)) }
             givenPushType = known
         }
         let pushType = givenPushType ?? .alert
 
-        if let topic {
+        if let topic = h.topic {
             guard Self.isWellFormedTopic(topic) else { return .failure(APNsRejection(.badTopic)) }
             if pushType != .mdm, pushType.bundleID(ofTopic: Substring(topic)) == nil {
                 return .failure(APNsRejection(.badTopic))
@@ -127,58 +97,118 @@ public struct APNsRequestValidator: Sendable {
             return .failure(APNsRejection(.missingTopic))
         }
 
-        if let id, !Self.isUUID(id) { return .failure(APNsRejection(.badMessageId)) }
+        if let id = h.id, !Self.isUUID(id) { return .failure(APNsRejection(.badMessageId)) }
 
         var givenPriority: APNsPriority?
-        if let priorityText {
+        if let priorityText = h.priority {
             guard let number = Int(priorityText), let known = APNsPriority(rawValue: number) else {
                 return .failure(APNsRejection(.badPriority))
             }
             givenPriority = known
         }
-        let priority = givenPriority ?? .immediate
 
         var expiration: Int64?
-        if let expirationText {
+        if let expirationText = h.expiration {
             guard !expirationText.isEmpty, expirationText.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
                 let seconds = Int64(expirationText)
             else { return .failure(APNsRejection(.badExpirationDate)) }
             expiration = seconds
         }
 
-        if let collapseID, collapseID.utf8.count > APNsHeader.maxCollapseIDBytes {
+        if let collapseID = h.collapseID, collapseID.utf8.count > APNsHeader.maxCollapseIDBytes {
             return .failure(APNsRejection(.badCollapseId))
         }
 
-        guard !payload.isEmpty else { return .failure(APNsRejection(.payloadEmpty)) }
-        guard payload.count <= pushType.maxPayloadBytes else { return .failure(APNsRejection(.payloadTooLarge)) }
+        if let rejection = Self.payloadRejection(payload, pushType: pushType, priority: givenPriority ?? .immediate) {
+            return .failure(rejection)
+        }
+
+        return .success(
+            APNsRequest(
+                token: token, topic: h.topic, apnsID: h.id, expiration: expiration, priority: givenPriority,
+                collapseID: h.collapseID, pushType: givenPushType, authorization: h.authorization))
+    }
+
+    /// The device token of `:path` (`/3/device/<hex>`): a path that is not that is BadPath, no token
+    /// MissingDeviceToken, a token `DeviceToken` does not take BadDeviceToken.
+    private static func token(path: String?) -> Result<DeviceToken, APNsRejection> {
+        guard let path, path.utf8.starts(with: APNsHeader.devicePathPrefix.utf8) else { return .failure(APNsRejection(.badPath)) }
+        let hex = path.utf8.dropFirst(APNsHeader.devicePathPrefix.utf8.count)
+        guard !hex.isEmpty else { return .failure(APNsRejection(.missingDeviceToken)) }
+        guard !hex.contains(UInt8(ascii: "/")) else { return .failure(APNsRejection(.badPath)) }
+        let parsed = hex.withContiguousStorageIfAvailable { try? DeviceToken(hexBytes: UnsafeRawBufferPointer($0)) }
+        guard let token = parsed ?? (try? DeviceToken(hex: Substring(hex))) else {
+            return .failure(APNsRejection(.badDeviceToken))
+        }
+        return .success(token)
+    }
+
+    /// The headers the contract reads, each as sent. Collected in one pass, since the simulator runs
+    /// this for every request; a bit per header tells a duplicate.
+    private struct RequestHeaders {
+        var authorization: String?
+        var id: String?
+        var topic: String?
+        var pushType: String?
+        var priority: String?
+        var expiration: String?
+        var collapseID: String?
+
+        /// nil when one of them is given twice (DuplicateHeaders).
+        init?(_ headers: [(String, String)]) {
+            var seen: UInt8 = 0
+            var duplicate = false
+            func once(_ bit: UInt8, _ slot: inout String?, _ value: String) {
+                if seen & bit != 0 { duplicate = true }
+                seen |= bit
+                slot = value
+            }
+            for (name, value) in headers {
+                switch name {
+                case APNsHeader.authorization: once(1 << 0, &authorization, value)
+                case APNsHeader.id: once(1 << 1, &id, value)
+                case APNsHeader.topic: once(1 << 2, &topic, value)
+                case APNsHeader.pushType: once(1 << 3, &pushType, value)
+                case APNsHeader.priority: once(1 << 4, &priority, value)
+                case APNsHeader.expiration: once(1 << 5, &expiration, value)
+                case APNsHeader.collapseID: once(1 << 6, &collapseID, value)
+                default: break
+                }
+            }
+            if duplicate { return nil }
+        }
+    }
+
+    /// What is wrong with the payload for its push type and priority (nil: nothing): its size, and the
+    /// rules of background and Live Activity pushes, the only ones whose JSON is parsed here.
+    private static func payloadRejection(
+        _ payload: UnsafeRawBufferPointer, pushType: APNsPushType, priority: APNsPriority
+    ) -> APNsRejection? {
+        guard !payload.isEmpty else { return APNsRejection(.payloadEmpty) }
+        guard payload.count <= pushType.maxPayloadBytes else { return APNsRejection(.payloadTooLarge) }
 
         if pushType == .background {
             // Apple: for background notifications "you must set the value of apns-priority to 5"
             // (absent means 10, so it must be given), and the aps dictionary holds content-available
             // alone: "Don't include the alert, badge, or sound keys". Parsed only for this push type.
-            guard priority != .immediate else { return .failure(APNsRejection(.badPriority)) }
+            guard priority != .immediate else { return APNsRejection(.badPriority) }
             guard let aps = (try? JSONParser.parse(payload))?["aps"], aps["content-available"] != nil,
                 aps["alert"] == nil, aps["sound"] == nil, aps["badge"] == nil
-            else { return .failure(APNsRejection(.invalidPushType)) }
+            else { return APNsRejection(.invalidPushType) }
         }
 
         if pushType == .liveactivity {
             // "Set the value for the apns-priority header field to 5 or 10" (the same article).
-            guard priority != .powerSaving else { return .failure(APNsRejection(.badPriority)) }
+            guard priority != .powerSaving else { return APNsRejection(.badPriority) }
             // Apple's per-event payload rules ("Starting and updating Live Activities with ActivityKit
             // push notifications": LiveActivityPayload). Apple documents no reason string for a Live
             // Activity payload that breaks them; the simulator answers InvalidPushType, as for a
             // background push whose payload does not fit its type. Parsed only for this push type.
             guard let json = try? JSONParser.parse(payload), let read = try? Payload(json: json),
                 (try? LiveActivityPayload.validate(read)) != nil
-            else { return .failure(APNsRejection(.invalidPushType)) }
+            else { return APNsRejection(.invalidPushType) }
         }
-
-        return .success(
-            APNsRequest(
-                token: token, topic: topic, apnsID: id, expiration: expiration, priority: givenPriority,
-                collapseID: collapseID, pushType: givenPushType, authorization: authorization))
+        return nil
     }
 
     /// A bundle id (with suffix): printable ASCII, no spaces, 1…255 bytes.
