@@ -437,34 +437,54 @@ final class HTTP2Connection: ChannelInboundHandler {
         case .success(let r): request = r
         }
         let apnsID = request.apnsID ?? makeUUID()
-        let bundle = request.topic.flatMap { request.effectivePushType.bundleID(fromTopic: $0) }
         let nowMillis = Int64(Date().timeIntervalSince1970 * 1000)
-
-        // Authentication.
         let app: String
         let auth: String
+        switch authenticate(request, certificateTopic: certTopic, apnsID: apnsID, nowMillis: nowMillis) {
+        case .app(let a, let how):
+            app = a
+            auth = how
+        case .refused(let outcome):
+            return outcome
+        }
+        raiseStreamLimit()
+        if let fault = scriptedFault(token: request.token, app: app, apnsID: apnsID, nowMillis: nowMillis) { return fault }
+        return accept(
+            request, app: app, auth: auth, apnsID: apnsID, payload: payload, streamID: streamID, nowMillis: nowMillis)
+    }
+
+    /// Who a request is from, or the answer that refuses it.
+    private enum Authenticated {
+        case app(String, auth: String)
+        case refused(Outcome)
+    }
+
+    /// A certificate connection sends for the certificate's app only; a token connection for the
+    /// topic's app, with a provider token `checkToken` accepts.
+    private func authenticate(
+        _ request: APNsRequest, certificateTopic certTopic: (topic: String, auth: String)?, apnsID: String, nowMillis: Int64
+    ) -> Authenticated {
+        let bundle = request.topic.flatMap { request.effectivePushType.bundleID(fromTopic: $0) }
         if let certTopic {
             // mdm topics are not the bundle id; everything else must be the certificate's app.
-            if let bundle, bundle != certTopic.topic, request.pushType != .mdm { return reject(.topicDisallowed, apnsID) }
+            if let bundle, bundle != certTopic.topic, request.pushType != .mdm { return .refused(reject(.topicDisallowed, apnsID)) }
             // Live Activity and location pushes need token auth (`APNsPushType.requiresTokenAuthentication`:
             // "The location push type supports only token-based authentication"): a certificate's topics
             // never include their topics, so the simulator answers as for a topic the certificate does
             // not cover.
-            if request.effectivePushType.requiresTokenAuthentication { return reject(.topicDisallowed, apnsID) }
-            app = certTopic.topic
-            auth = certTopic.auth
-        } else {
-            guard let authorization = request.authorization else { return reject(.missingProviderToken, apnsID) }
-            switch checkToken(authorization, now: nowMillis / 1000) {
-            case .failure(let reason): return reject(reason, apnsID)
-            case .success(let a): auth = a
-            }
-            app = bundle ?? request.topic ?? ""
+            if request.effectivePushType.requiresTokenAuthentication { return .refused(reject(.topicDisallowed, apnsID)) }
+            return .app(certTopic.topic, auth: certTopic.auth)
         }
-        raiseStreamLimit()
+        guard let authorization = request.authorization else { return .refused(reject(.missingProviderToken, apnsID)) }
+        switch checkToken(authorization, now: nowMillis / 1000) {
+        case .failure(let reason): return .refused(reject(reason, apnsID))
+        case .success(let auth): return .app(bundle ?? request.topic ?? "", auth: auth)
+        }
+    }
 
-        // The fault script.
-        let token = request.token
+    /// The fault script's answer for an authenticated request (nil: none, accept it): the token's
+    /// scripted state first, then the configured rates.
+    private func scriptedFault(token: DeviceToken, app: String, apnsID: String, nowMillis: Int64) -> Outcome? {
         if core.invalidTokens.contains(token) { return reject(.badDeviceToken, apnsID) }
         if let owner = core.tokenTopics[token], owner != app { return reject(.deviceTokenNotForTopic, apnsID) }
         if let stamp = core.unregistered[token] { return reject(.unregistered, apnsID, timestamp: stamp) }
@@ -488,11 +508,17 @@ final class HTTP2Connection: ChannelInboundHandler {
         }
         if rates, core.draw(core.faults.internalServerErrorRate) { return reject(.internalServerError, apnsID) }
         if rates, core.draw(core.faults.serviceUnavailableRate) { return reject(.serviceUnavailable, apnsID) }
+        return nil
+    }
 
-        // Accepted: recorded in this read burst's batch (committed before the answers are flushed).
+    /// Accepted: recorded in this read burst's batch (committed before the answers are flushed), and
+    /// counted, which decides whether a scripted drop or GOAWAY follows.
+    private func accept(
+        _ request: APNsRequest, app: String, auth: String, apnsID: String, payload: [UInt8], streamID: Int, nowMillis: Int64
+    ) -> Outcome {
         if core.recorder.isEnabled {
             let accepted = AcceptedRequest(
-                time: nowMillis, connection: id, stream: streamID, app: app, token: token,
+                time: nowMillis, connection: id, stream: streamID, app: app, token: request.token,
                 payloadHash: AcceptedRequest.hash(payload), jobID: PayloadFacts.jobID(in: payload), apnsID: apnsID,
                 collapseID: request.collapseID, pushType: request.pushType?.rawValue, priority: request.priority?.rawValue,
                 expiration: request.expiration, auth: auth)
