@@ -71,71 +71,73 @@ extension HTTP2Connection {
         case (.allChannels, "GET"): operation = "list"
         default: operation = "other"
         }
-        func reply(_ status: Int, _ outcome: String, headers: [(String, String)] = [], body: [UInt8] = []) -> Outcome {
-            core.count { $0.channelAnswers["\(operation) \(outcome)", default: 0] += 1 }
-            return .channel(status: status, headers: [(APNsChannelManagement.Header.requestID, requestID)] + headers, body: body)
-        }
-        func refuse(_ status: Int, _ reason: String) -> Outcome {
-            reply(status, reason, body: APNsErrorBody(reasonText: reason).encoded())
-        }
-        func refuseChannel(_ reason: APNsChannelReason) -> Outcome { refuse(reason.status, reason.rawValue) }
-        func refuseAPNs(_ reason: APNsReason) -> Outcome { refuse(reason.status, reason.rawValue) }
+        let answer = ChannelAnswer(core: core, operation: operation, requestID: requestID)
 
         let app: String
         switch resource {
         case .channels(let bundle), .allChannels(let bundle): app = bundle
-        case .unknown: return refuseAPNs(.badPath)
+        case .unknown: return answer.refuseAPNs(.badPath)
         }
         // Authentication, as for /3/device.
         if let certificateTopic {
-            guard app == certificateTopic.topic else { return refuseAPNs(.topicDisallowed) }
+            guard app == certificateTopic.topic else { return answer.refuseAPNs(.topicDisallowed) }
         } else {
-            guard let authorization = field(APNsHeader.authorization) else { return refuseAPNs(.missingProviderToken) }
-            if case .failure(let reason) = checkToken(authorization, now: Int64(Date().timeIntervalSince1970)) { return refuseAPNs(reason) }
+            guard let authorization = field(APNsHeader.authorization) else { return answer.refuseAPNs(.missingProviderToken) }
+            if case .failure(let reason) = checkToken(authorization, now: Int64(Date().timeIntervalSince1970)) {
+                return answer.refuseAPNs(reason)
+            }
         }
         raiseStreamLimit()
 
-        let policyKey = "message-storage-policy"
-        let pushTypeKey = "push-type"
         switch operation {
         case "create":
-            // Apple's table: "The JSON Request payload is unparseable" (BadRequestPayload), "… contained an
-            // unrecognizable attribute" (BadRequestParams). Both body fields are "Required"; Apple lists no
-            // reason for a missing or out-of-range `message-storage-policy`, so it is answered as an
-            // attribute APNs cannot use (BadRequestParams), a missing `push-type` as MissingPushType.
-            guard let json = try? JSONParser.parse(body), let members = json.objectValue else {
-                return refuseChannel(.badRequestPayload)
-            }
-            guard members.allSatisfy({ $0.key == policyKey || $0.key == pushTypeKey }) else { return refuseChannel(.badRequestParams) }
-            guard let pushType = json[pushTypeKey]?.stringValue else { return refuseChannel(.missingPushType) }
-            // Apple: "The only allowed value is LiveActivity."
-            guard pushType.lowercased() == APNsChannelManagement.pushType.lowercased() else { return refuseAPNs(.invalidPushType) }
-            guard let policy = json[policyKey]?.intValue, APNsChannelStoragePolicy(rawValue: policy) != nil else {
-                return refuseChannel(.badRequestParams)
-            }
-            let id = newChannelID()
-            guard
-                core.channels.create(
-                    app: app, id: id, policy: policy, limit: core.faults.channelLimit, subscribers: core.faults.channelSubscribers)
-            else {
-                return refuseChannel(.cannotCreateChannelConfig)
-            }
-            return reply(201, "201", headers: [(APNsChannelManagement.Header.channelID, id)])
+            return createChannel(app: app, body: body, answer: answer)
         case "get", "delete":
-            guard let id = field(APNsChannelManagement.Header.channelID) else { return refuseChannel(.missingChannelId) }
-            guard APNsChannelManagement.isPlausibleChannelID(id) else { return refuseChannel(.badChannelId) }
+            guard let id = field(APNsChannelManagement.Header.channelID) else { return answer.refuseChannel(.missingChannelId) }
+            guard APNsChannelManagement.isPlausibleChannelID(id) else { return answer.refuseChannel(.badChannelId) }
             if operation == "delete" {
-                return core.channels.delete(app: app, id: id) ? reply(204, "204") : refuseChannel(.channelNotRegistered)
+                return core.channels.delete(app: app, id: id) ? answer.reply(204, "204") : answer.refuseChannel(.channelNotRegistered)
             }
-            guard let policy = core.channels.policy(app: app, id: id) else { return refuseChannel(.channelNotRegistered) }
-            let value: JSONValue = [policyKey: .integer(policy), pushTypeKey: .string(APNsChannelManagement.pushType)]
-            return reply(200, "200", body: value.serialized())
+            guard let policy = core.channels.policy(app: app, id: id) else { return answer.refuseChannel(.channelNotRegistered) }
+            let value: JSONValue = [
+                ChannelAnswer.policyKey: .integer(policy), ChannelAnswer.pushTypeKey: .string(APNsChannelManagement.pushType),
+            ]
+            return answer.reply(200, "200", body: value.serialized())
         case "list":
             let value: JSONValue = ["channels": .array(core.channels.list(app: app).map { .string($0.id) })]
-            return reply(200, "200", body: value.serialized())
+            return answer.reply(200, "200", body: value.serialized())
         default:
-            return refuseAPNs(.methodNotAllowed)
+            return answer.refuseAPNs(.methodNotAllowed)
         }
+    }
+
+    /// POST …/channels: a body of exactly `message-storage-policy` and `push-type` (LiveActivity), and
+    /// room for one more channel of the app.
+    private func createChannel(app: String, body: [UInt8], answer: ChannelAnswer) -> Outcome {
+        // Apple's table: "The JSON Request payload is unparseable" (BadRequestPayload), "… contained an
+        // unrecognizable attribute" (BadRequestParams). Both body fields are "Required"; Apple lists no
+        // reason for a missing or out-of-range `message-storage-policy`, so it is answered as an
+        // attribute APNs cannot use (BadRequestParams), a missing `push-type` as MissingPushType.
+        guard let json = try? JSONParser.parse(body), let members = json.objectValue else {
+            return answer.refuseChannel(.badRequestPayload)
+        }
+        guard members.allSatisfy({ $0.key == ChannelAnswer.policyKey || $0.key == ChannelAnswer.pushTypeKey }) else {
+            return answer.refuseChannel(.badRequestParams)
+        }
+        guard let pushType = json[ChannelAnswer.pushTypeKey]?.stringValue else { return answer.refuseChannel(.missingPushType) }
+        // Apple: "The only allowed value is LiveActivity."
+        guard pushType.lowercased() == APNsChannelManagement.pushType.lowercased() else { return answer.refuseAPNs(.invalidPushType) }
+        guard let policy = json[ChannelAnswer.policyKey]?.intValue, APNsChannelStoragePolicy(rawValue: policy) != nil else {
+            return answer.refuseChannel(.badRequestParams)
+        }
+        let id = newChannelID()
+        guard
+            core.channels.create(
+                app: app, id: id, policy: policy, limit: core.faults.channelLimit, subscribers: core.faults.channelSubscribers)
+        else {
+            return answer.refuseChannel(.cannotCreateChannelConfig)
+        }
+        return answer.reply(201, "201", headers: [(APNsChannelManagement.Header.channelID, id)])
     }
 
     /// A new channel id: base64 of 16 random bytes (24 characters), as ActivityKit expects ("The channel
@@ -150,4 +152,26 @@ extension HTTP2Connection {
         }
         return Data(bytes).base64EncodedString()
     }
+}
+
+/// How one channel management request is answered: every answer carries its `apns-request-id` and is
+/// counted under its operation and outcome; errors carry `{"reason": …}`.
+private struct ChannelAnswer {
+    static let policyKey = "message-storage-policy"
+    static let pushTypeKey = "push-type"
+    let core: HTTP2Core
+    let operation: String
+    let requestID: String
+
+    func reply(_ status: Int, _ outcome: String, headers: [(String, String)] = [], body: [UInt8] = []) -> HTTP2Connection.Outcome {
+        core.count { $0.channelAnswers["\(operation) \(outcome)", default: 0] += 1 }
+        return .channel(status: status, headers: [(APNsChannelManagement.Header.requestID, requestID)] + headers, body: body)
+    }
+
+    func refuse(_ status: Int, _ reason: String) -> HTTP2Connection.Outcome {
+        reply(status, reason, body: APNsErrorBody(reasonText: reason).encoded())
+    }
+
+    func refuseChannel(_ reason: APNsChannelReason) -> HTTP2Connection.Outcome { refuse(reason.status, reason.rawValue) }
+    func refuseAPNs(_ reason: APNsReason) -> HTTP2Connection.Outcome { refuse(reason.status, reason.rawValue) }
 }
