@@ -174,62 +174,76 @@ public struct JobDecoder: Sendable {
                 }
                 guard let limit = key.stringLimit else { continue }
                 let raw = slice(r)
-                if raw.count >= 2, raw[0] == UInt8(ascii: "\"") {
-                    let inner = UnsafeRawBufferPointer(rebasing: raw[1..<(raw.count - 1)])
-                    let plain = !inner.contains(UInt8(ascii: "\\"))
-                    // Unescaped, the bytes are the string; with escapes its size is counted from them.
-                    // Past the limit: refused without building it.
-                    if inner.count > limit, case let n = plain ? inner.count : Self.unescapedCount(inner), n > limit {
-                        try f.take(key, .string(""), name)  // present; the validation reports its size
-                        f.oversized.append((key, n))
-                        continue
-                    }
-                    if plain {
-                        switch key {
-                        case .token:
-                            f.token = .string("")  // marks it present; the token itself is read from the bytes
-                            f.tokenBytes = inner
-                        case .app:
-                            if let apps {
-                                if let known = apps.find(inner) {
-                                    f.app = .string(known)
-                                    f.appIsKnown = true
-                                } else {
-                                    f.app = .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self))
-                                }
-                            } else {
-                                f.app = .string(inner.isEmpty ? "" : templates.app(inner))
-                            }
-                        default:
-                            try f.take(key, .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self)), name)
-                        }
-                        continue
-                    }
-                }
+                if try takeString(key, name: name, raw: raw, limit: limit, into: &f, templates: templates) { continue }
                 value = Self.materialize(raw)
             }
             try f.take(key, value, name)
         }
-        // The payload and alerts: through a template when the payload is an object (null, or another
-        // kind, is refused or reported by the general rules below).
-        if let p = rawPayload, bytes[p.lowerBound] == UInt8(ascii: "{"), p.count <= JobTemplates.maxBytes,
-            (rawAlerts?.count ?? 0) <= JobTemplates.maxBytes
-        {
-            let alertsSlice = rawAlerts.flatMap { a in bytes[a.lowerBound] == UInt8(ascii: "n") ? nil : slice(a) }
-            if let known = templates.find(payload: slice(p), alerts: alertsSlice, payloadLimit: payloadLimit) {
-                f.template = known
+        takePayload(rawPayload, alerts: rawAlerts, of: bytes, into: &f, templates: templates)
+        return try validate(f, now: now)
+    }
+
+    /// A known key's string member, from its raw bytes (quotes and all): read in place when it holds no
+    /// escape, and refused past `limit` without being built. False: a value to build from the bytes.
+    private func takeString(
+        _ key: Key, name: String, raw: UnsafeRawBufferPointer, limit: Int, into f: inout Fields, templates: JobTemplates
+    ) throws(JobError) -> Bool {
+        guard raw.count >= 2, raw[0] == UInt8(ascii: "\"") else { return false }
+        let inner = UnsafeRawBufferPointer(rebasing: raw[1..<(raw.count - 1)])
+        let plain = !inner.contains(UInt8(ascii: "\\"))
+        // Unescaped, the bytes are the string; with escapes its size is counted from them.
+        // Past the limit: refused without building it.
+        if inner.count > limit, case let n = plain ? inner.count : Self.unescapedCount(inner), n > limit {
+            try f.take(key, .string(""), name)  // present; the validation reports its size
+            f.oversized.append((key, n))
+            return true
+        }
+        guard plain else { return false }
+        switch key {
+        case .token:
+            f.token = .string("")  // marks it present; the token itself is read from the bytes
+            f.tokenBytes = inner
+        case .app:
+            if let apps {
+                if let known = apps.find(inner) {
+                    f.app = .string(known)
+                    f.appIsKnown = true
+                } else {
+                    f.app = .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self))
+                }
             } else {
-                let t = makeTemplate(payload: slice(p), alerts: alertsSlice)
-                templates.remember(t)
-                f.template = t
+                f.app = .string(inner.isEmpty ? "" : templates.app(inner))
             }
-            f.payload = .object([])  // present; read from the template
-            if rawAlerts != nil { f.alerts = .null }
-        } else {
+        default:
+            try f.take(key, .string(String(decoding: inner.assumingMemoryBound(to: UInt8.self), as: UTF8.self)), name)
+        }
+        return true
+    }
+
+    /// The payload and alerts: through a template when the payload is an object (null, or another
+    /// kind, is refused or reported by the general rules of the validation).
+    private func takePayload(
+        _ rawPayload: Range<Int>?, alerts rawAlerts: Range<Int>?, of bytes: UnsafeRawBufferPointer, into f: inout Fields,
+        templates: JobTemplates
+    ) {
+        func slice(_ r: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[r]) }
+        guard let p = rawPayload, bytes[p.lowerBound] == UInt8(ascii: "{"), p.count <= JobTemplates.maxBytes,
+            (rawAlerts?.count ?? 0) <= JobTemplates.maxBytes
+        else {
             if let p = rawPayload { f.payload = Self.materialize(slice(p)) }
             if let a = rawAlerts { f.alerts = Self.materialize(slice(a)) }
+            return
         }
-        return try validate(f, now: now)
+        let alertsSlice = rawAlerts.flatMap { a in bytes[a.lowerBound] == UInt8(ascii: "n") ? nil : slice(a) }
+        if let known = templates.find(payload: slice(p), alerts: alertsSlice, payloadLimit: payloadLimit) {
+            f.template = known
+        } else {
+            let t = makeTemplate(payload: slice(p), alerts: alertsSlice)
+            templates.remember(t)
+            f.template = t
+        }
+        f.payload = .object([])  // present; read from the template
+        if rawAlerts != nil { f.alerts = .null }
     }
 
     /// The UTF-8 bytes of the string whose JSON contents (between the quotes, escapes and all) are
@@ -385,131 +399,21 @@ public struct JobDecoder: Sendable {
         return try validate(f, now: now)
     }
 
+    /// The job the fields make, checked in a fixed order (the first fault found is the one reported):
+    /// each field on its own, then the fields against each other, the size, and last the app against
+    /// the pipeline file.
     private func validate(_ f: Fields, now: UInt32) throws(JobError) -> Job {
-        let (id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType) =
-            (f.id, f.app, f.token, f.payload, f.alerts, f.expiry, f.priority, f.campaign, f.collapseID, f.pushType)
-
-        // id
-        if let n = f.oversize(.id) {
-            throw JobError(.invalidID, "id must be 1…\(Self.maxIDBytes) UTF-8 bytes, got \(n)")
-        }
-        guard let idValue = id.flatMap(Self.nonNull) else { throw JobError(.missingID, "the job has no id") }
-        guard case .string(let jobID) = idValue else {
-            throw JobError(.invalidID, "id must be a string, got \(Self.kind(idValue))")
-        }
-        let idBytes = jobID.utf8.count
-        guard idBytes >= 1, idBytes <= Self.maxIDBytes else {
-            throw JobError(.invalidID, "id must be 1…\(Self.maxIDBytes) UTF-8 bytes, got \(idBytes)")
-        }
-
-        // app
-        if let n = f.oversize(.app) {
-            throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(n)")
-        }
-        guard let appValue = app.flatMap(Self.nonNull) else { throw JobError(.missingApp, "the job has no app") }
-        guard case .string(let appName) = appValue, !appName.isEmpty else {
-            throw JobError(.missingApp, "app must be a non-empty string (the bundle id), got \(Self.kind(appValue))")
-        }
-        let appBytes = appName.utf8.count
-        guard appBytes <= Self.maxAppBytes else {
-            throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(appBytes)")
-        }
-
+        let jobID = try Self.readID(f)
+        let appName = try Self.readApp(f)
         // recipient: a broadcast channel instead of a token (exactly one of the two)
         let broadcastChannel = try Self.readChannel(f)
-
-        // token
-        var deviceToken = Job.channelPlaceholderToken
-        if broadcastChannel == nil {
-            if let n = f.oversize(.token) {
-                throw JobError(.invalidToken, "token: \(DeviceToken.ParseError.wrongHexLength(n).description)")
-            }
-            guard let tokenValue = token.flatMap(Self.nonNull) else {
-                throw JobError(.invalidToken, "the job has no token (nor a broadcast channel)")
-            }
-            guard case .string(let tokenHex) = tokenValue else {
-                throw JobError(.invalidToken, "token must be a string of \(Self.tokenRule), got \(Self.kind(tokenValue))")
-            }
-            do throws(DeviceToken.ParseError) {
-                if let hex = f.tokenBytes {
-                    deviceToken = try DeviceToken(hexBytes: hex)
-                } else {
-                    deviceToken = try DeviceToken(hex: tokenHex)
-                }
-            } catch {
-                throw JobError(.invalidToken, "token: \(error.description)")
-            }
-        }
-
-        // payload, alerts
-        let typedPayload: Payload
-        var localized: [String: Alert] = [:]
-        if let template = f.template {
-            typedPayload = try template.payload.get()
-            localized = try template.alerts.get()
-        } else {
-            typedPayload = try Self.readPayload(payload)
-            if let alertsValue = alerts.flatMap(Self.nonNull) {
-                localized = try Self.readAlerts(alertsValue)
-            }
-        }
-
-        // push type (before priority: a background push defaults to priority 5)
-        var jobPushType: APNsPushType?
-        if f.oversize(.pushType) != nil {
-            // As `text` renders a string this long: by its kind.
-            throw JobError(
-                .invalidPushType,
-                "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.kind(.string("")))")
-        }
-        if let pushTypeValue = pushType.flatMap(Self.nonNull) {
-            guard case .string(let name) = pushTypeValue, let known = APNsPushType(rawValue: name) else {
-                throw JobError(
-                    .invalidPushType,
-                    "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.text(pushTypeValue))"
-                )
-            }
-            jobPushType = known
-        }
-        if broadcastChannel != nil {
-            // A broadcast carries a Live Activity and nothing else (Apple: "devices can subscribe on
-            // channels to receive updates for Live Activities"); absent, the push type is that one.
-            if let jobPushType, jobPushType != APNsBroadcast.pushType {
-                throw JobError(
-                    .invalidPushType, "a broadcast (channel) job must have push_type \"liveactivity\", got \"\(jobPushType.rawValue)\"")
-            }
-            jobPushType = APNsBroadcast.pushType
-        }
-
-        // priority
-        var jobPriority = jobPushType == .background ? Priority.conservePower : Priority.immediate
-        if let priorityValue = priority.flatMap(Self.nonNull) {
-            switch priorityValue {
-            case .number("10"): jobPriority = .immediate
-            case .number("5"): jobPriority = .conservePower
-            case .number("1"): jobPriority = .powerFirst
-            default: throw JobError(.invalidPriority, "priority must be the number 10, 5 or 1, got \(Self.text(priorityValue))")
-            }
-        }
-
-        // expiry
-        let jobExpiry: UInt32
-        let expiryIsStated = expiry.flatMap(Self.nonNull) != nil
-        if let expiryValue = expiry.flatMap(Self.nonNull) {
-            guard case .number(let literal) = expiryValue, let seconds = UInt32(literal) else {
-                throw JobError(
-                    .invalidExpiry,
-                    "expiry must be a whole number of epoch seconds in 0…\(UInt32.max) (0 = do not store), got \(Self.text(expiryValue))")
-            }
-            if seconds != 0 && seconds < now {
-                throw JobError(.expired, "expiry \(seconds) is \(now - seconds) s in the past (now \(now))")
-            }
-            jobExpiry = seconds
-        } else {
-            let (sum, overflow) = now.addingReportingOverflow(defaultTimeToLive)
-            jobExpiry = overflow ? UInt32.max : sum
-        }
-
+        let deviceToken = broadcastChannel == nil ? try Self.readToken(f) : Job.channelPlaceholderToken
+        let (typedPayload, localized) = try Self.readPayloadAndAlerts(f)
+        // push type before priority: a background push defaults to priority 5
+        let jobPushType = try Self.readPushType(f, broadcast: broadcastChannel != nil)
+        let jobPriority = try Self.readPriority(f, pushType: jobPushType)
+        let expiryIsStated = f.expiry.flatMap(Self.nonNull) != nil
+        let jobExpiry = try readExpiry(f, now: now)
         // a broadcast's channel's storage policy, and its expiry against it
         let storagePolicy = try Self.readStoragePolicy(f, broadcast: broadcastChannel != nil)
         if storagePolicy == .noStorage, expiryIsStated,
@@ -517,69 +421,17 @@ public struct JobDecoder: Sendable {
         {
             throw JobError(.expiryOnNoStorageChannel, refusal.description)
         }
-
-        // campaign
-        var campaignName: String?
-        if let n = f.oversize(.campaign) {
-            throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
-        }
-        if let campaignValue = campaign.flatMap(Self.nonNull) {
-            guard case .string(let name) = campaignValue else {
-                throw JobError(.invalidCampaign, "campaign must be a string, got \(Self.kind(campaignValue))")
-            }
-            let n = name.utf8.count
-            guard n >= 1, n <= Self.maxCampaignBytes else {
-                throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
-            }
-            campaignName = name
-        }
-
-        // collapse id
-        var jobCollapseID: String?
-        if let n = f.oversize(.collapseID) {
-            throw JobError(
-                .invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
-        }
-        if let collapseValue = collapseID.flatMap(Self.nonNull) {
-            guard case .string(let text) = collapseValue else {
-                throw JobError(.invalidCollapseID, "collapse_id must be a string, got \(Self.kind(collapseValue))")
-            }
-            let n = text.utf8.count
-            guard n >= 1, n <= Self.maxCollapseIDBytes else {
-                throw JobError(.invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
-            }
-            jobCollapseID = text
-        }
-
-        // push type against priority and payload (Apple refuses a background push otherwise)
-        if jobPushType == .background {
-            if jobPriority != .conservePower {
-                throw JobError(.invalidPushType, "a background push (push_type \"background\") must have priority 5")
-            }
-            if !typedPayload.isContentAvailableOnly {
-                throw JobError(
-                    .invalidPushType, "a background push (push_type \"background\") must have an aps holding only content-available")
-            }
-        }
-
-        // what the push type asks of the payload and the priority (Live Activities, ranges, priority 1)
-        try Self.checkPushTypeRules(typedPayload, pushType: jobPushType, priority: jobPriority, broadcast: broadcastChannel != nil)
-
-        // priority against payload
-        if jobPriority == .immediate && typedPayload.isContentAvailableOnly {
-            throw JobError(
-                .contentAvailableOnlyWithPriority10,
-                "priority 10\(priority.flatMap(Self.nonNull) == nil ? " (the default)" : "") is invalid for a payload whose aps holds only content-available: send it with \"priority\": 5"
-            )
-        }
-
+        let campaignName = try Self.readCampaign(f)
+        let jobCollapseID = try Self.readCollapseID(f)
+        try Self.checkCombination(
+            typedPayload, pushType: jobPushType, priority: jobPriority, priorityIsStated: f.priority.flatMap(Self.nonNull) != nil,
+            broadcast: broadcastChannel != nil)
         // size
         if let template = f.template {
             if let error = template.sizeError { throw error }
         } else {
             try checkSize(typedPayload, localized)
         }
-
         // app against the pipeline file: last, so a job with another fault reports that one (the job is
         // otherwise valid: it names an app this pipeline has no certificate for).
         if let apps, !f.appIsKnown, !apps.contains(appName) {
@@ -588,11 +440,178 @@ public struct JobDecoder: Sendable {
             refusal.campaign = campaignName
             throw refusal
         }
-
         return Job(
             id: jobID, app: appName, recipient: broadcastChannel.map(Recipient.channel) ?? .device(deviceToken), payload: typedPayload,
             alerts: localized, template: f.template, expiry: jobExpiry, expiryIsStated: expiryIsStated, storagePolicy: storagePolicy,
             priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
+    }
+
+    private static func readID(_ f: Fields) throws(JobError) -> String {
+        if let n = f.oversize(.id) {
+            throw JobError(.invalidID, "id must be 1…\(Self.maxIDBytes) UTF-8 bytes, got \(n)")
+        }
+        guard let idValue = f.id.flatMap(Self.nonNull) else { throw JobError(.missingID, "the job has no id") }
+        guard case .string(let jobID) = idValue else {
+            throw JobError(.invalidID, "id must be a string, got \(Self.kind(idValue))")
+        }
+        let idBytes = jobID.utf8.count
+        guard idBytes >= 1, idBytes <= Self.maxIDBytes else {
+            throw JobError(.invalidID, "id must be 1…\(Self.maxIDBytes) UTF-8 bytes, got \(idBytes)")
+        }
+        return jobID
+    }
+
+    private static func readApp(_ f: Fields) throws(JobError) -> String {
+        if let n = f.oversize(.app) {
+            throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(n)")
+        }
+        guard let appValue = f.app.flatMap(Self.nonNull) else { throw JobError(.missingApp, "the job has no app") }
+        guard case .string(let appName) = appValue, !appName.isEmpty else {
+            throw JobError(.missingApp, "app must be a non-empty string (the bundle id), got \(Self.kind(appValue))")
+        }
+        let appBytes = appName.utf8.count
+        guard appBytes <= Self.maxAppBytes else {
+            throw JobError(.invalidApp, "app must be at most \(Self.maxAppBytes) UTF-8 bytes (a bundle id), got \(appBytes)")
+        }
+        return appName
+    }
+
+    /// A device job's token (a broadcast has a channel instead).
+    private static func readToken(_ f: Fields) throws(JobError) -> DeviceToken {
+        if let n = f.oversize(.token) {
+            throw JobError(.invalidToken, "token: \(DeviceToken.ParseError.wrongHexLength(n).description)")
+        }
+        guard let tokenValue = f.token.flatMap(Self.nonNull) else {
+            throw JobError(.invalidToken, "the job has no token (nor a broadcast channel)")
+        }
+        guard case .string(let tokenHex) = tokenValue else {
+            throw JobError(.invalidToken, "token must be a string of \(Self.tokenRule), got \(Self.kind(tokenValue))")
+        }
+        do throws(DeviceToken.ParseError) {
+            if let hex = f.tokenBytes { return try DeviceToken(hexBytes: hex) }
+            return try DeviceToken(hex: tokenHex)
+        } catch {
+            throw JobError(.invalidToken, "token: \(error.description)")
+        }
+    }
+
+    /// The payload and its localized alerts: the template's, or the job's own.
+    private static func readPayloadAndAlerts(_ f: Fields) throws(JobError) -> (Payload, [String: Alert]) {
+        if let template = f.template { return (try template.payload.get(), try template.alerts.get()) }
+        let payload = try Self.readPayload(f.payload)
+        guard let alertsValue = f.alerts.flatMap(Self.nonNull) else { return (payload, [:]) }
+        return (payload, try Self.readAlerts(alertsValue))
+    }
+
+    private static func readPushType(_ f: Fields, broadcast: Bool) throws(JobError) -> APNsPushType? {
+        var jobPushType: APNsPushType?
+        if f.oversize(.pushType) != nil {
+            // As `text` renders a string this long: by its kind.
+            throw JobError(
+                .invalidPushType,
+                "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.kind(.string("")))")
+        }
+        if let pushTypeValue = f.pushType.flatMap(Self.nonNull) {
+            guard case .string(let name) = pushTypeValue, let known = APNsPushType(rawValue: name) else {
+                throw JobError(
+                    .invalidPushType,
+                    "push_type must be one of \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")), got \(Self.text(pushTypeValue))"
+                )
+            }
+            jobPushType = known
+        }
+        guard broadcast else { return jobPushType }
+        // A broadcast carries a Live Activity and nothing else (Apple: "devices can subscribe on
+        // channels to receive updates for Live Activities"); absent, the push type is that one.
+        if let jobPushType, jobPushType != APNsBroadcast.pushType {
+            throw JobError(
+                .invalidPushType, "a broadcast (channel) job must have push_type \"liveactivity\", got \"\(jobPushType.rawValue)\"")
+        }
+        return APNsBroadcast.pushType
+    }
+
+    private static func readPriority(_ f: Fields, pushType: APNsPushType?) throws(JobError) -> Priority {
+        guard let priorityValue = f.priority.flatMap(Self.nonNull) else {
+            return pushType == .background ? .conservePower : .immediate
+        }
+        switch priorityValue {
+        case .number("10"): return .immediate
+        case .number("5"): return .conservePower
+        case .number("1"): return .powerFirst
+        default: throw JobError(.invalidPriority, "priority must be the number 10, 5 or 1, got \(Self.text(priorityValue))")
+        }
+    }
+
+    /// The stated expiry (0: do not store), or now + the default time to live.
+    private func readExpiry(_ f: Fields, now: UInt32) throws(JobError) -> UInt32 {
+        guard let expiryValue = f.expiry.flatMap(Self.nonNull) else {
+            let (sum, overflow) = now.addingReportingOverflow(defaultTimeToLive)
+            return overflow ? UInt32.max : sum
+        }
+        guard case .number(let literal) = expiryValue, let seconds = UInt32(literal) else {
+            throw JobError(
+                .invalidExpiry,
+                "expiry must be a whole number of epoch seconds in 0…\(UInt32.max) (0 = do not store), got \(Self.text(expiryValue))")
+        }
+        if seconds != 0 && seconds < now {
+            throw JobError(.expired, "expiry \(seconds) is \(now - seconds) s in the past (now \(now))")
+        }
+        return seconds
+    }
+
+    private static func readCampaign(_ f: Fields) throws(JobError) -> String? {
+        if let n = f.oversize(.campaign) {
+            throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
+        }
+        guard let campaignValue = f.campaign.flatMap(Self.nonNull) else { return nil }
+        guard case .string(let name) = campaignValue else {
+            throw JobError(.invalidCampaign, "campaign must be a string, got \(Self.kind(campaignValue))")
+        }
+        let n = name.utf8.count
+        guard n >= 1, n <= Self.maxCampaignBytes else {
+            throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
+        }
+        return name
+    }
+
+    private static func readCollapseID(_ f: Fields) throws(JobError) -> String? {
+        if let n = f.oversize(.collapseID) {
+            throw JobError(
+                .invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
+        }
+        guard let collapseValue = f.collapseID.flatMap(Self.nonNull) else { return nil }
+        guard case .string(let text) = collapseValue else {
+            throw JobError(.invalidCollapseID, "collapse_id must be a string, got \(Self.kind(collapseValue))")
+        }
+        let n = text.utf8.count
+        guard n >= 1, n <= Self.maxCollapseIDBytes else {
+            throw JobError(.invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
+        }
+        return text
+    }
+
+    /// The push type against the priority and the payload (Apple refuses a background push otherwise),
+    /// what the push type asks of them (Live Activities, ranges, priority 1), and the priority against
+    /// the payload.
+    private static func checkCombination(
+        _ payload: Payload, pushType: APNsPushType?, priority: Priority, priorityIsStated: Bool, broadcast: Bool
+    ) throws(JobError) {
+        if pushType == .background {
+            if priority != .conservePower {
+                throw JobError(.invalidPushType, "a background push (push_type \"background\") must have priority 5")
+            }
+            if !payload.isContentAvailableOnly {
+                throw JobError(
+                    .invalidPushType, "a background push (push_type \"background\") must have an aps holding only content-available")
+            }
+        }
+        try Self.checkPushTypeRules(payload, pushType: pushType, priority: priority, broadcast: broadcast)
+        if priority == .immediate && payload.isContentAvailableOnly {
+            throw JobError(
+                .contentAvailableOnlyWithPriority10,
+                "priority 10\(priorityIsStated ? "" : " (the default)") is invalid for a payload whose aps holds only content-available: send it with \"priority\": 5"
+            )
+        }
     }
 
     /// A broadcast's `storage_policy`, nil when the job gives none. Only a broadcast may give one: on a

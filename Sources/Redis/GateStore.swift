@@ -92,24 +92,34 @@ struct GateStore: StoreRole {
     func gateOnce(
         _ requests: [GateRequest], indices: [Int], voids: [Int: String], call: String, now: Int64
     ) async throws -> (decisions: [GateDecision], held: [Int: String]) {
+        let probes = dedupBucketsToProbe(now: now)
+        let groups = gateGroups(requests, indices: indices, voids: voids, probes: probes)
+        let scriptGroups = groups.map { group -> ScriptGroup in
+            var arguments = RedisArguments()
+            arguments.append(group.jobs.count)
+            arguments.append(group.voidCount)
+            arguments.append(contentsOf: group.voids)
+            arguments.append(contentsOf: group.jobArguments)
+            return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
+        }
+        var header = RedisArguments()
+        header.append(configuration.leaseOwner)
+        header.append(call)
+        header.append(max(1, configuration.inFlightLease.milliseconds))
+        header.append(probes.count)
+        let replies = try await run(Scripts.gate, header: header, groups: scriptGroups)
+        return try Self.decisions(of: groups, replies: replies, count: requests.count)
+    }
+
+    /// The jobs of `requests[indices]` grouped by token tag, in first-seen order, with each group's keys
+    /// and arguments. A batch touches a few dozen tags: a scan comparing the bucket first is cheaper than
+    /// hashing the app's name per job (as in the settle). The request's fields are read in place, not
+    /// copied out (three retains and releases per job).
+    private func gateGroups(_ requests: [GateRequest], indices: [Int], voids: [Int: String], probes: [Int64]) -> [GateGroup] {
         // Read once per call from the shared runner, not through the role's accessor per job.
         let keys = runner.keys
-        struct Group {
-            var tag: String
-            var jobs: [Int] = []
-            var keys: RedisArguments
-            /// The tag's dedup set names of each probed time bucket, in probe order.
-            var dedupSets: [DedupSetNames.Table]
-            var voids = RedisArguments()
-            var voidCount = 0
-            var jobArguments = RedisArguments()
-        }
-        let probes = dedupBucketsToProbe(now: now)
         let subs = configuration.dedupSubBucketsPerTag
-        var groups: [Group] = []
-        // Groups by token tag, in first-seen order. A batch touches a few dozen tags: a scan comparing the
-        // bucket first is cheaper than hashing the app's name per job (as in the settle). The request's
-        // fields are read in place, not copied out (three retains and releases per job).
+        var groups: [GateGroup] = []
         var groupIDs: [TagID] = []
         for index in indices {
             let bucket = keys.tokenBucket(hash: requests[index].tokenHash)
@@ -120,7 +130,7 @@ struct GateStore: StoreRole {
                 let app = requests[index].app
                 let tag = keys.tokenTag(app: app, bucket: bucket)
                 groups.append(
-                    Group(
+                    GateGroup(
                         tag: tag,
                         keys: RedisArguments([
                             keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
@@ -148,25 +158,16 @@ struct GateStore: StoreRole {
             }
             groups[g].jobArguments.append(fingerprint.member)
         }
-        let scriptGroups = groups.map { group -> ScriptGroup in
-            var arguments = RedisArguments()
-            arguments.append(group.jobs.count)
-            arguments.append(group.voidCount)
-            arguments.append(contentsOf: group.voids)
-            arguments.append(contentsOf: group.jobArguments)
-            return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
-        }
-        var header = RedisArguments()
-        header.append(configuration.leaseOwner)
-        header.append(call)
-        header.append(max(1, configuration.inFlightLease.milliseconds))
-        header.append(probes.count)
-        let replies = try await run(Scripts.gate, header: header, groups: scriptGroups)
+        return groups
+    }
 
-        var decisions = Array(repeating: GateDecision.inFlight, count: requests.count)
+    /// The gate script's replies read: each group's `{ codes (a digit per job), (job-index value)… }`.
+    private static func decisions(
+        of groups: [GateGroup], replies: [RedisReply], count: Int
+    ) throws -> (decisions: [GateDecision], held: [Int: String]) {
+        var decisions = Array(repeating: GateDecision.inFlight, count: count)
         var held: [Int: String] = [:]
         for (group, reply) in zip(groups, replies) {
-            // { codes (a digit per job), (job-index value)… }
             guard let parts = reply.array, parts.count % 2 == 1, case .bulk(let codes) = parts[0], codes.count == group.jobs.count else {
                 throw RedisError.unexpectedReply("gate: expected \(group.jobs.count) decisions, got \(reply)")
             }
@@ -247,4 +248,17 @@ public struct InFlightLease: Sendable, Hashable {
     public var expiresAtMs: Int64 { Int64(value.split(separator: "/").last ?? "") ?? 0 }
 
     public init(value: String) { self.value = value }
+}
+
+/// One token tag's share of a gate call: its jobs (request indices), keys, voided leases and per-job
+/// arguments.
+private struct GateGroup {
+    var tag: String
+    var jobs: [Int] = []
+    var keys: RedisArguments
+    /// The tag's dedup set names of each probed time bucket, in probe order.
+    var dedupSets: [DedupSetNames.Table]
+    var voids = RedisArguments()
+    var voidCount = 0
+    var jobArguments = RedisArguments()
 }

@@ -133,9 +133,13 @@ struct FailoverTests {
             #expect(admitted + again.filter { $0 == .deduped }.count == perRound, "round \(round): \(again)")
             if admitted > 0 { forgotten.append(round) }
         }
-        print("fail-over: \(last) rounds of \(perRound) jobs; rounds forgotten \(forgotten) (replica caught up at \(replicated), kill at \(killed))")
+        print(
+            "fail-over: \(last) rounds of \(perRound) jobs; rounds forgotten \(forgotten) (replica caught up at \(replicated), kill at \(killed))"
+        )
         // Between the replica's last catch-up and the kill (plus the round in flight at the kill).
-        #expect(forgotten.allSatisfy { $0 > replicated && $0 <= killed + 1 }, "forgotten rounds \(forgotten), replicated \(replicated), killed \(killed)")
+        #expect(
+            forgotten.allSatisfy { $0 > replicated && $0 <= killed + 1 },
+            "forgotten rounds \(forgotten), replicated \(replicated), killed \(killed)")
     }
 
     /// With `held_replica_acks` 1, a call that holds jobs returns only once each node's replica has

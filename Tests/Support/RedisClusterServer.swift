@@ -143,7 +143,8 @@ public final class RedisClusterServer: @unchecked Sendable {
 
     /// A cluster client seeded with every node, failing fast enough for tests.
     /// `seeds`: the nodes it is configured with (default: every node).
-    public func client(seeds: [String]? = nil, maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster {
+    public func client(seeds: [String]? = nil, maximumWait: Duration = .seconds(20), logLevel: Logger.Level = .info) throws -> RedisCluster
+    {
         var configuration = try RedisClusterConfiguration(nodes: seeds ?? addresses)
         configuration.node.tls = tlsConfiguration
         configuration.node.reconnect = RedisReconnectPolicy(

@@ -204,58 +204,15 @@ public struct GatewayFrameDecoder: Sendable {
         let bit: UInt8 = itemID < 8 ? 1 << itemID : 0
         let repeated = bit != 0 && f.seenItems & bit != 0
 
-        // Decide whether this item is read (buffered) or skipped, and what fault it raises.
-        var fault: (ErrorStatus, String)?
-        var keep = false
-        switch itemID {
-        case _ where repeated:
-            fault = (.processingError, "item \(itemID) appears twice")
-        case 1:
-            if length == 0 {
-                fault = (.missingDeviceToken, "device token item is empty")
-            } else if length != DeviceToken.binaryByteCount {
-                fault = (.invalidTokenSize, "device token is \(length) bytes, not 32")
-            } else {
-                keep = true
-            }
-        case 2:
-            if length == 0 {
-                fault = (.missingPayload, "payload item is empty")
-            } else if length > limits.command2 {
-                fault = (.invalidPayloadSize, "payload is \(length) bytes, over the limit of \(limits.command2)")
-            } else {
-                keep = true
-            }
-        case 3, 4:
-            if length == 4 { keep = true } else { fault = (.processingError, "item \(itemID) is \(length) bytes, not 4") }
-        case 5:
-            if length == 1 { keep = true } else { fault = (.processingError, "priority item is \(length) bytes, not 1") }
-        default:
-            fault = (.processingError, "unknown item \(itemID)")
-        }
+        // Whether this item is read (buffered) or skipped, and what fault it raises.
+        var (keep, fault) = itemVerdict(itemID, length: length, repeated: repeated)
         // Once the frame is known to be bad, only its identifier is still worth reading.
         if f.fault != nil && itemID != 3 { keep = false }
         if repeated { keep = false }
 
         if keep {
             guard buffer.count >= 3 + length else { return nil }
-            switch itemID {
-            case 1:
-                f.token = buffer.withBytes(at: 3, count: length) { try? DeviceToken(bytes: $0) }
-            case 2:
-                f.payload = buffer.bytes(at: 3, count: length)
-            case 3:
-                f.identifier = buffer.uint32BE(at: 3)
-            case 4:
-                f.expiry = buffer.uint32BE(at: 3)
-            default:
-                let raw = buffer.byte(at: 3)
-                if let priority = Priority(rawValue: raw), priority != .powerFirst {
-                    f.priority = priority
-                } else if f.fault == nil {
-                    f.fault = (.processingError, "priority \(raw) is neither 10 nor 5")
-                }
-            }
+            read(itemID, length: length, into: &f)
             buffer.consume(3 + length)
             f.remaining -= 3 + length
             f.consumed += 3 + length
@@ -269,6 +226,51 @@ public struct GatewayFrameDecoder: Sendable {
         if f.fault == nil, let fault { f.fault = (fault.0, fault.1) }
         madeProgress = true
         return nil
+    }
+
+    /// Whether an item is to be read, and the fault it raises (if any), from its id and length.
+    private func itemVerdict(_ itemID: UInt8, length: Int, repeated: Bool) -> (keep: Bool, fault: (ErrorStatus, String)?) {
+        switch itemID {
+        case _ where repeated:
+            return (false, (.processingError, "item \(itemID) appears twice"))
+        case 1:
+            if length == 0 { return (false, (.missingDeviceToken, "device token item is empty")) }
+            if length != DeviceToken.binaryByteCount { return (false, (.invalidTokenSize, "device token is \(length) bytes, not 32")) }
+            return (true, nil)
+        case 2:
+            if length == 0 { return (false, (.missingPayload, "payload item is empty")) }
+            if length > limits.command2 {
+                return (false, (.invalidPayloadSize, "payload is \(length) bytes, over the limit of \(limits.command2)"))
+            }
+            return (true, nil)
+        case 3, 4:
+            return length == 4 ? (true, nil) : (false, (.processingError, "item \(itemID) is \(length) bytes, not 4"))
+        case 5:
+            return length == 1 ? (true, nil) : (false, (.processingError, "priority item is \(length) bytes, not 1"))
+        default:
+            return (false, (.processingError, "unknown item \(itemID)"))
+        }
+    }
+
+    /// A whole item at the front of the buffer, read into the frame (not consumed).
+    private func read(_ itemID: UInt8, length: Int, into f: inout Command2Frame) {
+        switch itemID {
+        case 1:
+            f.token = buffer.withBytes(at: 3, count: length) { try? DeviceToken(bytes: $0) }
+        case 2:
+            f.payload = buffer.bytes(at: 3, count: length)
+        case 3:
+            f.identifier = buffer.uint32BE(at: 3)
+        case 4:
+            f.expiry = buffer.uint32BE(at: 3)
+        default:
+            let raw = buffer.byte(at: 3)
+            if let priority = Priority(rawValue: raw), priority != .powerFirst {
+                f.priority = priority
+            } else if f.fault == nil {
+                f.fault = (.processingError, "priority \(raw) is neither 10 nor 5")
+            }
+        }
     }
 
     private mutating func finishFrame(_ f: Command2Frame) -> GatewayFrameEvent {

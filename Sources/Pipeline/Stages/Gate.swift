@@ -32,77 +32,13 @@ struct Gate: Sendable {
     func decide(_ d: DecodedBatch, call: String, store: PipelineStore) async throws -> Result {
         if d.jobs.isEmpty { return Result(decisions: [], recordHashes: []) }
         // Campaign control (design §2.10): one atomic load per batch while no campaign has any.
-        var decided: [Int: GateDecision] = [:]
-        // Jobs of a cancelled campaign: gated like the others, so that one accepted before the cancel
-        // settles `deduped` (a redelivery after a rebalance), not `cancelled` as well; the others are not
-        // sent (design §2.10).
-        var cancelled = Set<Int>()
         let snapshot = controls.snapshot
-        if snapshot != nil || !appRates.isEmpty {
-            let control = snapshot ?? [:]
-            // Jobs of a paused, scheduled or paced campaign are held in Redis (one deferral for the batch)
-            // and settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
-            // §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted; those the held
-            // slots have no room for are `capped`: kept, unsettled, until there is room.
-            let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
-            var deferrals: [Deferral] = []
-            var deferralOf: [String: Int] = [:]
-            var indices: [[Int]] = []
-            for (index, job) in d.jobs.enumerated() {
-                let state = job.campaign.flatMap { control[$0] }
-                if state?.cancelled == true {
-                    cancelled.insert(index)
-                    continue
-                }
-                let appRate = appRates.isEmpty ? nil : appRates[job.app]
-                guard state != nil || appRate != nil else { continue }
-                let message = d.messages[d.jobMessages[index]]
-                // Where it is held (a campaign, or `@app:<bundle id>` for an app's max_rate) and how.
-                let held: (name: String, mode: Deferral.Mode)
-                if let state, let campaign = job.campaign, state.paused {
-                    held = (campaign, .hold(dueMs: nowMs))
-                } else if releases.verifies(message) {
-                    continue  // released by `run` at its pacing slot: admitted without taking another
-                } else if let state, let campaign = job.campaign, let rate = state.rate {
-                    held = (campaign, .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0))
-                } else if let state, let campaign = job.campaign, let at = state.startAtMs, at > nowMs {
-                    held = (campaign, .hold(dueMs: at))
-                } else if let appRate {
-                    // The app's max_rate, for jobs whose campaign sets no pace of its own.
-                    held = (DeferredRelease.appDeferral(job.app), .pace(rate: appRate, notBeforeMs: 0))
-                } else {
-                    continue
-                }
-                let key = "\(held.name)\u{0}\(held.mode)"
-                let k: Int
-                if let known = deferralOf[key] {
-                    k = known
-                } else {
-                    k = deferrals.count
-                    deferralOf[key] = k
-                    deferrals.append(Deferral(campaign: held.name, mode: held.mode, messages: []))
-                    indices.append([])
-                }
-                deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
-                indices[k].append(index)
-            }
-            if !deferrals.isEmpty {
-                let answers = try await store.deferJobs(deferrals, nowMs: nowMs)
-                for (k, jobs) in indices.enumerated() {
-                    for (position, index) in jobs.enumerated() {
-                        switch answers[k][position] {
-                        case .admitted: break
-                        case .held: decided[index] = .deferred
-                        case .capped: decided[index] = .capped
-                        }
-                    }
-                }
-            }
-        }
+        var held = Held()
+        if snapshot != nil || !appRates.isEmpty { held = try await hold(d, control: snapshot ?? [:], store: store) }
         var requests: [GateRequest] = []
-        requests.reserveCapacity(d.jobs.count - decided.count)
+        requests.reserveCapacity(d.jobs.count - held.decided.count)
         var hashes = [RecordHashes?](repeating: nil, count: d.jobs.count)
-        for (index, job) in d.jobs.enumerated() where decided.isEmpty || decided[index] == nil {
+        for (index, job) in d.jobs.enumerated() where held.decided.isEmpty || held.decided[index] == nil {
             let request =
                 if let channel = job.channel {
                     GateRequest(jobID: job.id, app: job.app, channelID: channel.value)
@@ -113,20 +49,93 @@ struct Gate: Sendable {
             requests.append(request)
         }
         var decisions: [GateDecision]
-        if decided.isEmpty {
+        if held.decided.isEmpty {
             decisions = try await store.gate(requests, call: call)
         } else {
             // Jobs decided here take no lease and are not in the gate call; the others keep their order.
             var gated = try await store.gate(requests, call: call).makeIterator()
-            decisions = d.jobs.indices.map { decided[$0] ?? gated.next()! }
+            decisions = d.jobs.indices.map { held.decided[$0] ?? gated.next()! }
         }
-        for index in cancelled {
+        for index in held.cancelled {
             switch decisions[index] {
             case .admitted, .takenOver: decisions[index] = .cancelled
             default: break  // deduped (accepted before the cancel), suppressed, or in flight (gated again)
             }
         }
         return Result(decisions: decisions, recordHashes: hashes)
+    }
+
+    /// What campaign control decided before the gate call: jobs held in Redis (`deferred`) or at a held
+    /// cap (`capped`), by index, and the jobs of cancelled campaigns.
+    private struct Held {
+        var decided: [Int: GateDecision] = [:]
+        /// Jobs of a cancelled campaign: gated like the others, so that one accepted before the cancel
+        /// settles `deduped` (a redelivery after a rebalance), not `cancelled` as well; the others are
+        /// not sent (design §2.10).
+        var cancelled = Set<Int>()
+    }
+
+    /// Jobs of a paused, scheduled or paced campaign are held in Redis (one deferral for the batch) and
+    /// settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
+    /// §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted; those the held slots have
+    /// no room for are `capped`: kept, unsettled, until there is room.
+    private func hold(_ d: DecodedBatch, control: [String: CampaignControlState], store: PipelineStore) async throws -> Held {
+        var held = Held()
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        var deferrals: [Deferral] = []
+        var deferralOf: [String: Int] = [:]
+        var indices: [[Int]] = []
+        for (index, job) in d.jobs.enumerated() {
+            let state = job.campaign.flatMap { control[$0] }
+            if state?.cancelled == true {
+                held.cancelled.insert(index)
+                continue
+            }
+            let appRate = appRates.isEmpty ? nil : appRates[job.app]
+            guard state != nil || appRate != nil else { continue }
+            let message = d.messages[d.jobMessages[index]]
+            guard let place = deferral(of: job, message: message, state: state, appRate: appRate, nowMs: nowMs) else { continue }
+            let key = "\(place.name)\u{0}\(place.mode)"
+            let k: Int
+            if let known = deferralOf[key] {
+                k = known
+            } else {
+                k = deferrals.count
+                deferralOf[key] = k
+                deferrals.append(Deferral(campaign: place.name, mode: place.mode, messages: []))
+                indices.append([])
+            }
+            deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
+            indices[k].append(index)
+        }
+        if deferrals.isEmpty { return held }
+        let answers = try await store.deferJobs(deferrals, nowMs: nowMs)
+        for (k, jobs) in indices.enumerated() {
+            for (position, index) in jobs.enumerated() {
+                switch answers[k][position] {
+                case .admitted: break
+                case .held: held.decided[index] = .deferred
+                case .capped: held.decided[index] = .capped
+                }
+            }
+        }
+        return held
+    }
+
+    /// Where a job is held (a campaign, or `@app:<bundle id>` for an app's max_rate) and how; nil: sent now.
+    private func deferral(
+        of job: Job, message: KafkaConsumerMessage, state: CampaignControlState?, appRate: Int?, nowMs: Int64
+    ) -> (name: String, mode: Deferral.Mode)? {
+        if let state, let campaign = job.campaign, state.paused { return (campaign, .hold(dueMs: nowMs)) }
+        // Released by `run` at its pacing slot: admitted without taking another.
+        if releases.verifies(message) { return nil }
+        if let state, let campaign = job.campaign, let rate = state.rate {
+            return (campaign, .pace(rate: rate, notBeforeMs: state.startAtMs ?? 0))
+        }
+        if let state, let campaign = job.campaign, let at = state.startAtMs, at > nowMs { return (campaign, .hold(dueMs: at)) }
+        // The app's max_rate, for jobs whose campaign sets no pace of its own.
+        if let appRate { return (DeferredRelease.appDeferral(job.app), .pace(rate: appRate, notBeforeMs: 0)) }
+        return nil
     }
 }
 

@@ -639,140 +639,177 @@ struct HTTP2ClientFrameCodec {
             throw protocolError("header block on stream \(block.streamID) interrupted by frame type \(header.type)")
         }
         switch header.type {
-        case HTTP2FrameHeader.Kind.data:
-            try checkStream(header)
-            unacknowledgedBytes += header.length  // padding included: it counts against the window
-            var data = try unpadded(header, payload)
-            if let index = responses.index(forKey: header.streamID) {
-                if (responses.values[index].body?.readableBytes ?? 0) < Self.bodyLimit, data.readableBytes > 0 {
-                    if responses.values[index].body == nil {
-                        responses.values[index].body = data
-                    } else {
-                        responses.values[index].body!.writeBuffer(&data)
-                    }
-                }
-                if header.flags & HTTP2FrameHeader.Flag.endStream != 0 {
-                    let (status, body, uniqueID) = responses.remove(at: index).value
-                    openStreams.close(header.streamID)
-                    events.append(.answer(Self.answer(streamID: header.streamID, status: status, body: body, uniqueID: uniqueID)))
-                }
-            }
-
-        case HTTP2FrameHeader.Kind.headers:
-            try checkStream(header)
-            var block = try unpadded(header, payload)
-            if header.flags & HTTP2FrameHeader.Flag.priority != 0 {
-                guard block.readableBytes >= 5 else { throw protocolError("HEADERS too short for its priority fields") }
-                block.moveReaderIndex(forwardBy: 5)
-            }
-            let endStream = header.flags & HTTP2FrameHeader.Flag.endStream != 0
-            if header.flags & HTTP2FrameHeader.Flag.endHeaders != 0 {
-                try headersComplete(streamID: header.streamID, endStream: endStream, block: &block, into: &events)
-            } else {
-                // Copied: the block outlives this read's buffer until its CONTINUATION frames arrive.
-                var bytes = allocator.buffer(capacity: block.readableBytes + 1024)
-                bytes.writeBuffer(&block)
-                headerBlock = (header.streamID, endStream, bytes)
-            }
-
-        case HTTP2FrameHeader.Kind.continuation:
-            guard var block = headerBlock else { throw protocolError("CONTINUATION without a header block") }
-            var payload = payload
-            guard block.bytes.readableBytes + payload.readableBytes <= Self.maxHeaderBlock else {
-                throw HTTP2ConnectionError(code: .enhanceYourCalm, message: "header block longer than \(Self.maxHeaderBlock) bytes")
-            }
-            headerBlock = nil
-            block.bytes.writeBuffer(&payload)
-            if header.flags & HTTP2FrameHeader.Flag.endHeaders != 0 {
-                try headersComplete(streamID: block.streamID, endStream: block.endStream, block: &block.bytes, into: &events)
-            } else {
-                headerBlock = block
-            }
-
-        case HTTP2FrameHeader.Kind.rstStream:
-            try checkStream(header)
-            var payload = payload
-            guard header.length == 4, let code = payload.readInteger(as: UInt32.self) else {
-                throw HTTP2ConnectionError(code: .frameSizeError, message: "RST_STREAM of \(header.length) bytes")
-            }
-            // A reset of a stream already closed (answered, or reset by us) is news to no one.
-            guard openStreams.close(header.streamID) else { return }
-            responses[header.streamID] = nil
-            waitingData.removeAll { $0.streamID == header.streamID }
-            events.append(.reset(streamID: header.streamID, code: HTTP2WireErrorCode(rawValue: code)))
-            writeWaitingData()  // a stream blocked at the head of the queue may have gone
-
-        case HTTP2FrameHeader.Kind.settings:
-            guard header.streamID == 0 else { throw protocolError("SETTINGS on stream \(header.streamID)") }
-            if header.flags & HTTP2FrameHeader.Flag.ack != 0 {
-                guard header.length == 0 else { throw HTTP2ConnectionError(code: .frameSizeError, message: "SETTINGS ack with a payload") }
-                return
-            }
-            guard header.length % 6 == 0 else {
-                throw HTTP2ConnectionError(code: .frameSizeError, message: "SETTINGS of \(header.length) bytes")
-            }
-            let maxConcurrentStreams = try applySettings(payload)
-            HTTP2FrameHeader(length: 0, type: HTTP2FrameHeader.Kind.settings, flags: HTTP2FrameHeader.Flag.ack, streamID: 0).write(
-                into: &outbound)
-            events.append(.settings(maxConcurrentStreams: maxConcurrentStreams))
-            writeWaitingData()
-
-        case HTTP2FrameHeader.Kind.pushPromise:
-            throw protocolError("PUSH_PROMISE, though SETTINGS_ENABLE_PUSH is 0")
-
-        case HTTP2FrameHeader.Kind.ping:
-            guard header.streamID == 0 else { throw protocolError("PING on stream \(header.streamID)") }
-            var payload = payload
-            guard header.length == 8, let data = payload.readInteger(as: UInt64.self) else {
-                throw HTTP2ConnectionError(code: .frameSizeError, message: "PING of \(header.length) bytes")
-            }
-            if header.flags & HTTP2FrameHeader.Flag.ack != 0 {
-                events.append(.pingAck)
-            } else {
-                writePing(ack: true, data: data)
-            }
-
-        case HTTP2FrameHeader.Kind.goAway:
-            guard header.streamID == 0 else { throw protocolError("GOAWAY on stream \(header.streamID)") }
-            var payload = payload
-            guard header.length >= 8, let last = payload.readInteger(as: UInt32.self), let code = payload.readInteger(as: UInt32.self)
-            else {
-                throw HTTP2ConnectionError(code: .frameSizeError, message: "GOAWAY of \(header.length) bytes")
-            }
-            let lastStreamID = last & 0x7FFF_FFFF
-            // Streams above it will never be processed: their DATA is not sent (they are resent
-            // elsewhere), and nothing the server says on them later is kept.
-            waitingData.removeAll { $0.streamID > lastStreamID }
-            openStreams.close(above: lastStreamID)
-            if !responses.isEmpty { responses = responses.filter { $0.key <= lastStreamID } }
-            events.append(
-                .goAway(
-                    lastStreamID: lastStreamID, code: HTTP2WireErrorCode(rawValue: code), debug: payload.readableBytes > 0 ? payload : nil))
-
-        case HTTP2FrameHeader.Kind.windowUpdate:
-            var payload = payload
-            guard header.length == 4, let raw = payload.readInteger(as: UInt32.self) else {
-                throw HTTP2ConnectionError(code: .frameSizeError, message: "WINDOW_UPDATE of \(header.length) bytes")
-            }
-            let increment = Int(raw & 0x7FFF_FFFF)
-            if header.streamID == 0 {
-                guard increment > 0 else { throw protocolError("connection WINDOW_UPDATE of 0") }
-                connectionSendWindow += increment
-                guard connectionSendWindow <= Self.maxWindow else {
-                    throw HTTP2ConnectionError(code: .flowControlError, message: "connection send window above 2^31-1")
-                }
-            } else {
-                try checkStream(header)
-                // A stream's update matters only while its DATA waits; for the others it is moot.
-                if let i = waitingData.firstIndex(where: { $0.streamID == header.streamID }) {
-                    waitingData[i].window += increment
-                }
-            }
-            writeWaitingData()
-
-        default:
-            break  // PRIORITY, and frame types this client does not know: ignored (RFC 9113 §4.1, §5.5)
+        case HTTP2FrameHeader.Kind.data: try handleData(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.headers: try handleHeaders(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.continuation: try handleContinuation(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.rstStream: try handleRSTStream(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.settings: try handleSettings(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.pushPromise: throw protocolError("PUSH_PROMISE, though SETTINGS_ENABLE_PUSH is 0")
+        case HTTP2FrameHeader.Kind.ping: try handlePing(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.goAway: try handleGoAway(header, payload, into: &events)
+        case HTTP2FrameHeader.Kind.windowUpdate: try handleWindowUpdate(header, payload, into: &events)
+        default: break  // PRIORITY, and frame types this client does not know: ignored (RFC 9113 §4.1, §5.5)
         }
+    }
+
+    /// DATA: an answer's body, kept up to `bodyLimit`; END_STREAM completes the answer.
+    private mutating func handleData(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        try checkStream(header)
+        unacknowledgedBytes += header.length  // padding included: it counts against the window
+        var data = try unpadded(header, payload)
+        if let index = responses.index(forKey: header.streamID) {
+            if (responses.values[index].body?.readableBytes ?? 0) < Self.bodyLimit, data.readableBytes > 0 {
+                if responses.values[index].body == nil {
+                    responses.values[index].body = data
+                } else {
+                    responses.values[index].body!.writeBuffer(&data)
+                }
+            }
+            if header.flags & HTTP2FrameHeader.Flag.endStream != 0 {
+                let (status, body, uniqueID) = responses.remove(at: index).value
+                openStreams.close(header.streamID)
+                events.append(.answer(Self.answer(streamID: header.streamID, status: status, body: body, uniqueID: uniqueID)))
+            }
+        }
+    }
+
+    /// HEADERS: an answer's status and headers, or the start of a block its CONTINUATION frames end.
+    private mutating func handleHeaders(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        try checkStream(header)
+        var block = try unpadded(header, payload)
+        if header.flags & HTTP2FrameHeader.Flag.priority != 0 {
+            guard block.readableBytes >= 5 else { throw protocolError("HEADERS too short for its priority fields") }
+            block.moveReaderIndex(forwardBy: 5)
+        }
+        let endStream = header.flags & HTTP2FrameHeader.Flag.endStream != 0
+        if header.flags & HTTP2FrameHeader.Flag.endHeaders != 0 {
+            try headersComplete(streamID: header.streamID, endStream: endStream, block: &block, into: &events)
+        } else {
+            // Copied: the block outlives this read's buffer until its CONTINUATION frames arrive.
+            var bytes = allocator.buffer(capacity: block.readableBytes + 1024)
+            bytes.writeBuffer(&block)
+            headerBlock = (header.streamID, endStream, bytes)
+        }
+    }
+
+    /// CONTINUATION: the rest of a header block, bounded by `maxHeaderBlock`.
+    private mutating func handleContinuation(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        guard var block = headerBlock else { throw protocolError("CONTINUATION without a header block") }
+        var payload = payload
+        guard block.bytes.readableBytes + payload.readableBytes <= Self.maxHeaderBlock else {
+            throw HTTP2ConnectionError(code: .enhanceYourCalm, message: "header block longer than \(Self.maxHeaderBlock) bytes")
+        }
+        headerBlock = nil
+        block.bytes.writeBuffer(&payload)
+        if header.flags & HTTP2FrameHeader.Flag.endHeaders != 0 {
+            try headersComplete(streamID: block.streamID, endStream: block.endStream, block: &block.bytes, into: &events)
+        } else {
+            headerBlock = block
+        }
+    }
+
+    /// RST_STREAM: the server gave up on a stream.
+    private mutating func handleRSTStream(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        try checkStream(header)
+        var payload = payload
+        guard header.length == 4, let code = payload.readInteger(as: UInt32.self) else {
+            throw HTTP2ConnectionError(code: .frameSizeError, message: "RST_STREAM of \(header.length) bytes")
+        }
+        // A reset of a stream already closed (answered, or reset by us) is news to no one.
+        guard openStreams.close(header.streamID) else { return }
+        responses[header.streamID] = nil
+        waitingData.removeAll { $0.streamID == header.streamID }
+        events.append(.reset(streamID: header.streamID, code: HTTP2WireErrorCode(rawValue: code)))
+        writeWaitingData()  // a stream blocked at the head of the queue may have gone
+    }
+
+    /// SETTINGS: applied and acknowledged; an ack needs nothing.
+    private mutating func handleSettings(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        guard header.streamID == 0 else { throw protocolError("SETTINGS on stream \(header.streamID)") }
+        if header.flags & HTTP2FrameHeader.Flag.ack != 0 {
+            guard header.length == 0 else { throw HTTP2ConnectionError(code: .frameSizeError, message: "SETTINGS ack with a payload") }
+            return
+        }
+        guard header.length % 6 == 0 else {
+            throw HTTP2ConnectionError(code: .frameSizeError, message: "SETTINGS of \(header.length) bytes")
+        }
+        let maxConcurrentStreams = try applySettings(payload)
+        HTTP2FrameHeader(length: 0, type: HTTP2FrameHeader.Kind.settings, flags: HTTP2FrameHeader.Flag.ack, streamID: 0).write(
+            into: &outbound)
+        events.append(.settings(maxConcurrentStreams: maxConcurrentStreams))
+        writeWaitingData()
+    }
+
+    /// PING: answered, or an ack of ours reported.
+    private mutating func handlePing(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        guard header.streamID == 0 else { throw protocolError("PING on stream \(header.streamID)") }
+        var payload = payload
+        guard header.length == 8, let data = payload.readInteger(as: UInt64.self) else {
+            throw HTTP2ConnectionError(code: .frameSizeError, message: "PING of \(header.length) bytes")
+        }
+        if header.flags & HTTP2FrameHeader.Flag.ack != 0 {
+            events.append(.pingAck)
+        } else {
+            writePing(ack: true, data: data)
+        }
+    }
+
+    /// GOAWAY: streams above its last stream id will never be processed.
+    private mutating func handleGoAway(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        guard header.streamID == 0 else { throw protocolError("GOAWAY on stream \(header.streamID)") }
+        var payload = payload
+        guard header.length >= 8, let last = payload.readInteger(as: UInt32.self), let code = payload.readInteger(as: UInt32.self)
+        else {
+            throw HTTP2ConnectionError(code: .frameSizeError, message: "GOAWAY of \(header.length) bytes")
+        }
+        let lastStreamID = last & 0x7FFF_FFFF
+        // Streams above it will never be processed: their DATA is not sent (they are resent
+        // elsewhere), and nothing the server says on them later is kept.
+        waitingData.removeAll { $0.streamID > lastStreamID }
+        openStreams.close(above: lastStreamID)
+        if !responses.isEmpty { responses = responses.filter { $0.key <= lastStreamID } }
+        events.append(
+            .goAway(
+                lastStreamID: lastStreamID, code: HTTP2WireErrorCode(rawValue: code), debug: payload.readableBytes > 0 ? payload : nil))
+    }
+
+    /// WINDOW_UPDATE: more room for the connection's or a waiting stream's DATA.
+    private mutating func handleWindowUpdate(
+        _ header: HTTP2FrameHeader, _ payload: ByteBuffer, into events: inout [Event]
+    ) throws(HTTP2ConnectionError) {
+        var payload = payload
+        guard header.length == 4, let raw = payload.readInteger(as: UInt32.self) else {
+            throw HTTP2ConnectionError(code: .frameSizeError, message: "WINDOW_UPDATE of \(header.length) bytes")
+        }
+        let increment = Int(raw & 0x7FFF_FFFF)
+        if header.streamID == 0 {
+            guard increment > 0 else { throw protocolError("connection WINDOW_UPDATE of 0") }
+            connectionSendWindow += increment
+            guard connectionSendWindow <= Self.maxWindow else {
+                throw HTTP2ConnectionError(code: .flowControlError, message: "connection send window above 2^31-1")
+            }
+        } else {
+            try checkStream(header)
+            // A stream's update matters only while its DATA waits; for the others it is moot.
+            if let i = waitingData.firstIndex(where: { $0.streamID == header.streamID }) {
+                waitingData[i].window += increment
+            }
+        }
+        writeWaitingData()
     }
 
     /// Applies the server's settings; returns its MAX_CONCURRENT_STREAMS if the frame names one.
