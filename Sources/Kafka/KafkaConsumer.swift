@@ -586,26 +586,7 @@ final class ConsumerCore: @unchecked Sendable {
 
     /// Copies fetched messages, tracks them, and buffers them (or hands them to a waiting task).
     private func ingest(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int) {
-        var messages: [KafkaConsumerMessage] = []
-        messages.reserveCapacity(count)
-        for i in 0..<count {
-            guard let m = buffer[i] else { continue }
-            defer { RDKafkaClient.destroyMessage(m) }
-            let err = m.pointee.err
-            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                consumerError(m, err)
-                continue
-            }
-            guard let rkt = m.pointee.rkt else { continue }
-            let name: String
-            if let cached = topicNames[rkt] {
-                name = cached
-            } else {
-                name = RDKafkaClient.topicName(of: m)
-                topicNames[rkt] = name
-            }
-            messages.append(RDKafkaClient.copyMessage(m, topicName: name))
-        }
+        let messages = copyOut(buffer, count: count)
         guard !messages.isEmpty else { return }
 
         var anomalies: [(MessageRef, PartitionOffsetTracker.Reception)] = []
@@ -656,6 +637,41 @@ final class ConsumerCore: @unchecked Sendable {
             return (nil, false, [])
         }
         if let (waiter, batch) = handOff { waiter.resume(returning: batch) }
+        logAnomalies(anomalies)
+        if pauseNow {
+            logger.debug("Kafka consumer buffer full: holding", metadata: ["kafka.partitions": "\(assigned.count)"])
+        }
+    }
+
+    /// The fetched messages copied out of librdkafka's (destroyed here), errors reported instead.
+    private func copyOut(
+        _ buffer: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int
+    ) -> [KafkaConsumerMessage] {
+        var messages: [KafkaConsumerMessage] = []
+        messages.reserveCapacity(count)
+        for i in 0..<count {
+            guard let m = buffer[i] else { continue }
+            defer { RDKafkaClient.destroyMessage(m) }
+            let err = m.pointee.err
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                consumerError(m, err)
+                continue
+            }
+            guard let rkt = m.pointee.rkt else { continue }
+            let name: String
+            if let cached = topicNames[rkt] {
+                name = cached
+            } else {
+                name = RDKafkaClient.topicName(of: m)
+                topicNames[rkt] = name
+            }
+            messages.append(RDKafkaClient.copyMessage(m, topicName: name))
+        }
+        return messages
+    }
+
+    /// Offsets that jumped ahead or went back, logged as errors (never passed over silently).
+    private func logAnomalies(_ anomalies: [(MessageRef, PartitionOffsetTracker.Reception)]) {
         for (ref, reception) in anomalies {
             switch reception {
             case .gap(let expected):
@@ -676,9 +692,6 @@ final class ConsumerCore: @unchecked Sendable {
             case .inOrder:
                 break
             }
-        }
-        if pauseNow {
-            logger.debug("Kafka consumer buffer full: holding", metadata: ["kafka.partitions": "\(assigned.count)"])
         }
     }
 
