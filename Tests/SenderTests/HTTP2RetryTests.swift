@@ -97,6 +97,44 @@ import TestSupport
         try await sim.stop()
     }
 
+    /// A drain bounded by its deadline: with requests the gateway never answers, `drainAndClose` returns
+    /// at the deadline and reports those written unanswered (`.timedOut`); a drain with nothing
+    /// unanswered reports every connection `.allAnswered`.
+    @Test(.timeLimit(.minutes(3))) func aDrainEndsAtItsDeadlineAndCountsWhatIsUnanswered() async throws {
+        var faults = HTTP2FaultScript()
+        faults.neverAnswerTokens = Set((100..<103).map { testToken($0).hex })
+        let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
+        let log = OutcomeLog()
+        // No per-stream deadline inside the test's time: the requests stay written and unanswered.
+        let transport = try Self.transport(sim.port, connections: 2, log: log) { $0.requestTimeout = 3600 }
+        // The unanswered ones last: a new connection writes one request until an answer proves it.
+        try await transport.send((0..<37).map { job($0, token: $0) } + (100..<103).map { job($0, token: $0) })
+        // Until the 37 others are answered; of the 3 left, those written wait on their streams (a
+        // connection with streams stuck keeps its window small, so one may still wait in its queue).
+        let clock = ContinuousClock()
+        let bound = clock.now + .seconds(120)
+        while sim.totals.unansweredStreams < 1 || sim.totals.byStatus[200, default: 0] < 37, clock.now < bound {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(sim.totals.byStatus[200] == 37)
+        let written = sim.totals.unansweredStreams
+        #expect(written >= 1 && written <= 3)
+        let drained = await transport.drainAndClose(before: .now + .milliseconds(300))
+        let unanswered = drained.reduce(0) { sum, outcome in
+            if case .timedOut(let n) = outcome { return sum + n }
+            return sum
+        }
+        #expect(unanswered == written, "\(drained)")
+
+        let answering = try await HTTP2Simulator.startedForTests(faults: HTTP2FaultScript(), tokens: false)
+        let other = try Self.transport(answering.port, connections: 2, log: OutcomeLog()) { $0.requestTimeout = 3600 }
+        try await other.send((0..<40).map { job($0, token: $0) })
+        let all = await other.drainAndClose(before: .now + .seconds(120))
+        #expect(all.allSatisfy { if case .allAnswered = $0 { true } else { false } }, "\(all)")
+        try await sim.stop()
+        try await answering.stop()
+    }
+
     /// One stream never answered while the connection answers the others: the per-stream deadline
     /// notices it (reset and resent), not the connection's silence; the others are all delivered.
     @Test func aNeverAnsweredStreamIsDetectedWhileOthersAreAnswered() async throws {

@@ -121,10 +121,16 @@ struct Dispatch: Sendable {
                 let position = SourcePosition(partition: d.messages[m].partition, offset: d.messages[m].offset, lane: lane)
                 // The gate's hashes of its id and recipient, for its settle (`OutcomeRecords.redisOutcome`).
                 let hashes = g.recordHashes.isEmpty ? nil : g.recordHashes[admitted.index]
-                let notification = try await maker.notification(
-                    of: job, language: admitted.language, position: position, clearance: clearance, hashes: hashes, made: &made
-                ) { verdicts.admitted.map { d.jobs[$0.index] } }
-                made.notifications.append(notification)
+                let payload = try maker.payload(of: job, language: admitted.language)
+                // Only a broadcast may wait (its channel's policy): a device job's way is synchronous.
+                var expiry: UInt32?
+                if let channel = job.channel {
+                    expiry = try await maker.expiration(of: job, channel: channel) { verdicts.admitted.map { d.jobs[$0.index] } }
+                }
+                made.notifications.append(
+                    maker.notification(
+                        of: job, payload: payload, broadcastExpiry: expiry, position: position, clearance: clearance, hashes: hashes,
+                        made: &made))
             } catch {
                 // e.g. the localized alert makes the payload too large.
                 made.refused.append(
@@ -221,32 +227,41 @@ private struct NotificationMaker {
         jobIDKey = dispatch.configuration.gateway.embedJobID ? "jid" : nil
     }
 
-    /// `job`'s notification; throws its dead-letter reason. `batchJobs`: the batch's admitted jobs, for
-    /// reading the channels of its broadcasts in one go.
-    mutating func notification(
-        of job: Job, language: String?, position: SourcePosition, clearance: WriteClearance, hashes: RecordHashes?,
-        made: inout Dispatch.Made, batchJobs: () -> [Job]
-    ) async throws(JobError) -> PushNotification {
-        let apps = dispatch.apps
+    /// `job`'s payload, encoded for its app and push type; throws its dead-letter reason (an app that
+    /// may not send it, a payload too large once localized).
+    mutating func payload(of job: Job, language: String?) throws(JobError) -> [UInt8] {
         let app = job.app
         let pushType = job.pushType
         let channel = job.channel
-        if channel != nil, let config = apps[app] {
+        if channel != nil, let config = dispatch.apps[app] {
             try config.checkCanBroadcast()
-        } else if let pushType, pushType.requiresTokenAuthentication, let config = apps[app] {
+        } else if let pushType, pushType.requiresTokenAuthentication, let config = dispatch.apps[app] {
             try config.checkCanSend(pushType)
         }
         // One branch for a 32-byte token (every token seen so far): only another size looks up the app.
-        if !job.token.fitsBinaryInterface, let config = apps[app] { try config.checkCanSend(tokenOf: job.token) }
-        let payload = try job.encodedPayload(
+        if !job.token.fitsBinaryInterface, let config = dispatch.apps[app] { try config.checkCanSend(tokenOf: job.token) }
+        return try job.encodedPayload(
             language: language, encoder: encoder(app: app, pushType: pushType, broadcast: channel != nil), jobIDKey: jobIDKey)
+    }
+
+    /// A broadcast's `apns-expiration`, from its channel's storage policy. `batchJobs`: the batch's
+    /// admitted jobs, for reading the channels of its broadcasts in one go.
+    mutating func expiration(of job: Job, channel: BroadcastChannelID, batchJobs: () -> [Job]) async throws(JobError) -> UInt32 {
+        try await broadcastExpiries.expiration(of: job, channel: channel, batch: batchJobs)
+    }
+
+    /// `job`'s notification (`broadcastExpiry`: set for a broadcast), counted in `made`.
+    mutating func notification(
+        of job: Job, payload: [UInt8], broadcastExpiry: UInt32?, position: SourcePosition, clearance: WriteClearance,
+        hashes: RecordHashes?, made: inout Dispatch.Made
+    ) -> PushNotification {
+        let app = job.app
         let notification: PushNotification
-        if let channel {
-            let expiry = try await broadcastExpiries.expiration(of: job, channel: channel, batch: batchJobs)
+        if let channel = job.channel, let expiry = broadcastExpiry {
             made.broadcasts[app, default: 0] += 1
             notification = PushNotification(
                 jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: expiry,
-                priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: pushType,
+                priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType,
                 position: position, clearance: clearance, recordHashes: hashes)
         } else {
             let keeps = keepsTokenHex(app)
@@ -254,10 +269,10 @@ private struct NotificationMaker {
             notification = PushNotification(
                 jobID: job.id, app: app, token: job.token, tokenHex: keeps ? job.tokenHex : nil,
                 payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                collapseID: job.collapseID, pushType: pushType, position: position, clearance: clearance,
+                collapseID: job.collapseID, pushType: job.pushType, position: position, clearance: clearance,
                 recordHashes: hashes)
         }
-        if pushType == .liveactivity && job.priority == .immediate { made.liveActivity10[app, default: 0] += 1 }
+        if job.pushType == .liveactivity && job.priority == .immediate { made.liveActivity10[app, default: 0] += 1 }
         return notification
     }
 

@@ -178,13 +178,32 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         eventLoop.submit { [self] in machine.isEmpty && machine.phase == .closed }
     }
 
-    /// Completes when every request this connection holds has an answer and the connection is closed.
-    func drain() -> EventLoopFuture<Void> {
+    /// True when every request this connection holds has an answer and the connection is closed; false
+    /// once `deadline` passes first (Apple unreachable). Bounded on the loop, so a caller's wait needs no
+    /// race of tasks against a timer.
+    func drain(before deadline: NIODeadline) -> EventLoopFuture<Bool> {
         eventLoop.flatSubmit { [self] in
-            let promise = eventLoop.makePromise(of: Void.self)
-            drainPromises.append(promise)
+            let drained = eventLoop.makePromise(of: Void.self)
+            let result = eventLoop.makePromise(of: Bool.self)
+            // Whichever comes first completes `result`; both run on this loop.
+            let decided = NIOLoopBoundBox(false, eventLoop: eventLoop)
+            let timer = eventLoop.scheduleTask(deadline: deadline) { [self] in
+                guard !decided.value else { return }
+                decided.value = true
+                // Out of the list, and completed, so that no promise outlives the wait unfulfilled.
+                drainPromises.removeAll { $0.futureResult === drained.futureResult }
+                drained.succeed()
+                result.succeed(false)
+            }
+            drained.futureResult.whenSuccess {
+                guard !decided.value else { return }
+                decided.value = true
+                timer.cancel()
+                result.succeed(true)
+            }
+            drainPromises.append(drained)
             apply(machine.drain(now: now))
-            return promise.futureResult
+            return result.futureResult
         }
     }
 

@@ -151,26 +151,17 @@ public final class HTTP2Transport: NotificationTransport {
     /// unanswered is reported (`.timedOut`) and left unsettled; the connections are closed when the
     /// event loops shut down.
     public func drainAndClose(before deadline: ContinuousClock.Instant) async -> [DrainOutcome] {
-        let drain = Task {
-            while !Task.isCancelled {
-                for c in connections { try? await c.drain().get() }
-                if shared.inTransit.load(ordering: .sequentiallyConsistent) == 0, await allEmpty() { return }
-                try? await Task.sleep(for: .milliseconds(10))
+        let loopDeadline = NIODeadline.now() + TimeAmount(max(.zero, deadline - .now))
+        // At least one round: a deadline already past still finds connections that hold nothing drained.
+        repeat {
+            var drained = true
+            for c in connections where (try? await c.drain(before: loopDeadline).get()) != true { drained = false }
+            guard drained else { break }
+            if shared.inTransit.load(ordering: .sequentiallyConsistent) == 0, await allEmpty() {
+                return connections.map { _ in .allAnswered }
             }
-        }
-        let once = DrainRace()
-        let answered = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-            Task {
-                await drain.value
-                if once.claim() { c.resume(returning: true) }
-            }
-            Task {
-                try? await Task.sleep(until: deadline)
-                if once.claim() { c.resume(returning: false) }
-            }
-        }
-        if answered { return connections.map { _ in .allAnswered } }
-        drain.cancel()
+            try? await Task.sleep(for: .milliseconds(10))
+        } while ContinuousClock.now < deadline
         var results: [DrainOutcome] = []
         for c in connections {
             // The event loop still answers (only the gateway does not): written requests not yet answered.
@@ -190,12 +181,6 @@ public final class HTTP2Transport: NotificationTransport {
         for c in connections { out.append((try? await c.currentStatistics().get()) ?? ConnectionStatistics()) }
         return out
     }
-}
-
-/// True for the first caller of `claim` only (a drain and its deadline race to resume one continuation).
-private final class DrainRace: Sendable {
-    private let flag = Atomic<Bool>(false)
-    func claim() -> Bool { !flag.exchange(true, ordering: .acquiringAndReleasing) }
 }
 
 /// Where a transport's connections report refused connects (`HTTP2ConnectRefusal`): to the handler
