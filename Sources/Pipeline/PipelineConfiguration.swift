@@ -86,6 +86,11 @@ public struct PipelineConfiguration: Sendable {
         /// Token buckets per app (`token_buckets`): the Redis Cluster hash tags one app's per-token keys
         /// spread over. Fixed for the life of the data (it is in the key names).
         public var tokenBuckets = storeDefaults.tokenBuckets
+        /// `token_tags`: how the token buckets' hash tags are spelled (``RedisKeys/TokenTags``). nil: spread
+        /// on a Redis Cluster (its primaries take equal shares), plain on one server (as before tags could
+        /// be spread, so an existing single Redis keeps its keys).
+        public var tokenTags: RedisKeys.TokenTags?
+        public var effectiveTokenTags: RedisKeys.TokenTags { tokenTags ?? (cluster != nil ? .spread : .plain) }
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
         /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)
@@ -110,6 +115,8 @@ public struct PipelineConfiguration: Sendable {
             store.campaignRetention = .seconds(effectiveCampaignTTLHours * 3600)
             store.heldCaps = HeldCaps(totalBytes: heldMaxBytes, campaignBytes: heldCampaignMaxBytes)
             store.heldReplicaAcks = heldReplicaAcks
+            store.tokenBuckets = tokenBuckets
+            store.tokenTags = effectiveTokenTags
         }
 
         /// The one server or the cluster these keys name (checked by ``PipelineConfiguration/load(file:environment:)``).
@@ -429,6 +436,14 @@ public struct PipelineConfiguration: Sendable {
         redis.dedupBucketHours = try r.int("dedup_bucket_hours", default: redis.dedupBucketHours, range: 1...24 * 365)
         redis.dedupSubBuckets = try r.int("dedup_sub_buckets", default: redis.dedupSubBuckets, range: 1...1 << 24)
         redis.tokenBuckets = try r.int("token_buckets", default: redis.tokenBuckets, range: 1...16_384)
+        if let tags = try r.string("token_tags") {
+            guard let known = RedisKeys.TokenTags(rawValue: tags) else {
+                throw ConfigurationError(
+                    file: file, key: "redis.token_tags",
+                    problem: "expected \(RedisKeys.TokenTags.allCases.map(\.rawValue).joined(separator: " or ")), got '\(tags)'")
+            }
+            redis.tokenTags = known
+        }
         redis.inFlightLeaseSeconds = try r.int("in_flight_lease_s", default: redis.inFlightLeaseSeconds, range: 1...86_400)
         redis.ownerHeartbeatSeconds = try r.int("owner_heartbeat_s", default: redis.ownerHeartbeatSeconds, range: 2...600)
         if r.has("campaign_ttl_hours") {

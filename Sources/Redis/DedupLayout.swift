@@ -10,34 +10,47 @@ public struct DedupLayout: Sendable, Hashable, CustomStringConvertible {
     /// Per app, as configured (`redis.dedup_sub_buckets`); split over the token buckets.
     public var subBuckets: Int
     public var tokenBuckets: Int
+    public var tokenTags: RedisKeys.TokenTags
 
-    public init(bucketSeconds: Int64, subBuckets: Int, tokenBuckets: Int) {
+    public init(bucketSeconds: Int64, subBuckets: Int, tokenBuckets: Int, tokenTags: RedisKeys.TokenTags = .plain) {
         self.bucketSeconds = max(1, bucketSeconds)
         self.subBuckets = max(1, subBuckets)
         self.tokenBuckets = max(1, tokenBuckets)
+        self.tokenTags = tokenTags
     }
 
     public init(_ configuration: PipelineStoreConfiguration) {
         self.init(
             bucketSeconds: configuration.dedupBucketWidth.components.seconds, subBuckets: configuration.dedupSubBuckets,
-            tokenBuckets: configuration.tokenBuckets)
+            tokenBuckets: configuration.tokenBuckets, tokenTags: configuration.tokenTags)
     }
 
-    /// The value of `{<p>}:dedup:layout`.
-    public var stored: String { "bucket_s=\(bucketSeconds) sub_buckets=\(subBuckets) token_buckets=\(tokenBuckets)" }
+    /// The value of `{<p>}:dedup:layout`. Plain token tags are not named: a layout recorded before they
+    /// could be spread has them.
+    public var stored: String {
+        let tags = tokenTags == .plain ? "" : " token_tags=\(tokenTags.rawValue)"
+        return "bucket_s=\(bucketSeconds) sub_buckets=\(subBuckets) token_buckets=\(tokenBuckets)\(tags)"
+    }
 
-    /// Reads ``stored``; `nil` when a field is missing or not a positive number.
+    /// Reads ``stored``; `nil` when a field is missing, a number not positive or the token tags unknown.
     public init?(stored: String) {
         var fields: [Substring: Int64] = [:]
+        var tags = RedisKeys.TokenTags.plain
         for word in stored.split(separator: " ") {
             let parts = word.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, let value = Int64(parts[1]), value > 0 else { return nil }
+            guard parts.count == 2 else { return nil }
+            if parts[0] == "token_tags" {
+                guard let named = RedisKeys.TokenTags(rawValue: String(parts[1])) else { return nil }
+                tags = named
+                continue
+            }
+            guard let value = Int64(parts[1]), value > 0 else { return nil }
             fields[parts[0]] = value
         }
         guard let bucket = fields["bucket_s"], let subs = fields["sub_buckets"], let tokens = fields["token_buckets"],
             subs <= Int64(Int32.max), tokens <= Int64(Int32.max)
         else { return nil }
-        self.init(bucketSeconds: bucket, subBuckets: Int(subs), tokenBuckets: Int(tokens))
+        self.init(bucketSeconds: bucket, subBuckets: Int(subs), tokenBuckets: Int(tokens), tokenTags: tags)
     }
 
     var subBucketsPerTag: Int { max(1, subBuckets / tokenBuckets) }
@@ -46,12 +59,14 @@ public struct DedupLayout: Sendable, Hashable, CustomStringConvertible {
     /// 4096 and 4100 both give 256 sets per token tag of 16).
     public func findsRecords(of other: DedupLayout) -> Bool {
         bucketSeconds == other.bucketSeconds && tokenBuckets == other.tokenBuckets && subBucketsPerTag == other.subBucketsPerTag
+            && tokenTags == other.tokenTags
     }
 
     /// As the pipeline file's keys.
     public var description: String {
         let width = bucketSeconds % 3600 == 0 ? "redis.dedup_bucket_hours: \(bucketSeconds / 3600)" : "a bucket width of \(bucketSeconds) s"
-        return "\(width), redis.dedup_sub_buckets: \(subBuckets), redis.token_buckets: \(tokenBuckets)"
+        return
+            "\(width), redis.dedup_sub_buckets: \(subBuckets), redis.token_buckets: \(tokenBuckets), redis.token_tags: \(tokenTags.rawValue)"
     }
 }
 
@@ -130,9 +145,22 @@ extension PipelineStore {
         guard let close = name.range(of: "}:dedup:", options: .backwards) else { return nil }
         let tag = name[name.startIndex..<close.lowerBound]
         let rest = name[close.upperBound...].split(separator: ":")
-        guard rest.count == 2, let bucket = Int64(rest[0]), let sub = Int(rest[1]),
-            let colon = tag.lastIndex(of: ":"), let tokenBucket = Int(tag[tag.index(after: colon)...])
-        else { return nil }
+        guard rest.count == 2, let bucket = Int64(rest[0]), let sub = Int(rest[1]) else { return nil }
+        let spreadBucket = self.spreadBucket(ofTag: tag, layout: layout)
+        let tokenBucket: Int
+        switch layout.tokenTags {
+        case .plain:
+            if spreadBucket != nil { return "has a token tag of redis.token_tags: spread, not plain" }
+            // `{<p>:<app>:<n>`: the last part is the bucket.
+            guard let last = tag.split(separator: ":").last, let bucket = Int(last), bucket >= 0 else { return nil }
+            tokenBucket = bucket
+        case .spread:
+            guard let bucket = spreadBucket else {
+                return "has a token tag that redis.token_tags: spread with redis.token_buckets: \(layout.tokenBuckets) does not make "
+                    + "(written with plain token tags, or another bucket count)"
+            }
+            tokenBucket = bucket
+        }
         if tokenBucket >= layout.tokenBuckets {
             return "is in token bucket \(tokenBucket), so redis.token_buckets was more than \(layout.tokenBuckets)"
         }
@@ -150,6 +178,15 @@ extension PipelineStore {
             return "has time bucket \(bucket), which fits redis.dedup_bucket_hours: \(Int(hours)) rather than this width"
         }
         return nil
+    }
+
+    /// The bucket of a dedup key's tag (without its `}`) if it is a spread tag of `layout`'s bucket count
+    /// (``RedisKeys/TokenTags/spread``: `{<p>:<app>:<n>:<s>`, s exactly the number that bucket's tag has).
+    private func spreadBucket(ofTag tag: Substring, layout: DedupLayout) -> Int? {
+        let parts = tag.dropFirst().split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count >= 4, let bucket = Int(parts[parts.count - 2]), (0..<layout.tokenBuckets).contains(bucket) else { return nil }
+        let keys = RedisKeys(prefix: keys.prefix, tokenBuckets: layout.tokenBuckets, tokenTags: .spread)
+        return keys.tokenTag(app: String(parts[parts.count - 3]), bucket: bucket) == tag + "}" ? bucket : nil
     }
 
     /// Up to `limit` names of dedup keys (`SCAN`, never `KEYS`), from every primary of a cluster.

@@ -38,7 +38,7 @@ public struct PipelineStore: Sendable {
         var configuration = configuration
         // A cluster refuses a call spanning slots: whoever made the store, it sends one slot per call there.
         if client is RedisCluster { configuration.oneSlotPerCall = true }
-        let keys = RedisKeys(prefix: configuration.keyPrefix, tokenBuckets: configuration.tokenBuckets)
+        let keys = RedisKeys(prefix: configuration.keyPrefix, tokenBuckets: configuration.tokenBuckets, tokenTags: configuration.tokenTags)
         self.runner = StoreRunner(client: client, configuration: configuration, keys: keys, logger: logger)
         let width = max(1, configuration.dedupBucketWidth.components.seconds)
         // The buckets a gate probes or a settle writes (retention ÷ width + 2), and one to spare.

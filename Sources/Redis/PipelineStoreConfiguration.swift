@@ -39,6 +39,9 @@ public struct PipelineStoreConfiguration: Sendable, Hashable {
     /// per-token keys spread over (``RedisKeys/tokenBucket(_:)``). Fixed for the life of the data: changing
     /// it moves every token to another bucket (dedup records, suppressions and registrations unfindable).
     public var tokenBuckets: Int
+    /// How the token buckets' hash tags are spelled (`redis.token_tags`, ``RedisKeys/TokenTags``): fixed
+    /// for the life of the data too.
+    public var tokenTags: RedisKeys.TokenTags = .plain
     /// How far another process's clock may run ahead of this one's: within this much of the next dedup
     /// time bucket's start, the gate probes that bucket too (a record settled by a process whose clock
     /// already passed the boundary lands there).

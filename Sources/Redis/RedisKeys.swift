@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The Redis key layout: the contract ops dashboards read (`docs/design.md §4.1`). Every key name the pipeline
 /// writes is spelled here, and only here.
 ///
@@ -5,9 +7,10 @@
 /// keys of one tag (so of one slot). Two kinds of tag:
 /// - `{<p>}`: the counters and campaign state dashboards read, all in one slot, so one marker-guarded
 ///   script per batch updates them atomically (one call per batch, not per job: no hot spot).
-/// - `{<p>:<app>:<n>}`, n = ``tokenBucket(_:)`` of the token (0 ..< `tokenBuckets`): everything one job
-///   needs, the dedup records, the lease and the token's suppression, registration and language, so one
-///   app's traffic spreads over `tokenBuckets` slots of the cluster.
+/// - `{<p>:<app>:<n>}` (or `{<p>:<app>:<n>:<s>}`, ``TokenTags/spread``), n = ``tokenBucket(_:)`` of the
+///   token (0 ..< `tokenBuckets`): everything one job needs, the dedup records, the lease and the token's
+///   suppression, registration and language, so one app's traffic spreads over `tokenBuckets` slots of
+///   the cluster.
 ///
 /// | key | type | content |
 /// |---|---|---|
@@ -39,6 +42,19 @@
 ///
 /// Token hex is stored lower-case.
 public struct RedisKeys: Sendable, Hashable {
+    /// How a token bucket's hash tag is spelled (`redis.token_tags`), so where its slot falls. In the key
+    /// names, so fixed for the data's life: recorded with the dedup layout (``DedupLayout``).
+    public enum TokenTags: String, Sendable, Hashable, CaseIterable {
+        /// `{<p>:<app>:<n>}`: the slot is wherever CRC16 puts it. An app's 16 tags fall unevenly over a
+        /// few primaries (10 / 3 / 3 of 3 primaries for `com.example.shop`): one primary does the work of two.
+        case plain
+        /// `{<p>:<app>:<n>:<s>}`, s the least number that puts the tag's slot in the n-th of
+        /// ``spreadSlices`` equal slices of the slot space (n mod the slices): an app's tags sit evenly
+        /// over the slots, so primaries holding equal slot ranges (what `redis-cli --cluster create` and
+        /// `rebalance` make) take equal shares of its jobs.
+        case spread
+    }
+
     /// A device token as it is stored in Redis (hash fields, script arguments): lower-case hex. The one
     /// place token hex is normalised on its way into Redis, whatever case a producer or Apple used.
     public static func tokenField(_ hex: String) -> String { hex.lowercased() }
@@ -46,6 +62,9 @@ public struct RedisKeys: Sendable, Hashable {
     public let prefix: String
     /// How many token buckets (hash tags, so slots) one app's per-token keys spread over.
     public let tokenBuckets: Int
+    public let tokenTags: TokenTags
+    /// The spread tags found so far, per app (nil for plain tags).
+    private let spreadTagTable: SpreadTagTable?
 
     /// The prefix when none is configured (`redis.prefix`): its one home; commands and the pipeline
     /// file read it from here.
@@ -53,9 +72,22 @@ public struct RedisKeys: Sendable, Hashable {
     /// Token buckets per app when none is configured (`redis.token_buckets`).
     public static let defaultTokenBuckets = 16
 
-    public init(prefix: String = RedisKeys.defaultPrefix, tokenBuckets: Int = RedisKeys.defaultTokenBuckets) {
+    public init(prefix: String = RedisKeys.defaultPrefix, tokenBuckets: Int = RedisKeys.defaultTokenBuckets, tokenTags: TokenTags = .plain)
+    {
         self.prefix = prefix
         self.tokenBuckets = max(1, tokenBuckets)
+        self.tokenTags = tokenTags
+        spreadTagTable = tokenTags == .spread ? SpreadTagTable() : nil
+    }
+
+    public static func == (lhs: RedisKeys, rhs: RedisKeys) -> Bool {
+        lhs.prefix == rhs.prefix && lhs.tokenBuckets == rhs.tokenBuckets && lhs.tokenTags == rhs.tokenTags
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(prefix)
+        hasher.combine(tokenBuckets)
+        hasher.combine(tokenTags)
     }
 
     // MARK: Counters and campaigns: tag `{<p>}`
@@ -163,8 +195,29 @@ public struct RedisKeys: Sendable, Hashable {
         return hash
     }
 
-    /// `{<p>:<app>:<n>}`: the hash tag of the keys of tokens of bucket n of `app`.
-    public func tokenTag(app: String, bucket: Int) -> String { "{\(prefix):\(app):\(bucket)}" }
+    /// The hash tag of the keys of tokens of bucket n of `app`: `{<p>:<app>:<n>}`, or with spread tags
+    /// `{<p>:<app>:<n>:<s>}` (``TokenTags``).
+    public func tokenTag(app: String, bucket: Int) -> String {
+        guard let spreadTagTable else { return "{\(prefix):\(app):\(bucket)}" }
+        return spreadTagTable.tag(prefix: prefix, app: app, bucket: bucket, buckets: tokenBuckets)
+    }
+
+    /// Equal slices of the slot space spread tags are put in: one per bucket up to 128 (at most ~128
+    /// tries to find a tag's number, once per app and bucket).
+    public static func spreadSlices(buckets: Int) -> Int { min(max(1, buckets), 128) }
+
+    /// The spread tag of bucket n of `app` (``TokenTags/spread``).
+    static func spreadTag(prefix: String, app: String, bucket: Int, buckets: Int) -> String {
+        let slices = spreadSlices(buckets: buckets)
+        let slice = bucket % slices
+        let slots = (RedisSlot.count * slice / slices)..<(RedisSlot.count * (slice + 1) / slices)
+        var number = 0
+        while true {
+            let content = "\(prefix):\(app):\(bucket):\(number)"
+            if slots.contains(Int(RedisSlot.crc16(content) & 0x3FFF)) { return "{\(content)}" }
+            number += 1
+        }
+    }
     public func tokenTag(app: String, tokenHex: String) -> String { tokenTag(app: app, bucket: tokenBucket(tokenHex)) }
     /// Every token tag of `app`, one per token bucket: to read all of an app's suppressions, say.
     public func tokenTags(app: String) -> [String] { (0..<tokenBuckets).map { tokenTag(app: app, bucket: $0) } }
@@ -273,5 +326,19 @@ public struct JobFingerprint: Sendable, Hashable {
         k &*= 0xc4ce_b9fe_1a85_ec53
         k ^= k >> 33
         return k
+    }
+}
+
+/// Each app's spread tags (``RedisKeys/TokenTags/spread``), found once: a tag is looked up per group of a
+/// batch, and finding it takes up to ~128 CRC16s.
+final class SpreadTagTable: Sendable {
+    private let tags = Mutex<[String: [String]]>([:])
+
+    func tag(prefix: String, app: String, bucket: Int, buckets: Int) -> String {
+        if let known = tags.withLock({ $0[app] }) { return known[bucket] }
+        let made = (0..<buckets).map { RedisKeys.spreadTag(prefix: prefix, app: app, bucket: $0, buckets: buckets) }
+        // Bounded: the apps are the configured ones, but a caller could name any.
+        tags.withLock { if $0.count < 4096 { $0[app] = made } }
+        return made[bucket]
     }
 }

@@ -210,3 +210,28 @@ struct HeldCapConfigurationTests {
         }
     }
 }
+
+/// `redis.token_tags`: spread on a Redis Cluster, plain on one server unless set; a wrong value names the key.
+struct TokenTagsConfigurationTests {
+    @Test func theDefaultFollowsTheTarget() throws {
+        var store = PipelineStoreConfiguration()
+        let single = try PipelineConfiguration.load(file: try pipelineFile(redis: "  url: \"redis://127.0.0.1:6379\""))
+        single.redis.apply(to: &store)
+        #expect(store.tokenTags == .plain)
+        let cluster = try PipelineConfiguration.load(file: try pipelineFile(redis: "  cluster: [\"127.0.0.1:7000\"]"))
+        cluster.redis.apply(to: &store)
+        #expect(store.tokenTags == .spread)
+        let set = try PipelineConfiguration.load(
+            file: try pipelineFile(redis: "  cluster: [\"127.0.0.1:7000\"]\n  token_tags: plain\n  token_buckets: 32"))
+        set.redis.apply(to: &store)
+        #expect(store.tokenTags == .plain && store.tokenBuckets == 32)
+        let file = try pipelineFile(redis: "  url: \"redis://127.0.0.1:6379\"\n  token_tags: even")
+        do {
+            _ = try PipelineConfiguration.load(file: file)
+            Issue.record("loaded token_tags: even")
+        } catch {
+            #expect(
+                "\(error)".contains("redis.token_tags") && "\(error)".contains("plain or spread") && "\(error)".contains(file), "\(error)")
+        }
+    }
+}

@@ -18,7 +18,9 @@ private let hours12 = Duration.seconds(43_200)
         ] {
             #expect(DedupLayout(stored: garbage) == nil, "\(garbage)")
         }
-        #expect(layout.description == "redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16")
+        #expect(
+            layout.description
+                == "redis.dedup_bucket_hours: 24, redis.dedup_sub_buckets: 4096, redis.token_buckets: 16, redis.token_tags: plain")
     }
 
     @Test func sameKeysMeanTheSameLayout() {

@@ -45,6 +45,11 @@ struct FeedbackCommand: AsyncParsableCommand {
         @Option(help: "Prefix of the Redis keys.") var prefix: String = RedisKeys.defaultPrefix
         @Option(help: "Token buckets per app (the pipeline file's redis.token_buckets): where a token's suppressions live.")
         var tokenBuckets: Int = RedisKeys.defaultTokenBuckets
+        @Option(
+            help:
+                "How the token buckets' hash tags are spelled (the pipeline file's redis.token_tags): plain or spread. Default: spread with --redis-cluster, else plain."
+        )
+        var tokenTags: String?
         @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = FeedbackPollerConfiguration().batchSize
         @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double =
             FeedbackPollerConfiguration().readTimeout / .seconds(1)
@@ -59,6 +64,9 @@ struct FeedbackCommand: AsyncParsableCommand {
             guard batchSize > 0 else { throw ValidationError("--batch-size must be positive") }
             guard readTimeout > 0, redisWait >= 0 else { throw ValidationError("--read-timeout and --redis-wait must be positive") }
             guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown --log-level \(logLevel)") }
+            if let tokenTags, RedisKeys.TokenTags(rawValue: tokenTags) == nil {
+                throw ValidationError("--token-tags must be plain or spread")
+            }
         }
 
         func run() async throws {
@@ -72,6 +80,7 @@ struct FeedbackCommand: AsyncParsableCommand {
             var storeRedis: RedisTarget
             var keyPrefix = prefix
             var buckets = tokenBuckets
+            var tags = tokenTags.flatMap(RedisKeys.TokenTags.init(rawValue:)) ?? (redisCluster != nil ? .spread : .plain)
             if let pipeline {
                 let config = try loadPipeline(pipeline)
                 // The file's Redis, one server or a cluster, as `run` uses it: the suppressions go
@@ -83,6 +92,7 @@ struct FeedbackCommand: AsyncParsableCommand {
                 }
                 keyPrefix = config.redis.prefix
                 buckets = config.redis.tokenBuckets
+                tags = config.redis.effectiveTokenTags
                 // The feedback service exists only beside the binary interface; HTTP/2 apps learn of
                 // dead tokens from 410 answers instead.
                 let chosen = config.apps.filter { (app == nil || $0.bundleID == app) && $0.transport == .binary }
@@ -108,8 +118,9 @@ struct FeedbackCommand: AsyncParsableCommand {
             }
             storeRedis.maximumWait = .milliseconds(Int64(redisWait * 1000))
             let client = storeRedis.makeConnection()
-            let store = PipelineStore(
-                client: client, configuration: PipelineStoreConfiguration(keyPrefix: keyPrefix, tokenBuckets: buckets))
+            var storeConfiguration = PipelineStoreConfiguration(keyPrefix: keyPrefix, tokenBuckets: buckets)
+            storeConfiguration.tokenTags = tags
+            let store = PipelineStore(client: client, configuration: storeConfiguration)
             var configuration = FeedbackPollerConfiguration()
             configuration.batchSize = batchSize
             configuration.readTimeout = .milliseconds(Int64(readTimeout * 1000))
