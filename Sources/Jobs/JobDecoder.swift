@@ -560,33 +560,24 @@ public struct JobDecoder: Sendable {
     }
 
     private static func readCampaign(_ f: Fields) throws(JobError) -> String? {
-        if let n = f.oversize(.campaign) {
-            throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
-        }
-        guard let campaignValue = f.campaign.flatMap(Self.nonNull) else { return nil }
-        guard case .string(let name) = campaignValue else {
-            throw JobError(.invalidCampaign, "campaign must be a string, got \(Self.kind(campaignValue))")
-        }
-        let n = name.utf8.count
-        guard n >= 1, n <= Self.maxCampaignBytes else {
-            throw JobError(.invalidCampaign, "campaign must be 1…\(Self.maxCampaignBytes) UTF-8 bytes, got \(n)")
-        }
-        return name
+        try readBoundedString(f.campaign, oversize: f.oversize(.campaign), named: "campaign", max: maxCampaignBytes, .invalidCampaign)
     }
 
     private static func readCollapseID(_ f: Fields) throws(JobError) -> String? {
-        if let n = f.oversize(.collapseID) {
-            throw JobError(
-                .invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
-        }
-        guard let collapseValue = f.collapseID.flatMap(Self.nonNull) else { return nil }
-        guard case .string(let text) = collapseValue else {
-            throw JobError(.invalidCollapseID, "collapse_id must be a string, got \(Self.kind(collapseValue))")
-        }
+        try readBoundedString(
+            f.collapseID, oversize: f.oversize(.collapseID), named: "collapse_id", max: maxCollapseIDBytes, .invalidCollapseID)
+    }
+
+    /// An optional string of 1…`max` UTF-8 bytes (nil when absent or null); `oversize`: the bytes of a value
+    /// the scanner found too long to keep.
+    private static func readBoundedString(
+        _ value: JSONValue?, oversize: Int?, named key: String, max: Int, _ reason: JobErrorReason
+    ) throws(JobError) -> String? {
+        if let n = oversize { throw JobError(reason, "\(key) must be 1…\(max) UTF-8 bytes, got \(n)") }
+        guard let value = value.flatMap(Self.nonNull) else { return nil }
+        guard case .string(let text) = value else { throw JobError(reason, "\(key) must be a string, got \(Self.kind(value))") }
         let n = text.utf8.count
-        guard n >= 1, n <= Self.maxCollapseIDBytes else {
-            throw JobError(.invalidCollapseID, "collapse_id must be 1…\(Self.maxCollapseIDBytes) UTF-8 bytes, got \(n)")
-        }
+        guard n >= 1, n <= max else { throw JobError(reason, "\(key) must be 1…\(max) UTF-8 bytes, got \(n)") }
         return text
     }
 
