@@ -290,6 +290,23 @@ import Testing
         #expect(reason(Fixtures.job(["campaign": "1"])) == .invalidCampaign)
         #expect(reason(Fixtures.job(["campaign": #""""#])) == .invalidCampaign)
         #expect(reason(Fixtures.job(["campaign": Fixtures.quoted(String(repeating: "c", count: 129))])) == .invalidCampaign)
+        // The reason names the key and what it takes.
+        for (job, text) in [
+            (Fixtures.job(["campaign": "1"]), "campaign must be a string"),
+            (
+                Fixtures.job(["campaign": Fixtures.quoted(String(repeating: "c", count: 129))]),
+                "campaign must be 1…128 UTF-8 bytes, got 129"
+            ),
+            (Fixtures.job(["collapse_id": #""""#]), "collapse_id must be 1…64 UTF-8 bytes, got 0"),
+            (Fixtures.job(["collapse_id": "[]"]), "collapse_id must be a string"),
+        ] {
+            do {
+                _ = try decoder.decode(job, now: now)
+                Issue.record("decoded: \(text)")
+            } catch {
+                #expect("\(error)".contains(text), "\(error)")
+            }
+        }
     }
 
     @Test func collapseID() throws {
