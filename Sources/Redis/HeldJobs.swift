@@ -291,15 +291,20 @@ extension PipelineStore {
         let replies = try await run(Scripts.heldStore, header: caps, groups: groups)
         for (reply, owner) in zip(replies, owners) {
             let got = try Self.flags(reply, count: owner.indices.count, operation: "held store")
+            var stored = false
             for (position, index) in owner.indices.enumerated() {
                 switch got[position] {
                 case UInt8(ascii: "N"):
                     answers[owner.deferral][index] = .held
-                    listed.insert(batch.deferrals[owner.deferral].campaign)
-                    written.insert(owner.tag)
+                    stored = true
                 case UInt8(ascii: "E"): answers[owner.deferral][index] = .held
                 default: answers[owner.deferral][index] = .capped  // filled by another process meanwhile
                 }
+            }
+            // Once per group, not per message: its campaign is listed and its slot was written.
+            if stored {
+                listed.insert(batch.deferrals[owner.deferral].campaign)
+                written.insert(owner.tag)
             }
         }
         return (answers, listed, written)
