@@ -161,25 +161,9 @@ public actor RedisClient {
                 if case .connection = error, let used { drop(used) }
                 attempt += 1
                 statistics.retries += 1
-                let waited = clock.now - start
-                if let maximumWait = configuration.reconnect.maximumWait, waited >= maximumWait {
-                    logger.error(
-                        "redis unavailable, giving up",
-                        metadata: [
-                            "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)",
-                            "error": "\(error)",
-                        ])
-                    throw RedisError.unavailable(waited: waited, lastError: "\(error)")
-                }
-                let delay = configuration.reconnect.delay(attempt: attempt, using: &random)
-                // The first failure is worth a warning; the next ones of the same outage only at debug,
-                // so a long outage does not flood the log.
-                logger.log(
-                    level: attempt == 1 ? .warning : .debug, "redis call failed, retrying",
-                    metadata: [
-                        "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
-                        "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(error)",
-                    ])
+                let delay = try configuration.reconnect.retryDelay(
+                    operation, attempt: attempt, waited: clock.now - start, failure: "\(error)", server: "redis", logger: logger,
+                    using: &random)
                 try await Task.sleep(for: delay)
             }
         }

@@ -330,22 +330,9 @@ public actor RedisCluster: RedisConnection {
     /// else waits its delay for that attempt and re-reads a map the failure made suspect.
     private func backOff(_ operation: String, attempt: Int, since start: ContinuousClock.Instant, failure: String) async throws {
         statistics.retries += 1
-        let waited = ContinuousClock.now - start
-        if let maximumWait = configuration.node.reconnect.maximumWait, waited >= maximumWait {
-            logger.error(
-                "redis cluster unavailable, giving up",
-                metadata: [
-                    "redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)", "error": "\(failure)",
-                ])
-            throw RedisError.unavailable(waited: waited, lastError: failure)
-        }
-        let delay = configuration.node.reconnect.delay(attempt: attempt, using: &random)
-        logger.log(
-            level: attempt == 1 ? .warning : .debug, "redis cluster call failed, retrying",
-            metadata: [
-                "redis.operation": "\(operation)", "redis.attempt": "\(attempt)",
-                "redis.retry_in_ms": "\(delay.milliseconds)", "error": "\(failure)",
-            ])
+        let delay = try configuration.node.reconnect.retryDelay(
+            operation, attempt: attempt, waited: ContinuousClock.now - start, failure: failure, server: "redis cluster",
+            logger: logger, using: &random)
         try await Task.sleep(for: delay)
         if mapSuspect { try? await refreshSlotMap() }
     }

@@ -514,6 +514,30 @@ public struct RedisReconnectPolicy: Sendable, Hashable {
         let jittered = base - spread + (spread > 0 ? Double.random(in: 0...spread, using: &generator) : 0)
         return .nanoseconds(Int64(jittered * 1e9))
     }
+
+    /// After attempt `attempt` of `operation` failed with `failure`, `waited` into the outage: the delay
+    /// before the next attempt, logged (a warning for the first failure, then debug, so a long outage does
+    /// not flood the log); or, once `maximumWait` has passed, the give-up logged and thrown
+    /// (``RedisError/unavailable(waited:lastError:)``). `server`: "redis" or "redis cluster", in the messages.
+    func retryDelay(
+        _ operation: String, attempt: Int, waited: Duration, failure: String, server: String, logger: Logger,
+        using generator: inout some RandomNumberGenerator
+    ) throws -> Duration {
+        if let maximumWait, waited >= maximumWait {
+            logger.error(
+                "\(server) unavailable, giving up",
+                metadata: ["redis.operation": "\(operation)", "redis.waited_ms": "\(waited.milliseconds)", "error": "\(failure)"])
+            throw RedisError.unavailable(waited: waited, lastError: failure)
+        }
+        let delay = delay(attempt: attempt, using: &generator)
+        logger.log(
+            level: attempt == 1 ? .warning : .debug, "\(server) call failed, retrying",
+            metadata: [
+                "redis.operation": "\(operation)", "redis.attempt": "\(attempt)", "redis.retry_in_ms": "\(delay.milliseconds)",
+                "error": "\(failure)",
+            ])
+        return delay
+    }
 }
 
 extension Duration {
