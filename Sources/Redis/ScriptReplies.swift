@@ -37,11 +37,12 @@ enum GateAnswer: UInt8, CaseIterable, Sendable {
         self.init(rawValue: digit - UInt8(ascii: "0"))
     }
 
-    /// `local ADMITTED, DEDUPED, … = 1, 2, …`: prepended to the gate script.
+    /// `local ADMITTED, DEDUPED, … = '1', '2', …`: prepended to the gate script. Strings, not numbers: the
+    /// reply is their `table.concat`, which would format each number (a `printf` per job).
     static let luaConstants: String = {
         precondition(allCases.allSatisfy { $0.rawValue <= 9 }, "a gate answer is one digit in the reply")
         return "local " + allCases.map(\.luaName).joined(separator: ", ") + " = "
-            + allCases.map { String($0.rawValue) }.joined(separator: ", ") + "\n"
+            + allCases.map { "'\($0.rawValue)'" }.joined(separator: ", ") + "\n"
     }()
 
     /// The decision for this answer and its value (see the cases; read only for the answers that carry
