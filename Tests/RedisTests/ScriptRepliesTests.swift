@@ -41,7 +41,7 @@ import Testing
     @Test func theScriptsNameTheCodesThroughTheGeneratedConstants() {
         #expect(
             GateAnswer.luaConstants
-                == "local ADMITTED, DEDUPED, IN_FLIGHT, SUPPRESSED, TAKEN_OVER, IN_FLIGHT_ELSEWHERE = 1, 2, 3, 4, 5, 6\n")
+                == "local ADMITTED, DEDUPED, IN_FLIGHT, SUPPRESSED, TAKEN_OVER, IN_FLIGHT_ELSEWHERE = '1', '2', '3', '4', '5', '6'\n")
         #expect(Scripts.gate.source.contains(GateAnswer.luaConstants))
         // No code is written as a number literal in the gate's Lua any more.
         for pattern in [#"codes\[[^\]]+\] = \d"#, #"code = \d"#, #"code == \d"#, #"== \d then codes"#] {
