@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import TimeUnits
 
 /// Where and how to reach Redis.
 ///
@@ -541,11 +542,6 @@ public struct RedisReconnectPolicy: Sendable, Hashable {
 }
 
 extension Duration {
-    var seconds: Double {
-        let parts = components
-        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
-    }
-
     var timeval: timeval {
         let parts = components
         return Foundation.timeval(tv_sec: Int(parts.seconds), tv_usec: Int(parts.attoseconds / 1_000_000_000_000))

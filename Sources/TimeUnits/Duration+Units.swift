@@ -6,4 +6,11 @@ extension Duration {
         let (seconds, attoseconds) = components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
+
+    /// Seconds as a `Double`: what a log line or a message says of a timeout (`"10.0"`) and what a
+    /// back-off's arithmetic (powers, jitter) works in. The counterpart of `Duration.seconds(_: Double)`.
+    public var seconds: Double {
+        let (seconds, attoseconds) = components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
 }
