@@ -41,7 +41,8 @@ let package = Package(
         .target(name: "APNsProtocol"),
 
         // `Duration` in the units the C libraries and our logs use: one home for what the standard
-        // library lacks, shared by every module that talks to librdkafka, hiredis or a log.
+        // library lacks, shared by every module that talks to librdkafka, hiredis or a log (and the
+        // sender, whose settings are `Duration`s).
         .target(name: "TimeUnits"),
 
         // What the TLS ends (simulator, sender, feedback poller) share: encoders writing into NIO's
@@ -97,6 +98,7 @@ let package = Package(
             dependencies: [
                 "APNsProtocol",
                 "APNsTransport",
+                "TimeUnits",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOTLS", package: "swift-nio"),

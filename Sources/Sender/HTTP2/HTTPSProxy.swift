@@ -3,6 +3,7 @@ import NIOCore
 import NIOExtras
 import NIOHTTP1
 import NIOPosix
+import TimeUnits
 
 /// An HTTPS proxy (HTTP CONNECT) between the sender and Apple: `http://[user:password@]host[:port]`,
 /// from the pipeline file (`http2.proxy`) or the environment (`HTTPS_PROXY`). Corporate egress often
@@ -322,7 +323,7 @@ extension HTTPSProxy {
             promise.fail(error)
         }
         let proxy = self
-        let timeoutSeconds = Double(deadline.uptimeNanoseconds &- NIODeadline.now().uptimeNanoseconds) / 1e9
+        let timeout = max(.zero, deadline - .now())
         return promise.futureResult.assumeIsolated().flatMap {
             // The CONNECT handler removed itself; the HTTP/1 codec goes too. The decoder leaves the
             // pipeline only on the next tick (`ByteToMessageHandler`), and until then it would take
@@ -331,12 +332,12 @@ extension HTTPSProxy {
             sync.removeHandler(encoder, promise: nil)
             return sync.removeHandler(decoder)
         }.flatMapErrorThrowing { error in
-            throw proxy.tunnelError(error, target: target, status: recorder.status, timeout: max(0, timeoutSeconds))
+            throw proxy.tunnelError(error, target: target, status: recorder.status, timeout: timeout)
         }.nonisolated()
     }
 
     /// NIOExtras' error, told apart by kind (its `==` compares kinds), with the status the recorder saw.
-    private func tunnelError(_ error: any Error, target: String, status: HTTPResponseStatus?, timeout: Double) -> HTTPSProxyError {
+    private func tunnelError(_ error: any Error, target: String, status: HTTPResponseStatus?, timeout: TimeAmount) -> HTTPSProxyError {
         typealias E = NIOHTTP1ProxyConnectHandler.Error
         let problem: HTTPSProxyError.Problem
         if let e = error as? E {
@@ -349,7 +350,7 @@ extension HTTPSProxy {
                     ? .authenticationRequired(status: 401, credentialsGiven: username != nil)
                     : .refused(status: Int(status.code), reason: status.reasonPhrase)
             } else if e == E.httpProxyHandshakeTimeout() {
-                problem = .timedOut(seconds: (timeout * 10).rounded() / 10)
+                problem = .timedOut(seconds: (Duration(timeout).seconds * 10).rounded() / 10)
             } else if e == E.invalidProxyResponse() {
                 problem = .malformedAnswer
             } else {
