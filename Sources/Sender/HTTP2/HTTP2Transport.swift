@@ -189,8 +189,8 @@ public final class HTTP2Transport: NotificationTransport {
 /// its readiness says it meanwhile).
 final class HTTP2ConnectRefusals: Sendable {
     private let handler: (@Sendable (HTTP2ConnectRefusal) -> Void)?
-    private let logged = Mutex<[String: ContinuousClock.Instant]>([:])
-    static let logInterval = Duration.seconds(60)
+    private let logged = Mutex<[String: NIODeadline]>([:])
+    static let logInterval = TimeAmount.seconds(60)
 
     init(handler: (@Sendable (HTTP2ConnectRefusal) -> Void)? = nil) { self.handler = handler }
 
@@ -200,7 +200,7 @@ final class HTTP2ConnectRefusals: Sendable {
             handler(refusal)
             return false
         }
-        let now = ContinuousClock.now
+        let now = NIODeadline.now()
         return logged.withLock { logged in
             if let last = logged[refusal.description], now - last < Self.logInterval { return false }
             logged[refusal.description] = now
