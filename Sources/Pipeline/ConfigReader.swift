@@ -180,6 +180,18 @@ final class ConfigSection {
         return d
     }
 
+    /// A time given in milliseconds (a `…_ms` key), within `range`; `value` when the key is absent.
+    func milliseconds(_ key: String, default value: Duration, range: ClosedRange<Double>) throws -> Duration {
+        guard has(key) else { return value }
+        return .milliseconds(try double(key, default: 0, range: range))
+    }
+
+    /// A time given in seconds (a `…_s` key), within `range`; `value` when the key is absent.
+    func seconds(_ key: String, default value: Duration, range: ClosedRange<Double>) throws -> Duration {
+        guard has(key) else { return value }
+        return .seconds(try double(key, default: 0, range: range))
+    }
+
     /// `2`, not `2.0`, in messages about whole bounds.
     static func text(_ value: Double) -> String {
         value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)

@@ -497,23 +497,23 @@ public struct PipelineConfiguration: Sendable {
         s.batchBytes = try g.int("batch_bytes", default: s.batchBytes, range: 512...(16 << 20))
         // Every number has a range, so a wrong unit (seconds for milliseconds) or a stray minus sign is an
         // error at start with the key, not a pipeline that stalls or hammers a gateway.
-        s.linger = try g.double("linger_ms", default: s.linger * 1000, range: 0...1000) / 1000
+        s.linger = try g.milliseconds("linger_ms", default: s.linger, range: 0...1000)
         s.queueCapacity = try g.int("queue_capacity", default: s.queueCapacity, range: 1...10_000_000)
-        s.settleAfter = try g.double("settle_after_ms", default: s.settleAfter * 1000, range: 1...3_600_000) / 1000
+        s.settleAfter = try g.milliseconds("settle_after_ms", default: s.settleAfter, range: 1...3_600_000)
         s.replayMaxCount = try g.int("replay_max_count", default: s.replayMaxCount, range: 16...100_000_000)
         s.replayMaxBytes = try g.int("replay_max_mb", default: s.replayMaxBytes >> 20, range: 1...65_536) << 20
         // The unsettled window per shard: absent, it is sized from settle_after (ShardConfiguration).
         let unsettledKB = try g.int("max_unsettled_kb", default: -1, range: 16...(s.replayMaxBytes >> 10))
         if unsettledKB > 0 { s.maxUnsettledBytes = unsettledKB << 10 }
-        s.settleGrace = try g.double("settle_grace_ms", default: s.settleGrace * 1000, range: 0...3_600_000) / 1000
+        s.settleGrace = try g.milliseconds("settle_grace_ms", default: s.settleGrace, range: 0...3_600_000)
         if g.has("max_attempts") {
             throw ConfigurationError(
                 file: file, key: "gateway.max_attempts",
                 problem: "no longer used: status 1 / 255 are retried until gateway.give_up_after_s (default 3600) after the first")
         }
-        s.giveUpAfter = try g.double("give_up_after_s", default: s.giveUpAfter ?? RetryBudget.defaultGiveUpAfter, range: 1...(7 * 86400))
-        s.drainTimeout = try g.double("drain_timeout_s", default: s.drainTimeout, range: 0...3600)
-        s.connectTimeout = try g.double("connect_timeout_s", default: s.connectTimeout, range: 0.1...600)
+        s.giveUpAfter = try g.seconds("give_up_after_s", default: s.giveUpAfter ?? RetryBudget.defaultGiveUpAfter, range: 1...(7 * 86400))
+        s.drainTimeout = try g.seconds("drain_timeout_s", default: s.drainTimeout, range: 0...3600)
+        s.connectTimeout = try g.seconds("connect_timeout_s", default: s.connectTimeout, range: 0.1...600)
         s.reconnect = try gatewayReconnect(try g.section("reconnect"), default: s.reconnect, file: file)
         return s
     }
@@ -522,17 +522,18 @@ public struct PipelineConfiguration: Sendable {
     /// below its start.
     private static func gatewayReconnect(_ rc: ConfigSection, default d: ReconnectPolicy, file: String) throws -> ReconnectPolicy {
         var policy = d
-        let initialMs = try rc.double("initial_ms", default: d.initialDelay * 1000, range: 1...60_000)
-        let maxMs = try rc.double("max_ms", default: d.maximumDelay * 1000, range: 1...3_600_000)
-        if maxMs < initialMs {
+        let initial = try rc.milliseconds("initial_ms", default: d.initialDelay, range: 1...60_000)
+        let maximum = try rc.milliseconds("max_ms", default: d.maximumDelay, range: 1...3_600_000)
+        if maximum < initial {
+            let (initialMs, maxMs) = (initial / .milliseconds(1), maximum / .milliseconds(1))
             throw ConfigurationError(
                 file: file, key: "gateway.reconnect.max_ms",
                 problem:
                     "expected a number ≥ gateway.reconnect.initial_ms (\(ConfigSection.text(initialMs))), found \"\(ConfigSection.text(maxMs))\""
             )
         }
-        policy.initialDelay = initialMs / 1000
-        policy.maximumDelay = maxMs / 1000
+        policy.initialDelay = initial
+        policy.maximumDelay = maximum
         policy.attemptsPerSecondPerGateway = try rc.double(
             "attempts_per_second_per_gateway", default: d.attemptsPerSecondPerGateway, range: 0.1...10_000)
         try rc.finish()
@@ -552,16 +553,18 @@ public struct PipelineConfiguration: Sendable {
         c.http2.connections = try h.int("connections", default: c.http2.connections, range: 1...256)
         c.http2.streamCap = try h.int("stream_cap", default: c.http2.streamCap, range: 1...100_000)
         c.http2.batchBytes = try h.int("batch_bytes", default: c.http2.batchBytes, range: 512...(16 << 20))
-        c.http2.linger = try h.double("linger_ms", default: c.http2.linger * 1000, range: 0...1000) / 1000
+        c.http2.linger = try h.milliseconds("linger_ms", default: c.http2.linger, range: 0...1000)
         c.http2.queueCapacity = try h.int("queue_capacity", default: c.http2.queueCapacity, range: 1...10_000_000)
-        c.http2.requestTimeout = try h.double("request_timeout_s", default: c.http2.requestTimeout, range: 0.1...3600)
-        c.http2.pingInterval = try h.double("ping_interval_s", default: c.http2.pingInterval, range: 0.1...3600)
+        c.http2.requestTimeout = try h.seconds("request_timeout_s", default: c.http2.requestTimeout, range: 0.1...3600)
+        c.http2.pingInterval = try h.seconds("ping_interval_s", default: c.http2.pingInterval, range: 0.1...3600)
         if h.has("max_attempts") {
             throw ConfigurationError(
                 file: file, key: "http2.max_attempts",
-                problem: "no longer used: HTTP/2 retries are bounded by time (http2.give_up_after_s, default \(Int(c.http2.giveUpAfter)))")
+                problem:
+                    "no longer used: HTTP/2 retries are bounded by time (http2.give_up_after_s, default \(c.http2.giveUpAfter.components.seconds))"
+            )
         }
-        c.http2.giveUpAfter = try h.double("give_up_after_s", default: c.http2.giveUpAfter, range: 1...(7 * 86400))
+        c.http2.giveUpAfter = try h.seconds("give_up_after_s", default: c.http2.giveUpAfter, range: 1...(7 * 86400))
         try readHTTP2Backoffs(h, into: &c.http2)
         c.http2.proxy = try proxySettings(h, file: file, environment: environment)
         try h.finish()
@@ -571,14 +574,12 @@ public struct PipelineConfiguration: Sendable {
     /// connection's.
     private static func readHTTP2Backoffs(_ h: ConfigSection, into http2: inout HTTP2) throws {
         let hretry = try h.section("retry")
-        http2.retry.initialDelay = try hretry.double("initial_ms", default: http2.retry.initialDelay * 1000, range: 1...600_000) / 1000
-        http2.retry.maximumDelay = try hretry.double("max_ms", default: http2.retry.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        http2.retry.initialDelay = try hretry.milliseconds("initial_ms", default: http2.retry.initialDelay, range: 1...600_000)
+        http2.retry.maximumDelay = try hretry.milliseconds("max_ms", default: http2.retry.maximumDelay, range: 1...3_600_000)
         try hretry.finish()
         let hr = try h.section("reconnect")
-        http2.reconnect.initialDelay =
-            try hr.double("initial_ms", default: http2.reconnect.initialDelay * 1000, range: 1...600_000) / 1000
-        http2.reconnect.maximumDelay =
-            try hr.double("max_ms", default: http2.reconnect.maximumDelay * 1000, range: 1...3_600_000) / 1000
+        http2.reconnect.initialDelay = try hr.milliseconds("initial_ms", default: http2.reconnect.initialDelay, range: 1...600_000)
+        http2.reconnect.maximumDelay = try hr.milliseconds("max_ms", default: http2.reconnect.maximumDelay, range: 1...3_600_000)
         http2.reconnect.attemptsPerSecondPerGateway = try hr.double(
             "attempts_per_second_per_host", default: http2.reconnect.attemptsPerSecondPerGateway, range: 0.01...100_000)
         try hr.finish()

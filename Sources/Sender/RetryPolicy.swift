@@ -1,6 +1,8 @@
+import NIOCore
+
 /// The pieces of the HTTP/2 transport's retry policy (docs/design.md §5.6), each a small
-/// value with no I/O and the clock passed in, so each is tested on its own and the connection state
-/// machine only combines them:
+/// value with no I/O and the clock passed in (the event loop's: `NIODeadline`, `TimeAmount`), so each
+/// is tested on its own and the connection state machine only combines them:
 /// - `RetryReason` / `RetryCounts`: why a request was sent again, counted per reason;
 /// - `RetryBudget`: exponential back-off with jitter, bounded by time (`give_up_after_s`) and by the
 ///   job's own `apns-expiration`, not by a count;
@@ -77,19 +79,24 @@ public struct RetryCounts: Sendable, Equatable {
 }
 
 /// How long a job whose fate is "try again" is tried: exponential back-off with jitter between
-/// attempts, until `giveUpAfter` seconds after its first failure or until its `apns-expiration`,
+/// attempts, until `giveUpAfter` after its first failure or until its `apns-expiration`,
 /// whichever comes first. Apple's guidance for 500 / 503 is to retry later, and an incident lasts
 /// minutes: a count of attempts (the old `max_attempts: 3`, ~0.2 s apart) gave up within a second.
 public struct RetryBudget: Sendable {
-    /// Seconds after a job's first failure before it is dead-lettered `gateway-gave-up`.
-    public var giveUpAfter = RetryBudget.defaultGiveUpAfter
-    public static let defaultGiveUpAfter = 3600.0
+    /// How long after a job's first failure it is dead-lettered `gateway-gave-up`.
+    public var giveUpAfter: Duration {
+        get { Duration(giveUpAfterAmount) }
+        set { giveUpAfterAmount = TimeAmount(newValue) }
+    }
+    public static let defaultGiveUpAfter = Duration.seconds(3600)
+    /// `giveUpAfter` in the event loop's unit, as every first failure reads it.
+    private var giveUpAfterAmount = TimeAmount(RetryBudget.defaultGiveUpAfter)
     /// The wait before attempt n + 1 after n failures (full jitter on half of it, capped).
     public var backoff = RetryBudget.defaultBackoff
     public static var defaultBackoff: ReconnectPolicy {
         var p = ReconnectPolicy()
-        p.initialDelay = 0.2
-        p.maximumDelay = 60
+        p.initialDelay = .milliseconds(200)
+        p.maximumDelay = .seconds(60)
         p.multiplier = 2
         p.jitter = 0.5
         return p
@@ -97,26 +104,26 @@ public struct RetryBudget: Sendable {
 
     public init() {}
 
-    /// Where a job's retries end, in the caller's monotonic seconds: `giveUpAfter` after `now` (its
-    /// first failure), or earlier when its expiration (`expiry`, epoch seconds; 0 = none) comes first.
-    /// `wallNow` is the wall clock at `now`.
-    public func deadline(firstFailureAt now: Double, expiry: UInt32, wallNow: Double) -> Deadline {
-        let byTime = now + giveUpAfter
+    /// Where a job's retries end, on the caller's clock: `giveUpAfter` after `now` (its first failure),
+    /// or earlier when its expiration (`expiry`, epoch seconds; 0 = none) comes first. `wallNow` is the
+    /// wall clock at `now` (its time since 1970).
+    public func deadline(firstFailureAt now: NIODeadline, expiry: UInt32, wallNow: TimeAmount) -> Deadline {
+        let byTime = now + giveUpAfterAmount
         guard expiry > 0 else { return Deadline(at: byTime, byExpiry: false) }
-        let byExpiry = now + (Double(expiry) - wallNow)
+        let byExpiry = now + (.seconds(Int64(expiry)) - wallNow)
         return byExpiry < byTime ? Deadline(at: byExpiry, byExpiry: true) : Deadline(at: byTime, byExpiry: false)
     }
 
     public struct Deadline: Sendable, Equatable {
-        public var at: Double
+        public var at: NIODeadline
         /// The job's `apns-expiration` sets it (rather than `giveUpAfter`).
         public var byExpiry: Bool
-        public static let none = Deadline(at: .infinity, byExpiry: false)
+        public static let none = Deadline(at: .distantFuture, byExpiry: false)
     }
 
     public enum Decision: Sendable, Equatable {
         /// Send it again at this time.
-        case retry(at: Double)
+        case retry(at: NIODeadline)
         /// `giveUpAfter` has passed: dead-letter it `gateway-gave-up`.
         case giveUp
         /// Its `apns-expiration` has passed (or will before the next attempt): Apple would discard it,
@@ -127,7 +134,7 @@ public struct RetryBudget: Sendable {
     /// After failure number `failures` (1 = the first) at `now`: when to try again, or to stop. The
     /// last wait is cut to the give-up time, so a job gets one attempt at the very end; an attempt
     /// that would land after the job's expiration is not made.
-    public func next(failures: Int, now: Double, deadline: Deadline, random: inout some RandomNumberGenerator) -> Decision {
+    public func next(failures: Int, now: NIODeadline, deadline: Deadline, random: inout some RandomNumberGenerator) -> Decision {
         if now >= deadline.at { return deadline.byExpiry ? .expired : .giveUp }
         return resend(at: now + backoff.delay(attempt: max(0, failures - 1), random: &random), now: now, deadline: deadline)
     }
@@ -135,7 +142,7 @@ public struct RetryBudget: Sendable {
     /// The same rules for a resend whose time is chosen elsewhere (a request the server proved it did
     /// not process goes again at once, and after a back-off only when that repeats): never at or past
     /// the job's expiration, and never past the give-up time but for one last attempt there.
-    public func resend(at due: Double, now: Double, deadline: Deadline) -> Decision {
+    public func resend(at due: NIODeadline, now: NIODeadline, deadline: Deadline) -> Decision {
         if now >= deadline.at { return deadline.byExpiry ? .expired : .giveUp }
         if due < deadline.at { return .retry(at: due) }
         return deadline.byExpiry ? .expired : .retry(at: deadline.at)
@@ -290,7 +297,7 @@ public struct AIMDWindow: Sendable, Equatable {
 }
 
 /// Pauses a connection whose answers are (almost) only 5xx: over each `window` answers, `threshold` or
-/// more 5xx opens it for `openFor` seconds (doubling on each failed probe, up to `maxOpenFor`); then
+/// more 5xx opens it for `openFor` (doubling on each failed probe, up to `maxOpenFor`); then
 /// one probe request goes out: a non-5xx answer closes it, a 5xx opens it again. While it is open the
 /// connection takes no new work and its queue goes to healthy connections.
 ///
@@ -306,14 +313,14 @@ public struct CircuitBreaker: Sendable, Equatable {
         public var threshold = 0.9
         /// The first pause; each failed probe doubles it, up to `maxOpenFor` (one request per pause
         /// is all a down host sees from this connection).
-        public var openFor = 0.5
-        public var maxOpenFor = 5.0
+        public var openFor = Duration.milliseconds(500)
+        public var maxOpenFor = Duration.seconds(5)
         public init() {}
     }
 
     public enum State: Sendable, Equatable {
         case closed
-        case open(until: Double)
+        case open(until: NIODeadline)
         /// One probe may be in flight.
         case halfOpen
     }
@@ -328,7 +335,7 @@ public struct CircuitBreaker: Sendable, Equatable {
     public init(settings: Settings = Settings()) { self.settings = settings }
 
     /// An answer: `serverError` for a 5xx. Returns true when this answer opened the breaker.
-    public mutating func record(serverError: Bool, now: Double) -> Bool {
+    public mutating func record(serverError: Bool, now: NIODeadline) -> Bool {
         if case .closed = state, !serverError, answers + 1 < settings.window {
             answers += 1  // the common case (a 200 on a healthy connection): one addition
             return false
@@ -359,7 +366,7 @@ public struct CircuitBreaker: Sendable, Equatable {
     }
 
     /// Moves an open breaker to half-open once its time is up; returns true when it did.
-    public mutating func tick(now: Double) -> Bool {
+    public mutating func tick(now: NIODeadline) -> Bool {
         guard case .open(let until) = state, now >= until else { return false }
         state = .halfOpen
         return true
@@ -376,8 +383,11 @@ public struct CircuitBreaker: Sendable, Equatable {
         if case .open = state { state = .halfOpen }
     }
 
-    private mutating func open(now: Double) {
-        let wait = min(settings.maxOpenFor, settings.openFor * Double(1 << min(trips, 20)))
+    private mutating func open(now: NIODeadline) {
+        // Worked out when it opens (rarely), from the settings as given.
+        let longest = TimeAmount(settings.maxOpenFor)
+        let (doubled, overflow) = TimeAmount(settings.openFor).nanoseconds.multipliedReportingOverflow(by: Int64(1) << min(trips, 20))
+        let wait = overflow ? longest : min(longest, .nanoseconds(doubled))
         trips += 1
         state = .open(until: now + wait)
     }
@@ -386,15 +396,15 @@ public struct CircuitBreaker: Sendable, Equatable {
 /// Items by due time, earliest first (a binary min-heap): a retry waits here, holding no stream and
 /// no place in the queue, and taking the due ones costs O(log n) each rather than a scan of all.
 struct DueQueue<Element> {
-    private var heap: [(due: Double, seq: UInt64, element: Element)] = []
+    private var heap: [(due: NIODeadline, seq: UInt64, element: Element)] = []
     /// Ties keep their insertion order.
     private var nextSeq: UInt64 = 0
 
     var count: Int { heap.count }
     var isEmpty: Bool { heap.isEmpty }
-    var nextDue: Double? { heap.first?.due }
+    var nextDue: NIODeadline? { heap.first?.due }
 
-    mutating func insert(_ element: Element, due: Double) {
+    mutating func insert(_ element: Element, due: NIODeadline) {
         heap.append((due, nextSeq, element))
         nextSeq &+= 1
         var i = heap.count - 1
@@ -407,7 +417,7 @@ struct DueQueue<Element> {
     }
 
     /// The earliest item if it is due at `now`.
-    mutating func popDue(now: Double) -> Element? {
+    mutating func popDue(now: NIODeadline) -> Element? {
         guard let first = heap.first, first.due <= now else { return nil }
         let last = heap.removeLast()
         guard !heap.isEmpty else { return last.element }

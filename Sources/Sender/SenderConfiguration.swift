@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 
 /// A gateway address.
 public struct GatewayAddress: Sendable, Hashable, CustomStringConvertible {
@@ -23,20 +24,32 @@ public struct GatewayAddress: Sendable, Hashable, CustomStringConvertible {
 /// Exponential back-off with full jitter and a cap (Apple's "Best Practices for Managing Connections": "APNs treats rapid connection and
 /// disconnection as a denial-of-service attack").
 public struct ReconnectPolicy: Sendable {
-    public var initialDelay = 0.05
-    public var maximumDelay = 30.0
+    /// The wait before the first retry (attempt 0), before jitter.
+    public var initialDelay: Duration {
+        get { Duration(initial) }
+        set { initial = TimeAmount(newValue) }
+    }
+    /// No wait is longer.
+    public var maximumDelay: Duration {
+        get { Duration(maximum) }
+        set { maximum = TimeAmount(newValue) }
+    }
     public var multiplier = 2.0
     /// Fraction of the delay drawn at random (0…1).
     public var jitter = 0.5
     /// Connection attempts per second allowed to one gateway address, over all shards of the process.
     public var attemptsPerSecondPerGateway = 20.0
+    /// The two delays in the event loop's unit, as every reconnect and every retry (`RetryBudget`) reads them.
+    private var initial = TimeAmount.milliseconds(50)
+    private var maximum = TimeAmount.seconds(30)
 
     public init() {}
 
     /// Delay before attempt `n` (0 = the first retry after a failure).
-    public func delay(attempt n: Int, random: inout some RandomNumberGenerator) -> Double {
-        let base = min(maximumDelay, initialDelay * Foundation.pow(multiplier, Double(min(n, 40))))
+    public func delay(attempt n: Int, random: inout some RandomNumberGenerator) -> TimeAmount {
+        let cap = Double(maximum.nanoseconds)
+        let base = min(cap, Double(initial.nanoseconds) * Foundation.pow(multiplier, Double(min(n, 40))))
         let jittered = base * (1 - jitter) + base * jitter * Double.random(in: 0...1, using: &random)
-        return min(maximumDelay, jittered)
+        return .nanoseconds(Int64(min(cap, jittered)))
     }
 }

@@ -1,4 +1,5 @@
 import APNsProtocol
+import NIOCore
 
 /// Where a notification came from: its job's Kafka partition and offset. The sender never reads it; it
 /// travels with the notification so the settler can commit the offset once the outcome is recorded.
@@ -417,9 +418,7 @@ public struct GatewayAnswerLatency: Sendable, Equatable {
         .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
     ]
     public static let bucketCount = 14
-    private static let boundsNanoseconds: [Int64] = upperBounds.map {
-        $0.components.seconds * 1_000_000_000 + $0.components.attoseconds / 1_000_000_000
-    }
+    private static let boundsNanoseconds: [Int64] = upperBounds.map { TimeAmount($0).nanoseconds }
 
     /// Answers per bucket (bucket i: up to `upperBounds[i]`; the last: above every bound).
     public private(set) var counts = InlineArray<14, Int>(repeating: 0)
@@ -436,9 +435,9 @@ public struct GatewayAnswerLatency: Sendable, Equatable {
 
     public var isEmpty: Bool { count == 0 }
 
-    /// One answer, `seconds` after its request was written (negative values count as 0).
-    public mutating func record(seconds: Double) {
-        let ns = Int64(max(0, min(seconds, 1e9)) * 1e9)
+    /// One answer, `latency` after its request was written (negative values count as 0).
+    public mutating func record(_ latency: TimeAmount) {
+        let ns = max(0, latency.nanoseconds)
         let bounds = Self.boundsNanoseconds
         var i = 0
         while i < bounds.count && ns > bounds[i] { i += 1 }

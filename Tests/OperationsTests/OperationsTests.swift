@@ -89,7 +89,7 @@ extension PipelineConfiguration {
         http2.serverHostname = "localhost"
         http2.ca = "\(TestCertificates.directory)/ca.pem"
         http2.connections = connections
-        http2.reconnect.initialDelay = 0.005
+        http2.reconnect.initialDelay = .milliseconds(5)
         http2.reconnect.attemptsPerSecondPerGateway = 1000
         feedbackIntervalMinutes = 0
     }
@@ -126,8 +126,8 @@ struct OperationsTests {
         c.gateway.serverHostname = "localhost"
         c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
         c.gateway.shards = 2
-        c.gateway.shard.settleAfter = 0.3
-        c.gateway.shard.reconnect.initialDelay = 0.005
+        c.gateway.shard.settleAfter = .milliseconds(300)
+        c.gateway.shard.reconnect.initialDelay = .milliseconds(5)
         c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
         c.apps = [
             .init(

@@ -44,7 +44,7 @@ struct RefusedConnectTests {
         c.http2.serverHostname = "localhost"
         c.http2.ca = "\(TestCertificates.directory)/ca.pem"
         c.http2.connections = 3
-        c.http2.reconnect.initialDelay = 0.005
+        c.http2.reconnect.initialDelay = .milliseconds(5)
         c.http2.reconnect.attemptsPerSecondPerGateway = 1000
         c.feedbackIntervalMinutes = 0
         c.drainTimeout = .seconds(1)

@@ -120,7 +120,7 @@ struct CampaignControlTests {
         faults.slowReadIntervalMillis = 10
         let stack = try await Stack(faults: faults)
         var c = stack.configuration()
-        c.gateway.shard.settleAfter = 0.3
+        c.gateway.shard.settleAfter = .milliseconds(300)
         let pipeline = RunningPipeline(c)
         try await waitForProcesses(stack, 1)
         let file = try stack.pipelineFile()

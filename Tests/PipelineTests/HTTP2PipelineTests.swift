@@ -34,8 +34,8 @@ struct HTTP2PipelineTests {
         c.http2.connections = 2
         // A stream unanswered for the product's 10 s is resent as ambiguous: a loaded machine can keep
         // the in-process simulator from answering that long, and the tests count each job once.
-        c.http2.requestTimeout = 300
-        c.http2.reconnect.initialDelay = 0.005
+        c.http2.requestTimeout = .seconds(300)
+        c.http2.reconnect.initialDelay = .milliseconds(5)
         c.http2.reconnect.attemptsPerSecondPerGateway = 1000
         return c
     }
@@ -169,8 +169,8 @@ struct HTTP2PipelineTests {
         let stack = try await Stack()
         let sim = try await Self.simulator(faults)
         var c = Self.configuration(stack, sim)
-        c.http2.retry.initialDelay = 0.05
-        c.http2.retry.maximumDelay = 0.5
+        c.http2.retry.initialDelay = .milliseconds(50)
+        c.http2.retry.maximumDelay = .milliseconds(500)
         let pipeline = RunningPipeline(c)
         try await stack.publish(campaign: "s", template: template, tokens: audience)
         try await stack.waitSettled("s", count: 300)
@@ -198,9 +198,9 @@ struct HTTP2PipelineTests {
         let stack = try await Stack()
         let sim = try await Self.simulator(faults)
         var c = Self.configuration(stack, sim)
-        c.http2.giveUpAfter = 1
-        c.http2.retry.initialDelay = 0.05
-        c.http2.retry.maximumDelay = 0.5
+        c.http2.giveUpAfter = .seconds(1)
+        c.http2.retry.initialDelay = .milliseconds(50)
+        c.http2.retry.maximumDelay = .milliseconds(500)
         let pipeline = RunningPipeline(c)
         try await stack.publish(campaign: "r", template: template, tokens: audience)
         try await stack.waitSettled("r", count: 40)

@@ -78,9 +78,9 @@ final class Stack: @unchecked Sendable {
         c.gateway.ca = "\(TestCertificates.directory)/ca.pem"
         c.gateway.embedJobID = true
         c.gateway.shards = 2
-        c.gateway.shard.settleAfter = 3  // see SenderTestSupport: no self-inflicted sequence_unknown under load
-        c.gateway.shard.settleGrace = 120  // as SenderTestSupport's: a loaded machine reads late
-        c.gateway.shard.reconnect.initialDelay = 0.005
+        c.gateway.shard.settleAfter = .seconds(3)  // see SenderTestSupport: no self-inflicted sequence_unknown under load
+        c.gateway.shard.settleGrace = .seconds(120)  // as SenderTestSupport's: a loaded machine reads late
+        c.gateway.shard.reconnect.initialDelay = .milliseconds(5)
         c.gateway.shard.reconnect.attemptsPerSecondPerGateway = 1000
         c.apps = [
             .init(

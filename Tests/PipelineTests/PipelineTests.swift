@@ -464,9 +464,9 @@ struct PipelineTests {
 
         let b = try loadShipped("binary.yaml")
         #expect(b.apps.map(\.transport) == [.binary, .binary])
-        #expect(b.gateway.shard.settleAfter == 0.25)
+        #expect(b.gateway.shard.settleAfter == .milliseconds(250))
         #expect(b.gateway.shard.maxUnsettledBytes == nil && b.gateway.shard.unsettledByteLimit == 4 << 20)
-        #expect(b.gateway.shard.settleGrace == 2)
+        #expect(b.gateway.shard.settleGrace == .seconds(2))
         #expect(b.apps[1].shards == 2)
         #expect(b.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
         #expect(b.payloadLimit(app: b.apps[0], pushType: nil) == 2048)

@@ -7,19 +7,18 @@ import Testing
 /// The binary shard's decisions without sockets (issue 10 item 4, issue 12's seam): the unsettled
 /// window, settlement with its grace window, and what each answer means for outcomes and resends.
 @Suite struct BinaryConnectionStateMachineTests {
-    static let second: UInt64 = 1_000_000_000
 
     func machine(window: Int = 1 << 20, graceBytes: Int = 1 << 20) -> BinaryConnectionStateMachine {
         var c = BinaryConnectionStateMachine.Configuration()
         c.unsettledByteLimit = window
         c.graceMaxBytes = graceBytes
-        c.settleAfter = Self.second
-        c.settleGrace = 2 * Self.second
+        c.settleAfter = .seconds(1)
+        c.settleGrace = .seconds(2)
         return BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
     }
 
     @discardableResult
-    func write(_ m: inout BinaryConnectionStateMachine, flush: UInt64, at: UInt64) -> Int {
+    func write(_ m: inout BinaryConnectionStateMachine, flush: UInt64, at: NIODeadline) -> Int {
         m.writeEverythingAllowed(flush: flush, completedAt: at)
     }
 
@@ -32,10 +31,10 @@ import Testing
         let frame = FrameEncoder.command2Size(payloadCount: notification(0).payload.count)
         var m = machine(window: 10 * frame)
         m.submitted((0..<30).map(notification))
-        #expect(write(&m, flush: 1, at: 0) == 10, "ten frames fill the window")
+        #expect(write(&m, flush: 1, at: .at(0)) == 10, "ten frames fill the window")
         #expect(!m.mayTakeFrame && m.queue.count == 20)
-        _ = m.settleTick(now: Self.second)
-        #expect(write(&m, flush: 2, at: Self.second) == 10, "settling made room for ten more")
+        _ = m.settleTick(now: .at(1))
+        #expect(write(&m, flush: 2, at: .at(1)) == 10, "settling made room for ten more")
         #expect(drain(&m).outcomes.map(\.jobID) == (0..<10).map { "job-\($0)" })
     }
 
@@ -46,23 +45,23 @@ import Testing
         var c = BinaryConnectionStateMachine.Configuration()
         c.unsettledByteLimit = 40 * frame
         c.minimumWindow = 5 * frame
-        c.settleAfter = Self.second
+        c.settleAfter = .seconds(1)
         var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
         m.submitted((0..<200).map(notification))
-        #expect(write(&m, flush: 1, at: 0) == 40)
+        #expect(write(&m, flush: 1, at: .at(0)) == 40)
         _ = m.errorResponse(ErrorResponse(status: .shutdown, identifier: 10))
         #expect(m.window == 40 * frame, "a shutdown is not an error")
         _ = m.connectionLost()
         for flush in UInt64(2)...5 {
-            write(&m, flush: flush, at: 0)
+            write(&m, flush: flush, at: .at(0))
             _ = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: m.replay.oldestIdentifier! &+ 1))
             _ = m.connectionLost()
         }
         #expect(m.window == 5 * frame, "40 → 20 → 10 → 5 → 5 frames")
-        #expect(write(&m, flush: 6, at: 0) == 5)
-        _ = m.settleTick(now: Self.second)
+        #expect(write(&m, flush: 6, at: .at(0)) == 5)
+        _ = m.settleTick(now: .at(1))
         #expect(m.window == 10 * frame, "grown by what settled")
-        #expect(write(&m, flush: 7, at: Self.second) == 10)
+        #expect(write(&m, flush: 7, at: .at(1)) == 10)
     }
 
     /// A job reported accepted by time, then proved discarded by an error naming an older one, is
@@ -70,10 +69,10 @@ import Testing
     @Test func aSettledJobDiscardedLaterIsResentNotReportedTwice() {
         var m = machine()
         m.submitted((0..<3).map(notification))
-        write(&m, flush: 1, at: 0)
+        write(&m, flush: 1, at: .at(0))
         m.submitted((3..<6).map(notification))
-        write(&m, flush: 2, at: Self.second / 2)
-        _ = m.settleTick(now: Self.second)  // 0, 1, 2 settle and are reported accepted
+        write(&m, flush: 2, at: .at(0.5))
+        _ = m.settleTick(now: .at(1))  // 0, 1, 2 settle and are reported accepted
         #expect(drain(&m).outcomes.map(\.jobID) == ["job-0", "job-1", "job-2"])
 
         // The gateway read late: job 1 (identifier 2) had a processing error; 2…5 were discarded.
@@ -86,8 +85,8 @@ import Testing
         #expect(events.resentAfterSettle == 1 && events.replayed == 4 && events.retried == 1)
 
         _ = m.connectionLost()  // nothing kept: the error emptied the buffer
-        write(&m, flush: 3, at: 2 * Self.second)
-        _ = m.settleTick(now: 3 * Self.second)
+        write(&m, flush: 3, at: .at(2))
+        _ = m.settleTick(now: .at(3))
         #expect(drain(&m).outcomes.map(\.jobID) == ["job-3", "job-4", "job-5"], "1 and 2 are not reported twice")
     }
 
@@ -95,22 +94,22 @@ import Testing
     /// not by count: past three attempts while within it, then dead-lettered `gateway-gave-up`.
     @Test func processingErrorsAreRetriedUntilTheGiveUpTime() {
         var c = BinaryConnectionStateMachine.Configuration()
-        c.settleAfter = Self.second
+        c.settleAfter = .seconds(1)
         c.maxAttempts = 3
-        c.giveUpAfter = 10 * Self.second
+        c.giveUpAfter = .seconds(10)
         var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
         m.submitted([notification(0)])
-        var at: UInt64 = 0
+        var at = NIODeadline.at(0)
         var flush: UInt64 = 1
         for _ in 0..<5 {
             write(&m, flush: flush, at: at)
             _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: m.replay.oldestIdentifier!), now: at)
             _ = m.connectionLost()
             #expect(drain(&m).outcomes.isEmpty, "within its time: retried")
-            at += Self.second
+            at = at + .seconds(1)
             flush += 1
         }
-        at = 11 * Self.second
+        at = .at(11)
         write(&m, flush: flush, at: at)
         _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: m.replay.oldestIdentifier!), now: at)
         let (outcomes, events) = drain(&m)
@@ -123,13 +122,13 @@ import Testing
     /// discarded (and the rest) are written first, so one that keeps failing holds nothing back.
     @Test func aProcessingErrorRetriedByTimeGoesBehindTheOthers() {
         var c = BinaryConnectionStateMachine.Configuration()
-        c.settleAfter = Self.second
-        c.giveUpAfter = 10 * Self.second
+        c.settleAfter = .seconds(1)
+        c.giveUpAfter = .seconds(10)
         var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
         m.submitted((0..<3).map(notification))
-        write(&m, flush: 1, at: 0)
+        write(&m, flush: 1, at: .at(0))
         m.submitted([notification(3)])
-        _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: 1), now: 0)  // job-0
+        _ = m.errorResponse(ErrorResponse(status: .processingError, identifier: 1), now: .at(0))  // job-0
         #expect(m.queue.map(\.notification.jobID) == ["job-1", "job-2", "job-3", "job-0"])
     }
 
@@ -137,8 +136,8 @@ import Testing
     @Test func aRefusalAfterSettlementIsCountedNotReported() {
         var m = machine()
         m.submitted((0..<4).map(notification))
-        write(&m, flush: 1, at: 0)
-        _ = m.settleTick(now: Self.second)
+        write(&m, flush: 1, at: .at(0))
+        _ = m.settleTick(now: .at(1))
         _ = drain(&m)
         let notes = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: 3))
         #expect(notes.refusedAfterSettle == ["job-2"])
@@ -152,11 +151,11 @@ import Testing
     @Test func pastTheGraceWindowTheLossIsCounted() {
         var m = machine()
         m.submitted((0..<4).map(notification))
-        write(&m, flush: 1, at: 0)
-        _ = m.settleTick(now: Self.second)
+        write(&m, flush: 1, at: .at(0))
+        _ = m.settleTick(now: .at(1))
         m.submitted((4..<6).map(notification))
-        write(&m, flush: 2, at: Self.second)
-        _ = m.settleTick(now: 3 * Self.second)  // 0…3 forgotten (settled at 1 s + 2 s grace); 4, 5 settle
+        write(&m, flush: 2, at: .at(1))
+        _ = m.settleTick(now: .at(3))  // 0…3 forgotten (settled at 1 s + 2 s grace); 4, 5 settle
         #expect(m.replay.keptCount == 2 && m.replay.forgottenTotal == 4)
         _ = drain(&m)
         let notes = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: 2))  // job-1, forgotten
@@ -173,13 +172,13 @@ import Testing
     @Test func dropAndProbe() {
         var m = machine()
         m.submitted((0..<2).map(notification))
-        write(&m, flush: 1, at: 0)
-        _ = m.settleTick(now: Self.second)
+        write(&m, flush: 1, at: .at(0))
+        _ = m.settleTick(now: .at(1))
         m.submitted((2..<4).map(notification))
-        write(&m, flush: 2, at: Self.second)
+        write(&m, flush: 2, at: .at(1))
         #expect(m.connectionLost() == 2)
         #expect(m.queue.map(\.notification.jobID) == ["job-2", "job-3"])
-        write(&m, flush: 3, at: Self.second)
+        write(&m, flush: 3, at: .at(1))
         m.probeAnswered()
         let (outcomes, events) = drain(&m)
         #expect(outcomes.map(\.jobID) == ["job-0", "job-1", "job-2", "job-3"])
@@ -195,8 +194,8 @@ import Testing
         var m = machine()
         let jobs = (0..<4).map(campaignNotification)
         m.submitted(jobs)
-        write(&m, flush: 1, at: 0)
-        _ = m.settleTick(now: Self.second)
+        write(&m, flush: 1, at: .at(0))
+        _ = m.settleTick(now: .at(1))
         #expect(drain(&m).outcomes.map(\.jobID) == jobs.map(\.jobID))
         let notes = m.errorResponse(ErrorResponse(status: .invalidToken, identifier: 2))
         #expect(notes.refusedAfterSettle == [jobs[1].jobID])
@@ -228,7 +227,7 @@ import Testing
     @Test func aCancelledCampaignsNotificationsSettleCancelledInsteadOfBeingWritten() {
         let cancellations = CampaignCancellations()
         var c = BinaryConnectionStateMachine.Configuration()
-        c.settleAfter = Self.second
+        c.settleAfter = .seconds(1)
         c.cancellations = cancellations
         var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
         let batch = (0..<6).map { n in
@@ -237,18 +236,18 @@ import Testing
             return x
         }
         m.submitted(batch)
-        #expect(write(&m, flush: 1, at: 0) == 6, "nothing cancelled yet")
+        #expect(write(&m, flush: 1, at: .at(0)) == 6, "nothing cancelled yet")
         m.submitted(batch)
         cancellations.replace(cancelled: ["wrong"])
-        #expect(write(&m, flush: 2, at: 0) == 3, "only the other campaign's are written")
+        #expect(write(&m, flush: 2, at: .at(0)) == 3, "only the other campaign's are written")
         let cancelled = drain(&m).outcomes
         #expect(cancelled.map(\.jobID) == ["job-0", "job-2", "job-4"] && cancelled.allSatisfy { $0.kind == .cancelled })
-        _ = m.settleTick(now: Self.second)
+        _ = m.settleTick(now: .at(1))
         #expect(drain(&m).outcomes.filter { $0.kind == .accepted }.count == 9)
         // Paused instead: held back (the pipeline keeps them in Redis until the resume), not written.
         m.submitted(batch)
         cancellations.replace(cancelled: [], paused: ["right"])
-        #expect(write(&m, flush: 3, at: 0) == 3)
+        #expect(write(&m, flush: 3, at: .at(0)) == 3)
         let held = drain(&m).outcomes
         #expect(held.map(\.jobID) == ["job-1", "job-3", "job-5"] && held.allSatisfy { $0.kind == .deferred })
     }

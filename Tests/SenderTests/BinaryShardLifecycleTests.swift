@@ -9,7 +9,6 @@ import Testing
 /// its reset, gateway rotation, epochs, and the drain with its probe, driven here as `Shard` drives
 /// them, together with the `BinaryConnectionStateMachine` that decides about the notifications.
 @Suite struct BinaryShardLifecycleTests {
-    static let second: UInt64 = 1_000_000_000
     let gateways = [
         GatewayAddress(host: "a.example", port: 2195), GatewayAddress(host: "b.example", port: 2195),
         GatewayAddress(host: "c.example", port: 2195),
@@ -17,17 +16,17 @@ import Testing
 
     func policy(jitter: Double = 0) -> ReconnectPolicy {
         var p = ReconnectPolicy()
-        p.initialDelay = 0.05
+        p.initialDelay = .milliseconds(50)
         p.multiplier = 2
-        p.maximumDelay = 30
+        p.maximumDelay = .seconds(30)
         p.jitter = jitter
         return p
     }
 
     func machine() -> BinaryConnectionStateMachine {
         var c = BinaryConnectionStateMachine.Configuration()
-        c.settleAfter = Self.second
-        c.settleGrace = 2 * Self.second
+        c.settleAfter = .seconds(1)
+        c.settleGrace = .seconds(2)
         return BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
     }
 
@@ -41,7 +40,7 @@ import Testing
     }
 
     /// Writes every frame the machine may take, as `Shard.pump` does while the lifecycle allows it.
-    func write(_ m: inout BinaryConnectionStateMachine, _ l: BinaryShardLifecycle, flush: UInt64, at: UInt64) {
+    func write(_ m: inout BinaryConnectionStateMachine, _ l: BinaryShardLifecycle, flush: UInt64, at: NIODeadline) {
         guard l.mayWrite else { return }
         m.writeEverythingAllowed(flush: flush, completedAt: at)
     }
@@ -52,14 +51,14 @@ import Testing
         var random = SplitMix64(seed: 0x9E37_79B9_7F4A_7C15)
         var l = BinaryShardLifecycle(shard: 0, gateways: gateways, reconnect: policy())
         var decision = l.connectIfNeeded(random: &random)
-        #expect(decision?.backOff == 0, "the first connection is not delayed")
-        var backOffs: [Double] = []
+        #expect(decision?.backOff == .zero, "the first connection is not delayed")
+        var backOffs: [TimeAmount] = []
         for _ in 0..<3 {
             let epoch = l.connectStarting(to: decision!.gateway)!.epoch
             decision = l.connectFailed(epoch: epoch, hasQueued: true, random: &random).connect
             backOffs.append(decision!.backOff)
         }
-        #expect(backOffs == [0.05, 0.1, 0.2])
+        #expect(backOffs == [.milliseconds(50), .milliseconds(100), .milliseconds(200)])
         #expect(l.stateName == "backing-off")
 
         connect(&l, decision)
@@ -68,14 +67,14 @@ import Testing
             Issue.record("not stopped")
             return
         }
-        #expect(afterUseful?.backOff == 0, "a useful connection resets the back-off")
+        #expect(afterUseful?.backOff == .zero, "a useful connection resets the back-off")
 
         connect(&l, afterUseful)
         guard case .idle(let afterUseless) = l.connectionClosed(hasQueued: true, random: &random) else {
             Issue.record("not stopped")
             return
         }
-        #expect(afterUseless?.backOff == 0.05, "a connection that closed before it was useful backs off again")
+        #expect(afterUseless?.backOff == .milliseconds(50), "a connection that closed before it was useful backs off again")
     }
 
     /// The jitter draws part of the delay at random: at 50 % jitter, between half of it and all of it.
@@ -85,7 +84,7 @@ import Testing
         let first = l.connectIfNeeded(random: &random)
         let epoch = l.connectStarting(to: first!.gateway)!.epoch
         let second = l.connectFailed(epoch: epoch, hasQueued: true, random: &random).connect
-        #expect((0.025...0.05).contains(second!.backOff))
+        #expect((TimeAmount.milliseconds(25)...TimeAmount.milliseconds(50)).contains(second!.backOff))
     }
 
     /// Shards start on different gateways; a failed connect moves to the next one, wrapping around;
@@ -155,7 +154,7 @@ import Testing
         let start = l.drainRequested(somethingKept: true, random: &random)
         #expect(start == .proceed(nil), "already connected")
         #expect(!l.shouldSendProbe(queueIsEmpty: m.queue.isEmpty), "not before the queue is sent")
-        write(&m, l, flush: 1, at: 0)
+        write(&m, l, flush: 1, at: .at(0))
         #expect(l.shouldSendProbe(queueIsEmpty: m.queue.isEmpty))
         let probe = m.takeProbeIdentifier()
         l.probeSent(probe)
@@ -186,11 +185,11 @@ import Testing
             return
         }
         connect(&l, decision)
-        write(&m, l, flush: 1, at: 0)
+        write(&m, l, flush: 1, at: .at(0))
         l.probeSent(m.takeProbeIdentifier())
         l.probeTimedOut()
         #expect(l.finishDrainIfSettled(queueIsEmpty: true, hasUnsettled: m.replay.hasUnsettled) == nil, "still unsettled")
-        let settled = m.settleTick(now: Self.second)
+        let settled = m.settleTick(now: .at(1))
         #expect(settled)
         #expect(l.finishDrainIfSettled(queueIsEmpty: true, hasUnsettled: m.replay.hasUnsettled) == .settledByTime)
         let closeChannel = l.stop()
@@ -209,7 +208,7 @@ import Testing
         m.submitted((0..<3).map(notification))
         connect(&l, l.connectIfNeeded(random: &random))
         _ = l.drainRequested(somethingKept: true, random: &random)
-        write(&m, l, flush: 1, at: 0)
+        write(&m, l, flush: 1, at: .at(0))
         let first = m.takeProbeIdentifier()
         l.probeSent(first)
 
@@ -224,7 +223,7 @@ import Testing
         connect(&l, reconnect)
         #expect(l.mayWrite, "the unanswered probe went with the connection")
         #expect(!l.shouldSendProbe(queueIsEmpty: m.queue.isEmpty), "resend first")
-        write(&m, l, flush: 2, at: Self.second)
+        write(&m, l, flush: 2, at: .at(1))
         #expect(l.shouldSendProbe(queueIsEmpty: m.queue.isEmpty))
         let second = m.takeProbeIdentifier()
         #expect(second != first)

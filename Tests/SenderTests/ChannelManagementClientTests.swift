@@ -22,7 +22,7 @@ import Testing
             app: Self.shop, environment: environment, host: GatewayAddress(host: "127.0.0.1", port: port), tokens: tokens)
         c.serverHostname = "localhost"
         c.trustRootsPath = TestCertificates.pem("ca")
-        c.requestTimeout = 10
+        c.requestTimeout = .seconds(10)
         return c
     }
 

@@ -107,7 +107,7 @@ import TestSupport
     @Test func refusedStreamsEndAtTheGiveUpTimeOrTheExpiration() async throws {
         let sim = try await HTTP2Simulator.startedForTests(tokens: false) { $0.initialMaxConcurrentStreams = 0 }
         let log = OutcomeLog()
-        let transport = try Self.transport(sim.port, log: log) { $0.giveUpAfter = 4 }
+        let transport = try Self.transport(sim.port, log: log) { $0.giveUpAfter = .seconds(4) }
         // 1 to 2 s from now: before the give-up time.
         let soon = UInt32(Date().timeIntervalSince1970) + 2
         var jobs = (0..<10).map { job($0, token: $0) }
@@ -140,7 +140,7 @@ import TestSupport
         faults.dropEvery = 1
         let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
         let log = OutcomeLog()
-        let transport = try Self.transport(sim.port, connections: 1, log: log) { $0.giveUpAfter = 2 }
+        let transport = try Self.transport(sim.port, connections: 1, log: log) { $0.giveUpAfter = .seconds(2) }
         _ = try await Self.sendAll((0..<3).map { job($0, token: $0) }, through: transport)
         #expect(log.outcomes.count == 3)
         #expect(log.outcomes.allSatisfy { $0.rejection == .transient(reason: "gateway-gave-up") })

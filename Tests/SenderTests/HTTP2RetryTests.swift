@@ -28,12 +28,12 @@ import TestSupport
         // A stream unanswered this long counts as stuck and is resent (ambiguous): a deadline a loaded
         // machine can miss, so the tests that are not about it wait longer (see docs/testing.md §3.1).
         c.requestTimeout = slowMachineRequestTimeout
-        c.linger = 0.001
-        c.reconnect.initialDelay = 0.005
-        c.reconnect.maximumDelay = 0.2
+        c.linger = .milliseconds(1)
+        c.reconnect.initialDelay = .milliseconds(5)
+        c.reconnect.maximumDelay = .milliseconds(200)
         c.reconnect.attemptsPerSecondPerGateway = 2000
-        c.retry.initialDelay = 0.05
-        c.retry.maximumDelay = 0.5
+        c.retry.initialDelay = .milliseconds(50)
+        c.retry.maximumDelay = .milliseconds(500)
         configure(&c)
         return try HTTP2Transport(configuration: c, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
     }
@@ -74,7 +74,7 @@ import TestSupport
         faults.resetStreamRate = 1
         let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
         let log = OutcomeLog()
-        let transport = try Self.transport(sim.port, connections: 2, log: log) { $0.giveUpAfter = 2 }
+        let transport = try Self.transport(sim.port, connections: 2, log: log) { $0.giveUpAfter = .seconds(2) }
         try await Self.send((0..<20).map { job($0, token: $0) }, through: transport)
         let outcomes = log.outcomes
         #expect(outcomes.count == 20)
@@ -106,7 +106,7 @@ import TestSupport
         let sim = try await HTTP2Simulator.startedForTests(faults: faults, tokens: false)
         let log = OutcomeLog()
         // No per-stream deadline inside the test's time: the requests stay written and unanswered.
-        let transport = try Self.transport(sim.port, connections: 2, log: log) { $0.requestTimeout = 3600 }
+        let transport = try Self.transport(sim.port, connections: 2, log: log) { $0.requestTimeout = .seconds(3600) }
         // The unanswered ones last: a new connection writes one request until an answer proves it.
         try await transport.send((0..<37).map { job($0, token: $0) } + (100..<103).map { job($0, token: $0) })
         // Until the 37 others are answered; of the 3 left, those written wait on their streams (a
@@ -127,7 +127,7 @@ import TestSupport
         #expect(unanswered == written, "\(drained)")
 
         let answering = try await HTTP2Simulator.startedForTests(faults: HTTP2FaultScript(), tokens: false)
-        let other = try Self.transport(answering.port, connections: 2, log: OutcomeLog()) { $0.requestTimeout = 3600 }
+        let other = try Self.transport(answering.port, connections: 2, log: OutcomeLog()) { $0.requestTimeout = .seconds(3600) }
         try await other.send((0..<40).map { job($0, token: $0) })
         let all = await other.drainAndClose(before: .now + .seconds(120))
         #expect(all.allSatisfy { if case .allAnswered = $0 { true } else { false } }, "\(all)")
@@ -145,8 +145,8 @@ import TestSupport
         let log = OutcomeLog()
         let transport = try Self.transport(sim.port, connections: 1, log: log) {
             $0.streamCap = 2
-            $0.requestTimeout = 0.2
-            $0.giveUpAfter = 1
+            $0.requestTimeout = .milliseconds(200)
+            $0.giveUpAfter = .seconds(1)
         }
         // Job 0 goes out 20th: the connection has proved its credentials and answers the others.
         var jobs = (1..<200).map { job($0, token: $0) }

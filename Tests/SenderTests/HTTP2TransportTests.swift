@@ -36,12 +36,12 @@ import TestSupport
         // A stream unanswered this long counts as stuck and is resent (ambiguous): a deadline a loaded
         // machine can miss, so the tests that are not about it wait longer (see docs/testing.md §3.1).
         c.requestTimeout = slowMachineRequestTimeout
-        c.linger = 0.001
-        c.reconnect.initialDelay = 0.005
-        c.reconnect.maximumDelay = 0.2
+        c.linger = .milliseconds(1)
+        c.reconnect.initialDelay = .milliseconds(5)
+        c.reconnect.maximumDelay = .milliseconds(200)
         c.reconnect.attemptsPerSecondPerGateway = 2000
-        c.retry.initialDelay = 0.005
-        c.retry.maximumDelay = 0.05
+        c.retry.initialDelay = .milliseconds(5)
+        c.retry.maximumDelay = .milliseconds(50)
         configure(&c)
         return try HTTP2Transport(configuration: c, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
     }
@@ -225,7 +225,7 @@ import TestSupport
         let transport = try Self.transport(
             sim, connections: 2, auth: .token(ProviderTokenCache(signer: signer), trustRootsPath: TestCertificates.pem("ca")),
             log: log
-        ) { $0.authFailureDelay = 3600 }
+        ) { $0.authFailureDelay = .seconds(3600) }
         try await transport.send((0..<50).map { job($0, token: $0) })
         try await waitUntil("both connections stopped") {
             await transport.statistics().allSatisfy { $0.state == "stopped" }

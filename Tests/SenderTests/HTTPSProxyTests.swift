@@ -210,20 +210,20 @@ import Testing
 struct HTTPSProxyTransportTests {
     static func transport(
         _ sim: HTTP2Simulator, proxy: HTTPSProxySettings?, connections: Int = 2, log: OutcomeLog,
-        logger: Logger = Logger(label: "apns.sender.http2.test"), reconnectMax: Double = 0.2
+        logger: Logger = Logger(label: "apns.sender.http2.test"), reconnectMax: Duration = .milliseconds(200)
     ) throws -> HTTP2Transport {
         var c = HTTP2TransportConfiguration(
             app: shop, authentication: .certificate(.test(app: shop, in: TestCertificates.directory)),
             hosts: [GatewayAddress(host: "127.0.0.1", port: sim.port)])
         c.connections = connections
         c.serverHostname = "localhost"
-        c.linger = 0.001
-        c.connectTimeout = 5
-        c.reconnect.initialDelay = 0.01
+        c.linger = .milliseconds(1)
+        c.connectTimeout = .seconds(5)
+        c.reconnect.initialDelay = .milliseconds(10)
         c.reconnect.maximumDelay = reconnectMax
         c.reconnect.attemptsPerSecondPerGateway = 2000
-        c.retry.initialDelay = 0.005
-        c.retry.maximumDelay = 0.05
+        c.retry.initialDelay = .milliseconds(5)
+        c.retry.maximumDelay = .milliseconds(50)
         c.proxy = proxy
         return try HTTP2Transport(configuration: c, group: MultiThreadedEventLoopGroup.singleton, logger: logger, onOutcomes: log.handler)
     }
@@ -285,7 +285,7 @@ struct HTTPSProxyTransportTests {
             let records = sim.records.count
             // Reconnects at most every 5 s: the transport stays behind with its queued jobs after the test.
             let connects = proxy.connectRequests.count
-            let wrong = try Self.transport(sim, proxy: try Self.settings(url), log: wrongLog, logger: logger, reconnectMax: 5)
+            let wrong = try Self.transport(sim, proxy: try Self.settings(url), log: wrongLog, logger: logger, reconnectMax: .seconds(5))
             try await wrong.send((1000..<1020).map { job($0, token: $0) })
             try await waitUntil("both connections failed at the proxy", seconds: 300) {
                 await Self.lastErrors(wrong).count == 2
@@ -320,7 +320,8 @@ struct HTTPSProxyTransportTests {
         let otherPort = sim.port == 65535 ? sim.port - 1 : sim.port + 1
         let proxy = try await TinyProxy(connectPorts: [otherPort])
         let log = OutcomeLog()
-        let transport = try Self.transport(sim, proxy: try Self.settings("http://127.0.0.1:\(proxy.port)"), log: log, reconnectMax: 5)
+        let transport = try Self.transport(
+            sim, proxy: try Self.settings("http://127.0.0.1:\(proxy.port)"), log: log, reconnectMax: .seconds(5))
         try await transport.send((0..<10).map { job($0, token: $0) })
         try await waitUntil("both connections refused", seconds: 300) { await Self.lastErrors(transport).count == 2 }
         for error in await Self.lastErrors(transport) {

@@ -32,19 +32,19 @@ import TestSupport
         let frame = FrameEncoder.command2Size(payloadCount: Self.notification(0, lane: .bulk).payload.count)
         var c = BinaryConnectionStateMachine.Configuration()
         c.unsettledByteLimit = 5 * frame
-        c.settleAfter = 1_000_000_000
+        c.settleAfter = .seconds(1)
         var m = BinaryConnectionStateMachine(connection: 0, app: "com.example.shop", configuration: c)
         let bulk = m.submitted((0..<20).map { Self.notification($0, lane: .bulk) })
         #expect(bulk)
-        let firstWrite = m.writeEverythingAllowed(flush: 1, completedAt: 0)
+        let firstWrite = m.writeEverythingAllowed(flush: 1, completedAt: .at(0))
         #expect(firstWrite == 5)
         let urgentIsBulk = m.submitted((0..<3).map { Self.notification($0, lane: .priority) })
         #expect(!urgentIsBulk, "no bulk: the caller need not wait")
         #expect(m.queuedCount == 18)
         // The window settles: the priority frames go first, then the bulk ones in order.
-        _ = m.settleTick(now: 1_000_000_000)
+        _ = m.settleTick(now: .at(1))
         _ = m.takeBatch()
-        let secondWrite = m.writeEverythingAllowed(flush: 2, completedAt: 1_000_000_000)
+        let secondWrite = m.writeEverythingAllowed(flush: 2, completedAt: .at(1))
         #expect(secondWrite == 5)
         // Lost before they settled: back at the head of their own lanes, in order.
         let lost = m.connectionLost()
@@ -52,7 +52,7 @@ import TestSupport
         #expect(m.priorityQueue.map(\.notification.jobID) == ["urgent-0", "urgent-1", "urgent-2"])
         #expect(Array(m.queue.map(\.notification.jobID).prefix(3)) == ["bulk-5", "bulk-6", "bulk-7"])
         // Written again, in the same order, and answered by the drain probe: outcomes in write order.
-        let thirdWrite = m.writeEverythingAllowed(flush: 3, completedAt: 2_000_000_000)
+        let thirdWrite = m.writeEverythingAllowed(flush: 3, completedAt: .at(2))
         #expect(thirdWrite == 5)
         m.probeAnswered()
         let answered = m.takeBatch()?.outcomes.map(\.jobID)
@@ -66,24 +66,24 @@ import TestSupport
         var c = Machine.Configuration()
         c.streamCap = 2
         c.queueCapacity = 10
-        c.requestTimeout = 10
-        c.pingInterval = 30
+        c.requestTimeout = .seconds(10)
+        c.pingInterval = .seconds(30)
         var m = Machine(configuration: c, random: SplitMix64(seed: 7), lane: { $0 >= 100 ? .priority : .bulk })
-        _ = m.enqueue([0], now: 0)
-        let first = m.connected(now: 0).writes
-        _ = m.settings(maxConcurrentStreams: 1000, now: 0)
-        let opened = m.response(streamID: first[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0).writes
+        _ = m.enqueue([0], now: .at(0))
+        let first = m.connected(now: .at(0)).writes
+        _ = m.settings(maxConcurrentStreams: 1000, now: .at(0))
+        let opened = m.response(streamID: first[0].streamID, status: 200, reason: nil, timestamp: nil, now: .at(0)).writes
         #expect(opened.isEmpty)
-        let bulk = m.enqueue(Array(1...20), now: 1).writes
+        let bulk = m.enqueue(Array(1...20), now: .at(1)).writes
         #expect(bulk.map(\.request.job) == [1, 2])
         #expect(!m.hasRoom, "twenty queued bulk requests: the caller waits")
-        let urgentWrites = m.enqueue([100, 101, 102], lane: .priority, now: 1).writes
+        let urgentWrites = m.enqueue([100, 101, 102], lane: .priority, now: .at(1)).writes
         #expect(urgentWrites.isEmpty, "no stream free yet")
         var order: [Int] = []
         var open = bulk.map(\.streamID)
         while !open.isEmpty {
             let id = open.removeFirst()
-            let w = m.response(streamID: id, status: 200, reason: nil, timestamp: nil, now: 2).writes
+            let w = m.response(streamID: id, status: 200, reason: nil, timestamp: nil, now: .at(2)).writes
             order += w.map(\.request.job)
             open += w.map(\.streamID)
         }
@@ -103,7 +103,7 @@ import TestSupport
             hosts: [GatewayAddress(host: "127.0.0.1", port: sim.port)])
         c.connections = 1
         c.serverHostname = "localhost"
-        c.linger = 0.001
+        c.linger = .milliseconds(1)
         let transport = try HTTP2Transport(configuration: c, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: log.handler)
         let held = WriteClearance(start: { _ in })
         try await transport.send(

@@ -1,4 +1,5 @@
 import APNsProtocol
+import NIOCore
 import Testing
 
 @testable import Sender
@@ -15,7 +16,7 @@ extension Int: ReplayItem {
         var b = ReplayBuffer<Int>()
         for i in 0..<count { b.append(identifier: start &+ UInt32(i), item: i, bytes: 100) }
         b.assignUnflushed(to: 1)
-        b.writeCompleted(1, at: 100)
+        b.writeCompleted(1, at: .uptimeNanoseconds(100))
         return b
     }
 
@@ -62,10 +63,10 @@ extension Int: ReplayItem {
         for i in 0..<4 { b.append(identifier: UInt32(i + 1), item: i, bytes: 10) }
         b.assignUnflushed(to: 1)  // 0, 1 in write 1 … (all four, in fact)
         b.append(identifier: 5, item: 4, bytes: 10)  // not flushed
-        #expect(b.settleExpired(now: 1_000, settleAfter: 10).isEmpty)  // write 1 not completed yet
-        b.writeCompleted(1, at: 100)
-        #expect(b.settleExpired(now: 109, settleAfter: 10).isEmpty)
-        #expect(b.settleExpired(now: 110, settleAfter: 10).map(\.item) == [0, 1, 2, 3])
+        #expect(b.settleExpired(now: .uptimeNanoseconds(1_000), settleAfter: .nanoseconds(10)).isEmpty)  // write 1 not completed yet
+        b.writeCompleted(1, at: .uptimeNanoseconds(100))
+        #expect(b.settleExpired(now: .uptimeNanoseconds(109), settleAfter: .nanoseconds(10)).isEmpty)
+        #expect(b.settleExpired(now: .uptimeNanoseconds(110), settleAfter: .nanoseconds(10)).map(\.item) == [0, 1, 2, 3])
         #expect(b.count == 1 && b.bytes == 10)  // the unflushed one stays
         let (written, unwritten) = b.takeAll()
         #expect(written.isEmpty && unwritten.map(\.item) == [4])
@@ -87,17 +88,17 @@ extension Int: ReplayItem {
     /// window; `forgetSettled` lets them go after it, or earlier beyond the byte bound.
     @Test func settledStayForTheGraceWindow() {
         var b = buffer()  // 10 × 100 bytes written at 100
-        let settled = b.settleExpired(now: 200, settleAfter: 100)
+        let settled = b.settleExpired(now: .uptimeNanoseconds(200), settleAfter: .nanoseconds(100))
         #expect(settled.map(\.item) == Array(0..<10) && settled.map(\.identifier) == Array(1...10))
         #expect(b.count == 0 && b.bytes == 0 && !b.hasUnsettled)
         #expect(b.keptCount == 10 && b.keptBytes == 1_000 && !b.isEmpty)
-        #expect(b.settleExpired(now: 10_000, settleAfter: 100).isEmpty, "settled once")
-        b.forgetSettled(now: 299, grace: 100, maxBytes: 1_000)
+        #expect(b.settleExpired(now: .uptimeNanoseconds(10_000), settleAfter: .nanoseconds(100)).isEmpty, "settled once")
+        b.forgetSettled(now: .uptimeNanoseconds(299), grace: .nanoseconds(100), maxBytes: 1_000)
         #expect(b.keptCount == 10)
-        b.forgetSettled(now: 299, grace: 100, maxBytes: 650)
+        b.forgetSettled(now: .uptimeNanoseconds(299), grace: .nanoseconds(100), maxBytes: 650)
         #expect(b.keptCount == 6 && b.keptBytes == 600, "the oldest go first beyond the byte bound")
         #expect(b.oldestIdentifier == 5)
-        b.forgetSettled(now: 300, grace: 100, maxBytes: 1_000)
+        b.forgetSettled(now: .uptimeNanoseconds(300), grace: .nanoseconds(100), maxBytes: 1_000)
         #expect(b.isEmpty && Array(b.forgotten) == Array(0..<10))
     }
 
@@ -110,26 +111,26 @@ extension Int: ReplayItem {
         for tick in 0..<3 {
             for i in 0..<1000 { b.append(identifier: UInt32(tick * 1000 + i + 1), item: tick * 1000 + i, bytes: 10) }
             b.assignUnflushed(to: UInt64(tick + 1))
-            b.writeCompleted(UInt64(tick + 1), at: UInt64(tick) * 100)
-            #expect(b.settleExpired(now: UInt64(tick) * 100 + 50, settleAfter: 50).count == 1000)
+            b.writeCompleted(UInt64(tick + 1), at: .uptimeNanoseconds(UInt64(tick) * 100))
+            #expect(b.settleExpired(now: .uptimeNanoseconds(UInt64(tick) * 100 + 50), settleAfter: .nanoseconds(50)).count == 1000)
         }
         #expect(b.settledCount == 3000 && b.keptBytes == 30_000)
-        b.forgetSettled(now: 1049, grace: 1000, maxBytes: 1 << 20)
+        b.forgetSettled(now: .uptimeNanoseconds(1049), grace: .nanoseconds(1000), maxBytes: 1 << 20)
         #expect(b.settledCount == 3000)
-        b.forgetSettled(now: 1050, grace: 1000, maxBytes: 1 << 20)
+        b.forgetSettled(now: .uptimeNanoseconds(1050), grace: .nanoseconds(1000), maxBytes: 1 << 20)
         #expect(b.settledCount == 2000 && b.oldestIdentifier == 1001 && b.keptBytes == 20_000)
         // An error naming one of the second tick's replays what followed it, in order, across chunks.
         var copy = b
         let r = copy.resolve(ErrorResponse(status: .invalidToken, identifier: 1500))
         #expect(r.failedSettled == 1499 && r.discardedSettled == Array(1500..<3000))
-        b.forgetSettled(now: 1149, grace: 1000, maxBytes: 1 << 20)
+        b.forgetSettled(now: .uptimeNanoseconds(1149), grace: .nanoseconds(1000), maxBytes: 1 << 20)
         #expect(b.settledCount == 2000)
         // Beyond the byte bound the oldest go first, whatever their tick; the rest still wait for theirs.
-        b.forgetSettled(now: 1149, grace: 1000, maxBytes: 15_000)
+        b.forgetSettled(now: .uptimeNanoseconds(1149), grace: .nanoseconds(1000), maxBytes: 15_000)
         #expect(b.settledCount == 1500 && b.oldestIdentifier == 1501)
-        b.forgetSettled(now: 1150, grace: 1000, maxBytes: 1 << 20)
+        b.forgetSettled(now: .uptimeNanoseconds(1150), grace: .nanoseconds(1000), maxBytes: 1 << 20)
         #expect(b.settledCount == 1000 && b.oldestIdentifier == 2001)
-        b.forgetSettled(now: 1250, grace: 1000, maxBytes: 1 << 20)
+        b.forgetSettled(now: .uptimeNanoseconds(1250), grace: .nanoseconds(1000), maxBytes: 1 << 20)
         #expect(b.isEmpty && b.forgottenTotal == 3000 && Array(b.forgotten) == Array(0..<3000))
     }
 
@@ -140,11 +141,11 @@ extension Int: ReplayItem {
         var b = ReplayBuffer<Int>()
         for i in 0..<6 { b.append(identifier: UInt32(i + 1), item: i, bytes: 10) }
         b.assignUnflushed(to: 1)
-        b.writeCompleted(1, at: 100)
+        b.writeCompleted(1, at: .uptimeNanoseconds(100))
         for i in 6..<10 { b.append(identifier: UInt32(i + 1), item: i, bytes: 10) }
         b.assignUnflushed(to: 2)
-        b.writeCompleted(2, at: 150)
-        #expect(b.settleExpired(now: 160, settleAfter: 60).map(\.item) == Array(0..<6))
+        b.writeCompleted(2, at: .uptimeNanoseconds(150))
+        #expect(b.settleExpired(now: .uptimeNanoseconds(160), settleAfter: .nanoseconds(60)).map(\.item) == Array(0..<6))
         let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 3))  // item 2, settled
         #expect(!r.sequenceUnknown && r.lostAfterSettle == 0)
         #expect(r.accepted.isEmpty, "0 and 1 were reported when they settled")
@@ -158,7 +159,7 @@ extension Int: ReplayItem {
     /// settled or not, are resent.
     @Test func shutdownNamingASettledOne() {
         var b = buffer()
-        _ = b.settleExpired(now: 200, settleAfter: 100)
+        _ = b.settleExpired(now: .uptimeNanoseconds(200), settleAfter: .nanoseconds(100))
         b.append(identifier: 11, item: 10, bytes: 100)
         let r = b.resolve(ErrorResponse(status: .shutdown, identifier: 5))
         #expect(r.accepted.isEmpty && r.failed == nil && r.failedSettled == nil)
@@ -169,9 +170,9 @@ extension Int: ReplayItem {
     /// counted exactly (identifiers are consecutive) and named by label while remembered.
     @Test func errorNamingAForgottenOneCountsTheLoss() {
         var b = buffer()  // identifiers 1…10
-        _ = b.settleExpired(now: 200, settleAfter: 100)
+        _ = b.settleExpired(now: .uptimeNanoseconds(200), settleAfter: .nanoseconds(100))
         b.forgottenMemory = 4
-        b.forgetSettled(now: 200, grace: 100, maxBytes: 300)  // 1…7 forgotten
+        b.forgetSettled(now: .uptimeNanoseconds(200), grace: .nanoseconds(100), maxBytes: 300)  // 1…7 forgotten
         #expect(b.keptCount == 3 && Array(b.forgotten) == [3, 4, 5, 6])
         let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 5))  // item 4, forgotten
         #expect(r.sequenceUnknown)
@@ -183,8 +184,8 @@ extension Int: ReplayItem {
         // With everything forgotten, the buffer still knows where it stands; a shutdown naming the newest
         // forgotten one loses nothing.
         var c = buffer()
-        _ = c.settleExpired(now: 200, settleAfter: 100)
-        c.forgetSettled(now: 300, grace: 100, maxBytes: 1_000)
+        _ = c.settleExpired(now: .uptimeNanoseconds(200), settleAfter: .nanoseconds(100))
+        c.forgetSettled(now: .uptimeNanoseconds(300), grace: .nanoseconds(100), maxBytes: 1_000)
         var d = c
         let s = c.resolve(ErrorResponse(status: .shutdown, identifier: 10))
         #expect(s.lostAfterSettle == 0 && !s.forgottenNamedFailed && s.discarded.isEmpty)
@@ -200,7 +201,7 @@ extension Int: ReplayItem {
     /// the unsettled.
     @Test func dropAndProbeLeaveTheSettledAlone() {
         var b = buffer()
-        _ = b.settleExpired(now: 200, settleAfter: 100)
+        _ = b.settleExpired(now: .uptimeNanoseconds(200), settleAfter: .nanoseconds(100))
         b.append(identifier: 11, item: 10, bytes: 1)
         b.assignUnflushed(to: 2)
         b.append(identifier: 12, item: 11, bytes: 1)
@@ -220,14 +221,14 @@ extension Int: ReplayItem {
         var b = ReplayBuffer<Numbered>()
         for i in 0..<4 { b.append(identifier: UInt32(i + 1), item: Numbered(n: i), bytes: 10) }
         b.assignUnflushed(to: 1)
-        b.writeCompleted(1, at: 100)
-        #expect(b.settleExpired(now: 200, settleAfter: 100).map(\.item.n) == [0, 1, 2, 3])
-        b.forgetSettled(now: 300, grace: 100, maxBytes: 1_000)
+        b.writeCompleted(1, at: .uptimeNanoseconds(100))
+        #expect(b.settleExpired(now: .uptimeNanoseconds(200), settleAfter: .nanoseconds(100)).map(\.item.n) == [0, 1, 2, 3])
+        b.forgetSettled(now: .uptimeNanoseconds(300), grace: .nanoseconds(100), maxBytes: 1_000)
         #expect(b.isEmpty && Array(b.forgotten) == ["settled-0", "settled-1", "settled-2", "settled-3"])
         for i in 4..<8 { b.append(identifier: UInt32(i + 1), item: Numbered(n: i), bytes: 10) }
         b.assignUnflushed(to: 2)
-        b.writeCompleted(2, at: 300)
-        _ = b.settleExpired(now: 400, settleAfter: 100)
+        b.writeCompleted(2, at: .uptimeNanoseconds(300))
+        _ = b.settleExpired(now: .uptimeNanoseconds(400), settleAfter: .nanoseconds(100))
         b.append(identifier: 9, item: Numbered(n: 8), bytes: 10)
         #expect(b.oldestIdentifier == 5 && b.keptCount == 5 && b.settledCount == 4)
         let r = b.resolve(ErrorResponse(status: .invalidToken, identifier: 6))

@@ -20,7 +20,7 @@ struct ReplayCostBench {
         let sim = try await startSimulator(faults: faults)
         let log = OutcomeLog()
         var shard = testShardConfiguration()
-        shard.settleAfter = 0.25
+        shard.settleAfter = .milliseconds(250)
         if windowKiB > 0 {
             shard.maxUnsettledBytes = windowKiB << 10
             shard.minUnsettledBytes = windowKiB << 10  // fixed

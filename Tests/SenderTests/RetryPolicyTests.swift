@@ -1,4 +1,5 @@
 import GatewaySimulator
+import NIOCore
 import Testing
 
 @testable import Sender
@@ -8,25 +9,25 @@ import Testing
 @Suite struct RetryPolicyTests {
     @Test func backOffGrowsAndTheBudgetEndsByTime() {
         var budget = RetryBudget()
-        budget.giveUpAfter = 100
+        budget.giveUpAfter = .seconds(100)
         var random = SplitMix64(seed: 7)
-        let deadline = budget.deadline(firstFailureAt: 10, expiry: 0, wallNow: 1_700_000_000)
-        #expect(deadline == RetryBudget.Deadline(at: 110, byExpiry: false))
-        var now = 10.0
-        var waits: [Double] = []
+        let deadline = budget.deadline(firstFailureAt: .at(10), expiry: 0, wallNow: .seconds(1_700_000_000))
+        #expect(deadline == RetryBudget.Deadline(at: .at(110), byExpiry: false))
+        var now = NIODeadline.at(10)
+        var waits: [TimeAmount] = []
         var failures = 1
         while case .retry(let at) = budget.next(failures: failures, now: now, deadline: deadline, random: &random) {
-            #expect(at > now && at <= 110)
+            #expect(at > now && at <= .at(110))
             waits.append(at - now)
             now = at
             failures += 1
         }
         #expect(budget.next(failures: failures, now: now, deadline: deadline, random: &random) == .giveUp)
-        #expect(now == 110, "the last wait is cut so one attempt is made at the give-up time")
+        #expect(now == .at(110), "the last wait is cut so one attempt is made at the give-up time")
         // Each wait lies within [½, 1] × 0.2 s × 2^n (capped at 60 s): it grows.
         for (n, w) in waits.dropLast().enumerated() {
-            let base = min(60, 0.2 * Double(1 << n))
-            #expect(w >= base / 2 && w <= base)
+            let base: TimeAmount = min(.seconds(60), .milliseconds(200) * (1 << n))
+            #expect(w.nanoseconds >= base.nanoseconds / 2 && w <= base)
         }
         #expect(waits.count < 15)
     }
@@ -35,31 +36,31 @@ import Testing
         let budget = RetryBudget()  // an hour
         var random = SplitMix64(seed: 1)
         // Expires 5 s after the first failure.
-        let deadline = budget.deadline(firstFailureAt: 100, expiry: 1_700_000_005, wallNow: 1_700_000_000)
-        #expect(deadline == RetryBudget.Deadline(at: 105, byExpiry: true))
-        #expect(budget.next(failures: 1, now: 100, deadline: deadline, random: &random) != .expired)
+        let deadline = budget.deadline(firstFailureAt: .at(100), expiry: 1_700_000_005, wallNow: .seconds(1_700_000_000))
+        #expect(deadline == RetryBudget.Deadline(at: .at(105), byExpiry: true))
+        #expect(budget.next(failures: 1, now: .at(100), deadline: deadline, random: &random) != .expired)
         // A wait that would end after the expiration is not taken: expired now.
-        #expect(budget.next(failures: 30, now: 101, deadline: deadline, random: &random) == .expired)
-        #expect(budget.next(failures: 1, now: 105, deadline: deadline, random: &random) == .expired)
+        #expect(budget.next(failures: 30, now: .at(101), deadline: deadline, random: &random) == .expired)
+        #expect(budget.next(failures: 1, now: .at(105), deadline: deadline, random: &random) == .expired)
         // No expiration (0): the give-up time alone.
-        #expect(budget.deadline(firstFailureAt: 0, expiry: 0, wallNow: 5).at == 3600)
+        #expect(budget.deadline(firstFailureAt: .at(0), expiry: 0, wallNow: .seconds(5)).at == .at(3600))
         // An expiration already past: expired at the first failure.
-        let past = budget.deadline(firstFailureAt: 0, expiry: 10, wallNow: 20)
-        #expect(budget.next(failures: 1, now: 0, deadline: past, random: &random) == .expired)
+        let past = budget.deadline(firstFailureAt: .at(0), expiry: 10, wallNow: .seconds(20))
+        #expect(budget.next(failures: 1, now: .at(0), deadline: past, random: &random) == .expired)
     }
 
     /// A resend whose time is chosen by the caller (a refused stream: at once) keeps the budget's rules:
     /// not at or past the expiration, not past the give-up time but for one attempt there.
     @Test func aResendAtAChosenTimeKeepsTheDeadline() {
         let budget = RetryBudget()
-        let byTime = RetryBudget.Deadline(at: 100, byExpiry: false)
-        let byExpiry = RetryBudget.Deadline(at: 100, byExpiry: true)
-        #expect(budget.resend(at: 50, now: 50, deadline: byTime) == .retry(at: 50))
-        #expect(budget.resend(at: 120, now: 90, deadline: byTime) == .retry(at: 100))
-        #expect(budget.resend(at: 100, now: 100, deadline: byTime) == .giveUp)
-        #expect(budget.resend(at: 99, now: 90, deadline: byExpiry) == .retry(at: 99))
-        #expect(budget.resend(at: 100, now: 90, deadline: byExpiry) == .expired)
-        #expect(budget.resend(at: 100, now: 100, deadline: byExpiry) == .expired)
+        let byTime = RetryBudget.Deadline(at: .at(100), byExpiry: false)
+        let byExpiry = RetryBudget.Deadline(at: .at(100), byExpiry: true)
+        #expect(budget.resend(at: .at(50), now: .at(50), deadline: byTime) == .retry(at: .at(50)))
+        #expect(budget.resend(at: .at(120), now: .at(90), deadline: byTime) == .retry(at: .at(100)))
+        #expect(budget.resend(at: .at(100), now: .at(100), deadline: byTime) == .giveUp)
+        #expect(budget.resend(at: .at(99), now: .at(90), deadline: byExpiry) == .retry(at: .at(99)))
+        #expect(budget.resend(at: .at(100), now: .at(90), deadline: byExpiry) == .expired)
+        #expect(budget.resend(at: .at(100), now: .at(100), deadline: byExpiry) == .expired)
     }
 
     /// Answers with a 5xx share drawn at random (`share` of them), whatever the window: the window is
@@ -164,13 +165,13 @@ import Testing
         for share in [0.3, 0.5] {
             var b = CircuitBreaker()
             var opened = 0
-            for _ in 0..<200_000 where b.record(serverError: Double.random(in: 0..<1, using: &random) < share, now: 0) { opened += 1 }
+            for _ in 0..<200_000 where b.record(serverError: Double.random(in: 0..<1, using: &random) < share, now: .at(0)) { opened += 1 }
             #expect(opened == 0, "\(share): opened \(opened) times")
         }
         var b = CircuitBreaker()
         var answers = 0
         while !b.isOpen {
-            _ = b.record(serverError: true, now: 0)
+            _ = b.record(serverError: true, now: .at(0))
             answers += 1
         }
         #expect(answers == 40)
@@ -180,40 +181,40 @@ import Testing
         var s = CircuitBreaker.Settings()
         s.window = 10
         s.threshold = 0.5
-        s.openFor = 1
-        s.maxOpenFor = 4
+        s.openFor = .seconds(1)
+        s.maxOpenFor = .seconds(4)
         var b = CircuitBreaker(settings: s)
         // 4 of 10: stays closed.
         for i in 0..<10 {
-            let opened = b.record(serverError: i < 4, now: 0)
+            let opened = b.record(serverError: i < 4, now: .at(0))
             #expect(!opened)
         }
         #expect(b.state == .closed)
         // 5 of 10: opens.
         var opened = false
-        for i in 0..<10 { opened = b.record(serverError: i < 5, now: 0) || opened }
-        #expect(opened && b.state == .open(until: 1))
-        let early = b.tick(now: 0.5)
+        for i in 0..<10 { opened = b.record(serverError: i < 5, now: .at(0)) || opened }
+        #expect(opened && b.state == .open(until: .at(1)))
+        let early = b.tick(now: .at(0.5))
         #expect(!early)
-        let due = b.tick(now: 1)
+        let due = b.tick(now: .at(1))
         #expect(due && b.state == .halfOpen)
         // A failed probe: open again, twice as long; then 4 s at most.
-        let reopened = b.record(serverError: true, now: 1)
+        let reopened = b.record(serverError: true, now: .at(1))
         #expect(reopened)
-        #expect(b.state == .open(until: 3))
-        _ = b.tick(now: 3)
-        _ = b.record(serverError: true, now: 3)
-        #expect(b.state == .open(until: 7))
-        _ = b.tick(now: 7)
-        _ = b.record(serverError: true, now: 7)
-        #expect(b.state == .open(until: 11))
-        _ = b.tick(now: 11)
-        let afterGoodProbe = b.record(serverError: false, now: 11)
+        #expect(b.state == .open(until: .at(3)))
+        _ = b.tick(now: .at(3))
+        _ = b.record(serverError: true, now: .at(3))
+        #expect(b.state == .open(until: .at(7)))
+        _ = b.tick(now: .at(7))
+        _ = b.record(serverError: true, now: .at(7))
+        #expect(b.state == .open(until: .at(11)))
+        _ = b.tick(now: .at(11))
+        let afterGoodProbe = b.record(serverError: false, now: .at(11))
         #expect(!afterGoodProbe)
         #expect(b.state == .closed)
         // Closed again from a clean count.
         for i in 0..<9 {
-            let opened = b.record(serverError: i < 5, now: 12)
+            let opened = b.record(serverError: i < 5, now: .at(12))
             #expect(!opened)
         }
     }
@@ -221,29 +222,30 @@ import Testing
     @Test func dueQueueTakesTheDueOnesEarliestFirst() {
         var q = DueQueue<Int>()
         var random = SplitMix64(seed: 3)
-        var dues: [Double] = []
+        var dues: [NIODeadline] = []
         for i in 0..<1000 {
-            let due = Double(random.next() % 10_000) / 100
+            // 1 s + 0…99.99 s, so that a time before all of them is still a time.
+            let due = NIODeadline.at(1 + Double(random.next() % 10_000) / 100)
             dues.append(due)
             q.insert(i, due: due)
         }
-        #expect(q.popDue(now: -1) == nil)
-        var last = -1.0
+        #expect(q.popDue(now: .at(0)) == nil)
+        var last = NIODeadline.distantPast
         var taken = 0
-        while let i = q.popDue(now: 50) {
-            #expect(dues[i] >= last && dues[i] <= 50)
+        while let i = q.popDue(now: .at(51)) {
+            #expect(dues[i] >= last && dues[i] <= .at(51))
             last = dues[i]
             taken += 1
         }
-        #expect(taken == dues.filter { $0 <= 50 }.count)
+        #expect(taken == dues.filter { $0 <= .at(51) }.count)
         #expect(q.count == 1000 - taken)
-        #expect((q.nextDue ?? 0) > 50)
+        #expect((q.nextDue ?? .distantPast) > .at(51))
         #expect(q.removeAll().count == 1000 - taken && q.isEmpty)
         // Equal due times keep their order.
-        q.insert(1, due: 5)
-        q.insert(2, due: 5)
-        q.insert(3, due: 5)
-        #expect([q.popDue(now: 5), q.popDue(now: 5), q.popDue(now: 5)] == [1, 2, 3])
+        q.insert(1, due: .at(5))
+        q.insert(2, due: .at(5))
+        q.insert(3, due: .at(5))
+        #expect([q.popDue(now: .at(5)), q.popDue(now: .at(5)), q.popDue(now: .at(5))] == [1, 2, 3])
     }
 
     @Test func retryCountsAddUpPerReason() {

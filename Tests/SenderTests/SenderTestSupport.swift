@@ -12,11 +12,16 @@ import Testing
 
 let shop = "com.example.shop"
 
+extension NIODeadline {
+    /// `seconds` after the clock's origin: the times the state-machine tests choose (`now: .at(1.5)`).
+    static func at(_ seconds: Double) -> NIODeadline { .uptimeNanoseconds(UInt64((seconds * 1e9).rounded())) }
+}
+
 extension BinaryConnectionStateMachine {
     /// Takes every frame the window allows and flushes them as write `flush`, completed at `at`, as
     /// `Shard.pump` does with a socket that accepts everything. Returns the number of frames written.
     @discardableResult
-    mutating func writeEverythingAllowed(flush: UInt64, completedAt at: UInt64) -> Int {
+    mutating func writeEverythingAllowed(flush: UInt64, completedAt at: NIODeadline) -> Int {
         var buffer = ByteBufferAllocator().buffer(capacity: 4096)
         var frames = 0
         while mayTakeFrame {
@@ -59,7 +64,7 @@ func startSimulator(faults: FaultScript = FaultScript()) async throws -> Gateway
 /// The HTTP/2 request timeout of the tests that are not about it: a stream unanswered for
 /// `requestTimeout` is resent as ambiguous, and a loaded machine can keep the in-process simulator from
 /// answering for longer than the product's 10 s.
-let slowMachineRequestTimeout = 300.0
+let slowMachineRequestTimeout = Duration.seconds(300)
 
 func testShardConfiguration() -> ShardConfiguration {
     var c = ShardConfiguration()
@@ -69,14 +74,14 @@ func testShardConfiguration() -> ShardConfiguration {
     // invalid token read that late was already reported accepted (`refusedAfterSettle`), and the tests
     // count rejections exactly. Measured: at 1.5 s, `everyValidJobOnceUnderFaults` beside the other
     // suites reported 12 of its 1 000 invalid tokens accepted, with nothing lost.
-    c.settleAfter = 3
+    c.settleAfter = .seconds(3)
     // The grace window is a deadline too: the simulator shares the test process, and when the machine is
     // loaded it reads a frame later than any grace a production gateway needs. A test waits as long as
     // it takes; what the grace window does is in the tests that set their own.
-    c.settleGrace = 120
-    c.linger = 0.001
-    c.reconnect.initialDelay = 0.005
-    c.reconnect.maximumDelay = 0.2
+    c.settleGrace = .seconds(120)
+    c.linger = .milliseconds(1)
+    c.reconnect.initialDelay = .milliseconds(5)
+    c.reconnect.maximumDelay = .milliseconds(200)
     c.reconnect.attemptsPerSecondPerGateway = 2000
     return c
 }

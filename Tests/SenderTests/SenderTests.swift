@@ -27,7 +27,7 @@ import Testing
         // error proves discarded), but an invalid token read after it settled is reported accepted
         // (counted `refusedAfterSettle`), and this test counts rejections exactly.
         var shard = testShardConfiguration()
-        shard.settleAfter = 5
+        shard.settleAfter = .seconds(5)
         let pool = try makePool(simulators: [simA, simB], shards: 8, shard: shard, log: log)
 
         for start in stride(from: 0, to: jobs, by: 1000) {
@@ -135,8 +135,8 @@ import Testing
         let sim = try await startSimulator(faults: faults)
         let log = OutcomeLog()
         var shard = testShardConfiguration()
-        shard.settleAfter = 3600
-        shard.drainTimeout = 3600
+        shard.settleAfter = .seconds(3600)
+        shard.drainTimeout = .seconds(3600)
         let pool = try makePool(simulators: [sim], shards: 2, shard: shard, log: log)
         try await pool.send((0..<2_000).map { job($0, token: $0) })
         let results = await pool.drainAndClose()
@@ -161,8 +161,8 @@ import Testing
         let sim = try await startSimulator(faults: faults)
         let log = OutcomeLog()
         var shard = testShardConfiguration()
-        shard.settleAfter = 0.001  // settling by time beats the probe's answer whenever it is allowed to
-        shard.drainTimeout = 2
+        shard.settleAfter = .milliseconds(1)  // settling by time beats the probe's answer whenever it is allowed to
+        shard.drainTimeout = .seconds(2)
         let pool = try makePool(simulators: [sim], shards: 1, shard: shard, log: log)
         for start in stride(from: 0, to: 12_000, by: 1000) {
             try await pool.send((start..<(start + 1000)).map { job($0, token: $0) })
@@ -193,7 +193,7 @@ import Testing
         let sim = try await startSimulator(faults: faults)
         let log = OutcomeLog()
         var shard = testShardConfiguration()
-        shard.settleAfter = 0.05
+        shard.settleAfter = .milliseconds(50)
         if fixedWindow {
             shard.maxUnsettledBytes = 64 * 1024
             shard.minUnsettledBytes = 64 * 1024

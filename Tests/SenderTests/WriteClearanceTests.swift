@@ -30,28 +30,28 @@ import Testing
     func machine(_ calls: Calls, cap: Int) -> Machine {
         var m = HTTP2ConnectionStateMachineTests.machine(cap: cap, clearance: { calls.of($0) })
         // Connected and authenticated by a job of no call (0).
-        _ = m.enqueue([0], now: 0)
-        let w = m.connected(now: 0).writes
-        _ = m.settings(maxConcurrentStreams: 1000, now: 0)
-        _ = m.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
+        _ = m.enqueue([0], now: .at(0))
+        let w = m.connected(now: .at(0)).writes
+        _ = m.settings(maxConcurrentStreams: 1000, now: .at(0))
+        _ = m.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: .at(0))
         return m
     }
 
     @Test func aCallIsWrittenOnlyOnceItsMarkIsSet() {
         let calls = Calls()
         var m = machine(calls, cap: 10)
-        let first = m.enqueue(Array(1...6), now: 1)
+        let first = m.enqueue(Array(1...6), now: .at(1))
         #expect(first.writes.isEmpty)
         #expect(first.clearances.count == 1 && first.clearances[0] === calls.a)
         // Asked once, however often the machine pumps while the mark is pending.
-        #expect(m.tick(now: 1.1).clearances.isEmpty)
+        #expect(m.tick(now: .at(1.1)).clearances.isEmpty)
         calls.a.grant()
-        let after = m.cleared(now: 1.2)
+        let after = m.cleared(now: .at(1.2))
         // A's jobs go out; B's wait at the front of the queue for B's mark.
         #expect(after.writes.map(\.request.job) == [1, 2, 3])
         #expect(after.clearances.count == 1 && after.clearances[0] === calls.b)
         calls.b.grant()
-        #expect(m.cleared(now: 1.3).writes.map(\.request.job) == [4, 5, 6])
+        #expect(m.cleared(now: .at(1.3)).writes.map(\.request.job) == [4, 5, 6])
     }
 
     /// The next call's leave is asked for before it is due: with 2 streams, B's is asked while A's third
@@ -60,13 +60,13 @@ import Testing
         let calls = Calls()
         calls.a.grant()
         var m = machine(calls, cap: 2)
-        let first = m.enqueue(Array(1...6), now: 1)
+        let first = m.enqueue(Array(1...6), now: .at(1))
         #expect(first.writes.map(\.request.job) == [1, 2])
         #expect(first.clearances.count == 1 && first.clearances[0] === calls.b)
         calls.b.grant()
         let r = m.responses(
             [.init(streamID: 3, status: 200, reason: nil, timestamp: nil), .init(streamID: 5, status: 200, reason: nil, timestamp: nil)],
-            now: 2)
+            now: .at(2))
         #expect(r.writes.map(\.request.job) == [3, 4])
     }
 
@@ -79,7 +79,7 @@ import Testing
         let near = Calls()
         near.a.grant()
         var m = machine(near, cap: 1)
-        let first = m.enqueue(Array(1...6), now: 1)
+        let first = m.enqueue(Array(1...6), now: .at(1))
         #expect(first.writes.map(\.request.job) == [1])
         // The queue holds 2…6: job 4, B's first, is 2 requests behind the head.
         #expect(first.clearances.count == 1 && first.clearances[0] === near.b)
@@ -88,10 +88,10 @@ import Testing
         let a = WriteClearance.granted()
         let far = WriteClearance { _ in started.names.withLock { $0.append("far") } }
         var m2 = HTTP2ConnectionStateMachineTests.machine(cap: 1, clearance: { $0 == 0 ? nil : $0 <= 8 ? a : far })
-        _ = m2.enqueue([0], now: 0)
-        let w = m2.connected(now: 0).writes
-        _ = m2.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: 0)
-        let queued = m2.enqueue(Array(1...12), now: 1)
+        _ = m2.enqueue([0], now: .at(0))
+        let w = m2.connected(now: .at(0)).writes
+        _ = m2.response(streamID: w[0].streamID, status: 200, reason: nil, timestamp: nil, now: .at(0))
+        let queued = m2.enqueue(Array(1...12), now: .at(1))
         #expect(queued.writes.map(\.request.job) == [1])
         #expect(queued.clearances.isEmpty, "job 9, the far call's first, is 8 requests behind the head")
         // One answer at a time, one write each: the far call is asked for when its first job is two
@@ -99,7 +99,7 @@ import Testing
         var askedAt: [Int] = []
         var stream = queued.writes[0].streamID
         for _ in 0..<7 {
-            let r = m2.response(streamID: stream, status: 200, reason: nil, timestamp: nil, now: 2)
+            let r = m2.response(streamID: stream, status: 200, reason: nil, timestamp: nil, now: .at(2))
             stream = r.writes[0].streamID
             if r.clearances.contains(where: { $0 === far }) { askedAt.append(r.writes[0].request.job) }
         }

@@ -137,7 +137,7 @@ enum GatewayBenchmark {
         // The replay buffer caps a shard at replayMaxCount ÷ settleAfter notifications/s (everything
         // written in the last `settleAfter` must be kept): size it for the rate, as the README says.
         var shard = ShardConfiguration()
-        shard.settleAfter = 0.5
+        shard.settleAfter = .milliseconds(500)
         shard.replayMaxCount = 262_144
         shard.replayMaxBytes = 64 * 1024 * 1024
         // The unsettled window's default (settle_after × 16 MiB/s) is sized for a pipeline's rate, not for

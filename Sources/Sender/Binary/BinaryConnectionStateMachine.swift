@@ -7,8 +7,8 @@ import NIOCore
 /// the outcomes and events that follow. A value type with no I/O: events in (submitted, frame taken,
 /// flushed, write completed, settle tick, error response, probe answered, connection lost), decisions
 /// out (frames to write, outcomes, notifications to resend, notes to log), as
-/// `HTTP2ConnectionStateMachine` does for HTTP/2. Times are nanoseconds on a monotonic clock, passed
-/// in, so tests choose them.
+/// `HTTP2ConnectionStateMachine` does for HTTP/2. Times are the event loop's (instants are `NIODeadline`s,
+/// spans `TimeAmount`s), passed in, so tests choose them.
 ///
 /// `Shard` drives it on its event loop, beside `BinaryShardLifecycle` (the connection's lifecycle and
 /// epochs, reconnect back-off, gateway rotation, the drain and its probe: the other half of
@@ -38,13 +38,13 @@ struct BinaryConnectionStateMachine {
         var minimumWindow = 16 << 10
         /// Bytes of settled notifications kept for the grace window.
         var graceMaxBytes = 8 << 20
-        var settleAfter: UInt64 = 1_000_000_000
-        var settleGrace: UInt64 = 2_000_000_000
+        var settleAfter = TimeAmount.seconds(1)
+        var settleGrace = TimeAmount.seconds(2)
         var maxAttempts = 3
-        /// When set, status 1 / 255 are retried until this long (ns) after the notification's first
+        /// When set, status 1 / 255 are retried until this long after the notification's first
         /// such failure, whatever the count (`maxAttempts` no longer applies): the same by-time rule
         /// as HTTP/2's retries (docs/design.md §2.9), then dead-lettered `gateway-gave-up`.
-        var giveUpAfter: UInt64?
+        var giveUpAfter: TimeAmount?
         /// Cancelled campaigns: checked right before a notification is written (``takeFrame(into:)``).
         var cancellations: CampaignCancellations?
 
@@ -56,10 +56,10 @@ struct BinaryConnectionStateMachine {
             unsettledByteLimit = c.unsettledByteLimit
             minimumWindow = c.minUnsettledBytes
             graceMaxBytes = max(0, c.replayMaxBytes - c.unsettledByteLimit)
-            settleAfter = UInt64(c.settleAfter * 1e9)
-            settleGrace = UInt64(c.settleGrace * 1e9)
+            settleAfter = TimeAmount(c.settleAfter)
+            settleGrace = TimeAmount(c.settleGrace)
             maxAttempts = c.maxAttempts
-            giveUpAfter = c.giveUpAfter.map { UInt64($0 * 1e9) }
+            giveUpAfter = c.giveUpAfter.map { TimeAmount($0) }
             cancellations = c.cancellations
         }
     }
@@ -72,7 +72,7 @@ struct BinaryConnectionStateMachine {
         /// Times answered with status 1 or 255.
         var processingFailures = 0
         /// When it was first answered with status 1 or 255 (by-time give-up).
-        var firstFailureAt: UInt64?
+        var firstFailureAt: NIODeadline?
         /// Its outcome was reported (accepted, by time) before an error proved it discarded: it is being
         /// resent from the grace window, and must not be reported again.
         var reported = false
@@ -215,13 +215,13 @@ struct BinaryConnectionStateMachine {
         events.bytesWritten += bytes
     }
 
-    mutating func writeCompleted(_ flush: UInt64, now: UInt64) {
+    mutating func writeCompleted(_ flush: UInt64, now: NIODeadline) {
         replay.writeCompleted(flush, at: now)
     }
 
     /// Settles what waited `settleAfter` since its write completed and forgets what left the grace
     /// window. Returns whether anything settled (the connection proved useful).
-    mutating func settleTick(now: UInt64) -> Bool {
+    mutating func settleTick(now: NIODeadline) -> Bool {
         var settledBytes = 0
         var settledCount = 0
         var accepted = outcomes
@@ -246,7 +246,7 @@ struct BinaryConnectionStateMachine {
     }
 
     /// Lets settled notifications go after the grace window, or earlier beyond `graceMaxBytes`.
-    mutating func forgetSettled(now: UInt64) {
+    mutating func forgetSettled(now: NIODeadline) {
         guard replay.settledCount > 0 else { return }
         replay.forgetSettled(now: now, grace: config.settleGrace, maxBytes: config.graceMaxBytes)
     }
@@ -258,7 +258,7 @@ struct BinaryConnectionStateMachine {
 
     /// An error response (the gateway closes the connection after it): outcomes for the named one and
     /// those before it, and what followed it back at the head of the queue, in order.
-    mutating func errorResponse(_ response: ErrorResponse, now: UInt64 = 0) -> ErrorNotes {
+    mutating func errorResponse(_ response: ErrorResponse, now: NIODeadline = .distantPast) -> ErrorNotes {
         var notes = ErrorNotes()
         let r = replay.resolve(response)
         for e in r.accepted { record(e.item, .accepted) }
@@ -296,7 +296,7 @@ struct BinaryConnectionStateMachine {
                 p.firstFailureAt = firstFailure
                 let again: Bool
                 if let giveUpAfter = config.giveUpAfter {
-                    again = now &- firstFailure < giveUpAfter
+                    again = now - firstFailure < giveUpAfter
                 } else {
                     again = p.processingFailures < config.maxAttempts
                 }

@@ -1,3 +1,5 @@
+import NIOCore
+
 /// What one binary shard decides about its connection and its drain: when to connect and to which
 /// gateway after what back-off, which connection's events still count (epochs), when a connection
 /// proved useful (so the back-off starts over), when to send the drain probe, what its answer or its
@@ -23,10 +25,10 @@ struct BinaryShardLifecycle {
         case stopped
     }
 
-    /// The decision to connect: to `gateway`, after `backOff` seconds (0 = now).
+    /// The decision to connect: to `gateway`, after `backOff` (zero = now).
     struct Connect: Equatable {
         var gateway: GatewayAddress
-        var backOff: Double
+        var backOff: TimeAmount
     }
 
     /// A drain in progress.
@@ -100,7 +102,7 @@ struct BinaryShardLifecycle {
         guard case .idle = state else { return nil }
         let gateway = nextGateway
         state = .waitingToConnect(gateway)
-        let backOff = reconnectAttempt == 0 ? 0 : reconnect.delay(attempt: reconnectAttempt - 1, random: &random)
+        let backOff = reconnectAttempt == 0 ? .zero : reconnect.delay(attempt: reconnectAttempt - 1, random: &random)
         return Connect(gateway: gateway, backOff: backOff)
     }
 

@@ -1,6 +1,7 @@
 import APNsTransport
 import Logging
 import NIOCore
+import TimeUnits
 
 /// One app's binary transport: N shards, each its own TLS connection to one of the gateways.
 public struct BinaryTransportConfiguration: Sendable {
@@ -29,12 +30,12 @@ public struct BinaryTransportConfiguration: Sendable {
     public var app: String { credentials.app }
 }
 
-/// How one shard batches, settles and reconnects. Durations in seconds.
+/// How one shard batches, settles and reconnects.
 public struct ShardConfiguration: Sendable {
     /// Flush when the unflushed frames reach this many bytes…
     public var batchBytes = 64 * 1024
     /// …or when the oldest unflushed frame has waited this long (Nagle, but explicit).
-    public var linger = 0.002
+    public var linger = Duration.milliseconds(2)
     /// Notifications waiting to be written; a full queue makes callers wait.
     public var queueCapacity = 8192
     /// Written but unsettled notifications kept for replay; when full, writing pauses until some settle.
@@ -42,7 +43,7 @@ public struct ShardConfiguration: Sendable {
     public var replayMaxBytes = 16 * 1024 * 1024
     /// No error response this long after a write completed: its notifications are accepted. Size the
     /// replay buffer from `settleAfter` × rate.
-    public var settleAfter = 1.0
+    public var settleAfter = Duration.seconds(1)
     /// At most this many bytes written (or batched) and not yet settled per connection; at the cap the
     /// shard stops writing until some settle. nil: `settleAfter` × `defaultUnsettledRate` (16 MiB/s),
     /// within 32 KiB…`replayMaxBytes`. Why: the settle clock starts when a write reaches the kernel, and the
@@ -58,17 +59,17 @@ public struct ShardConfiguration: Sendable {
     /// Settled notifications stay resendable this long after settling (kept, marked settled, outcome
     /// already reported): an error that names one of them — a gateway that read later than
     /// `settleAfter` — still replays exactly what followed it. Bounded by `replayMaxBytes` too.
-    public var settleGrace = 2.0
+    public var settleGrace = Duration.seconds(2)
     /// Status 1 / 255: how many times a notification is written before it is dead-lettered, when
     /// `giveUpAfter` is nil.
     public var maxAttempts = 3
-    /// Status 1 / 255: retried until this many seconds after the notification's first such answer, then
+    /// Status 1 / 255: retried until this long after the notification's first such answer, then
     /// dead-lettered `gateway-gave-up` (the pipeline sets `gateway.give_up_after_s`, default 3600; nil
     /// keeps the count of `maxAttempts`).
-    public var giveUpAfter: Double?
+    public var giveUpAfter: Duration?
     /// How long a drain waits for the probe's answer before falling back to `settleAfter`.
-    public var drainTimeout = 5.0
-    public var connectTimeout = 10.0
+    public var drainTimeout = Duration.seconds(5)
+    public var connectTimeout = Duration.seconds(10)
     public var reconnect = ReconnectPolicy()
     /// Cancelled campaigns (`campaign cancel`, design §2.10): a queued notification of one is settled
     /// ``Delivery/cancelled`` instead of being written. nil: nothing is cancelled.
@@ -88,7 +89,7 @@ public struct ShardConfiguration: Sendable {
     /// The unsettled window in force.
     public var unsettledByteLimit: Int {
         if let m = maxUnsettledBytes { return m }
-        let sized = Int(settleAfter * Double(Self.defaultUnsettledRate))
+        let sized = Int(settleAfter.seconds * Double(Self.defaultUnsettledRate))
         return max(32 * 1024, min(sized, replayMaxBytes))
     }
 }

@@ -25,7 +25,7 @@ protocol ReplayItem {
 ///
 /// Identifiers are consecutive on a connection, so they are not stored: an entry's is the oldest kept
 /// one's plus its position, and finding X is O(1), its distance from the oldest, computed wrap-safely.
-/// Pure logic with no I/O: times are plain nanoseconds.
+/// Pure logic with no I/O: times are the event loop's (`NIODeadline`, `TimeAmount`), passed in.
 struct ReplayBuffer<Item: ReplayItem> {
     typealias Settled = Item.Settled
 
@@ -37,7 +37,7 @@ struct ReplayBuffer<Item: ReplayItem> {
         /// The write this frame went out in; nil while it sits in the unflushed batch.
         var flush: UInt64?
         /// When that write completed (handed to the kernel); settlement counts from here.
-        var writtenAt: UInt64?
+        var writtenAt: NIODeadline?
     }
 
     /// An unsettled entry without its item: plain values, so the scans of every write and settle tick
@@ -45,7 +45,7 @@ struct ReplayBuffer<Item: ReplayItem> {
     private struct Meta {
         var bytes: Int
         var flush: UInt64?
-        var writtenAt: UInt64?
+        var writtenAt: NIODeadline?
     }
 
     /// A settled entry of the grace window: its outcome was reported accepted when it settled; an error
@@ -58,7 +58,7 @@ struct ReplayBuffer<Item: ReplayItem> {
     /// When settled entries settled: the entries of one settle tick share its time, so the window keeps
     /// one of these per tick (`count` entries from the oldest on) rather than a time per entry.
     private struct SettleRun {
-        var at: UInt64
+        var at: NIODeadline
         var count: Int
     }
 
@@ -135,7 +135,7 @@ struct ReplayBuffer<Item: ReplayItem> {
     }
 
     /// Write number `flush` completed at `now`.
-    mutating func writeCompleted(_ flush: UInt64, at now: UInt64) {
+    mutating func writeCompleted(_ flush: UInt64, at now: NIODeadline) {
         // Writes complete in order; the frames of one write are contiguous. Walk back from the newest.
         var i = meta.count - 1
         while i >= 0 {
@@ -151,7 +151,7 @@ struct ReplayBuffer<Item: ReplayItem> {
     /// Settles the oldest unsettled entries whose write completed at least `settleAfter` ago, and
     /// returns them (their outcome is now "accepted"). They stay in the buffer, as `Item.settled`,
     /// until `forgetSettled` lets them go.
-    mutating func settleExpired(now: UInt64, settleAfter: UInt64) -> [Entry] {
+    mutating func settleExpired(now: NIODeadline, settleAfter: TimeAmount) -> [Entry] {
         var out: [Entry] = []
         settleExpired(now: now, settleAfter: settleAfter) { entry in out.append(entry) }
         return out
@@ -159,7 +159,7 @@ struct ReplayBuffer<Item: ReplayItem> {
 
     /// As `settleExpired(now:settleAfter:)`, handing each settled entry to `body` in order instead of
     /// building an array (the per-tick path).
-    mutating func settleExpired(now: UInt64, settleAfter: UInt64, _ body: (Entry) -> Void) {
+    mutating func settleExpired(now: NIODeadline, settleAfter: TimeAmount, _ body: (Entry) -> Void) {
         while let m = meta.first, let at = m.writtenAt, at + settleAfter <= now {
             let identifier = oldest &+ UInt32(truncatingIfNeeded: settled.count)
             meta.removeFirst()
@@ -180,7 +180,7 @@ struct ReplayBuffer<Item: ReplayItem> {
     /// Lets settled entries go once they have been settled for `grace`, and the oldest settled ones
     /// earlier while the settled ones take more than `maxBytes`. The newest `forgottenMemory` of them
     /// are remembered, to name what a later error proves lost.
-    mutating func forgetSettled(now: UInt64, grace: UInt64, maxBytes: Int) {
+    mutating func forgetSettled(now: NIODeadline, grace: TimeAmount, maxBytes: Int) {
         while let run = settleRuns.first, run.at + grace <= now || keptBytes - bytes > maxBytes {
             let first = settled.removeFirst()
             if run.count == 1 { settleRuns.removeFirst() } else { settleRuns[settleRuns.startIndex].count -= 1 }

@@ -18,6 +18,12 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     let index: Int
     let eventLoop: any EventLoop
     private let config: ShardConfiguration
+    /// `config`'s times in the event loop's unit, worked out once: the linger (at every batch), the
+    /// settle tick (a quarter of `settleAfter`, at least 5 ms), the drain probe's timeout, the connect's.
+    private let linger: TimeAmount
+    private let settlePeriod: TimeAmount
+    private let drainTimeout: TimeAmount
+    private let connectTimeout: TimeAmount
     private let sslContext: NIOSSLContext
     private let serverHostname: String?
     private let gateways: [GatewayAddress]
@@ -51,6 +57,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         self.index = index
         self.eventLoop = eventLoop
         self.config = config
+        self.linger = TimeAmount(config.linger)
+        self.settlePeriod = max(.milliseconds(5), .nanoseconds(TimeAmount(config.settleAfter).nanoseconds / 4))
+        self.drainTimeout = TimeAmount(config.drainTimeout)
+        self.connectTimeout = TimeAmount(config.connectTimeout)
         self.sslContext = sslContext
         self.serverHostname = serverHostname
         self.gateways = gateways
@@ -64,7 +74,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         machine = BinaryConnectionStateMachine(connection: index, app: app, configuration: .init(config))
     }
 
-    private var now: UInt64 { DispatchTime.now().uptimeNanoseconds }
+    private var now: NIODeadline { .now() }
 
     // MARK: submitting
 
@@ -114,7 +124,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         statistics.maxUnsettledBytes = max(statistics.maxUnsettledBytes, machine.replay.bytes)
         if lifecycle.shouldSendProbe(queueIsEmpty: machine.queueIsEmpty) { sendProbe(channel) }
         if outgoing.readableBytes > 0, lingerTask == nil {
-            lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.linger * 1e9))) { [self] in
+            lingerTask = eventLoop.scheduleTask(in: linger) { [self] in
                 lingerTask = nil
                 if lifecycle.isConnected, let channel = self.channel, outgoing.readableBytes > 0 { flush(channel) }
             }
@@ -148,7 +158,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         lifecycle.probeSent(identifier)
         // A probe sent again on a new connection gets a fresh timeout.
         probeTimeout?.cancel()
-        probeTimeout = eventLoop.scheduleTask(in: .nanoseconds(Int64(config.drainTimeout * 1e9))) { [self] in
+        probeTimeout = eventLoop.scheduleTask(in: drainTimeout) { [self] in
             lifecycle.probeTimedOut()
             logger.warning("drain probe not answered in time; settling by time instead", metadata: ["identifier": "\(identifier)"])
             finishDrainIfSettled()
@@ -171,8 +181,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
 
     private func scheduleSettle() {
         guard settleTask == nil, !machine.replay.isEmpty else { return }
-        let period = max(0.005, config.settleAfter / 4)
-        settleTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(period * 1e9))) { [self] in
+        settleTask = eventLoop.scheduleTask(in: settlePeriod) { [self] in
             settleTask = nil
             if machine.settleTick(now: now) { lifecycle.connectionProvedUseful() }
             scheduleSettle()
@@ -301,10 +310,10 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
     private func scheduleConnect(_ decision: BinaryShardLifecycle.Connect) {
         let gateway = decision.gateway
         let delay = max(decision.backOff, limiter.reserve(gateway))
-        if delay <= 0 {
+        if delay <= .zero {
             connect(to: gateway)
         } else {
-            eventLoop.scheduleTask(in: .nanoseconds(Int64(delay * 1e9))) { [self] in connect(to: gateway) }
+            eventLoop.scheduleTask(in: delay) { [self] in connect(to: gateway) }
         }
     }
 
@@ -314,7 +323,7 @@ final class Shard: @unchecked Sendable {  // mutable state is confined to `event
         let sslContext = self.sslContext
         let hostname = serverHostname ?? gateway.host
         ClientBootstrap(group: eventLoop)
-            .connectTimeout(.nanoseconds(Int64(config.connectTimeout * 1e9)))
+            .connectTimeout(connectTimeout)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             // A shallow local pipe (NIO's outbound buffer, the socket's send buffer): memory per
             // connection stays small, and less sits behind a bad frame when the gateway errors on it.

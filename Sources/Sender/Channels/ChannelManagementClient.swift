@@ -8,6 +8,7 @@ import NIOHTTP2
 import NIOSSL
 import NIOTLS
 import Synchronization
+import TimeUnits
 
 /// Where and as whom channel management requests go: an app (bundle id), an environment, Apple's
 /// channel-management host for it (or the host a pipeline file names instead: a simulator), the
@@ -26,9 +27,9 @@ public struct ChannelManagementConfiguration: Sendable {
     public var tokens: ProviderTokenCache
     /// PEM roots the server's certificate must chain to; nil: the system's (Apple's hosts).
     public var trustRootsPath: String?
-    public var connectTimeout = 10.0
+    public var connectTimeout = Duration.seconds(10)
     /// From the start of the connect to the answer.
-    public var requestTimeout = 20.0
+    public var requestTimeout = Duration.seconds(20)
     public var resolver: any HostResolver = SystemHostResolver()
     /// The HTTPS proxy (HTTP CONNECT) the host is reached through; nil: directly.
     public var proxy: HTTPSProxy?
@@ -317,8 +318,8 @@ public enum ChannelManagementClient {
     }
 
     struct Timeout: Error, CustomStringConvertible {
-        var seconds: Double
-        var description: String { "no answer within \(seconds) s" }
+        var after: Duration
+        var description: String { "no answer within \(after.seconds) s" }
     }
 
     struct NotHTTP2: Error, CustomStringConvertible {
@@ -334,7 +335,8 @@ public enum ChannelManagementClient {
         let authentication = HTTP2Authentication.token(c.tokens, trustRootsPath: c.trustRootsPath)
         let sslContext = try authentication.makeClientContext()
         let bearer = "bearer " + (try c.tokens.current().value)
-        let connector = APNsConnector(sslContext: sslContext, connectTimeout: c.connectTimeout, resolver: c.resolver, proxy: c.proxy)
+        let connector = APNsConnector(
+            sslContext: sslContext, connectTimeout: TimeAmount(c.connectTimeout), resolver: c.resolver, proxy: c.proxy)
         let eventLoop = group.next()
         let authority = c.serverHostname ?? c.host.host
         let observer = ConnectionObserver()
@@ -353,8 +355,8 @@ public enum ChannelManagementClient {
         defer { channel.close(promise: nil) }
 
         let promise = eventLoop.makePromise(of: ChannelAnswer.self)
-        let deadline = eventLoop.scheduleTask(in: .nanoseconds(Int64(c.requestTimeout * 1e9))) {
-            promise.fail(Timeout(seconds: c.requestTimeout))
+        let deadline = eventLoop.scheduleTask(in: TimeAmount(c.requestTimeout)) {
+            promise.fail(Timeout(after: c.requestTimeout))
         }
         defer { deadline.cancel() }
         // A connection that closes before the answer fails the request rather than leaving it waiting,

@@ -11,7 +11,7 @@ import NIOSSL
 struct APNsConnector: Sendable {
     /// TLS 1.2+, ALPN `h2` (`HTTP2Authentication.makeClientContext`).
     var sslContext: NIOSSLContext
-    var connectTimeout: Double
+    var connectTimeout: TimeAmount
     var resolver: any HostResolver
     /// The HTTPS proxy the host is reached through (nil: directly, or the host is in NO_PROXY).
     var proxy: HTTPSProxy? = nil
@@ -25,7 +25,7 @@ struct APNsConnector: Sendable {
         handlers: @escaping @Sendable (any Channel) throws -> Void
     ) -> EventLoopFuture<any Channel> {
         let sslContext = self.sslContext
-        let timeout = TimeAmount.nanoseconds(Int64(connectTimeout * 1e9))
+        let timeout = connectTimeout
         if let proxy {
             // Through a proxy, the proxy resolves Apple's name: there is no spread over Apple's addresses
             // (nor a move to the next one after a failure) on this side. A refusal (403, 407), a dead

@@ -6,6 +6,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import Synchronization
+import TimeUnits
 
 /// A notification with its request head, built (and validated) once when it is submitted. A class:
 /// a request is copied between the queue, the open streams, the actions and the outcome, and one
@@ -34,6 +35,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     let index: Int
     let eventLoop: any EventLoop
     private let configuration: HTTP2TransportConfiguration
+    /// `configuration.linger` in the event loop's unit (read at every batch).
+    private let linger: TimeAmount
     /// Opens each (re)connect: the path every TLS connection to APNs takes (`APNsConnector`).
     private let connector: APNsConnector
     private let host: GatewayAddress
@@ -89,10 +92,11 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         self.index = index
         self.eventLoop = eventLoop
         self.configuration = configuration
+        self.linger = TimeAmount(configuration.linger)
         let host = configuration.hosts[index % configuration.hosts.count]  // spread evenly over the hosts
         self.host = host
         self.connector = APNsConnector(
-            sslContext: sslContext, connectTimeout: configuration.connectTimeout, resolver: configuration.resolver,
+            sslContext: sslContext, connectTimeout: TimeAmount(configuration.connectTimeout), resolver: configuration.resolver,
             proxy: configuration.proxy?.proxy(for: host.host))
         self.slot = index / configuration.hosts.count
         self.limiter = limiter
@@ -116,10 +120,10 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         statistics.app = configuration.app
         statistics.index = index
         statistics.gateway = host.description
-        machine.wallClockOffset = Date().timeIntervalSince1970 - now
+        machine.wallClockOffset = TimeAmount(.seconds(Date().timeIntervalSince1970)) - (now - .distantPast)
     }
 
-    private var now: Double { Double(NIODeadline.now().uptimeNanoseconds) / 1e9 }
+    private var now: NIODeadline { .now() }
 
     // MARK: entry points (any thread)
 
@@ -256,7 +260,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             logger.error(
                 "connect refused: \(refusal.detail)",
                 metadata: [
-                    "refusal": "\(refusal.kind.rawValue)", "retry_in_seconds": "\(configuration.authFailureDelay)",
+                    "refusal": "\(refusal.kind.rawValue)", "retry_in_seconds": "\(configuration.authFailureDelay.seconds)",
                     "note": "jobs wait; logged at most once a minute",
                 ])
         }
@@ -366,7 +370,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             unflushedBytes += 13 * action.cancel.count
             logger.warning(
                 "streams unanswered past the request timeout: reset and resent later",
-                metadata: ["streams": "\(action.cancel.count)", "timeout_seconds": "\(configuration.requestTimeout)"])
+                metadata: ["streams": "\(action.cancel.count)", "timeout_seconds": "\(configuration.requestTimeout.seconds)"])
             flushIfDue(force: true)
         }
         if action.breakerOpened {
@@ -382,13 +386,13 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             statistics.lastError = "credentials refused: \(reason)"
             logger.error(
                 "APNs refused the provider credentials; this connection stops sending",
-                metadata: ["reason": "\(reason)", "retry_in_seconds": "\(configuration.authFailureDelay)"])
+                metadata: ["reason": "\(reason)", "retry_in_seconds": "\(configuration.authFailureDelay.seconds)"])
         }
         if action.stuck {
-            statistics.lastError = "no answer within \(configuration.requestTimeout) s"
+            statistics.lastError = "no answer within \(configuration.requestTimeout.seconds) s"
             logger.warning(
                 "connection stuck: a request or PING went unanswered; closing it, its requests are resent",
-                metadata: ["open_streams": "\(machine.inFlight.count)", "timeout_seconds": "\(configuration.requestTimeout)"])
+                metadata: ["open_streams": "\(machine.inFlight.count)", "timeout_seconds": "\(configuration.requestTimeout.seconds)"])
         }
         if action.close {
             flushIfDue(force: true)
@@ -427,7 +431,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         epoch += 1
         let epoch = self.epoch
         let wait = limiter.reserve(host)
-        eventLoop.scheduleTask(in: .nanoseconds(Int64(max(0, wait) * 1e9))) { [self] in
+        eventLoop.scheduleTask(in: max(.zero, wait)) { [self] in
             guard epoch == self.epoch else { return }
             open(epoch: epoch)
         }
@@ -523,14 +527,14 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     /// in one write, as the binary sender's Nagle-style batching.
     private func flushIfDue(force: Bool) {
         guard unflushedBytes > 0, let handler else { return }
-        if force || unflushedBytes >= configuration.batchBytes || configuration.linger <= 0 {
+        if force || unflushedBytes >= configuration.batchBytes || linger <= .zero {
             lingerTask?.cancel()
             lingerTask = nil
             unflushedBytes = 0
             ioEvents.writes += 1
             handler.flush()
         } else if lingerTask == nil {
-            lingerTask = eventLoop.scheduleTask(in: .nanoseconds(Int64(configuration.linger * 1e9))) { [self] in
+            lingerTask = eventLoop.scheduleTask(in: linger) { [self] in
                 lingerTask = nil
                 flushIfDue(force: true)
             }

@@ -1,8 +1,11 @@
+import NIOCore
+
 /// The logic of one HTTP/2 connection to APNs across its reconnects: which requests are written on
 /// which stream, how many streams may be open, what each answer, reset, GOAWAY or drop means for the
 /// requests, and when to connect, ping, close or reroute. A value type with no I/O: events in, actions
 /// out (as swift-nio's own state machines); `HTTP2Connection` drives it on one event loop. Times are
-/// seconds on a monotonic clock, passed in with the events that need them, so tests choose them.
+/// that loop's: instants are `NIODeadline`s and spans `TimeAmount`s, passed in with the events that
+/// need them, so tests choose them.
 ///
 /// Rules (docs/design.md §5.6):
 /// - permits = min(the server's SETTINGS_MAX_CONCURRENT_STREAMS, `streamCap`), but 1 until the first
@@ -31,15 +34,15 @@ struct HTTP2ConnectionStateMachine<Job> {
     struct Configuration {
         var streamCap = 1000
         var queueCapacity = 8192
-        var requestTimeout = 10.0
-        var pingInterval = 30.0
+        var requestTimeout = TimeAmount.seconds(10)
+        var pingInterval = TimeAmount.seconds(30)
         /// Back-off and give-up time of every retry (5xx, 429, resets, lost connections, timeouts).
         var budget = RetryBudget()
         var window = AIMDWindow.Settings()
         var breaker = CircuitBreaker.Settings()
         var reconnect = ReconnectPolicy()
         /// How long a connection whose credentials were refused waits before trying again.
-        var authFailureDelay = 60.0
+        var authFailureDelay = TimeAmount.seconds(60)
     }
 
     /// A job in this connection's hands, with its history (it travels along when rerouted).
@@ -50,7 +53,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         /// Where its retries end (`RetryBudget.Deadline`, kept as its two fields so the request, copied
         /// between the queue, the streams and the actions, stays small); set at its first failure or
         /// resend.
-        var deadlineAt = Double.infinity
+        var deadlineAt = NIODeadline.distantFuture
         var deadlineByExpiry = false
         /// Failures that count against the retry budget (5xx, 429, resets, lost, timed out) so far.
         var failures: UInt16 = 0
@@ -128,14 +131,14 @@ struct HTTP2ConnectionStateMachine<Job> {
         case goingAway
         /// Close requested; waiting for `closed`.
         case closing
-        case waitingToReconnect(at: Double)
+        case waitingToReconnect(at: NIODeadline)
         /// Drained and closed; new work reopens it.
         case closed
     }
 
     struct InFlight {
         var request: Request
-        var sentAt: Double
+        var sentAt: NIODeadline
     }
 
     let configuration: Configuration
@@ -147,15 +150,16 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// Retries waiting for their time (back-off); `elsewhere` ones are rerouted when due.
     private(set) var delayed = DueQueue<(request: Request, elsewhere: Bool)>()
     /// When the open streams are next checked against the per-stream deadline.
-    private var nextStreamCheck = 0.0
+    private var nextStreamCheck = NIODeadline.distantPast
     private(set) var window: AIMDWindow
     private(set) var breaker: CircuitBreaker
     /// Device tokens answered 429 TooManyRequests, by key, and until when their jobs wait (pruned as
     /// they pass). Empty in the common case, which the per-request path checks first.
-    private(set) var tokenHolds: [UInt64: Double] = [:]
-    private var nextHoldSweep = 0.0
-    /// Wall-clock seconds since 1970 minus this machine's clock (for a job's `apns-expiration`).
-    var wallClockOffset = 0.0
+    private(set) var tokenHolds: [UInt64: NIODeadline] = [:]
+    private var nextHoldSweep = NIODeadline.distantPast
+    /// The wall clock's time since 1970 minus this machine's clock's time since its origin
+    /// (`now - .distantPast`): what turns a job's `apns-expiration` into a deadline.
+    var wallClockOffset = TimeAmount.zero
     /// A job's `apns-expiration` (epoch seconds, 0 = none), read at its first failure.
     private let expiryOf: (Job) -> UInt32
     /// A job's leave to be written (its gate call's "written" mark); nil: no wait.
@@ -181,10 +185,10 @@ struct HTTP2ConnectionStateMachine<Job> {
     private var serverMaxStreams: Int?
     /// The id of the next stream opened (internal so tests can start near the end of the id space).
     var nextStreamID: UInt32 = 1
-    private var lastRead = 0.0
-    private var pingSentAt: Double?
+    private var lastRead = NIODeadline.distantPast
+    private var pingSentAt: NIODeadline?
     /// When the connection last went from no open stream to some (the wait for an answer starts there).
-    private var busySince = 0.0
+    private var busySince = NIODeadline.distantPast
     private var reconnectAttempt = 0
     private var random: any RandomNumberGenerator
 
@@ -239,7 +243,7 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     // MARK: work arriving
 
-    mutating func enqueue(_ jobs: some Sequence<Job>, lane: Lane = .bulk, now: Double) -> Action {
+    mutating func enqueue(_ jobs: some Sequence<Job>, lane: Lane = .bulk, now: NIODeadline) -> Action {
         // Straight into the queue: an array of requests in between was one more retain and release
         // of every job.
         for job in jobs { queue.append(Request(job: job), lane: lane) }
@@ -250,7 +254,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// Requests from the caller or rerouted from another connection (with their history).
-    mutating func adopt(_ requests: [Request], now: Double) -> Action {
+    mutating func adopt(_ requests: [Request], now: NIODeadline) -> Action {
         for r in requests { queue.append(r, lane: laneOf(r.job)) }
         var action = Action()
         wakeUp(now: now, into: &action)
@@ -260,7 +264,7 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     // MARK: the connection
 
-    mutating func connected(now: Double) -> Action {
+    mutating func connected(now: NIODeadline) -> Action {
         guard phase == .connecting else { return Action(close: true) }
         phase = .active
         refused = false
@@ -274,7 +278,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         return action
     }
 
-    mutating func connectFailed(now: Double) -> Action {
+    mutating func connectFailed(now: NIODeadline) -> Action {
         guard phase == .connecting else { return Action() }
         return afterConnection(now: now)
     }
@@ -284,7 +288,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// refused credentials the connection stops: its queue goes to the other connections (not while
     /// draining: nothing else would take it), and once it is closed (`connectFailed` or `closed`
     /// follows) it waits `authFailureDelay` before it tries again, not its reconnect back-off.
-    mutating func connectRefused(now: Double) -> Action {
+    mutating func connectRefused(now: NIODeadline) -> Action {
         var action = Action()
         guard phase == .connecting || phase == .active else { return action }
         action.connectRefused = true
@@ -294,7 +298,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// The server's SETTINGS (nil: it did not name a limit).
-    mutating func settings(maxConcurrentStreams: Int?, now: Double) -> Action {
+    mutating func settings(maxConcurrentStreams: Int?, now: NIODeadline) -> Action {
         lastRead = now
         if let maxConcurrentStreams { serverMaxStreams = maxConcurrentStreams }
         var action = Action()
@@ -302,7 +306,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         return action
     }
 
-    mutating func pingAnswered(now: Double) {
+    mutating func pingAnswered(now: NIODeadline) {
         lastRead = now
         pingSentAt = nil
     }
@@ -318,7 +322,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// A complete answer on `streamID` (status from HEADERS, reason and timestamp from the body).
-    mutating func response(streamID: UInt32, status: Int, reason: String?, timestamp: Int64?, now: Double) -> Action {
+    mutating func response(streamID: UInt32, status: Int, reason: String?, timestamp: Int64?, now: NIODeadline) -> Action {
         responses(CollectionOfOne(Answer(streamID: streamID, status: status, reason: reason, timestamp: timestamp)), now: now)
     }
 
@@ -329,7 +333,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     ///
     /// `refill: false` is for the answers read just before the connection closed: they settle, but no
     /// new stream is opened on a channel that is gone (its requests would count as unanswered).
-    mutating func responses(_ answers: some Sequence<Answer>, now: Double, refill: Bool = true) -> Action {
+    mutating func responses(_ answers: some Sequence<Answer>, now: NIODeadline, refill: Bool = true) -> Action {
         lastRead = now
         var action = Action()
         for answer in answers { settle(answer, now: now, into: &action) }
@@ -339,12 +343,12 @@ struct HTTP2ConnectionStateMachine<Job> {
         return action
     }
 
-    private mutating func settle(_ answer: Answer, now: Double, into action: inout Action) {
+    private mutating func settle(_ answer: Answer, now: NIODeadline, into action: inout Action) {
         let (streamID, status, reason, timestamp) = (answer.streamID, answer.status, answer.reason, answer.timestamp)
         // An answer for a stream already given up on (reset, timed out) is ignored: its request was
         // resent, and settling it twice would count it twice.
         guard let answered = inFlight.removeValue(forKey: streamID) else { return }
-        events.answerLatency.record(seconds: now - answered.sentAt)
+        events.answerLatency.record(now - answered.sentAt)
         if status == 200 {
             // Nearly every answer: settled without working out a verdict or a code it does not use.
             noteAuthenticated()
@@ -390,7 +394,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// A failure that counts against the job's retry budget: it waits for its back-off in `delayed`
     /// (no stream, no place in the queue), or is dead-lettered when the budget or its expiration ran
     /// out. `elsewhere`: when due, it goes to another connection (a 5xx may be this host's).
-    private mutating func retryLater(_ request: Request, reason: RetryReason, elsewhere: Bool, now: Double, into action: inout Action) {
+    private mutating func retryLater(
+        _ request: Request, reason: RetryReason, elsewhere: Bool, now: NIODeadline, into action: inout Action
+    ) {
         var request = request
         if request.failures < .max { request.failures += 1 }
         startDeadline(&request, now: now)
@@ -400,7 +406,7 @@ struct HTTP2ConnectionStateMachine<Job> {
             events.retriedBy[reason] += 1
             delayed.insert((request, elsewhere), due: at)
             // The token's other jobs wait as long: more requests for it now would only be refused.
-            if reason == .tooManyRequests, let key = tokenOf?(request.job) { tokenHolds[key] = max(tokenHolds[key] ?? 0, at) }
+            if reason == .tooManyRequests, let key = tokenOf?(request.job) { tokenHolds[key] = max(tokenHolds[key] ?? .distantPast, at) }
         case .giveUp:
             giveUp(request, expired: false, into: &action)
         case .expired:
@@ -412,12 +418,12 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// a back-off when it repeats for the same request (rather than spin), and within the job's
     /// deadline like any other retry: a server that refuses every stream for an hour, or a job that
     /// expires meanwhile, ends it as 5xx retries end (`gateway-gave-up`, `expired`).
-    private mutating func replay(_ request: Request, reason: RetryReason, now: Double, into action: inout Action) {
+    private mutating func replay(_ request: Request, reason: RetryReason, now: NIODeadline, into action: inout Action) {
         var request = request
         if request.replays < .max { request.replays += 1 }
         startDeadline(&request, now: now)
         var due = now
-        if request.replays >= 2 { due += configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random) }
+        if request.replays >= 2 { due = due + configuration.budget.backoff.delay(attempt: Int(request.replays) - 2, random: &random) }
         switch configuration.budget.resend(at: due, now: now, deadline: request.deadline) {
         case .retry(let at):
             events.replayed += 1
@@ -435,9 +441,10 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// Where a job's retries end is set at its first failure or resend, whichever comes first.
-    private func startDeadline(_ request: inout Request, now: Double) {
+    private func startDeadline(_ request: inout Request, now: NIODeadline) {
         guard Int(request.failures) + Int(request.replays) == 1 else { return }
-        let d = configuration.budget.deadline(firstFailureAt: now, expiry: expiryOf(request.job), wallNow: now + wallClockOffset)
+        let wallNow = wallClockOffset + (now - .distantPast)
+        let d = configuration.budget.deadline(firstFailureAt: now, expiry: expiryOf(request.job), wallNow: wallNow)
         request.deadlineAt = d.at
         request.deadlineByExpiry = d.byExpiry
     }
@@ -450,7 +457,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// Feeds the circuit breaker; when it opens, this connection's waiting work goes to the others.
-    private mutating func noteBreaker(serverError: Bool, now: Double, into action: inout Action) {
+    private mutating func noteBreaker(serverError: Bool, now: NIODeadline, into action: inout Action) {
         var probing = false
         if case .halfOpen = breaker.state { probing = true }
         guard breaker.record(serverError: serverError, now: now) else {
@@ -468,7 +475,7 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     /// RST_STREAM from the server. REFUSED_STREAM means "not processed" (RFC 9113 §8.7); any other code
     /// leaves it open whether the request was processed.
-    mutating func reset(streamID: UInt32, refused: Bool, now: Double) -> Action {
+    mutating func reset(streamID: UInt32, refused: Bool, now: NIODeadline) -> Action {
         lastRead = now
         var action = Action()
         guard var request = inFlight.removeValue(forKey: streamID)?.request else { return action }
@@ -488,7 +495,7 @@ struct HTTP2ConnectionStateMachine<Job> {
 
     /// GOAWAY: streams above `lastStreamID` were not and will not be processed, so they are resent
     /// without risk; the ones at or below it still get their answers.
-    mutating func goAway(lastStreamID: UInt32, now: Double) -> Action {
+    mutating func goAway(lastStreamID: UInt32, now: NIODeadline) -> Action {
         lastRead = now
         var action = Action()
         let unprocessed = inFlight.keys.filter { $0 > lastStreamID }.sorted()
@@ -501,7 +508,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// The connection is gone (closed by either side, or failed).
-    mutating func closed(now: Double) -> Action {
+    mutating func closed(now: NIODeadline) -> Action {
         switch phase {
         case .active, .goingAway, .closing, .connecting: break
         default: return Action()
@@ -523,7 +530,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// Called every so often by the driver: retries that are due, reconnects, deadlines, PINGs.
-    mutating func tick(now: Double) -> Action {
+    mutating func tick(now: NIODeadline) -> Action {
         var action = Action()
         while let entry = delayed.popDue(now: now) {
             if entry.elsewhere && !draining {
@@ -535,7 +542,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         _ = breaker.tick(now: now)
         if !tokenHolds.isEmpty, now >= nextHoldSweep {
             tokenHolds = tokenHolds.filter { $0.value > now }
-            nextHoldSweep = now + 1
+            nextHoldSweep = now + .seconds(1)
         }
         if case .waitingToReconnect(let at) = phase, at <= now {
             phase = .idle
@@ -568,7 +575,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// Stop taking new work from the caller once everything held has an answer, then close.
-    mutating func drain(now: Double) -> Action {
+    mutating func drain(now: NIODeadline) -> Action {
         draining = true
         var action = Action()
         checkDrained(into: &action)
@@ -581,9 +588,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// and resent (it may have been processed: ambiguous). The open streams (at most the permits)
     /// are looked at four times per `requestTimeout`, not on every request: nothing is added to the
     /// per-request path, and a stream is found at most a quarter of the timeout late.
-    private mutating func expireStreams(now: Double, into action: inout Action) {
+    private mutating func expireStreams(now: NIODeadline, into action: inout Action) {
         guard now >= nextStreamCheck, !inFlight.isEmpty else { return }
-        nextStreamCheck = now + configuration.requestTimeout / 4
+        nextStreamCheck = now + .nanoseconds(configuration.requestTimeout.nanoseconds / 4)
         // Only streams sent before the connection last read something: otherwise it may be the
         // connection that is stuck, which the rule above (close, PING) judges.
         var expired: [UInt32] = []
@@ -623,7 +630,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         }
     }
 
-    private mutating func afterConnection(now: Double) -> Action {
+    private mutating func afterConnection(now: NIODeadline) -> Action {
         var action = Action()
         if suspended {
             phase = .waitingToReconnect(at: now + configuration.authFailureDelay)
@@ -642,7 +649,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// Whether a connection was ever opened: the first is not a reconnect.
     private var hasConnected = false
 
-    private mutating func wakeUp(now: Double, into action: inout Action) {
+    private mutating func wakeUp(now: NIODeadline, into action: inout Action) {
         guard !queue.isEmpty, phase == .idle || phase == .closed else { return }
         phase = .connecting
         // `reconnects` counts connections after the first (as the binary shard does): a rate of them
@@ -652,7 +659,7 @@ struct HTTP2ConnectionStateMachine<Job> {
         action.connect = true
     }
 
-    private mutating func pump(now: Double, into action: inout Action) {
+    private mutating func pump(now: NIODeadline, into action: inout Action) {
         guard phase == .active, !suspended, !breaker.isOpen else { return }
         let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
         while inFlight.count < permits, let (popped, lane) = queue.popFirst() {
@@ -715,7 +722,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// Another connection's probe found the host answering again: a pause under way ends now, and the
     /// next request is this connection's probe (a host back from an outage gets every connection back
     /// within a round trip, not as each one's pause of up to `maxOpenFor` ends).
-    mutating func hostAnswers(now: Double) -> Action {
+    mutating func hostAnswers(now: NIODeadline) -> Action {
         var action = Action()
         breaker.endPause()
         pump(now: now, into: &action)
@@ -730,7 +737,7 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// A leave asked for was granted: write what waited for it.
-    mutating func cleared(now: Double) -> Action {
+    mutating func cleared(now: NIODeadline) -> Action {
         var action = Action()
         pump(now: now, into: &action)
         checkDrained(into: &action)
@@ -790,7 +797,7 @@ struct LaneFIFO<Element> {
 }
 
 /// A first-in first-out queue that can also put items back at its head (a resent request goes before
-/// newer ones). Standard library only, so the state machine stays free of NIO types.
+/// newer ones). Standard library only: the state machine's one use of NIO is its clock's types.
 struct FIFO<Element> {
     private var storage: [Element?] = []
     private var head = 0

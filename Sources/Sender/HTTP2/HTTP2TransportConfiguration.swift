@@ -38,7 +38,7 @@ public enum HTTP2Authentication: Sendable {
     }
 }
 
-/// One app's HTTP/2 transport: `connections` TLS connections spread over `hosts`. Durations in seconds.
+/// One app's HTTP/2 transport: `connections` TLS connections spread over `hosts`.
 public struct HTTP2TransportConfiguration: Sendable {
     /// The app's bundle id: `apns-topic` (with a push type's suffix where one is required).
     public var app: String
@@ -55,16 +55,16 @@ public struct HTTP2TransportConfiguration: Sendable {
     /// Flush when the written frames reach this many bytes…
     public var batchBytes = 64 * 1024
     /// …or when the oldest unflushed frame has waited this long.
-    public var linger = 0.002
+    public var linger = Duration.milliseconds(2)
     /// Notifications waiting per connection; a full queue makes `send` wait.
     public var queueCapacity = 8192
     /// Streams open and nothing read for this long (or a PING unanswered as long) means the connection
     /// is stuck: it is closed and its requests resent (as ambiguous).
-    public var requestTimeout = 10.0
+    public var requestTimeout = Duration.seconds(10)
     /// A connection with nothing read for this long is pinged (an unanswered PING counts as stuck).
-    public var pingInterval = 30.0
+    public var pingInterval = Duration.seconds(30)
     /// 500 / 503 / 429, resets, lost connections and timed-out streams are resent after `retry`'s
-    /// back-off until this many seconds after the job's first failure (never past its
+    /// back-off until this long after the job's first failure (never past its
     /// `apns-expiration`), then dead-lettered `gateway-gave-up` (docs/design.md §5.6).
     public var giveUpAfter = RetryBudget.defaultGiveUpAfter
     /// The back-off between a job's attempts (exponential, with jitter, capped).
@@ -74,8 +74,8 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var reconnect = ReconnectPolicy()
     /// How long a connection whose credentials were refused waits before trying again (also after a
     /// refused connect: `HTTP2ConnectRefusal`).
-    public var authFailureDelay = 60.0
-    public var connectTimeout = 10.0
+    public var authFailureDelay = Duration.seconds(60)
+    public var connectTimeout = Duration.seconds(10)
     /// Name checked against the server's certificate (and sent as `:authority`); nil uses each host's.
     public var serverHostname: String?
     /// Resolves each host at every connect; the connections to a host spread over its addresses.
@@ -106,13 +106,13 @@ public struct HTTP2TransportConfiguration: Sendable {
         var c = HTTP2ConnectionStateMachine<Job>.Configuration()
         c.streamCap = streamCap
         c.queueCapacity = queueCapacity
-        c.requestTimeout = requestTimeout
-        c.pingInterval = pingInterval
+        c.requestTimeout = TimeAmount(requestTimeout)
+        c.pingInterval = TimeAmount(pingInterval)
         c.budget.giveUpAfter = giveUpAfter
         c.budget.backoff = retry
         c.breaker = breaker
         c.reconnect = reconnect
-        c.authFailureDelay = authFailureDelay
+        c.authFailureDelay = TimeAmount(authFailureDelay)
         return c
     }
 }

@@ -7,6 +7,7 @@ import NIOPosix
 import Pipeline
 import Sender
 import Synchronization
+import TimeUnits
 
 /// `apns-pipeline send`: jobs (`docs/design.md §3.1` JSON, one per line) from a file or stdin, through one app's
 /// transport, straight to the gateways — for operators, and for testing without Kafka or Redis.
@@ -32,7 +33,7 @@ struct SendCommand: AsyncParsableCommand {
     @Option(help: "Name to verify on the gateway's certificate (default: each gateway's host).") var serverHostname: String?
     @Option(help: "Connections (shards).") var shards: Int = BinaryTransportConfiguration.defaultShards
     @Option(help: "Seconds without an error after which a notification counts as accepted.") var settleAfter: Double = ShardConfiguration()
-        .settleAfter
+        .settleAfter.seconds
     @Option(help: "Payload limit in bytes (default: 2048 binary, 4096 http2).") var payloadLimit: Int?
     @Flag(help: "Add the job id to each payload as `jid` (for the simulator's records).") var embedJobID = false
     @Option(
@@ -99,7 +100,7 @@ struct SendCommand: AsyncParsableCommand {
             } else {
                 guard let cert, let key else { throw ValidationError("--protocol binary needs --cert and --key") }
                 var shard = ShardConfiguration()
-                shard.settleAfter = settleAfter
+                shard.settleAfter = .seconds(settleAfter)
                 transportConfiguration = BinaryTransportConfiguration(
                     credentials: ProviderCredentials(app: app, certificatePath: cert, privateKeyPath: key, trustRootsPath: ca),
                     gateways: gateways, shards: shards, shard: shard, serverHostname: serverHostname)
