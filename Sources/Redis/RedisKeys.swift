@@ -211,12 +211,13 @@ public struct RedisKeys: Sendable, Hashable {
         let slices = spreadSlices(buckets: buckets)
         let slice = bucket % slices
         let slots = (RedisSlot.count * slice / slices)..<(RedisSlot.count * (slice + 1) / slices)
-        var number = 0
-        while true {
+        // A slice is ≥ 128 slots of 16 384, so ~128 tries find one; the bound only makes the loop finite
+        // (a name that never lands keeps number 0: still a valid, fixed tag).
+        for number in 0..<1_000_000 {
             let content = "\(prefix):\(app):\(bucket):\(number)"
             if slots.contains(Int(RedisSlot.crc16(content) & 0x3FFF)) { return "{\(content)}" }
-            number += 1
         }
+        return "{\(prefix):\(app):\(bucket):0}"
     }
     public func tokenTag(app: String, tokenHex: String) -> String { tokenTag(app: app, bucket: tokenBucket(tokenHex)) }
     /// Every token tag of `app`, one per token bucket: to read all of an app's suppressions, say.
