@@ -58,7 +58,11 @@ final class Stack: @unchecked Sendable {
         if let tls = redis.tls { redisTarget.tls = tls }
         client = redisTarget.makeConnection(logger: testLogger)
         try await client.connect()
-        store = PipelineStore(client: client, logger: testLogger)
+        // The keys as the pipeline under test names them: on a cluster its token tags are spread
+        // (`redis.token_tags`' default there), so the test reads and seeds the same keys.
+        var storeConfiguration = PipelineStoreConfiguration()
+        storeConfiguration.tokenTags = redis.clusterNodes == nil ? .plain : .spread
+        store = PipelineStore(client: client, configuration: storeConfiguration, logger: testLogger)
         producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
     }
