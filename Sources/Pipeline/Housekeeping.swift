@@ -12,6 +12,7 @@ struct Housekeeping: Sendable {
     let configuration: PipelineConfiguration
     /// The heartbeat's and shard status's store (the settler's connection).
     let store: PipelineStore
+    let heartbeat: OwnerHeartbeat
     /// The registrations' and the feedback's store (the gate's first connection).
     let gateStore: PipelineStore
     let transports: [any NotificationTransport]
@@ -76,7 +77,16 @@ struct Housekeeping: Sendable {
             try? await Task.sleep(for: interval)
             if Task.isCancelled { break }
             do {
-                try await store.beat(description: Self.ownerDescription)
+                if try await heartbeat.refresh(store: store) {
+                    logger.warning(
+                        """
+                        the heartbeat had lapsed (Redis unreachable longer than redis.owner_heartbeat_s): other \
+                        processes may have taken this process's jobs over; what it had gated and not yet written \
+                        is written and counted ambiguous (possible duplicates). If Redis is often that slow, \
+                        raise redis.owner_heartbeat_s
+                        """,
+                        metadata: ["owner": "\(store.configuration.leaseOwner)", "heartbeat": "\(heartbeat.value)"])
+                }
             } catch {
                 logger.warning(
                     "heartbeat not refreshed: if it lapses, other processes take over this one's leases",

@@ -111,7 +111,9 @@ extension PipelineRunner {
         let transports = try makeTransports(onOutcomes: outcomeHandler(deadLetters: deadLetters))
         // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
         // of their own, so they never wait behind a gate or settle call.
-        let marks = WrittenMarks(store: try await stores.connectedStore(), eventLoop: group.next(), logger: logger)
+        let marks = WrittenMarks(
+            store: try await stores.connectedStore(), heartbeat: OwnerHeartbeat(description: Housekeeping.ownerDescription),
+            eventLoop: group.next(), logger: logger)
         // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
         // Kafka's delivery, through the dead-letter producer) on connections of their own.
         let controlStore = try await stores.connectedStore(onLoops: false)
@@ -336,7 +338,8 @@ extension PipelineRunner {
 
     func housekeeping(_ parts: PipelineParts) -> Housekeeping {
         Housekeeping(
-            configuration: configuration, store: parts.settlerStore, gateStore: parts.store, transports: parts.transports,
+            configuration: configuration, store: parts.settlerStore, heartbeat: parts.marks.heartbeat, gateStore: parts.store,
+            transports: parts.transports,
             consumer: parts.consumer, budget: budget, deadLetter: parts.deadLetter, sinks: parts.sinks, group: group, metrics: metrics,
             capWaits: { [self] in self.capWaiting.withLock { $0 } }, logger: logger)
     }

@@ -95,7 +95,7 @@ public final class PipelineRunner: Service, Sendable {
         KeyFilePermissions.warn(c, logger: logger)
         // The heartbeat lives before the first lease is taken; other processes void this one's leases
         // once it stops beating (a crash), without waiting out the lease.
-        try await parts.settlerStore.beat(description: Housekeeping.ownerDescription)
+        try await parts.marks.heartbeat.start(store: parts.settlerStore)
         // A campaign cancelled before this process started is never sent by it.
         try await controls.poll(store: parts.controlStore)
 

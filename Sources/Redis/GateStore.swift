@@ -43,7 +43,7 @@ struct GateStore: StoreRole {
         var written: [String: Bool] = [:]
         for value in Set(void.values) {
             let holder = Self.leaseHolder(of: value)
-            if written[holder] == nil { written[holder] = try await command(RedisCommand("EXISTS", keys.written(holder))).integer == 1 }
+            if written[holder] == nil { written[holder] = try await isMarkedWritten(holder: holder) }
         }
         var inheritsWritten = false
         for index in indices {
@@ -59,8 +59,17 @@ struct GateStore: StoreRole {
         // process dies too before its own mark, its successor must still count the job `ambiguous`: the
         // mark is inherited now, for the whole call (over-counting its fresh jobs in that double crash).
         // Without it a second kill -9 during a take-over hid ~1 000 real duplicates (CI).
-        if inheritsWritten { try await markWritten(call: call) }
+        if inheritsWritten { _ = try await markWritten(call: call, heartbeat: nil) }
         return decisions
+    }
+
+    /// Whether gate call `<owner>/<call>` was marked written: where this version marks, else where
+    /// versions before the heartbeat fence did (a rolling upgrade's older processes).
+    private func isMarkedWritten(holder: String) async throws -> Bool {
+        let owner = Self.leaseOwner(of: holder)
+        let call = holder.dropFirst(owner.count + 1)
+        if try await command(RedisCommand("EXISTS", keys.written(owner: owner, call: String(call)))).integer == 1 { return true }
+        return try await command(RedisCommand("EXISTS", keys.legacyWritten(holder))).integer == 1
     }
 
     /// `<owner>/<call>` of a lease value `<owner>/<call>/<expiry ms>`.
@@ -71,12 +80,19 @@ struct GateStore: StoreRole {
 
     /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
     /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (design
-    /// §2.2). Lives as long as a lease. One write per batch.
-    func markWritten(call: String) async throws {
-        _ = try await command(
-            RedisCommand(
-                "SET", keys.written(configuration.leaseOwner + "/" + call), "1", "PX",
-                String(max(1, configuration.inFlightLease.milliseconds))))
+    /// §2.4). Lives as long as a lease. One script call per batch, in the heartbeat's slot.
+    ///
+    /// `heartbeat`: the heartbeat's value when the call was gated (``beat(value:refresh:)``); the mark is
+    /// set only if it still holds that value, and `false` comes back otherwise (the heartbeat lapsed
+    /// since: another process may have taken the jobs over without seeing a mark). `nil`: set it anyway.
+    func markWritten(call: String, heartbeat: String?) async throws -> Bool {
+        let owner = configuration.leaseOwner
+        var arguments = RedisArguments()
+        arguments.append(heartbeat ?? "")
+        arguments.append(max(1, configuration.inFlightLease.milliseconds))
+        let reply = try await eval(
+            Scripts.markWritten, keys: [keys.owner(owner), keys.written(owner: owner, call: call)], arguments: arguments)
+        return reply.integer == 1
     }
 
     static func leaseOwner(of value: String) -> String {
@@ -200,13 +216,19 @@ struct GateStore: StoreRole {
 
     // MARK: Lease owner
 
-    /// Writes (or refreshes) this process's heartbeat, `<p>:owner:<leaseOwner>`, living
+    /// Writes this process's heartbeat, `<p>:owner:<leaseOwner>`, holding `value` and living
     /// ``PipelineStoreConfiguration/ownerHeartbeat``. While it lives, this process's leases hold.
-    func beat(description: String = "") async throws {
-        _ = try await command(
-            RedisCommand(
-                "SET", keys.owner(configuration.leaseOwner), description.isEmpty ? "alive" : description, "PX",
-                String(max(1, configuration.ownerHeartbeat.milliseconds))))
+    /// `refresh`: only if it still lives (`SET … XX`); `false` comes back when it had lapsed, and it is
+    /// not written: the process must then beat a new value, so that no call gated under the old one can
+    /// be marked written (``markWritten(call:heartbeat:)``).
+    @discardableResult
+    func beat(value: String, refresh: Bool = false) async throws -> Bool {
+        var arguments = RedisArguments([
+            keys.owner(configuration.leaseOwner), value.isEmpty ? "alive" : value, "PX",
+            String(max(1, configuration.ownerHeartbeat.milliseconds)),
+        ])
+        if refresh { arguments.append("XX") }
+        return try await command(RedisCommand("SET", arguments: arguments)).isNull == false
     }
 
     /// Removes the heartbeat (graceful stop): whatever this process still leases is void at once.

@@ -86,9 +86,12 @@ public struct PipelineStore: Sendable {
 
     /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
     /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (design
-    /// §2.2). Lives as long as a lease. One write per batch.
-    public func markWritten(call: String) async throws {
-        try await gateStore.markWritten(call: call)
+    /// §2.4). Lives as long as a lease. One write per batch. `heartbeat`: the heartbeat's value the call
+    /// was gated under; `false` (nothing set) when it holds another now, `nil` sets it anyway
+    /// (``GateStore/markWritten(call:heartbeat:)``).
+    @discardableResult
+    public func markWritten(call: String, heartbeat: String?) async throws -> Bool {
+        try await gateStore.markWritten(call: call, heartbeat: heartbeat)
     }
 
     /// The lease on a job id as stored (`nil`: none; a lease past ``InFlightLease/expiresAtMs`` is free for
@@ -97,10 +100,12 @@ public struct PipelineStore: Sendable {
         try await gateStore.lease(jobID: jobID, app: app, tokenHex: tokenHex)
     }
 
-    /// Writes (or refreshes) this process's heartbeat, `<p>:owner:<leaseOwner>`, living
+    /// Writes this process's heartbeat, `<p>:owner:<leaseOwner>`, holding `value` and living
     /// ``PipelineStoreConfiguration/ownerHeartbeat``. While it lives, this process's leases hold.
-    public func beat(description: String = "") async throws {
-        try await gateStore.beat(description: description)
+    /// `refresh`: only if it still lives; `false` when it had lapsed (nothing written).
+    @discardableResult
+    public func beat(value: String = "alive", refresh: Bool = false) async throws -> Bool {
+        try await gateStore.beat(value: value, refresh: refresh)
     }
 
     /// Removes the heartbeat (graceful stop): whatever this process still leases is void at once.

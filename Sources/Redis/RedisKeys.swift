@@ -38,7 +38,8 @@ import Synchronization
 /// | `{<p>:<app>:<n>}:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
 /// | `{<p>:<app>:<n>}:inflight` | HASH | leases of jobs between gate and settle: fingerprint → `<owner>/<gate call>/<expiry ms>` |
 /// | `{<p>:<app>:<n>}:batch:<id>` | STRING | marker of a settle batch's part in this tag, holding its result (EX 10 min) |
-/// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process (PX TTL, refreshed); read by plain commands, never in a script |
+/// | `<p>:owner:<owner>` | STRING | heartbeat of a live `run` process, `<host> pid <pid> epoch <n>` (PX TTL, refreshed while it lives; a new epoch when it lapsed) |
+/// | `{<p>:owner:<owner>}:written:<call>` | STRING | a gate call's batch may be written: set only while the heartbeat holds the value the call was gated under (PX a lease) |
 ///
 /// Token hex is stored lower-case.
 public struct RedisKeys: Sendable, Hashable {
@@ -247,14 +248,20 @@ public struct RedisKeys: Sendable, Hashable {
     /// lease lives in the token's tag, field ``JobFingerprint/member`` of the job id).
     public func inFlight(app: String, tokenHex: String) -> String { inFlight(tag: tokenTag(app: app, tokenHex: tokenHex)) }
 
-    // MARK: Heartbeats: no tag (plain commands only)
+    // MARK: Heartbeats (no tag) and the written marks tagged with them
 
     /// `<p>:owner:`; the owner id follows.
     public var ownerPrefix: String { "\(prefix):owner:" }
     public func owner(_ id: String) -> String { ownerPrefix + id }
-    /// The mark that a gate call's batch was handed to the transports (`<owner>/<call>`, design §2.2):
-    /// only such a batch's jobs may have reached a device when its process died.
-    public func written(_ holder: String) -> String { "{\(prefix)}:written:" + holder }
+    /// The mark that gate call `call` of `owner` was handed to the transports (design §2.4): only such a
+    /// batch's jobs may have reached a device when its process died. Tagged with the owner's heartbeat
+    /// key, so both are in one slot: the mark is set only while the heartbeat the call was gated under
+    /// still lives (``Scripts/markWritten``), and the marks spread over the slots with their owners.
+    public func written(owner: String, call: String) -> String { "{" + self.owner(owner) + "}:written:" + call }
+    /// Where versions before the heartbeat fence kept the mark of `<owner>/<call>` (one slot for all):
+    /// read by a take-over when the new key is missing, so a rolling upgrade still counts what an older
+    /// process wrote.
+    public func legacyWritten(_ holder: String) -> String { "{\(prefix)}:written:" + holder }
 
     /// `yyyyMMddHHmm` of the UTC minute holding `epochSeconds` (no Foundation calendar: this runs per batch).
     public static func minuteStamp(_ epochSeconds: Int64) -> String {

@@ -42,7 +42,7 @@ struct CampaignControlRouteTests {
         configuration.ownerHeartbeat = .seconds(600)
         let store = PipelineStore(client: client, configuration: configuration, logger: testLogger)
         // One "run" process: a heartbeat and a control poll, as run's control loop does.
-        try await store.beat(description: "test-host pid 1")
+        try await store.beat(value: "test-host pid 1")
         let polling = Task {
             var applied: Int64 = -1
             while !Task.isCancelled {

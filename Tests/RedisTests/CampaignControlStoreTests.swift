@@ -21,7 +21,7 @@ struct CampaignControlStoreTests {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
         let a = try store(server, owner: "a")
-        try await a.beat(description: "host-a pid 1")
+        try await a.beat(value: "host-a pid 1")
         // First poll: registers the process (-1) and reads the whole state.
         let first = try #require(try await a.pollControl(applied: -1))
         #expect(first.version == 0 && first.campaigns.isEmpty)

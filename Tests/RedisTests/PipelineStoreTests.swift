@@ -144,7 +144,7 @@ struct GateTests {
         let unwritten = [GateRequest(jobID: "u1", app: app, tokenHex: token(3))]
         #expect(try await storeA.gate(written, call: "call-1") == [.admitted(language: nil), .admitted(language: nil)])
         let markedAt = ContinuousClock.now
-        try await storeA.markWritten(call: "call-1")
+        #expect(try await storeA.markWritten(call: "call-1", heartbeat: "alive"), "the heartbeat A beat")
         #expect(try await storeA.gate(unwritten, call: "call-2") == [.admitted(language: nil)])
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         #expect(
@@ -155,10 +155,58 @@ struct GateTests {
                 ])
         // The mark lives a lease (600 s) from when it was set: what is left is that less the time since
         // (however slow the machine), give or take a second.
-        let left = try await client.send(RedisCommand("PTTL", storeA.keys.written("owner-a/call-1"))).integer ?? 0
+        let left = try await client.send(RedisCommand("PTTL", storeA.keys.written(owner: "owner-a", call: "call-1"))).integer ?? 0
         let elapsed = ContinuousClock.now - markedAt
         let since = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
         #expect(left <= 600_000 && left >= 600_000 - since - 1_000, "PTTL \(left) ms, \(since) ms after the mark")
+        await client.close()
+    }
+
+    /// A process cut off from Redis longer than its heartbeat lives is dead to the others: they take its
+    /// leases over and count `ambiguous` only for the calls marked written. Back, it must not mark a call
+    /// gated before the lapse (it would write it uncounted): the mark is fenced by the heartbeat's value,
+    /// and a refresh does not bring a lapsed heartbeat back — the process beats a new value. A mark of
+    /// an older version (one key for all, `{<p>}:written:<owner>/<call>`) is still read by a take-over.
+    @Test(arguments: RedisTestTarget.allCases)
+    func aMarkAfterTheHeartbeatLapsedIsRefused(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let client = try server.connection()
+        func store(_ owner: String) -> PipelineStore {
+            PipelineStore(
+                client: client,
+                configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
+        }
+        let (storeA, storeB) = (store("owner-a"), store("owner-b"))
+        try await storeA.beat(value: "a epoch 0")
+        try await storeB.beat()
+        #expect(try await storeA.beat(value: "a epoch 0", refresh: true), "a live heartbeat is refreshed")
+        let cut = [GateRequest(jobID: "c1", app: app, tokenHex: token(1))]
+        _ = try await storeA.gate(cut, call: "a-1")
+        // A is cut off past its heartbeat's life; B gets the job again and takes it over, unmarked.
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
+        #expect(try await storeB.gate(cut, call: "b-1") == [.takenOver(language: nil, written: false)])
+        // A is back: neither its mark nor its refresh goes through.
+        #expect(try await storeA.markWritten(call: "a-1", heartbeat: "a epoch 0") == false)
+        #expect(try await storeA.beat(value: "a epoch 0", refresh: true) == false)
+        #expect(try await client.send(RedisCommand("EXISTS", storeA.keys.owner("owner-a"))).integer == 0, "not brought back")
+        // It beats a new epoch: calls gated before it stay unmarkable, new ones are marked.
+        try await storeA.beat(value: "a epoch 1")
+        #expect(try await storeA.markWritten(call: "a-1", heartbeat: "a epoch 0") == false)
+        #expect(try await client.send(RedisCommand("EXISTS", storeA.keys.written(owner: "owner-a", call: "a-1"))).integer == 0)
+        let fresh = [GateRequest(jobID: "f1", app: app, tokenHex: token(2))]
+        _ = try await storeA.gate(fresh, call: "a-2")
+        #expect(try await storeA.markWritten(call: "a-2", heartbeat: "a epoch 1"))
+
+        // An older version's mark, and this version's, are both read by a take-over.
+        let old = [GateRequest(jobID: "o1", app: app, tokenHex: token(3))]
+        _ = try await storeA.gate(old, call: "a-3")
+        _ = try await client.send(RedisCommand("SET", storeA.keys.legacyWritten("owner-a/a-3"), "1"))
+        _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
+        #expect(
+            try await storeB.gate(fresh + old, call: "b-2") == [
+                .takenOver(language: nil, written: true), .takenOver(language: nil, written: true),
+            ])
         await client.close()
     }
 
@@ -180,7 +228,7 @@ struct GateTests {
         let fresh = [GateRequest(jobID: "f1", app: app, tokenHex: token(2))]
         let unwritten = [GateRequest(jobID: "u1", app: app, tokenHex: token(3))]
         _ = try await storeA.gate(written, call: "a-1")
-        try await storeA.markWritten(call: "a-1")
+        try await storeA.markWritten(call: "a-1", heartbeat: nil)
         _ = try await storeA.gate(unwritten, call: "a-2")
         _ = try await client.send(RedisCommand("DEL", storeA.keys.owner("owner-a")))
         // B takes over in two calls and dies before marking either: the call holding a written job is

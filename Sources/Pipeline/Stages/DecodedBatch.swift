@@ -29,12 +29,12 @@ struct DecodedBatch: Sendable {
 struct GatedBatch: Sendable {
     var decoded: DecodedBatch
     /// The gate call's id: its leases name it, and so does its batch's written mark.
-    var call: String
+    var call: GateCall
     var decisions: [GateDecision]
     /// The gate call's hashes of each job's id and recipient (`Gate.Result`), carried to the settle.
     var recordHashes: [RecordHashes?] = []
 
-    init(decoded: DecodedBatch, call: String, gated: Gate.Result) {
+    init(decoded: DecodedBatch, call: GateCall, gated: Gate.Result) {
         self.decoded = decoded
         self.call = call
         decisions = gated.decisions

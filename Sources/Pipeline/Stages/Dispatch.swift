@@ -53,7 +53,8 @@ struct Dispatch: Sendable {
     func send(_ g: GatedBatch, lane: Lane, marked: Bool = false) async throws -> Leftovers {
         let d = g.decoded
         // Leave to write this batch: its gate call's "written" mark (below).
-        let clearance = marks.clearance(call: g.call)
+        let tally = CallTally()
+        let clearance = marks.clearance(call: g.call, tally: tally)
         // The gate's decisions, mapped without I/O: what settles now, what is sent, what is gated again.
         let verdicts = GateVerdicts(
             decisions: g.decisions, jobs: d.jobs, isRetry: d.isRetry, received: d.messages.count, outcomeMessages: makesOutcomeMessages
@@ -72,6 +73,7 @@ struct Dispatch: Sendable {
             regate: verdicts.regate.isEmpty ? nil : d.retry(verdicts.regate),
             capped: verdicts.capped.isEmpty ? nil : d.retry(verdicts.capped))
         if !made.notifications.isEmpty {
+            tally.count(made.notifications)
             // Before any of it is written, its gate call is marked "written": if this process dies, whoever
             // takes its leases over counts these jobs `ambiguous` (they may reach a device twice), and only
             // these. HTTP/2 connections ask for the mark when the batch nears the front of their
@@ -82,7 +84,7 @@ struct Dispatch: Sendable {
                 // otherwise wait for it behind the bulk batches' marks (one connection asks them in turn).
                 clearance.grant()
             } else if made.hasBinaryApp {
-                try await marks.markNow(call: g.call, clearance: clearance)
+                try await marks.markNow(call: g.call, tally: tally, clearance: clearance)
             }
             let orphans = try await router.send(made.notifications)
             if !orphans.isEmpty { deadLetterOrphans(orphans, of: d.messages, lane: lane) }
@@ -150,7 +152,7 @@ struct Dispatch: Sendable {
 
     /// Jobs taken over from a dead process: counted in Redis before any of them can be written again,
     /// and taken out of `settled`'s counts (which would count them twice).
-    private func recordTakeOvers(of settled: inout SettlerInbox.Item, call: String) async throws {
+    private func recordTakeOvers(of settled: inout SettlerInbox.Item, call: GateCall) async throws {
         guard settled.events.resentAfterCrash > 0 else { return }
         var events = PipelineEvents()
         events.resentAfterCrash = settled.events.resentAfterCrash

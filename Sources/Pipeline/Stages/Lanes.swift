@@ -25,7 +25,7 @@ struct BulkLane: Sendable {
     /// A decoded batch whose gate call is under way.
     struct PendingGate: Sendable {
         var decoded: DecodedBatch
-        var call: String
+        var call: GateCall
         var gated: Reply<Gate.Result>
     }
 
@@ -80,12 +80,12 @@ struct BulkLane: Sendable {
                 guard await slots.acquire(1) else { break }
                 let store = gateStores[turn % gateStores.count]
                 turn &+= 1
-                let call = PipelineStore.newBatchID()
+                let call = dispatch.marks.newCall()
                 let reply = Reply<Gate.Result>()
                 calls.addTask {
                     defer { slots.release(1) }
                     do {
-                        reply.set(.success(try await gate.decide(d, call: call, store: store)))
+                        reply.set(.success(try await gate.decide(d, call: call.id, store: store)))
                     } catch {
                         reply.set(.failure(error))
                     }
@@ -128,19 +128,21 @@ struct PriorityLane: Sendable {
             group.addTask { await capWaits.run(into: decoded) }
             while let d = await decoded.next() {
                 if sendingStopped.isFired { break }
-                let call = PipelineStore.newBatchID()
+                let call = dispatch.marks.newCall()
                 let gateStart = ContinuousClock.now
                 // The batch's "written" mark is set while it is gated, on a connection of its own (design
                 // §1.4): one Redis wait instead of two before a priority job can be written.
-                async let marked: Void = markStore.markWritten(call: call)
-                let gated = try await gate.decide(d, call: call, store: store)
-                try await marked
+                // Refused (the heartbeat lapsed since the call was issued), the send stage asks again and
+                // counts the call's jobs `ambiguous` (`WrittenMarks`).
+                async let marked = markStore.markWritten(call: call.id, heartbeat: call.heartbeat)
+                let gated = try await gate.decide(d, call: call.id, store: store)
+                let isMarked = try await marked
                 if logger.logLevel <= .debug {
                     logger.debug(
                         "priority batch gated",
                         metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
                 }
-                let left = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, marked: true)
+                let left = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, marked: isMarked)
                 if let retry = left.regate { regates.add(retry) }
                 if let capped = left.capped { capWaits.add(capped) }
                 if d.fromCapWaits { capWaits.retried(d) }
