@@ -388,19 +388,22 @@ enum Scripts {
             """#)
 
     /// A whole settle batch in one call, for a single Redis (which lets one script touch many slots):
-    /// the tag parts then the counters, KEYS and ARGV of ``tagWritesFunction`` followed by those of
-    /// ``countersFunction``: exactly the key lists the cluster path sends in separate calls.
-    /// Returns { tag part's result, counters' result }.
+    /// KEYS[1] the counters' marker, then the tag parts then the counters, KEYS and ARGV of
+    /// ``tagWritesFunction`` followed by those of ``countersFunction``: the key lists the cluster path
+    /// sends in separate calls (the parts here without markers of their own). Returns { tag parts'
+    /// results, counters' result }, or { {}, 0 } when the marker exists (a replay: nothing written, not
+    /// even a lease released that another process may hold since).
     static let settle = RedisScript(
         helpers + tagWritesFunction + countersFunction + #"""
-            local tagOut, k, i, starts = tagWrites(0, 1)
+            if redis.call('EXISTS', KEYS[1]) == 1 then return { {}, 0 } end
+            local tagOut, k, i, starts = tagWrites(1, 1)
             return { tagOut, counters(k, i, tagOut, starts) }
             """#)
 
     /// Records published jobs of a campaign; every key in the tag `{<p>}`. KEYS: marker, campaign hash,
     /// then the mark sets. ARGV: marker-ttl-s, messages, marks-ttl-s, #expire, the mark-set-indexes to
-    /// give their expiry (Swift asks once per set and minute), then per job: mark-set-index (1 = the
-    /// first mark set) member. Adds `messages` to `published` and the number of job ids never published
+    /// give their expiry (Swift asks once per set and minute), then per mark set: its index (1 = the first
+    /// mark set), #members, the members (one SADD per set). Adds `messages` to `published` and the number of job ids never published
     /// before (their fingerprint added to a mark set) to `jobs`; the sets named live marks-ttl-s from
     /// now. Returns the number added to `jobs`, or -1 when the marker existed (a replay of this call:
     /// nothing done).
@@ -409,8 +412,11 @@ enum Scripts {
         if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return -1 end
         local hash, messages, ttl, nExp = KEYS[2], ARGV[2], ARGV[3], tonumber(ARGV[4])
         local new = 0
-        for i = 5 + nExp, #ARGV, 2 do
-          new = new + redis.call('SADD', KEYS[2 + tonumber(ARGV[i])], ARGV[i + 1])
+        local i = 5 + nExp
+        while i <= #ARGV do
+          local n = tonumber(ARGV[i + 1])
+          new = new + redis.call('SADD', KEYS[2 + tonumber(ARGV[i])], unpack(ARGV, i + 2, i + 1 + n))
+          i = i + 2 + n
         end
         for x = 5, 4 + nExp do redis.call('EXPIRE', KEYS[2 + tonumber(ARGV[x])], ttl) end
         redis.call('HINCRBY', hash, 'published', messages)

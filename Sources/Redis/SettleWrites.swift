@@ -133,8 +133,10 @@ struct TagWrites {
 
     /// The group's keys and arguments. A settle part with nothing to replay-protect (no dedup record, no
     /// lease: only newest-wins suppressions) needs no marker.
-    func group(markerTTL: Int64) -> ScriptGroup {
-        let marked = marker != nil && (adds > 0 || releases > 0)
+    /// `partMarker`: under the part's own marker (a cluster's parts run in calls of their own; a single
+    /// Redis runs the whole batch in one script, under the counters' marker alone).
+    func group(markerTTL: Int64, partMarker: Bool = true) -> ScriptGroup {
+        let marked = partMarker && marker != nil && (adds > 0 || releases > 0)
         var keyList = RedisArguments()
         keyList.reserveCapacity(adding: 5 + addKeys.count, bytes: 5 * (tag.utf8.count + 32) + addKeys.byteCount)
         if marked, let marker { keyList.append(keys.batch(tag: tag, marker)) }

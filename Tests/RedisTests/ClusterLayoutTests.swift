@@ -193,8 +193,11 @@ struct ClusterLayoutTests {
             try await workload(a, b, now: now)
             var snapshot: [String: String] = [:]
             for key in try await client.send(RedisCommand("KEYS", "*")).array?.compactMap(\.string) ?? [] {
-                // Batch and publish markers and leases name random ids; the rest must match exactly.
-                if key.contains(":batch:") || key.hasSuffix(":inflight") {
+                // Batch and publish markers and leases name random ids; the rest must match exactly. (A
+                // settle's token-tag parts have markers of their own on the cluster path only: a single
+                // Redis runs the batch in one script, under the counters' marker.)
+                if key.contains(":batch:") { continue }
+                if key.hasSuffix(":inflight") {
                     snapshot["\(key.prefix { $0 != ":" })…marker/lease", default: ""] += "x"
                     continue
                 }
@@ -262,6 +265,40 @@ struct ClusterLayoutTests {
         let single = PipelineStore(client: client, configuration: .init(leaseOwner: "owner-a"))
         #expect(try await single.settle(batch) == false)
         #expect(try await store.readCampaign("c").counters.fields == expected)
+        #expect(try await store.lease(jobID: "r36", app: shop, tokenHex: token(36))?.owner == "owner-b")
+    }
+
+    /// On a single Redis a settle is one script under one marker (the counters'), its token-tag parts
+    /// without markers of their own: applied once, and a replay (a reply lost, the call sent again) writes
+    /// nothing — no count, and no release of a lease another process took since.
+    @Test func aSingleRedisSettleReplayedWritesNothing() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let client = try server.client()
+        let store = PipelineStore(client: client, configuration: .init(leaseOwner: "owner-a"))
+        let requests = (0..<20).map { GateRequest(jobID: "s\($0)", app: shop, tokenHex: token($0)) }
+        #expect(try await store.gate(requests).allSatisfy { $0 == .admitted(language: nil) })
+        let outcomes = requests.enumerated().map { index, request in
+            SettledOutcome(
+                jobID: request.jobID, app: shop, tokenHex: request.tokenHex, campaign: "c", kind: index < 15 ? .accepted : .deadLettered)
+        }
+        let batch = SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 20))
+        #expect(try await store.settle(batch) == true)
+        let expected: [String: Int64] = [
+            "accepted": 15, "dead_lettered": 5, "jobs_accepted": 15, "jobs_dead_lettered": 5, "jobs_settled": 20,
+        ]
+        #expect(try await store.readCampaign("c").counters.fields == expected)
+        let markers = try await client.send(RedisCommand("KEYS", "*:batch:*")).array?.compactMap(\.string) ?? []
+        #expect(markers == [store.keys.batch(batch.id)], "one marker for the batch")
+
+        let other = PipelineStore(client: client, configuration: .init(leaseOwner: "owner-b"))
+        try await other.beat()
+        #expect(try await other.gate([requests[17]]) == [.admitted(language: nil)], "a dead letter may be sent again")
+        #expect(try await store.settle(batch) == false, "a replay")
+        #expect(try await store.readCampaign("c").counters.fields == expected)
+        #expect(try await store.readStats().totals[.received] == 20)
+        #expect(try await store.lease(jobID: "s17", app: shop, tokenHex: token(17))?.owner == "owner-b")
+        #expect(try await store.gate([requests[3]]) == [.deduped])
     }
 
     @Test func tokenBucketsSpreadAnAppOverSlots() {
