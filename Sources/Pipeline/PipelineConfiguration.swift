@@ -90,7 +90,7 @@ public struct PipelineConfiguration: Sendable {
         /// on a Redis Cluster (its primaries take equal shares), plain on one server (as before tags could
         /// be spread, so an existing single Redis keeps its keys).
         public var tokenTags: RedisKeys.TokenTags?
-        public var effectiveTokenTags: RedisKeys.TokenTags { tokenTags ?? (cluster != nil ? .spread : .plain) }
+        public var effectiveTokenTags: RedisKeys.TokenTags { tokenTags ?? .defaultFor(cluster: cluster != nil) }
         public var inFlightLeaseSeconds = Int(storeDefaults.inFlightLease.components.seconds)
         /// Lifetime of a `run` process's heartbeat: its leases are void this long after it died.
         public var ownerHeartbeatSeconds = Int(storeDefaults.ownerHeartbeat.components.seconds)

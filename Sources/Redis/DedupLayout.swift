@@ -185,8 +185,12 @@ extension PipelineStore {
     private func spreadBucket(ofTag tag: Substring, layout: DedupLayout) -> Int? {
         let parts = tag.dropFirst().split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count >= 4, let bucket = Int(parts[parts.count - 2]), (0..<layout.tokenBuckets).contains(bucket) else { return nil }
-        let keys = RedisKeys(prefix: keys.prefix, tokenBuckets: layout.tokenBuckets, tokenTags: .spread)
-        return keys.tokenTag(app: String(parts[parts.count - 3]), bucket: bucket) == tag + "}" ? bucket : nil
+        // The store's own keys when they spell this layout (the usual case: their table of spread tags is
+        // filled once); else keys for it, made per sampled name (at most 200, once, at start).
+        let spread =
+            keys.tokenTags == .spread && keys.tokenBuckets == layout.tokenBuckets
+            ? keys : RedisKeys(prefix: keys.prefix, tokenBuckets: layout.tokenBuckets, tokenTags: .spread)
+        return spread.tokenTag(app: String(parts[parts.count - 3]), bucket: bucket) == tag + "}" ? bucket : nil
     }
 
     /// Up to `limit` names of dedup keys (`SCAN`, never `KEYS`), from every primary of a cluster.

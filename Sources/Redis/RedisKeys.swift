@@ -54,6 +54,10 @@ public struct RedisKeys: Sendable, Hashable {
         /// over the slots, so primaries holding equal slot ranges (what `redis-cli --cluster create` and
         /// `rebalance` make) take equal shares of its jobs.
         case spread
+
+        /// What a store uses when nothing says: spread on a cluster (where slots are placed), plain on
+        /// one server (the keys' names as versions before spread tags wrote them).
+        public static func defaultFor(cluster: Bool) -> TokenTags { cluster ? .spread : .plain }
     }
 
     /// A device token as it is stored in Redis (hash fields, script arguments): lower-case hex. The one

@@ -293,7 +293,7 @@ enum Scripts {
     /// The counters of a batch, all in the tag `{<p>}`. ARGV from `i`: has-marker, marker-ttl-s,
     /// #hincrby (key-index field delta)…, #expire (key-index seconds)…, #hset (key-index field value)…,
     /// counted-ttl-s, #campaigns (hash-index counted-index #ranges #members #others (group from to)…
-    /// member… (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first
+    /// [the members as one argument `m1,m2,…`, when #members > 0] (field member)…)…. KEYS from `k`: [marker], then the keys the indexes name (1 = the first
     /// after the marker). Returns 1, or 0 when the marker existed (a replay: nothing done).
     ///
     /// Per-job progress (`docs/design.md §4.4`): each job of a campaign counts once in `jobs_*`. An accepted
@@ -330,8 +330,7 @@ enum Scripts {
             local nr, nm, no = tonumber(take()), tonumber(take()), tonumber(take())
             local ranges = {}
             for r = 1, 3 * nr do ranges[r] = tonumber(take()) end
-            local added = {}
-            for m = 1, nm do added[m] = take() end
+            local packed = nm > 0 and take() or ''
             local accepted = nm
             for r = 1, 3 * nr, 3 do
               local _, ones = string.gsub(string.sub(tagOut[ranges[r]][1], ranges[r + 1], ranges[r + 2]), ADDED, '')
@@ -340,6 +339,8 @@ enum Scripts {
             local counts, total = {}, 0
             if accepted > 0 and redis.call('EXISTS', counted) == 1 then
               -- Accepted jobs counted before with another outcome (e.g. a dead letter published again).
+              local added = {}
+              for m in string.gmatch(packed, '[^,]+') do added[#added + 1] = m end
               for r = 1, 3 * nr, 3 do
                 local flags, start = tagOut[ranges[r]][1], starts[ranges[r]]
                 for a = ranges[r + 1], ranges[r + 2] do

@@ -264,7 +264,10 @@ struct CounterWrites {
                 a.append(0)
                 a.append(added.count)
                 a.append(campaign.others.count)
-                for job in added { a.append(job.member) }
+                // One argument, `m1,m2,…`: the script reads them only when the campaign's counted set
+                // exists (a job of it settled otherwise before); an argument per job cost the counters'
+                // primary a Lua string per job on every batch.
+                if !added.isEmpty { a.append(added.lazy.map { String($0.member) }.joined(separator: ",")) }
             } else {
                 // The parts run in the same script: runs of add positions (group = part + 1), no argument per job.
                 var ranges: [(group: Int, from: Int, to: Int)] = []

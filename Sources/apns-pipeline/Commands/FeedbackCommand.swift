@@ -49,7 +49,7 @@ struct FeedbackCommand: AsyncParsableCommand {
             help:
                 "How the token buckets' hash tags are spelled (the pipeline file's redis.token_tags): plain or spread. Default: spread with --redis-cluster, else plain."
         )
-        var tokenTags: String?
+        var tokenTags: RedisKeys.TokenTags?
         @Option(help: "Suppressions per Redis round trip at most.") var batchSize: Int = FeedbackPollerConfiguration().batchSize
         @Option(help: "Seconds without data from the service before giving up.") var readTimeout: Double =
             FeedbackPollerConfiguration().readTimeout / .seconds(1)
@@ -64,9 +64,6 @@ struct FeedbackCommand: AsyncParsableCommand {
             guard batchSize > 0 else { throw ValidationError("--batch-size must be positive") }
             guard readTimeout > 0, redisWait >= 0 else { throw ValidationError("--read-timeout and --redis-wait must be positive") }
             guard Logger.Level(rawValue: logLevel) != nil else { throw ValidationError("unknown --log-level \(logLevel)") }
-            if let tokenTags, RedisKeys.TokenTags(rawValue: tokenTags) == nil {
-                throw ValidationError("--token-tags must be plain or spread")
-            }
         }
 
         func run() async throws {
@@ -80,7 +77,7 @@ struct FeedbackCommand: AsyncParsableCommand {
             var storeRedis: RedisTarget
             var keyPrefix = prefix
             var buckets = tokenBuckets
-            var tags = tokenTags.flatMap(RedisKeys.TokenTags.init(rawValue:)) ?? (redisCluster != nil ? .spread : .plain)
+            var tags = tokenTags ?? .defaultFor(cluster: redisCluster != nil)
             if let pipeline {
                 let config = try loadPipeline(pipeline)
                 // The file's Redis, one server or a cluster, as `run` uses it: the suppressions go
@@ -166,3 +163,6 @@ struct FeedbackCommand: AsyncParsableCommand {
         }
     }
 }
+
+/// `--token-tags plain|spread`: ArgumentParser checks the value and lists the choices.
+extension RedisKeys.TokenTags: ExpressibleByArgument {}
