@@ -50,6 +50,36 @@ struct CampaignStatusTests {
         #expect(waited.stderr.contains("campaign live: unknown to Redis after 0.5 s: never published, or expired"), "\(waited.stderr)")
     }
 
+    /// A campaign whose job count stays short while every published message has an outcome (a `run`
+    /// killed between a cluster settle's two calls, or a fail-over: its jobs' redeliveries are deduped,
+    /// which counts no job) still times out — nothing tells a lost count from a slow job — but the wait
+    /// says which it most likely is and what to do, instead of asking whether `run` runs.
+    @Test(.enabled(if: PipelineProcess.binary != nil, "the apns-pipeline binary is not built"))
+    func aShortJobCountIsSaidSoWhenTheWaitTimesOut() async throws {
+        let server = try await RedisServer()
+        defer { server.stop() }
+        let file = try pipelineFile(redis: "  url: \"redis://127.0.0.1:\(server.port)/0\"", app: shop)
+        let store = PipelineStore(client: try server.client())
+        let ids = (0..<3).map { "short:\($0)" }
+        let sets = try await store.beginPublish(campaign: "short", expectedJobs: 3)
+        try await store.recordPublished(campaign: "short", jobIDs: ids, markSets: sets)
+        try await store.finishPublish(campaign: "short")
+        // Two counted; the third's first settle lost its count, and its redelivery was deduped.
+        let outcomes = ids.enumerated().map { index, id in
+            SettledOutcome(jobID: id, app: shop, tokenHex: token(index).hex, campaign: "short", kind: index < 2 ? .accepted : .deduped)
+        }
+        try await store.settle(SettleBatch(outcomes: outcomes, events: PipelineEvents(received: 3)))
+
+        let waited = try await PipelineProcess.command(["campaign", "wait", "short", "--pipeline", file, "--timeout", "1", "--quiet"])
+        #expect(waited.status == 2, "\(waited.stdout) \(waited.stderr)")
+        #expect(waited.stderr.contains("campaign short: 2 of 3 jobs settled after 1.0 s"), "\(waited.stderr)")
+        #expect(waited.stderr.contains("every published message has an outcome (3 of 3"), "\(waited.stderr)")
+        #expect(waited.stderr.contains("`campaign wait --messages` waits on messages instead"), "\(waited.stderr)")
+        let byMessages = try await PipelineProcess.command(
+            ["campaign", "wait", "short", "--pipeline", file, "--timeout", "5", "--quiet", "--messages"])
+        #expect(byMessages.status == 0, "\(byMessages.stdout) \(byMessages.stderr)")
+    }
+
     /// `redis.campaign_ttl_hours`: default dedup_ttl_hours + dedup_bucket_hours; less is refused at start,
     /// naming the file and the key.
     @Test func campaignTTLKey() throws {

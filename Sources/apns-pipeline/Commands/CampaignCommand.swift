@@ -265,8 +265,7 @@ struct CampaignCommand: AsyncParsableCommand {
                     if Date() > deadline {
                         progress?.finish()
                         if json { print(status.json) }
-                        let why =
-                            status.progress.isPublishing ? "a `campaign publish` of it has not finished" : "is `apns-pipeline run` running?"
+                        let why = Self.whyNotDone(status)
                         FileHandle.standardError.write(
                             Data(
                                 "campaign \(campaign): \(status.settled) of \(status.target) \(status.basis.rawValue) settled after \(timeout) s; \(why)\n"
@@ -280,6 +279,22 @@ struct CampaignCommand: AsyncParsableCommand {
                 if json { print(status.json) }
                 await redis.close()
             }
+        }
+
+        /// What a timed-out wait says next. A job count short while every published message has an
+        /// outcome is most likely a count lost, not a job: on a Redis Cluster a `run` killed between a
+        /// settle's two calls, or a fail-over, loses the count of jobs whose redelivery is then deduped
+        /// (design §2.4; seen in ops/fleet's crash and fail-over runs).
+        static func whyNotDone(_ status: Campaign.Status) -> String {
+            let p = status.progress
+            if p.isPublishing { return "a `campaign publish` of it has not finished" }
+            if status.basis == .jobs, p.messagesSettled >= p.published {
+                return "every published message has an outcome (\(p.messagesSettled) of \(p.published), redeliveries included): "
+                    + "if no `run` holds work (lag 0), the job count is short, not the jobs — a `run` killed between a cluster "
+                    + "settle's two calls, or a Redis fail-over, loses the count of jobs it settled (design §2.4); "
+                    + "`campaign wait --messages` waits on messages instead"
+            }
+            return "is `apns-pipeline run` running?"
         }
     }
 
