@@ -162,6 +162,13 @@ struct GateTests {
         await client.close()
     }
 
+    /// A store of process `owner` whose leases and heartbeat outlive any test (600 s).
+    static func leaseStore(_ client: any RedisConnection, owner: String) -> PipelineStore {
+        PipelineStore(
+            client: client,
+            configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
+    }
+
     /// A process cut off from Redis longer than its heartbeat lives is dead to the others: they take its
     /// leases over and count `ambiguous` only for the calls marked written. Back, it must not mark a call
     /// gated before the lapse (it would write it uncounted): the mark is fenced by the heartbeat's value,
@@ -172,11 +179,7 @@ struct GateTests {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
         let client = try server.connection()
-        func store(_ owner: String) -> PipelineStore {
-            PipelineStore(
-                client: client,
-                configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
-        }
+        func store(_ owner: String) -> PipelineStore { Self.leaseStore(client, owner: owner) }
         let (storeA, storeB) = (store("owner-a"), store("owner-b"))
         try await storeA.beat(value: "a epoch 0")
         try await storeB.beat()
@@ -217,11 +220,7 @@ struct GateTests {
         let server = try await RedisUnderTest(target)
         defer { server.stop() }
         let client = try server.connection()
-        func store(_ owner: String) -> PipelineStore {
-            PipelineStore(
-                client: client,
-                configuration: PipelineStoreConfiguration(inFlightLease: .seconds(600), leaseOwner: owner, ownerHeartbeat: .seconds(600)))
-        }
+        func store(_ owner: String) -> PipelineStore { Self.leaseStore(client, owner: owner) }
         let (storeA, storeB, storeC) = (store("owner-a"), store("owner-b"), store("owner-c"))
         for s in [storeA, storeB, storeC] { try await s.beat() }
         let written = [GateRequest(jobID: "w1", app: app, tokenHex: token(1))]
