@@ -114,6 +114,7 @@ struct GateStore: StoreRole {
             var arguments = RedisArguments()
             arguments.append(group.jobs.count)
             arguments.append(group.voidCount)
+            arguments.append(group.wantsLanguage ? 1 : 0)
             arguments.append(contentsOf: group.voids)
             arguments.append(contentsOf: group.jobArguments)
             return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
@@ -160,6 +161,7 @@ struct GateStore: StoreRole {
             let tables = groups[g].dedupSets
             for table in tables { table.appendName(sub, to: &groups[g].keys) }
             groups[g].jobs.append(index)
+            if requests[index].needsLanguage { groups[g].wantsLanguage = true }
             if !voids.isEmpty, let void = voids[index] {
                 groups[g].voids.append(groups[g].jobs.count)
                 groups[g].voids.append(void)
@@ -282,5 +284,7 @@ private struct GateGroup {
     var dedupSets: [DedupSetNames.Table]
     var voids = RedisArguments()
     var voidCount = 0
+    /// A job of the group has localized alerts: the script reads the group's languages.
+    var wantsLanguage = false
     var jobArguments = RedisArguments()
 }

@@ -14,6 +14,9 @@ public struct GateRequest: Sendable, Hashable {
     /// (so they are computed once per job, not once per stage).
     public let fingerprint: JobFingerprint
     public let tokenHash: UInt32
+    /// Whether the token's registered language matters (the job has localized alerts): the gate reads
+    /// languages only for a group with such a job (a read of a 64-character field per job otherwise).
+    public var needsLanguage = true
 
     public init(jobID: String, app: String, tokenHex: String) {
         self.jobID = jobID

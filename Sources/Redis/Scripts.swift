@@ -18,17 +18,20 @@ enum Scripts {
     static let helpers = DedupAddFlag.luaConstants + helperFunctions
 
     private static let helperFunctions = #"""
+        -- Globals read once per call: each use of a global is a table lookup, of a local a register
+        -- (in the per-job loops that is measurable: ops/bench e2e's redis-server row).
+        local rcall, tonumber, unpack, KEYS, ARGV = redis.call, tonumber, unpack, KEYS, ARGV
         local function mget(cmd, key, fields)
           -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack(). A group's fields
           -- usually fit in one call, whose reply is the answer as it is (no copy per field).
           local n = #fields
           if n == 0 then return {} end
-          if n <= 1000 then return redis.call(cmd, key, unpack(fields)) end
+          if n <= 1000 then return rcall(cmd, key, unpack(fields)) end
           local out = {}
           for from = 1, #fields, 1000 do
             local chunk = {}
             for x = from, math.min(#fields, from + 999) do chunk[#chunk + 1] = fields[x] end
-            local got = redis.call(cmd, key, unpack(chunk))
+            local got = rcall(cmd, key, unpack(chunk))
             for x = 1, #got do out[from + x - 1] = got[x] end
           end
           return out
@@ -37,13 +40,14 @@ enum Scripts {
           for from = 1, #keys, 1000 do
             local chunk = {}
             for x = from, math.min(#keys, from + 999) do chunk[#chunk + 1] = keys[x] end
-            redis.call('DEL', unpack(chunk))
+            rcall('DEL', unpack(chunk))
           end
         end
 
         """#
 
-    /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, then
+    /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, wants-language
+    /// ('1' when a job of the group has localized alerts: else no language is read), then
     /// (job-index void-lease)… for the leases Swift found void, then per job: token (empty for a broadcast:
     /// no suppression, registration or language is read for it), member. KEYS per group:
     /// suppressed, registered, lang, inflight (the group's lease hash), then per job its #probes dedup keys
@@ -67,30 +71,41 @@ enum Scripts {
     /// flight.
     static let gate = RedisScript(
         helpers + GateAnswer.luaConstants + #"""
+            local match, ssub = string.match, string.sub
             local owner, call, leaseMs, nb = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
             local mine = owner .. '/' .. call .. '/'
-            local time = redis.call('TIME')
+            local nmine = #mine
+            local time = rcall('TIME')
             local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
             local lease = mine .. (nowMs + leaseMs)
             local function expired(value)
-              local at = tonumber(string.match(value, '/(%d+)$'))
+              local at = tonumber(match(value, '/(%d+)$'))
               return not at or at <= nowMs
+            end
+            local function hmget(key, fields, n)
+              if n <= 1000 then return rcall('HMGET', key, unpack(fields, 1, n)) end
+              return mget('HMGET', key, fields)
             end
             local out = {}
             local k, i = 0, 6
             for g = 1, tonumber(ARGV[5]) do
-              local nj, nv = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-              i = i + 2
+              local nj, nv, wantsLanguage = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'
+              i = i + 3
               local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
               k = k + 4
-              local voids = {}
-              for _ = 1, nv do voids[tonumber(ARGV[i])] = ARGV[i + 1]; i = i + 2 end
-              -- Dedup: the job's probes, newest bucket first; the jobs not found go on.
+              local voids
+              if nv > 0 then
+                voids = {}
+                for _ = 1, nv do voids[tonumber(ARGV[i])] = ARGV[i + 1]; i = i + 2 end
+              end
+              local base = i
+              -- Dedup: the job's probes, newest bucket first; the jobs not found go on. Job j's token is
+              -- ARGV[base + 2j - 2], its member ARGV[base + 2j - 1].
               local codes, open, members, no = {}, {}, {}, 0
               for j = 1, nj do
                 local member, code = ARGV[i + 1], ADMITTED
                 for b = k + 1, k + nb do
-                  if redis.call('SISMEMBER', KEYS[b], member) == 1 then code = DEDUPED; break end
+                  if rcall('SISMEMBER', KEYS[b], member) == 1 then code = DEDUPED; break end
                 end
                 k = k + nb
                 codes[j] = code
@@ -98,104 +113,125 @@ enum Scripts {
                 i = i + 2
               end
               local values, result = {}, {}
-              if #open > 0 then
+              if no > 0 then
                 -- Leases: one HMGET for the group.
-                local held = mget('HMGET', leaseKey, members)
-                local firstOf, dupOf, cands, candMembers, tokens, hasChannel = {}, {}, {}, {}, {}, false
-                local base = i - 2 * nj
-                for x = 1, #open do
+                local held = hmget(leaseKey, members, no)
+                local firstOf, dupOf = {}, nil
+                local cands, candMembers, tokens, nc, hasChannel = {}, {}, {}, 0, false
+                for x = 1, no do
                   local j, member, h = open[x], members[x], held[x]
                   local free = not h
                   if firstOf[member] then
-                    free = false; codes[j] = IN_FLIGHT; dupOf[j] = firstOf[member]
+                    free = false; codes[j] = IN_FLIGHT; dupOf = dupOf or {}; dupOf[j] = firstOf[member]
                   elseif h then
-                    if expired(h) or string.sub(h, 1, #mine) == mine then
+                    if expired(h) or ssub(h, 1, nmine) == mine then
                       -- Lapsed, or this very call's own (a retry after a lost reply).
                       free = true
-                    elseif voids[j] == h then
+                    elseif voids and voids[j] == h then
                       -- Swift found this holder dead; the lease is unchanged since: take it over.
                       free = true; codes[j] = TAKEN_OVER
                     else
-                      local holder = string.match(h, '^([^/]+)/')
+                      local holder = match(h, '^([^/]+)/')
                       if not holder or holder == owner then codes[j] = IN_FLIGHT else codes[j] = IN_FLIGHT_ELSEWHERE; values[j] = h end
                     end
                   end
                   if free then
                     firstOf[member] = j
-                    cands[#cands + 1] = j; candMembers[#cands] = member; tokens[#cands] = ARGV[base + 2 * j - 2]
-                    if tokens[#cands] == '' then hasChannel = true end
+                    nc = nc + 1
+                    local t = ARGV[base + 2 * j - 2]
+                    cands[nc] = j; candMembers[nc] = member; tokens[nc] = t
+                    if t == '' then hasChannel = true end
                   end
                 end
-                local leased, leasedTokens, writes = {}, {}, {}
-                if #cands > 0 then
+                if nc > 0 then
                   -- Suppressed unless registered strictly after the suppression time: one HMGET for the group,
-                  -- of the jobs with a token (a broadcast's is empty: a channel is never suppressed).
-                  -- (A group without broadcasts, nearly every one, reads its tokens as they are.)
-                  local probeX, probeTokens = nil, tokens
+                  -- of the jobs with a token (a broadcast's is empty: a channel is never suppressed). A group
+                  -- without broadcasts, nearly every one, reads its tokens as they are.
+                  local probeX, probeTokens, np = nil, tokens, nc
                   if hasChannel then
-                    probeX, probeTokens = {}, {}
-                    for x = 1, #cands do
-                      if tokens[x] ~= '' then probeX[#probeX + 1] = x; probeTokens[#probeX] = tokens[x] end
+                    probeX, probeTokens, np = {}, {}, 0
+                    for x = 1, nc do
+                      if tokens[x] ~= '' then np = np + 1; probeX[np] = x; probeTokens[np] = tokens[x] end
                     end
                   end
-                  local sup = mget('HMGET', supKey, probeTokens)
-                  local supX, supTimes, regFields = {}, {}, {}
-                  for y = 1, #probeTokens do
-                    if sup[y] then
-                      local x = probeX and probeX[y] or y
-                      supX[#supX + 1] = x
-                      supTimes[#supX] = tonumber(string.match(sup[y], '^(%d+)'))
-                      regFields[#supX] = tokens[x]
+                  local suppressed
+                  if np > 0 then
+                    local sup = hmget(supKey, probeTokens, np)
+                    local supX, supTimes, regFields, ns = nil, nil, nil, 0
+                    for y = 1, np do
+                      if sup[y] then
+                        if ns == 0 then supX, supTimes, regFields = {}, {}, {} end
+                        ns = ns + 1
+                        local x = probeX and probeX[y] or y
+                        supX[ns] = x
+                        supTimes[ns] = tonumber(match(sup[y], '^(%d+)'))
+                        regFields[ns] = tokens[x]
+                      end
+                    end
+                    if ns > 0 then
+                      suppressed = {}
+                      local reg = hmget(regKey, regFields, ns)
+                      for y = 1, ns do
+                        local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
+                        if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = SUPPRESSED end
+                      end
                     end
                   end
-                  local suppressed = {}
-                  if #supX > 0 then
-                    local reg = mget('HMGET', regKey, regFields)
-                    for y = 1, #supX do
-                      local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
-                      if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = SUPPRESSED end
+                  local leased, leasedTokens, nl = cands, tokens, nc
+                  local writes, nw = {}, 0
+                  if suppressed then
+                    leased, leasedTokens, nl = {}, {}, 0
+                    for x = 1, nc do
+                      if not suppressed[x] then nl = nl + 1; leased[nl] = cands[x]; leasedTokens[nl] = tokens[x] end
                     end
                   end
-                  for x = 1, #cands do
-                    if not suppressed[x] then
-                      leased[#leased + 1] = cands[x]; leasedTokens[#leased] = tokens[x]
-                      writes[#writes + 1] = candMembers[x]; writes[#writes + 1] = lease
+                  for x = 1, nc do
+                    if not (suppressed and suppressed[x]) then
+                      writes[nw + 1] = candMembers[x]; writes[nw + 2] = lease; nw = nw + 2
                     end
                   end
-                end
-                if #writes > 0 then
-                  for from = 1, #writes, 1000 do
-                    redis.call('HSET', leaseKey, unpack(writes, from, math.min(#writes, from + 999)))
-                  end
-                  -- The hash outlives its longest lease (processes may run with different lease lengths):
-                  -- extend its expiry, or give it one if it has none (just created; -1). PTTL rather than
-                  -- PEXPIRE's GT/NX options, which need Redis 7.0 (a single Redis may be 6.2).
-                  if redis.call('PTTL', leaseKey) < leaseMs then redis.call('PEXPIRE', leaseKey, leaseMs) end
-                  local sample = redis.call('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
-                  for x = 1, #sample, 2 do
-                    if expired(sample[x + 1]) then redis.call('HDEL', leaseKey, sample[x]) end
-                  end
-                  if not hasChannel then
-                    local langs = mget('HMGET', langKey, leasedTokens)
-                    for x = 1, #leased do values[leased[x]] = langs[x] end
-                  else
-                    local langX, langTokens = {}, {}
-                    for x = 1, #leased do
-                      if leasedTokens[x] ~= '' then langX[#langX + 1] = x; langTokens[#langX] = leasedTokens[x] end
+                  if nw > 0 then
+                    for from = 1, nw, 1000 do
+                      rcall('HSET', leaseKey, unpack(writes, from, math.min(nw, from + 999)))
                     end
-                    local langs = mget('HMGET', langKey, langTokens)
-                    for y = 1, #langX do values[leased[langX[y]]] = langs[y] end
+                    -- The hash outlives its longest lease (processes may run with different lease lengths):
+                    -- extend its expiry, or give it one if it has none (just created; -1). PTTL rather than
+                    -- PEXPIRE's GT/NX options, which need Redis 7.0 (a single Redis may be 6.2).
+                    if rcall('PTTL', leaseKey) < leaseMs then rcall('PEXPIRE', leaseKey, leaseMs) end
+                    local sample = rcall('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
+                    for x = 1, #sample, 2 do
+                      if expired(sample[x + 1]) then rcall('HDEL', leaseKey, sample[x]) end
+                    end
+                    if not wantsLanguage then
+                      -- No job of the group has localized alerts: a language would change nothing.
+                    elseif not hasChannel then
+                      local langs = hmget(langKey, leasedTokens, nl)
+                      for x = 1, nl do
+                        local l = langs[x]
+                        if l then values[leased[x]] = l end
+                      end
+                    else
+                      local langX, langTokens, nt = {}, {}, 0
+                      for x = 1, nl do
+                        if leasedTokens[x] ~= '' then nt = nt + 1; langX[nt] = x; langTokens[nt] = leasedTokens[x] end
+                      end
+                      if nt > 0 then
+                        local langs = hmget(langKey, langTokens, nt)
+                        for y = 1, nt do if langs[y] then values[leased[langX[y]]] = langs[y] end end
+                      end
+                    end
                   end
                 end
                 -- A second copy in the call shares the fate of the first when that one was suppressed.
-                for j, first in pairs(dupOf) do
-                  if codes[first] == SUPPRESSED then codes[j] = SUPPRESSED end
+                if dupOf then
+                  for j, first in pairs(dupOf) do
+                    if codes[first] == SUPPRESSED then codes[j] = SUPPRESSED end
+                  end
                 end
               end
               result[1] = table.concat(codes)
-              for j = 1, nj do
-                if values[j] then result[#result + 1] = j; result[#result + 1] = values[j] end
-              end
+              local nr = 1
+              for j, v in pairs(values) do result[nr + 1] = j; result[nr + 2] = v; nr = nr + 2 end
               out[g] = result
             end
             return out
@@ -236,20 +272,22 @@ enum Scripts {
             local dk = k + 4
             k = dk + nAdd
             starts[g] = i
-            local stored = marker and redis.call('GET', marker)
+            local stored = marker and rcall('GET', marker)
             if stored then
               -- 'a': every add added (the usual case, stored in one byte); else 'r' and the flags.
               out[g] = { stored == 'a' and string.rep(ADDED, nAdd) or string.sub(stored, 2), 0 }
               i = i + nAdd + nExp + nRel + 3 * nSup + 3 * nReg
             else
-              local flags, sample, allAdded = {}, 0, true
+              -- flags: made at the first add that added nothing (nearly every add adds).
+              local flags, sample, allAdded = nil, 0, true
               for a = 1, nAdd do
                 local key = KEYS[dk + a]
-                if redis.call('SADD', key, ARGV[i + a - 1]) == 1 then
-                  flags[a] = ADDED
+                if rcall('SADD', key, ARGV[i + a - 1]) == 1 then
+                  if flags then flags[a] = ADDED end
                   -- One set per group and batch is enough to notice sets outgrowing the intset encoding.
-                  if sample == 0 then sample = redis.call('SCARD', key) end
+                  if sample == 0 then sample = rcall('SCARD', key) end
                 else
+                  if not flags then flags = {}; for b = 1, a - 1 do flags[b] = ADDED end end
                   flags[a] = NOT_ADDED; allAdded = false
                 end
               end
@@ -257,30 +295,30 @@ enum Scripts {
               -- one HDEL straight from ARGV.
               local released = nAdd + nRel
               for from = i, i + released - 1, 1000 do
-                redis.call('HDEL', leaseKey, unpack(ARGV, from, math.min(i + released - 1, from + 999)))
+                rcall('HDEL', leaseKey, unpack(ARGV, from, math.min(i + released - 1, from + 999)))
               end
               i = i + released
-              for _ = 1, nExp do redis.call('EXPIREAT', KEYS[dk + tonumber(ARGV[i])], expireAt); i = i + 1 end
+              for _ = 1, nExp do rcall('EXPIREAT', KEYS[dk + tonumber(ARGV[i])], expireAt); i = i + 1 end
               for _ = 1, nSup do
                 local token, t, value = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
                 i = i + 3
-                local current = redis.call('HGET', supKey, token)
+                local current = rcall('HGET', supKey, token)
                 local ct = current and tonumber(string.match(current, '^(%d+)'))
-                if not ct or t > ct then redis.call('HSET', supKey, token, value) end
+                if not ct or t > ct then rcall('HSET', supKey, token, value) end
               end
               for _ = 1, nReg do
                 local token, ts, lang = ARGV[i], ARGV[i + 1], ARGV[i + 2]
                 i = i + 3
-                local current = redis.call('HGET', regKey, token)
+                local current = rcall('HGET', regKey, token)
                 local ct = current and tonumber(current)
                 if not ct or tonumber(ts) >= ct then
-                  redis.call('HSET', regKey, token, ts)
-                  if lang ~= '' then redis.call('HSET', langKey, token, lang) end
+                  rcall('HSET', regKey, token, ts)
+                  if lang ~= '' then rcall('HSET', langKey, token, lang) end
                 end
               end
               local result = allAdded and string.rep(ADDED, nAdd) or table.concat(flags)
               if marker then
-                redis.call('SET', marker, allAdded and 'a' or 'r' .. result, 'EX', markerTTL)
+                rcall('SET', marker, allAdded and 'a' or 'r' .. result, 'EX', markerTTL)
               end
               out[g] = { result, sample }
             end
@@ -310,19 +348,19 @@ enum Scripts {
           local hasMarker, markerTTL = take() == '1', take()
           if hasMarker then
             k = k + 1
-            if not redis.call('SET', KEYS[k], '1', 'NX', 'EX', markerTTL) then return 0 end
+            if not rcall('SET', KEYS[k], '1', 'NX', 'EX', markerTTL) then return 0 end
           end
           for _ = 1, tonumber(take()) do
             local key = KEYS[k + tonumber(take())]; local field = take(); local delta = take()
-            redis.call('HINCRBY', key, field, delta)
+            rcall('HINCRBY', key, field, delta)
           end
           for _ = 1, tonumber(take()) do
             local key = KEYS[k + tonumber(take())]; local seconds = take()
-            redis.call('EXPIRE', key, seconds)
+            rcall('EXPIRE', key, seconds)
           end
           for _ = 1, tonumber(take()) do
             local key = KEYS[k + tonumber(take())]; local field = take(); local value = take()
-            redis.call('HSET', key, field, value)
+            rcall('HSET', key, field, value)
           end
           local countedTTL = take()
           for _ = 1, tonumber(take()) do
@@ -337,7 +375,7 @@ enum Scripts {
               accepted = accepted + ones
             end
             local counts, total = {}, 0
-            if accepted > 0 and redis.call('EXISTS', counted) == 1 then
+            if accepted > 0 and rcall('EXISTS', counted) == 1 then
               -- Accepted jobs counted before with another outcome (e.g. a dead letter published again).
               local added = {}
               for m in string.gmatch(packed, '[^,]+') do added[#added + 1] = m end
@@ -364,11 +402,11 @@ enum Scripts {
                   new[#new + 1] = members[o]
                 end
               end
-              for from = 1, #new, 1000 do redis.call('SADD', counted, unpack(new, from, math.min(#new, from + 999))) end
-              redis.call('EXPIRE', counted, countedTTL)
+              for from = 1, #new, 1000 do rcall('SADD', counted, unpack(new, from, math.min(#new, from + 999))) end
+              rcall('EXPIRE', counted, countedTTL)
             end
-            for field, n in pairs(counts) do redis.call('HINCRBY', hash, field, n) end
-            if total > 0 then redis.call('HINCRBY', hash, 'jobs_settled', total) end
+            for field, n in pairs(counts) do rcall('HINCRBY', hash, field, n) end
+            if total > 0 then rcall('HINCRBY', hash, 'jobs_settled', total) end
           end
           return 1
         end
@@ -396,7 +434,7 @@ enum Scripts {
     /// even a lease released that another process may hold since).
     static let settle = RedisScript(
         helpers + tagWritesFunction + countersFunction + #"""
-            if redis.call('EXISTS', KEYS[1]) == 1 then return { {}, 0 } end
+            if rcall('EXISTS', KEYS[1]) == 1 then return { {}, 0 } end
             local tagOut, k, i, starts = tagWrites(1, 1)
             return { tagOut, counters(k, i, tagOut, starts) }
             """#)

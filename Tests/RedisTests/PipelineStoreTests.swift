@@ -341,6 +341,26 @@ struct GateTests {
         #expect(try await store.gate([request("3")]) == [.suppressed])
     }
 
+    /// A job without localized alerts does not need the language: a group of only such jobs reads none,
+    /// and a group with one such job beside one that needs it reads them for the group.
+    @Test(arguments: RedisTestTarget.allCases)
+    func languagesAreReadOnlyForAGroupThatNeedsThem(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.connection(), configuration: .init(tokenBuckets: 1))
+        try await store.applyRegistrations([
+            Registration(app: app, tokenHex: token(8), registeredAt: 2000, language: "fr"),
+            Registration(app: app, tokenHex: token(9), registeredAt: 2000, language: "de"),
+        ])
+        var plain = GateRequest(jobID: "plain", app: app, tokenHex: token(8))
+        plain.needsLanguage = false
+        #expect(try await store.gate([plain]) == [.admitted(language: nil)])
+        var other = GateRequest(jobID: "other", app: app, tokenHex: token(9))
+        other.needsLanguage = false
+        let localized = GateRequest(jobID: "localized", app: app, tokenHex: token(8))
+        #expect(try await store.gate([other, localized]) == [.admitted(language: "de"), .admitted(language: "fr")])
+    }
+
     @Test(arguments: RedisTestTarget.allCases)
     func languageIsTheRegisteredOneOrNone(_ target: RedisTestTarget) async throws {
         let server = try await RedisUnderTest(target)

@@ -39,12 +39,13 @@ struct Gate: Sendable {
         requests.reserveCapacity(d.jobs.count - held.decided.count)
         var hashes = [RecordHashes?](repeating: nil, count: d.jobs.count)
         for (index, job) in d.jobs.enumerated() where held.decided.isEmpty || held.decided[index] == nil {
-            let request =
+            var request =
                 if let channel = job.channel {
                     GateRequest(jobID: job.id, app: job.app, channelID: channel.value)
                 } else {
                     GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex)
                 }
+            request.needsLanguage = !job.alerts.isEmpty
             hashes[index] = RecordHashes(request)
             requests.append(request)
         }
