@@ -271,7 +271,7 @@ func metricsWithoutHelp(_ text: String) -> [String] {
 /// Every metric name the pipeline declares has a HELP text (a metric added without one fails here).
 @Test func everyDeclaredMetricHasHelpText() throws {
     let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    let source = try String(contentsOf: root.appendingPathComponent("Sources/Pipeline/PipelineMetrics.swift"), encoding: .utf8)
+    let source = try String(contentsOf: root.appendingPathComponent("Sources/Pipeline/Metrics/PipelineMetrics.swift"), encoding: .utf8)
     let declared = source.matches(of: /static let \w+ = "(apns_[a-z0-9_]+)"/).map { String($0.output.1) }
     #expect(declared.count > 30)
     #expect(declared.filter { (PipelineMetrics.help[$0] ?? "").isEmpty }.isEmpty)
