@@ -183,7 +183,8 @@ let package = Package(
             ]
         ),
 
-        // The assembled pipeline: configuration, stages, campaigns.
+        // The assembled pipeline, a folder per feature: the runner, stages, configuration, campaign control, dead
+        // letters, outcomes, metrics.
         .target(
             name: "Pipeline",
             dependencies: [
@@ -204,6 +205,15 @@ let package = Package(
                 // HMAC of the jobs released at their pacing slot (`ReleaseSignature`).
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
+        ),
+
+        // What the commands beside `run` use and the tests reach too: campaign publishing (the audience
+        // and template files, a job per recipient, `--at`, the status `campaign status` reports) and
+        // `send`'s line decoder. A library rather than the executable's own files, so the test binary
+        // never links the executable (and its jemalloc).
+        .target(
+            name: "Tools",
+            dependencies: ["APNsProtocol", "Jobs", "Pipeline", "Redis", "Sender"]
         ),
 
         // The operations surface: one HTTP server (SwiftNIO HTTP/1) for Prometheus metrics
@@ -236,6 +246,7 @@ let package = Package(
                 "Kafka",
                 "Redis",
                 "TimeUnits",
+                "Tools",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -311,6 +322,7 @@ let package = Package(
             dependencies: [
                 "TestSupport",
                 "Pipeline",
+                "Tools",
                 "Feedback",
                 "Jobs",
                 "GatewaySimulator",
@@ -330,6 +342,7 @@ let package = Package(
                 "TestSupport",
                 "Operations",
                 "Pipeline",
+                "Tools",
                 "Sender",
                 "HTTP2Simulator",
                 "GatewaySimulator",

@@ -16,6 +16,7 @@ import Testing
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
+import Tools
 #endif
 
 let shop = "com.example.shop"

@@ -14,6 +14,7 @@ import Testing
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
+import Tools
 #endif
 
 /// `run` meeting a connect that retrying cannot fix: an HTTP/2 app whose host speaks TLS without h2

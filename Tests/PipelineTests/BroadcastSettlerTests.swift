@@ -4,6 +4,7 @@ import Kafka
 import Redis
 import Sender
 import Testing
+import Tools
 
 @testable import Pipeline
 

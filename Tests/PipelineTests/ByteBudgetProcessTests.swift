@@ -4,6 +4,7 @@ import Pipeline
 import Redis
 import TestSupport
 import Testing
+import Tools
 
 /// Issue 28 (2): `run`'s memory is bounded in bytes. A real `apns-pipeline run` process takes ~0.9 MB
 /// jobs — valid ones (an unknown top-level key carries the bulk: design §3.1 ignores it) and refused ones

@@ -2,6 +2,7 @@ import APNsProtocol
 import Foundation
 import Pipeline
 import Testing
+import Tools
 
 /// A campaign's audience takes every token size a job may have (Apple: "APNs device tokens are of
 /// variable length. Do not hard-code their size"); lines that are no token are counted and named.

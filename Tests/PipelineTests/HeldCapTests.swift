@@ -4,6 +4,7 @@ import Kafka
 import Redis
 import TestSupport
 import Testing
+import Tools
 
 @testable import Pipeline
 

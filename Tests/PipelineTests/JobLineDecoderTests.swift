@@ -4,6 +4,7 @@ import Logging
 import Sender
 import Synchronization
 import Testing
+import Tools
 
 @testable import Pipeline
 

@@ -11,6 +11,7 @@ import Sender
 import ServiceLifecycle
 import TestSupport
 import Testing
+import Tools
 
 let shop = "com.example.shop"
 

@@ -10,6 +10,7 @@ import Sender
 import Synchronization
 import TestSupport
 import Testing
+import Tools
 
 /// The demo's scenario, smaller, with every count asserted exactly, against real servers.
 @Suite(.serialized, .enabled(if: RedisServer.available, RedisServer.skipReason))

@@ -3,6 +3,7 @@ import Pipeline
 import Redis
 import TestSupport
 import Testing
+import Tools
 
 /// `campaign publish --at`: a time in the past is refused (unless `--now-if-past`, which starts the
 /// campaign now), and so is one more than 30 days ahead, each with an error that says what to do.

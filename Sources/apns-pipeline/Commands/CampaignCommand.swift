@@ -6,6 +6,7 @@ import Logging
 import Operations
 import Pipeline
 import Redis
+import Tools
 
 /// `apns-pipeline campaign publish|status`.
 struct CampaignCommand: AsyncParsableCommand {

@@ -8,6 +8,7 @@ import Pipeline
 import Sender
 import Synchronization
 import TimeUnits
+import Tools
 
 /// `apns-pipeline send`: jobs (`docs/design.md §3.1` JSON, one per line) from a file or stdin, through one app's
 /// transport, straight to the gateways — for operators, and for testing without Kafka or Redis.

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import Pipeline
 import Redis
+import Tools
 
 /// `apns-pipeline stats`: the pipeline's counters from Redis (`docs/design.md §4.1`: `{<p>}:stats`, the per-minute
 /// `{<p>}:stats:<yyyyMMddHHmm>` buckets, `{<p>}:campaign:<id>`), with current rates, optionally refreshed

@@ -1,6 +1,5 @@
 import APNsProtocol
 import Foundation
-import Kafka
 import Redis
 import Sender
 

@@ -1,5 +1,6 @@
 import APNsProtocol
 import Jobs
+import Pipeline
 import Sender
 
 /// `apns-pipeline send`'s input: one job line (`docs/design.md §3.1` JSON) → a notification for one
