@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import Redis
 
 /// What the dashboard shows, read from the Redis contract (docs/design.md §4.1): totals, the per-minute
@@ -96,9 +98,11 @@ public final class DashboardData: Sendable {
     /// still share a read).
     /// `controls`: the page shows the campaign buttons (the server serves ``controlRoute`` behind the control token).
     /// `confirmationWait`: how long a button's answer waits for every running process to confirm.
+    /// `eventLoopGroup`: where its two connections run (`run` passes the pipeline's loops).
     public init(
         redis: RedisTarget, prefix: String, logger: Logger, cacheFor: Duration = DashboardData.defaultCacheDuration,
-        controls: Bool = false, confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait
+        controls: Bool = false, confirmationWait: Duration = CampaignControlRoute.defaultConfirmationWait,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) throws {
         self.controls = controls
         self.confirmationWait = confirmationWait
@@ -115,13 +119,13 @@ public final class DashboardData: Sendable {
         quiet.logLevel = .critical
         switch redis {
         case .single(let configuration):
-            client = RedisClient(configuration: quick(configuration), logger: quiet)
-            probe = RedisClient(configuration: quick(configuration), logger: quiet)
+            client = RedisClient(configuration: quick(configuration), logger: quiet, eventLoopGroup: eventLoopGroup)
+            probe = RedisClient(configuration: quick(configuration), logger: quiet, eventLoopGroup: eventLoopGroup)
             address = RedisNodeAddress(host: configuration.host, port: configuration.port).description
         case .cluster(var configuration):
             configuration.node = quick(configuration.node)
-            client = RedisCluster(configuration: configuration, logger: quiet)
-            probe = RedisCluster(configuration: configuration, logger: quiet)
+            client = RedisCluster(configuration: configuration, logger: quiet, eventLoopGroup: eventLoopGroup)
+            probe = RedisCluster(configuration: configuration, logger: quiet, eventLoopGroup: eventLoopGroup)
             address = "cluster " + configuration.seeds.map(\.description).joined(separator: ",")
         }
         keys = RedisKeys(prefix: prefix)

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import ServiceLifecycle
 import Synchronization
 
 /// One HTTP/1.1 server (SwiftNIO) for the operations surface: `/metrics` (Prometheus text), `/healthz`,
@@ -21,7 +22,12 @@ import Synchronization
 /// only for `/healthz` and `/readyz`, so a flood of other connections cannot fail a liveness probe;
 /// a request head over ``Limits/maxHeadBytes`` is answered 400 and a body over ``Limits/maxBodyBytes``
 /// 413. Each refusal is counted (``refusals``, and `onRefusal`).
-public final class OperationsServer: Sendable {
+///
+/// A swift-service-lifecycle `Service`: bound when made (a taken port fails before anything runs),
+/// `run()` serves until its task is cancelled or the graceful shutdown reaches it, then ``stop()``s. In
+/// `run`'s service group it comes before the pipeline, which the group therefore stops first: the port
+/// answers `/healthz`, `/readyz` and `/metrics` while the pipeline drains.
+public final class OperationsServer: Service, Sendable {
     /// What the server answers with.
     public struct Routes: Sendable {
         /// The Prometheus exposition text.
@@ -133,26 +139,35 @@ public final class OperationsServer: Sendable {
 
     public let host: String
     private let routes: Routes
-    private let group: MultiThreadedEventLoopGroup
+    /// The loops it serves on, and whether ``stop()`` shuts them down (a group of its own).
+    private let group: any EventLoopGroup
+    private let ownsGroup: Bool
     private let logger: Logger
     private let channel: any Channel
     private let counters: Counters
+    /// The accepted connections still open, closed by ``stop()``.
+    private let connections: OpenChannels
 
     /// Binds `host:port` (0: a free port, see ``port``) and starts serving. `authToken`: the bearer token
     /// every path but `/healthz` and the page's static files asks for (nil: open). `controlToken`: the
     /// one the campaign controls ask for (nil: they answer 403); it reads the other paths too. `onRefusal`
     /// is called for each refusal (e.g. to count it in Prometheus), on the server's event loop: it must
-    /// not block.
+    /// not block. `eventLoopGroup`: the loops to serve on (`run` passes the pipeline's); nil: one loop of
+    /// the server's own.
     public init(
         host: String, port: Int, routes: Routes, authToken: String? = nil, controlToken: String? = nil, limits: Limits = Limits(),
-        logger: Logger, onRefusal: (@Sendable (Refusal) -> Void)? = nil
+        logger: Logger, eventLoopGroup: (any EventLoopGroup)? = nil, onRefusal: (@Sendable (Refusal) -> Void)? = nil
     ) async throws {
         self.host = host
         self.routes = routes
         self.logger = logger
         let counters = Counters(onRefusal: onRefusal)
         self.counters = counters
-        group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let connections = OpenChannels()
+        self.connections = connections
+        let group = eventLoopGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        self.group = group
+        ownsGroup = eventLoopGroup == nil
         let handlerConfiguration = RequestHandler.Configuration(
             routes: routes, tokens: Tokens(read: authToken, control: controlToken), limits: limits, counters: counters, logger: logger)
         let decoderLimits = {
@@ -176,7 +191,11 @@ public final class OperationsServer: Sendable {
                         counters.refused(refusal)
                         return channel.eventLoop.makeFailedFuture(ConnectionCapReached())
                     }
-                    channel.closeFuture.whenComplete { _ in counters.closed(peer: peer, slot: slot) }
+                    connections.opened(channel)
+                    channel.closeFuture.whenComplete { _ in
+                        counters.closed(peer: peer, slot: slot)
+                        connections.closed(channel)
+                    }
                     return channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.configureHTTPServerPipeline(
                             withErrorHandling: true, withEncoderConfiguration: .init(), withDecoderLimitConfiguration: decoderLimits)
@@ -185,7 +204,7 @@ public final class OperationsServer: Sendable {
                 }
                 .bind(host: host, port: port).get()
         } catch {
-            try? await group.shutdownGracefully()
+            if ownsGroup { try? await group.shutdownGracefully() }
             if let io = error as? IOError {
                 throw ListenError(host: host, port: port, reason: "\(io.description)")
             }
@@ -202,9 +221,17 @@ public final class OperationsServer: Sendable {
     /// Refusals so far, by reason.
     public var refusals: [Refusal: Int] { counters.refusalCounts }
 
+    /// Stops listening and closes every open connection (an answer still being made is dropped).
     public func stop() async {
         try? await channel.close()
-        try? await group.shutdownGracefully()
+        for open in connections.all { try? await open.close() }
+        if ownsGroup { try? await group.shutdownGracefully() }
+    }
+
+    /// Serves until the task is cancelled or the graceful shutdown reaches this service, then stops.
+    public func run() async {
+        try? await gracefulShutdown()
+        await stop()
     }
 
     /// Paths answered without the token: liveness, and the page with its two files (they hold no data:
@@ -336,6 +363,15 @@ public final class OperationsServer: Sendable {
 }
 
 struct ConnectionCapReached: Error {}
+
+/// The server's accepted connections that are still open.
+final class OpenChannels: Sendable {
+    private let open = Mutex<[ObjectIdentifier: any Channel]>([:])
+
+    func opened(_ channel: any Channel) { open.withLock { $0[ObjectIdentifier(channel)] = channel } }
+    func closed(_ channel: any Channel) { open.withLock { $0[ObjectIdentifier(channel)] = nil } }
+    var all: [any Channel] { open.withLock { Array($0.values) } }
+}
 
 /// Open connections (by slot and by peer) and refusals, shared by the server's connections.
 final class Counters: Sendable {

@@ -1,5 +1,7 @@
 import CoreMetrics
 import Logging
+import NIOCore
+import NIOPosix
 import Pipeline
 import Prometheus
 import Redis
@@ -48,13 +50,16 @@ public enum OperationsSurface {
     static let refusalsHelp =
         "Connections or requests the operations port refused: over the connection cap or a peer's share, timed out, too large, or without the bearer token."
 
+    /// `eventLoopGroup`: the loops the port and its Redis connections run on (`run` passes the pipeline's,
+    /// so the process has one group); nil: the server's own loop, and NIO's shared loops for Redis.
     public static func serve(
         configuration: PipelineConfiguration, runner: PipelineRunner, metrics: PrometheusMetrics, host: String, port: Int,
-        logger: Logger, limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration
+        logger: Logger, limits: OperationsServer.Limits = .init(), cacheFor: Duration = DashboardData.defaultCacheDuration,
+        eventLoopGroup: (any EventLoopGroup)? = nil
     ) async throws -> (server: OperationsServer, data: DashboardData) {
         let data = try DashboardData(
             redis: try configuration.redis.target(), prefix: configuration.redis.prefix, logger: logger, cacheFor: cacheFor,
-            controls: configuration.metricsControlToken != nil)
+            controls: configuration.metricsControlToken != nil, eventLoopGroup: eventLoopGroup ?? MultiThreadedEventLoopGroup.singleton)
         let refusals = Dictionary(
             uniqueKeysWithValues: OperationsServer.Refusal.allCases.map { reason in
                 (
@@ -76,7 +81,8 @@ public enum OperationsSurface {
         do {
             server = try await OperationsServer(
                 host: host, port: port, routes: routes, authToken: configuration.metricsAuthToken,
-                controlToken: configuration.metricsControlToken, limits: limits, logger: logger, onRefusal: { refusals[$0]?.increment() })
+                controlToken: configuration.metricsControlToken, limits: limits, logger: logger, eventLoopGroup: eventLoopGroup,
+                onRefusal: { refusals[$0]?.increment() })
         } catch {
             await data.close()
             throw error

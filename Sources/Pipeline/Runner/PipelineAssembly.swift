@@ -63,11 +63,9 @@ struct StoreConnections {
     /// Every connection opened, in order.
     private(set) var connections: [any RedisConnection] = []
 
-    /// A store on a connection of its own. `onLoops`: on the pipeline's event loops (else the
-    /// connection's own).
-    mutating func connectedStore(onLoops: Bool = true) async throws -> PipelineStore {
-        let connection = try redis.makeConnection(
-            logger: logger, eventLoopGroup: onLoops ? group : MultiThreadedEventLoopGroup.singleton)
+    /// A store on a connection of its own, on the pipeline's event loops.
+    mutating func connectedStore() async throws -> PipelineStore {
+        let connection = try redis.makeConnection(logger: logger, eventLoopGroup: group)
         connections.append(connection)
         try await connection.connect()
         return PipelineStore(client: connection, configuration: configuration, logger: logger)
@@ -116,11 +114,11 @@ extension PipelineRunner {
             eventLoop: group.next(), logger: logger)
         // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
         // Kafka's delivery, through the dead-letter producer) on connections of their own.
-        let controlStore = try await stores.connectedStore(onLoops: false)
+        let controlStore = try await stores.connectedStore()
         // The key only `run` reads (in Redis, made by the first `run`): a released paced job's signature.
         let releases = ReleaseSignature(key: try await controlStore.releaseKey())
         let release = DeferredRelease(
-            store: try await stores.connectedStore(onLoops: false), producer: producer, topic: c.kafka.jobsTopic, controls: controls,
+            store: try await stores.connectedStore(), producer: producer, topic: c.kafka.jobsTopic, controls: controls,
             releases: releases, logger: logger)
         return PipelineParts(
             owner: storeConfig.leaseOwner, store: store, settlerStore: settlerStore, gateStores: gateStores, controlStore: controlStore,
@@ -235,8 +233,8 @@ extension PipelineRunner {
         consumerConfiguration.pollTimeout = Self.priorityPollTimeout
         let priorityConsumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
         return PipelineParts.PriorityParts(
-            consumer: priorityConsumer, topic: topic, store: try await stores.connectedStore(onLoops: false),
-            markStore: try await stores.connectedStore(onLoops: false))
+            consumer: priorityConsumer, topic: topic, store: try await stores.connectedStore(),
+            markStore: try await stores.connectedStore())
     }
 
     /// What the transports call with their outcomes. Runs on the transports' event loops: hands the

@@ -18,7 +18,10 @@ import Synchronization
 public final class PipelineRunner: Service, Sendable {
     public let configuration: PipelineConfiguration
     let logger: Logger
+    /// The event loops of every connection: gateways, Redis (and, in `run`, the operations port).
     let group: MultiThreadedEventLoopGroup
+    /// Whether `run` shuts ``group`` down when it ends (a group it made itself; a caller's outlives it).
+    private let ownsGroup: Bool
     let budget: InFlightBudget
     /// The priority lane's own budget (`pipeline.priority_max_in_flight`); nil without `kafka.priority_topic`.
     let priorityBudget: InFlightBudget?
@@ -62,12 +65,19 @@ public final class PipelineRunner: Service, Sendable {
 
     public var observations: Observed { observed.withLock { $0 } }
 
-    public init(configuration: PipelineConfiguration, logger: Logger, metrics: PipelineMetrics? = nil) {
+    /// `eventLoopGroup`: the loops to run every connection on, which the caller shuts down once `run`
+    /// returned (`run` shares its group with the operations port); nil: a group of
+    /// `pipeline.event_loop_threads` loops of the runner's own, shut down at the end of `run`.
+    public init(
+        configuration: PipelineConfiguration, logger: Logger, metrics: PipelineMetrics? = nil,
+        eventLoopGroup: MultiThreadedEventLoopGroup? = nil
+    ) {
         self.configuration = configuration
         self.logger = logger
         self.metrics = metrics
         controls = CampaignControls(logger: logger)
-        group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
+        group = eventLoopGroup ?? MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
+        ownsGroup = eventLoopGroup == nil
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
         outcomeMessages =
             configuration.kafka.outcomesTopic == nil
@@ -132,7 +142,7 @@ public final class PipelineRunner: Service, Sendable {
             }
             if let error = await close(parts) { failure = failure ?? error }
         }
-        try? await group.shutdownGracefully()
+        if ownsGroup { try? await group.shutdownGracefully() }
         if let failure { throw failure }
         logger.info("pipeline stopped")
     }

@@ -2,11 +2,13 @@ import ArgumentParser
 import CJemallocOptions
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import Operations
 import Pipeline
 import Redis
+import Sender
 import ServiceLifecycle
-import Synchronization
 import UnixSignals
 
 /// `apns-pipeline run --pipeline Pipelines/NAME.yaml`: the long-running service.
@@ -47,99 +49,114 @@ struct RunCommand: AsyncParsableCommand {
             logger.debug(
                 "allocator", metadata: ["dirty_decay_ms": set ? "\(Self.binaryDirtyDecayMs)" : "unchanged (MALLOC_CONF or no jemalloc)"])
         }
-        // A second SIGTERM/SIGINT while draining: leave now. Installed beside service-lifecycle's own
-        // handling of the first, which starts the graceful shutdown.
-        // …and a stop that outlives `pipeline.drain_timeout_s` + 10 s (Redis or Kafka not answering the
-        // final settle or commit) ends the process anyway: what is unsettled is redelivered (§1.3).
-        let second = await SecondSignal.arm(stopWithin: config.drainTimeout + PipelineConfiguration.stopGrace)
+        // The one place `run` handles SIGTERM and SIGINT, trapped before anything starts so that none is
+        // missed: the first starts the service group's graceful shutdown, a second exits at once, and a stop
+        // that outlives `pipeline.drain_timeout_s` + 10 s (Redis or Kafka not answering the final settle or
+        // commit) ends the process anyway: what is unsettled is redelivered (§1.3).
+        let signals = await StopSignals.trap(stopWithin: config.drainTimeout + PipelineConfiguration.stopGrace)
+        // One event-loop group for the process: every gateway and Redis connection, and the operations port.
+        let loops = MultiThreadedEventLoopGroup(numberOfThreads: config.eventLoopThreads)
         // `metrics.listen`: /metrics, /healthz, /readyz and the dashboard, served beside the pipeline.
         let prometheus = config.metricsListen.map { _ in PrometheusMetrics() }
-        let runner = PipelineRunner(configuration: config, logger: logger, metrics: prometheus?.pipelineMetrics(for: config))
-        var surface: (server: OperationsServer, data: DashboardData)?
-        if let listen = config.metricsListen, let prometheus {
-            do {
-                surface = try await OperationsSurface.serve(
-                    configuration: config, runner: runner, metrics: prometheus, host: listen.host, port: listen.port, logger: logger)
-            } catch let error as OperationsServer.ListenError {
-                // Most often a second `run` with the same pipeline file on this machine: say which key to change.
-                throw ValidationError(
-                    "\(pipeline): metrics.listen: \(error). Another process (often a second `run` with the same file) "
-                        + "holds that port: give this process another port (0 picks a free one) or remove metrics.listen.")
-            }
-            logger.info(
-                "operations surface listening",
-                metadata: [
-                    "dashboard": "http://\(listen.host):\(surface!.server.port)/",
-                    "metrics": "http://\(listen.host):\(surface!.server.port)/metrics",
-                ])
-        }
-        let group = ServiceGroup(
-            configuration: ServiceGroupConfiguration(
-                services: [.init(service: runner)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let runner = PipelineRunner(
+            configuration: config, logger: logger, metrics: prometheus?.pipelineMetrics(for: config), eventLoopGroup: loops)
+        var data: DashboardData?
+        let ended: Result<Void, any Error>
         do {
-            try await group.run()
-        } catch let error as DedupLayoutMismatch {
-            // A configuration error: name the file whose keys to change.
-            await surface?.server.stop()
-            throw ValidationError("\(pipeline): \(error)")
+            // The operations port first: the group stops its services in reverse order, so the port answers
+            // while the pipeline drains and closes once it is done.
+            var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+            if let listen = config.metricsListen, let prometheus {
+                let surface = try await serveOperations(
+                    config, runner: runner, metrics: prometheus, listen: listen, loops: loops, logger: logger)
+                services.append(.init(service: surface.server))
+                data = surface.data
+            }
+            services.append(.init(service: runner))
+            try await signals.run(ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logger)))
+            ended = .success(())
         } catch {
-            await surface?.server.stop()
-            throw error
+            ended = .failure(error)
         }
-        await surface?.server.stop()
-        await surface?.data.close()
-        second.disarm()
+        await data?.close()
+        try? await loops.shutdownGracefully()
+        // A configuration error: name the file whose keys to change.
+        if case .failure(let error as DedupLayoutMismatch) = ended { throw ValidationError("\(pipeline): \(error)") }
+        try ended.get()
+    }
+
+    /// The operations surface on `metrics.listen`, on the pipeline's loops; a port it cannot take is an
+    /// error naming the key to change.
+    private func serveOperations(
+        _ config: PipelineConfiguration, runner: PipelineRunner, metrics: PrometheusMetrics, listen: GatewayAddress,
+        loops: any EventLoopGroup, logger: Logger
+    ) async throws -> (server: OperationsServer, data: DashboardData) {
+        let surface: (server: OperationsServer, data: DashboardData)
+        do {
+            surface = try await OperationsSurface.serve(
+                configuration: config, runner: runner, metrics: metrics, host: listen.host, port: listen.port, logger: logger,
+                eventLoopGroup: loops)
+        } catch let error as OperationsServer.ListenError {
+            // Most often a second `run` with the same pipeline file on this machine: say which key to change.
+            throw ValidationError(
+                "\(pipeline): metrics.listen: \(error). Another process (often a second `run` with the same file) "
+                    + "holds that port: give this process another port (0 picks a free one) or remove metrics.listen.")
+        }
+        logger.info(
+            "operations surface listening",
+            metadata: [
+                "dashboard": "http://\(listen.host):\(surface.server.port)/",
+                "metrics": "http://\(listen.host):\(surface.server.port)/metrics",
+            ])
+        return surface
     }
 }
 
-/// Exits the process on the second SIGTERM/SIGINT (the first starts the service group's graceful
-/// shutdown), or when the stop the first one started outlives its deadline. swift-service-lifecycle's
-/// `UnixSignalsSequence` does the trapping.
-struct SecondSignal {
-    private let watcher: Task<Void, Never>
-    private let deadline: StopDeadline
+/// `run`'s signal handling, its only one: SIGTERM and SIGINT trapped once (swift-service-lifecycle's
+/// `UnixSignalsSequence`), beside a service group that traps none of its own. The first signal starts the
+/// group's graceful shutdown and the stop's deadline; a second exits at once (status 130), and so does a
+/// stop that outlives its deadline (status 1).
+struct StopSignals {
+    private let signals: UnixSignalsSequence
+    private let stopWithin: Duration
 
-    /// Returns once the handlers are registered, so no signal after it is missed. After the first signal
-    /// the stop has `stopWithin` to finish; past it the process exits (status 1) whatever it waits for.
-    static func arm(stopWithin: Duration) async -> SecondSignal {
-        let signals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
-        let deadline = StopDeadline()
-        let watcher = Task {
+    /// Returns once the handlers are registered, so no signal after it is missed.
+    static func trap(stopWithin: Duration) async -> StopSignals {
+        StopSignals(signals: await UnixSignalsSequence(trapping: .sigterm, .sigint), stopWithin: stopWithin)
+    }
+
+    /// Runs `group` until it ends, stopping it on the first signal.
+    func run(_ group: ServiceGroup) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            tasks.addTask { await watch(group) }
+            defer { tasks.cancelAll() }
+            try await tasks.next()
+        }
+    }
+
+    /// Until cancelled: the first signal stops `group` and starts the deadline, the second exits.
+    private func watch(_ group: ServiceGroup) async {
+        await withDiscardingTaskGroup { deadline in
             var seen = 0
             for await _ in signals {
                 seen += 1
-                if seen == 1 { deadline.start(stopWithin) }
-                if seen >= 2 {
+                guard seen == 1 else {
                     FileHandle.standardError.write(Data("second signal: exiting now; unsettled jobs will be redelivered\n".utf8))
                     exit(130)
                 }
-            }
-        }
-        return SecondSignal(watcher: watcher, deadline: deadline)
-    }
-
-    func disarm() {
-        watcher.cancel()
-        deadline.cancel()
-    }
-}
-
-/// The stop's deadline timer, started by the first signal.
-private final class StopDeadline: Sendable {
-    private let timer = Mutex<Task<Void, Never>?>(nil)
-
-    func start(_ limit: Duration) {
-        timer.withLock {
-            $0 = Task {
-                guard (try? await Task.sleep(for: limit)) != nil else { return }
-                FileHandle.standardError.write(
-                    Data(
-                        ("stop not finished \(limit.components.seconds) s after the signal (Redis or Kafka not answering?): "
-                            + "exiting now; unsettled jobs will be redelivered\n").utf8))
-                exit(1)
+                await group.triggerGracefulShutdown()
+                deadline.addTask { await exitPastDeadline() }
             }
         }
     }
 
-    func cancel() { timer.withLock { $0?.cancel() } }
+    private func exitPastDeadline() async {
+        guard (try? await Task.sleep(for: stopWithin)) != nil else { return }
+        FileHandle.standardError.write(
+            Data(
+                ("stop not finished \(stopWithin.components.seconds) s after the signal (Redis or Kafka not answering?): "
+                    + "exiting now; unsettled jobs will be redelivered\n").utf8))
+        exit(1)
+    }
 }
