@@ -1,3 +1,4 @@
+import APNsProtocol
 import Logging
 import NIOCore
 import Synchronization
@@ -22,6 +23,41 @@ public protocol TransportConfiguration: Sendable {
     func makeTransport(
         group: any EventLoopGroup, limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler
     ) throws -> any NotificationTransport
+
+    // What the protocol can do, asked of the configuration's type: the pipeline reads these instead of
+    // switching on the kind of transport.
+
+    /// The protocol's name in logs, metric labels and readiness lines (`http2`, `binary`).
+    static var protocolName: String { get }
+    /// How an error message names the interface ("HTTP/2", "the binary interface").
+    static var interfaceDescription: String { get }
+    /// Whether an app may authenticate with a provider token, which the push types Apple serves over
+    /// token-based connections only (`liveactivity`, `location`) and broadcasts need.
+    static var hasTokenAuthentication: Bool { get }
+    /// Whether it carries device tokens of any size (Apple: "APNs device tokens are of variable length").
+    static var carriesAnyTokenSize: Bool { get }
+    /// Whether a request addresses its device by the token's hex, which a notification then keeps.
+    static var addressesTokensByHex: Bool { get }
+    /// Whether each request carries an id the gateway knows it by (`apns-id`), which outcomes report.
+    static var requestsHaveIDs: Bool { get }
+    /// Whether the gateway has a feedback service to poll for tokens no longer valid.
+    static var hasFeedbackService: Bool { get }
+    /// Whether written notifications stay in memory after their write (a settle window): memory is
+    /// freed a while after it was used.
+    static var keepsWrittenNotifications: Bool { get }
+    /// The largest payload the protocol takes for a notification of `pushType` (nil: alert), or for a
+    /// broadcast; nil: the gateway's own limit, which the configuration gives.
+    static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int?
+}
+
+extension TransportConfiguration {
+    /// The largest payload the protocol takes of any notification (nil: the gateway's configured limit).
+    public static var largestPayloadLimit: Int? {
+        let limits =
+            APNsPushType.allCases.compactMap { payloadLimit(pushType: $0, broadcast: false) }
+            + [payloadLimit(pushType: nil, broadcast: true)].compactMap { $0 }
+        return limits.max()
+    }
 }
 
 /// Builds the transports of a process (`run`: one per app; `send`: one). Transports of one kind with

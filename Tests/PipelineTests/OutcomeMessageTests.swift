@@ -89,7 +89,8 @@ import Testing
         let without = OutcomeRecords.settlerShare(batch, topic: "jobs")
         #expect(without.item.messages.isEmpty && without.deadLetterItem.messages.isEmpty)
 
-        let share = OutcomeRecords.settlerShare(batch, topic: "jobs", messages: OutcomeMessageOptions(http2Apps: ["com.example.shop"]))
+        let share = OutcomeRecords.settlerShare(
+            batch, topic: "jobs", messages: OutcomeMessageOptions(appsWithRequestIDs: ["com.example.shop"]))
         let apnsID = { (id: String) in Self.outcome(id, .accepted, offset: 0).notification.apnsID }
         #expect(
             share.item.messages == [
@@ -113,7 +114,7 @@ import Testing
                     reason: "gateway-bad-request"),
             ])
         // A binary app's outcomes carry no apns-id.
-        let binary = OutcomeRecords.settlerShare(batch, topic: "jobs", messages: OutcomeMessageOptions(http2Apps: []))
+        let binary = OutcomeRecords.settlerShare(batch, topic: "jobs", messages: OutcomeMessageOptions(appsWithRequestIDs: []))
         #expect(binary.item.messages.allSatisfy { $0.apnsID == nil })
         // The apns-id is the one the request carries (HTTP2Request's, from the job id).
         #expect(apnsID("ok").count == 36 && apnsID("ok") != apnsID("h410"))
@@ -137,7 +138,8 @@ import Testing
                 outcome("gone", .rejected(.invalidToken(since: 1_700_000_000, reason: "unregistered")), code: "Unregistered", offset: 2),
             ],
             events: SenderEvents())
-        let share = OutcomeRecords.settlerShare(batch, topic: "jobs", messages: OutcomeMessageOptions(http2Apps: ["com.example.shop"]))
+        let share = OutcomeRecords.settlerShare(
+            batch, topic: "jobs", messages: OutcomeMessageOptions(appsWithRequestIDs: ["com.example.shop"]))
         let accepted = try #require(share.item.messages.first)
         #expect(accepted.channel == channel.value && accepted.token == nil && accepted.key == Array(channel.value.utf8))
         #expect(accepted.apnsID == batch.outcomes[0].notification.apnsID)

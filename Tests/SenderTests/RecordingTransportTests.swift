@@ -60,6 +60,17 @@ struct RecordingTransportConfiguration: TransportConfiguration {
     var attemptsPerSecondPerGateway = 20.0
     var cancellations: CampaignCancellations?
 
+    // What the protocol can do: a recorder takes whatever it is given.
+    static var protocolName: String { "recording" }
+    static var interfaceDescription: String { "the recorder" }
+    static var hasTokenAuthentication: Bool { true }
+    static var carriesAnyTokenSize: Bool { true }
+    static var addressesTokensByHex: Bool { true }
+    static var requestsHaveIDs: Bool { false }
+    static var hasFeedbackService: Bool { false }
+    static var keepsWrittenNotifications: Bool { false }
+    static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int? { nil }
+
     func makeTransport(
         group: any EventLoopGroup, limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler
     ) throws -> any NotificationTransport {

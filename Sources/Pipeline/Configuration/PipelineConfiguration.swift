@@ -143,6 +143,16 @@ public struct PipelineConfiguration: Sendable {
         case http2
         /// The legacy binary interface (commands 0/1/2 on port 2195) and its feedback service.
         case binary
+
+        /// The transport's configuration type, whose static members say what the protocol can do (push
+        /// types, token sizes, payload limits, a feedback service, …): what the pipeline asks instead of
+        /// switching on the kind.
+        public var capabilities: any TransportConfiguration.Type {
+            switch self {
+            case .http2: HTTP2TransportConfiguration.self
+            case .binary: BinaryTransportConfiguration.self
+            }
+        }
     }
 
     /// Which of Apple's environments an app's device tokens belong to (a development build's tokens
@@ -696,7 +706,7 @@ public struct PipelineConfiguration: Sendable {
         }
         let authentication: Authentication
         if a.has("token") {
-            guard transport == .http2 else {
+            guard transport.capabilities.hasTokenAuthentication else {
                 throw ConfigurationError(
                     file: file, key: "\(a.path).token",
                     problem: "token authentication is for transport: http2; a binary app needs a certificate and key")
@@ -715,7 +725,7 @@ public struct PipelineConfiguration: Sendable {
             authentication = .certificate(
                 certificate: try a.requiredString(
                     "certificate",
-                    transport == .http2
+                    transport.capabilities.hasTokenAuthentication
                         ? "path of the provider certificate (PEM), or a token section" : "path of the provider certificate (PEM)"),
                 key: try a.requiredString("key", "path of the certificate's private key (PEM)"))
         }
@@ -732,7 +742,7 @@ public struct PipelineConfiguration: Sendable {
         var app = App(
             bundleID: bundleID, transport: transport, environment: environment, authentication: authentication,
             shards: a.has(connectionsKey) ? try a.int(connectionsKey, default: 1, range: 1...256) : nil, gateways: gateways)
-        if transport == .binary, let f = try a.string("feedback_address") {
+        if transport.capabilities.hasFeedbackService, let f = try a.string("feedback_address") {
             app.feedbackAddress = try address(f, file: file, key: "\(a.path).feedback_address")
         }
         if let names = try a.strings("push_types") {
@@ -835,14 +845,12 @@ public struct PipelineConfiguration: Sendable {
     /// The payload limit of a job for `app`: Apple's per push type on HTTP/2 (4096, 5120 for voip and for
     /// a broadcast), the configured `gateway.payload_limit` on the binary interface.
     public func payloadLimit(app: App?, pushType: APNsPushType?, broadcast: Bool = false) -> Int {
-        guard let app, app.transport == .http2 else { return gateway.payloadLimit }
-        return broadcast ? APNsBroadcast.maxPayloadBytes : (pushType ?? .alert).maxPayloadBytes
+        app?.transport.capabilities.payloadLimit(pushType: pushType, broadcast: broadcast) ?? gateway.payloadLimit
     }
 
     /// The largest payload any app here takes: what the decoder lets through before the per-app check.
     public var largestPayloadLimit: Int {
-        let http2 = max(APNsPushType.voip.maxPayloadBytes, APNsBroadcast.maxPayloadBytes)
-        return apps.map { $0.transport == .http2 ? http2 : gateway.payloadLimit }.max() ?? gateway.payloadLimit
+        apps.map { $0.transport.capabilities.largestPayloadLimit ?? gateway.payloadLimit }.max() ?? gateway.payloadLimit
     }
 
     /// What `app`'s transport is built from (``TransportFactory``): its protocol's configuration, from
@@ -899,7 +907,8 @@ extension PipelineConfiguration {
     public func channelManagementConfiguration(
         for app: App, environment: ChannelManagementConfiguration.Environment? = nil, file: String = "pipeline file"
     ) throws -> ChannelManagementConfiguration {
-        guard app.transport == .http2, case .token(let keyFile, let keyID, let teamID) = app.authentication else {
+        guard app.transport.capabilities.hasTokenAuthentication, case .token(let keyFile, let keyID, let teamID) = app.authentication
+        else {
             throw ConfigurationError(
                 file: file, key: "apps[\(app.bundleID)]",
                 problem: "channel management needs token authentication: give the app a token section (key, key_id, team_id) "

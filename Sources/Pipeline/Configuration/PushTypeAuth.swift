@@ -20,15 +20,21 @@ extension PipelineConfiguration.App {
     var pushTypeProblem: String? {
         let needToken = (pushTypes ?? []).filter(\.requiresTokenAuthentication)
         guard !needToken.isEmpty, !sendsEveryPushType else { return nil }
-        let has = transport == .binary ? "the binary interface" : "HTTP/2 with certificate authentication"
+        let has = interfaceWithoutToken
         return
             "app \(bundleID) uses \(has), but \(needToken.map(\.rawValue).joined(separator: " and ")) pushes need HTTP/2 with token authentication: give the app a token section (key, key_id, team_id), or remove them from push_types"
     }
 
-    /// True for an HTTP/2 app with token authentication: it can send every push type.
+    /// True for an app with token authentication (HTTP/2): it can send every push type.
     var sendsEveryPushType: Bool {
-        guard transport == .http2, case .token = authentication else { return false }
+        guard transport.capabilities.hasTokenAuthentication, case .token = authentication else { return false }
         return true
+    }
+
+    /// What an app that cannot send every push type uses, for the messages that say so.
+    private var interfaceWithoutToken: String {
+        let capabilities = transport.capabilities
+        return capabilities.interfaceDescription + (capabilities.hasTokenAuthentication ? " with certificate authentication" : "")
     }
 
     /// Throws the dead letter of a broadcast (a `channel` job) this app cannot send: a broadcast carries
@@ -37,7 +43,7 @@ extension PipelineConfiguration.App {
     /// (`push-type-needs-token-auth`), with a detail that says it is the broadcast.
     func checkCanBroadcast() throws(JobError) {
         if sendsEveryPushType { return }
-        let has = transport == .binary ? "the binary interface" : "HTTP/2 with certificate authentication"
+        let has = interfaceWithoutToken
         throw JobError(
             reason: .pushTypeNeedsTokenAuth,
             detail:
@@ -48,7 +54,7 @@ extension PipelineConfiguration.App {
     /// Throws the dead letter of a job whose push type this app cannot send.
     func checkCanSend(_ pushType: APNsPushType) throws(JobError) {
         if !pushType.requiresTokenAuthentication || sendsEveryPushType { return }
-        let has = transport == .binary ? "the binary interface" : "HTTP/2 with certificate authentication"
+        let has = interfaceWithoutToken
         throw JobError(
             reason: .pushTypeNeedsTokenAuth,
             detail:
@@ -67,7 +73,7 @@ extension PipelineConfiguration.App {
 extension PipelineConfiguration.App {
     /// Throws the dead letter of a job whose token this app's interface cannot carry.
     func checkCanSend(tokenOf token: DeviceToken) throws(JobError) {
-        if token.fitsBinaryInterface || transport != .binary { return }
+        if token.fitsBinaryInterface || transport.capabilities.carriesAnyTokenSize { return }
         throw Self.tokenSizeRefusal(app: bundleID, token: token)
     }
 

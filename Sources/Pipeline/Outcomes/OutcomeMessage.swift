@@ -104,8 +104,8 @@ extension OutcomeMessage {
     }
 
     /// A transport's outcome. `reason` overrides the rejection's meaning (a dead letter's DLQ reason);
-    /// `http2`: the app's transport is HTTP/2, whose requests carry an `apns-id`.
-    init(_ o: Sender.Outcome, kind: SettledOutcomeKind, reason: String?, http2: Bool) {
+    /// `hasRequestID`: the app's transport's requests carry an id (HTTP/2's `apns-id`).
+    init(_ o: Sender.Outcome, kind: SettledOutcomeKind, reason: String?, hasRequestID: Bool) {
         let n = o.notification
         var since: Int64?
         if case .rejected(.invalidToken(let s, _)) = o.delivery { since = s }
@@ -113,6 +113,6 @@ extension OutcomeMessage {
             id: n.jobID, app: n.app, token: n.channel == nil ? n.tokenHex : nil, channel: n.channel?.value, campaign: n.campaign,
             outcome: kind, reason: reason ?? o.rejection?.reason, code: o.code.map(RefusalCode.bounded),
             // Written at least once (a request HTTP/2 refused before writing it has `attempts` 0).
-            apnsID: http2 && o.attempts > 0 ? n.apnsID : nil, since: since)
+            apnsID: hasRequestID && o.attempts > 0 ? n.apnsID : nil, since: since)
     }
 }

@@ -61,7 +61,7 @@ enum OutcomeRecords {
             share.deadLetterItem.refs.append(ref(topic: topic, priorityTopic: priorityTopic, position: position))
             if let messages {
                 share.deadLetterItem.messages.append(
-                    OutcomeMessage(o, kind: .deadLettered, reason: reason, http2: messages.http2Apps.contains(batch.app)))
+                    OutcomeMessage(o, kind: .deadLettered, reason: reason, hasRequestID: messages.appsWithRequestIDs.contains(batch.app)))
             }
         }
         return share
@@ -195,7 +195,8 @@ enum OutcomeRecords {
             // the release.
             if let messages, kind != .deferred {
                 let reason = o.kind == .deadLettered ? o.rejection.map(GatewayRefusal.reason) : nil
-                item.messages.append(OutcomeMessage(o, kind: kind, reason: reason, http2: messages.http2Apps.contains(batch.app)))
+                item.messages.append(
+                    OutcomeMessage(o, kind: kind, reason: reason, hasRequestID: messages.appsWithRequestIDs.contains(batch.app)))
             }
         }
         item.events.replayed = batch.events.replayed

@@ -6,8 +6,8 @@ import Synchronization
 /// What the stages need to know to build outcome messages (``OutcomeMessage``): passed to them only when
 /// `kafka.outcomes_topic` is set, so without it they build nothing.
 struct OutcomeMessageOptions: Sendable {
-    /// Apps sent over HTTP/2: their outcomes carry the request's `apns-id`.
-    var http2Apps: Set<String>
+    /// Apps whose transport's requests carry an id (HTTP/2's `apns-id`): their outcomes report it.
+    var appsWithRequestIDs: Set<String>
 }
 
 /// The settle stage's producer of the outcomes stream (`docs/design.md §3.5`).

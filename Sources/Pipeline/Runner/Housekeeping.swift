@@ -49,7 +49,7 @@ struct Housekeeping: Sendable {
                     }
                 }
             }
-            if c.feedbackIntervalMinutes > 0, c.apps.contains(where: { $0.transport == .binary }) {
+            if c.feedbackIntervalMinutes > 0, c.apps.contains(where: { $0.transport.capabilities.hasFeedbackService }) {
                 tasks.addTask { await logFailure("feedback") { await feedbackSchedule() } }
             }
             tasks.addTask { await logFailure("shard status") { try await publishShardStatus() } }
@@ -144,7 +144,7 @@ struct Housekeeping: Sendable {
         // Binary apps only: Apple's feedback service belongs to the binary interface (HTTP/2's 410
         // answers replace it).
         let apps = c.apps.compactMap { a -> FeedbackApp? in
-            guard a.transport == .binary, let credentials = c.credentials(for: a) else { return nil }
+            guard a.transport.capabilities.hasFeedbackService, let credentials = c.credentials(for: a) else { return nil }
             let address = a.feedbackAddress ?? c.gateway.feedbackAddress
             return FeedbackApp(
                 credentials: credentials,

@@ -81,7 +81,9 @@ public final class PipelineRunner: Service, Sendable {
         budget = InFlightBudget(capacity: configuration.maxInFlight, byteCapacity: configuration.maxInFlightBytes)
         outcomeMessages =
             configuration.kafka.outcomesTopic == nil
-            ? nil : OutcomeMessageOptions(http2Apps: Set(configuration.apps.filter { $0.transport == .http2 }.map(\.bundleID)))
+            ? nil
+            : OutcomeMessageOptions(
+                appsWithRequestIDs: Set(configuration.apps.filter { $0.transport.capabilities.requestsHaveIDs }.map(\.bundleID)))
         channelPolicies = Self.channelPolicies(configuration, group: group, logger: logger)
         if configuration.kafka.priorityTopic != nil {
             // Large priority messages get a quarter of the byte budget, on top of the bulk lane's.

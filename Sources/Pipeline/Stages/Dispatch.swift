@@ -289,7 +289,7 @@ private struct NotificationMaker {
 
     private mutating func keepsTokenHex(_ app: String) -> Bool {
         if let known = keepsHexFor, known.app == app { return known.keeps }
-        let keeps = dispatch.apps[app]?.transport != .binary
+        let keeps = dispatch.apps[app]?.transport.capabilities.addressesTokensByHex ?? true
         keepsHexFor = (app, keeps)
         return keeps
     }

@@ -33,7 +33,7 @@ public final class BinaryTransport: NotificationTransport {
     }
 
     public var app: String { configuration.app }
-    public var protocolName: String { "binary" }
+    public var protocolName: String { BinaryTransportConfiguration.protocolName }
 
     /// The refusal of a broadcast handed to the binary interface.
     static let noBroadcast = "broadcast-needs-http2-token-auth"

@@ -1,3 +1,4 @@
+import APNsProtocol
 import APNsTransport
 import Logging
 import NIOCore
@@ -96,6 +97,23 @@ public struct ShardConfiguration: Sendable {
 
 extension BinaryTransportConfiguration: TransportConfiguration {
     public var attemptsPerSecondPerGateway: Double { shard.reconnect.attemptsPerSecondPerGateway }
+
+    public static var protocolName: String { "binary" }
+    public static var interfaceDescription: String { "the binary interface" }
+    /// Certificates only, and no push types at all.
+    public static var hasTokenAuthentication: Bool { false }
+    /// The token item is 32 bytes ("Device token, 32 bytes"); a gateway answers any other size with
+    /// status 5, "Invalid token size".
+    public static var carriesAnyTokenSize: Bool { false }
+    /// Frames carry the token's bytes.
+    public static var addressesTokensByHex: Bool { false }
+    /// A frame's identifier is the shard's own, not an id Apple reports.
+    public static var requestsHaveIDs: Bool { false }
+    public static var hasFeedbackService: Bool { true }
+    /// The settle grace window keeps rate × `settle_grace` of sent frames (design §2.5).
+    public static var keepsWrittenNotifications: Bool { true }
+    /// `gateway.payload_limit`: a legacy gateway's own.
+    public static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int? { nil }
 
     public var cancellations: CampaignCancellations? {
         get { shard.cancellations }

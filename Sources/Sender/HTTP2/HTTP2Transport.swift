@@ -96,7 +96,7 @@ public final class HTTP2Transport: NotificationTransport {
     }
 
     public var app: String { configuration.app }
-    public var protocolName: String { "http2" }
+    public var protocolName: String { HTTP2TransportConfiguration.protocolName }
 
     /// The connection for a token: a stable hash, skipping connections that are not taking work
     /// (refused credentials); if none is, the hashed one holds the work until it can send again.

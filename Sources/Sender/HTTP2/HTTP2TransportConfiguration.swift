@@ -1,3 +1,4 @@
+import APNsProtocol
 import APNsTransport
 import Logging
 import NIOCore
@@ -119,6 +120,20 @@ public struct HTTP2TransportConfiguration: Sendable {
 
 extension HTTP2TransportConfiguration: TransportConfiguration {
     public var attemptsPerSecondPerGateway: Double { reconnect.attemptsPerSecondPerGateway }
+
+    public static var protocolName: String { "http2" }
+    public static var interfaceDescription: String { "HTTP/2" }
+    public static var hasTokenAuthentication: Bool { true }
+    /// The token's hex is the request path, of any length.
+    public static var carriesAnyTokenSize: Bool { true }
+    public static var addressesTokensByHex: Bool { true }
+    public static var requestsHaveIDs: Bool { true }
+    public static var hasFeedbackService: Bool { false }
+    public static var keepsWrittenNotifications: Bool { false }
+    /// Apple's per push type (4096 bytes, 5120 for voip) and for a broadcast (5120).
+    public static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int? {
+        broadcast ? APNsBroadcast.maxPayloadBytes : (pushType ?? .alert).maxPayloadBytes
+    }
 
     public func makeTransport(
         group: any EventLoopGroup, limiter: ConnectionLimiter, logger: Logger, onOutcomes: @escaping OutcomeHandler

@@ -92,7 +92,7 @@ struct FeedbackCommand: AsyncParsableCommand {
                 tags = config.redis.effectiveTokenTags
                 // The feedback service exists only beside the binary interface; HTTP/2 apps learn of
                 // dead tokens from 410 answers instead.
-                let chosen = config.apps.filter { (app == nil || $0.bundleID == app) && $0.transport == .binary }
+                let chosen = config.apps.filter { (app == nil || $0.bundleID == app) && $0.transport.capabilities.hasFeedbackService }
                 if chosen.isEmpty {
                     throw ValidationError("\(pipeline): no binary app \(app ?? "") in apps (HTTP/2 apps have no feedback service)")
                 }

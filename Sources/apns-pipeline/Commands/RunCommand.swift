@@ -39,7 +39,7 @@ struct RunCommand: AsyncParsableCommand {
             return RedactingLogHandler(h, secrets: secrets)
         }
         let logger = Logger(label: "apns.pipeline")
-        if config.apps.contains(where: { $0.transport == .binary }) {
+        if config.apps.contains(where: { $0.transport.capabilities.keepsWrittenNotifications }) {
             // jemalloc keeps freed pages ten seconds by default. With a binary app (its grace window keeps
             // rate × settle_grace of sent frames) returning them sooner lowers the 1M-job `ops/bench e2e`
             // peak: after 1 s from ~138 to ~128 MiB at the same CPU per job, after 0.1 s by ~5 MiB more
