@@ -64,7 +64,6 @@ public struct PushNotification: Sendable {
         var collapseID: String?
         var pushType: APNsPushType?
         @usableFromInline var position: SourcePosition?
-        var clearance: WriteClearance?
         /// A broadcast's channel (then `token` is a placeholder nothing sends); nil for a device.
         @usableFromInline var channel: BroadcastChannelID?
         /// The gate's hashes (set by the pipeline's send stage); dropped by a change of the id or the recipient.
@@ -220,11 +219,6 @@ public struct PushNotification: Sendable {
     }
     /// Its lane (from its position; `send`'s notifications, which have none, are bulk).
     @inlinable public var lane: Lane { storage.fields.position?.lane ?? .bulk }
-    /// Leave to write it (its gate call's "written" mark); nil: may be written at once.
-    public var clearance: WriteClearance? {
-        get { storage.fields.clearance }
-        set { update { $0.clearance = newValue } }
-    }
     /// What the pipeline's records key it by, as its gate computed them (nil: compute them from the id
     /// and the recipient). Dropped when the id or the recipient changes.
     public var recordHashes: RecordHashes? {
@@ -236,7 +230,7 @@ public struct PushNotification: Sendable {
     public init(
         jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
-        clearance: WriteClearance? = nil, recordHashes: RecordHashes? = nil
+        recordHashes: RecordHashes? = nil
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
         let idIsMadeFromParts = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
@@ -244,7 +238,7 @@ public struct PushNotification: Sendable {
             Fields(
                 jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry,
                 priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
-                clearance: clearance, channel: nil, recordHashes: recordHashes))
+                channel: nil, recordHashes: recordHashes))
     }
 
     /// A notification for `recipient`: a device as `init(jobID:app:token:…)`, or a broadcast to a
@@ -252,13 +246,13 @@ public struct PushNotification: Sendable {
     public init(
         jobID: String, app: String, recipient: Recipient, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
-        clearance: WriteClearance? = nil, recordHashes: RecordHashes? = nil
+        recordHashes: RecordHashes? = nil
     ) {
         switch recipient {
         case .device(let token):
             self.init(
                 jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
-                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position, clearance: clearance,
+                campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
                 recordHashes: recordHashes)
         case .channel(let channel):
             // The id is kept as given: a campaign id is made from a token, which a broadcast has not.
@@ -267,7 +261,7 @@ public struct PushNotification: Sendable {
                     Fields(
                         jobID: jobID, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, expiry: expiry,
                         priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
-                        clearance: clearance, channel: channel, recordHashes: recordHashes)))
+                        channel: channel, recordHashes: recordHashes)))
         }
     }
 

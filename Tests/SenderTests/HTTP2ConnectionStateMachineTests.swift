@@ -9,8 +9,7 @@ import Testing
     typealias Machine = HTTP2ConnectionStateMachine<Int>
 
     static func machine(
-        cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in },
-        clearance: @escaping (Int) -> WriteClearance? = { _ in nil }
+        cap: Int = 100, configure: (inout Machine.Configuration) -> Void = { _ in }
     ) -> Machine {
         var c = Machine.Configuration()
         c.streamCap = cap
@@ -20,7 +19,7 @@ import Testing
         c.budget.giveUpAfter = .seconds(60)
         c.authFailureDelay = .seconds(60)
         configure(&c)
-        return Machine(configuration: c, random: SplitMix64(seed: 42), clearance: clearance)
+        return Machine(configuration: c, random: SplitMix64(seed: 42))
     }
 
     /// A connected machine that already had one authenticated answer, with `max` server streams.

@@ -107,11 +107,11 @@ extension PipelineRunner {
         let consumer = try makeJobsConsumer(bootstrap: bootstrap, properties: consumerProperties)
         let priority = try await makePriorityParts(bootstrap: bootstrap, consumerProperties: consumerProperties, stores: &stores)
         let transports = try makeTransports(onOutcomes: outcomeHandler(deadLetters: deadLetters))
-        // The batches' written marks (one SET per batch, before it reaches the transports) on a connection
-        // of their own, so they never wait behind a gate or settle call.
+        // The batches' written marks (one call per batch, right before it reaches the transports) on a
+        // connection of their own, so they never wait behind a gate or settle call.
         let marks = WrittenMarks(
             store: try await stores.connectedStore(), heartbeat: OwnerHeartbeat(description: Housekeeping.ownerDescription),
-            eventLoop: group.next(), logger: logger)
+            logger: logger)
         // Campaign control (design §2.10) and the release of deferred jobs (§2.11; a release waits for
         // Kafka's delivery, through the dead-letter producer) on connections of their own.
         let controlStore = try await stores.connectedStore()

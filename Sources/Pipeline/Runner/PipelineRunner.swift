@@ -13,7 +13,7 @@ import Synchronization
 /// came back, commits offsets and returns.
 ///
 /// Every stage is a child task of `run` (design §1.5): the lanes (`BulkLane`, `PriorityLane`) and the
-/// settler in one group, the stages that live as long as the process (`Housekeeping`, written marks,
+/// settler in one group, the stages that live as long as the process (`Housekeeping`,
 /// campaign control, deferred releases, dead letters) in the group around it.
 public final class PipelineRunner: Service, Sendable {
     public let configuration: PipelineConfiguration
@@ -126,7 +126,6 @@ public final class PipelineRunner: Service, Sendable {
             }
             await withDiscardingTaskGroup { background in
                 background.addTask { await self.housekeeping(parts).run() }
-                background.addTask { await parts.marks.run() }
                 background.addTask { await self.controls.run(store: parts.controlStore) }
                 background.addTask { await parts.release.run() }
                 background.addTask { await parts.deadLetters.run() }
@@ -280,7 +279,6 @@ public final class PipelineRunner: Service, Sendable {
         await drain(parts, before: deadline)
         // Dead letters still failing are abandoned: their messages stay unsettled, so are redelivered.
         await parts.deadLetters.finish()
-        parts.marks.finish()
         inbox.close()
     }
 

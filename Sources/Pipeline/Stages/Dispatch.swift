@@ -48,13 +48,10 @@ struct Dispatch: Sendable {
         var capped: DecodedBatch?
     }
 
-    /// Sends `g`; returns what is left to gate again. `marked`: the batch's "written" mark is set already
-    /// (the priority lane sets it while the batch is gated); else it is set as `WrittenMarks` decides.
-    func send(_ g: GatedBatch, lane: Lane, marked: Bool = false) async throws -> Leftovers {
+    /// Sends `g`; returns what is left to gate again. `mark`: where the batch's "written" mark stands
+    /// (the priority lane sets it while the batch is gated); a due one is set here, before the hand-off.
+    func send(_ g: GatedBatch, lane: Lane, mark: WrittenMarkState = .due) async throws -> Leftovers {
         let d = g.decoded
-        // Leave to write this batch: its gate call's "written" mark (below).
-        let tally = CallTally()
-        let clearance = marks.clearance(call: g.call, tally: tally)
         // The gate's decisions, mapped without I/O: what settles now, what is sent, what is gated again.
         let verdicts = GateVerdicts(
             decisions: g.decisions, jobs: d.jobs, isRetry: d.isRetry, received: d.messages.count, outcomeMessages: makesOutcomeMessages
@@ -62,7 +59,13 @@ struct Dispatch: Sendable {
             d.messages[d.jobMessages[$0]].ref
         }
         for wait in verdicts.waits { waitLog.note(jobID: wait.jobID, holder: wait.holder, logger: logger) }
-        let made = try await notifications(of: verdicts, in: g, lane: lane, clearance: clearance)
+        // Before any of the batch is written, its gate call is marked "written": if this process dies,
+        // whoever takes its leases over counts these jobs `ambiguous` (they may reach a device twice), and
+        // only these. Due now: the transports took the last batch, so their queues hold no more than
+        // they write soon (their back-pressure, design §2.4). Set while the notifications are made.
+        let due = mark == .due && !verdicts.admitted.isEmpty
+        async let marked = due ? marks.fencedMark(g.call) : mark != .lapsed
+        let made = try await notifications(of: verdicts, in: g, lane: lane)
         var settled = verdicts.settled
         try await recordTakeOvers(of: &settled, call: g.call)
         inbox.put(settled)
@@ -73,19 +76,7 @@ struct Dispatch: Sendable {
             regate: verdicts.regate.isEmpty ? nil : d.retry(verdicts.regate),
             capped: verdicts.capped.isEmpty ? nil : d.retry(verdicts.capped))
         if !made.notifications.isEmpty {
-            tally.count(made.notifications)
-            // Before any of it is written, its gate call is marked "written": if this process dies, whoever
-            // takes its leases over counts these jobs `ambiguous` (they may reach a device twice), and only
-            // these. HTTP/2 connections ask for the mark when the batch nears the front of their
-            // queue (up to `connections × queue_capacity` wait there); a binary shard writes what it is
-            // given at once, so a batch with binary apps is marked before the hand-off.
-            if marked {
-                // The priority lane's mark: a priority request at the head of a connection's queue would
-                // otherwise wait for it behind the bulk batches' marks (one connection asks them in turn).
-                clearance.grant()
-            } else if made.hasBinaryApp {
-                try await marks.markNow(call: g.call, tally: tally, clearance: clearance)
-            }
+            if try await !marked { try await marks.countLapsed(g.call, notifications: made.notifications) }
             let orphans = try await router.send(made.notifications)
             if !orphans.isEmpty { deadLetterOrphans(orphans, of: d.messages, lane: lane) }
         }
@@ -102,13 +93,11 @@ struct Dispatch: Sendable {
         var liveActivity10: [String: Int] = [:]
         /// Broadcasts handed to each app's transport, counted apart from device pushes for the metrics.
         var broadcasts: [String: Int] = [:]
-        /// Whether a notification goes to a binary app: its batch is then marked written before the hand-off.
-        var hasBinaryApp = false
     }
 
     /// The notifications of `verdicts.admitted`, in order.
     private func notifications(
-        of verdicts: GateVerdicts, in g: GatedBatch, lane: Lane, clearance: WriteClearance
+        of verdicts: GateVerdicts, in g: GatedBatch, lane: Lane
     ) async throws -> Made {
         let d = g.decoded
         // The batch's dead letters from decoding first, then those refused here.
@@ -131,7 +120,7 @@ struct Dispatch: Sendable {
                 }
                 made.notifications.append(
                     maker.notification(
-                        of: job, payload: payload, broadcastExpiry: expiry, position: position, clearance: clearance, hashes: hashes,
+                        of: job, payload: payload, broadcastExpiry: expiry, position: position, hashes: hashes,
                         made: &made))
             } catch {
                 // e.g. the localized alert makes the payload too large.
@@ -254,8 +243,8 @@ private struct NotificationMaker {
 
     /// `job`'s notification (`broadcastExpiry`: set for a broadcast), counted in `made`.
     mutating func notification(
-        of job: Job, payload: [UInt8], broadcastExpiry: UInt32?, position: SourcePosition, clearance: WriteClearance,
-        hashes: RecordHashes?, made: inout Dispatch.Made
+        of job: Job, payload: [UInt8], broadcastExpiry: UInt32?, position: SourcePosition, hashes: RecordHashes?,
+        made: inout Dispatch.Made
     ) -> PushNotification {
         let app = job.app
         let notification: PushNotification
@@ -264,15 +253,13 @@ private struct NotificationMaker {
             notification = PushNotification(
                 jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: expiry,
                 priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType,
-                position: position, clearance: clearance, recordHashes: hashes)
+                position: position, recordHashes: hashes)
         } else {
             let keeps = keepsTokenHex(app)
-            if !keeps { made.hasBinaryApp = true }
             notification = PushNotification(
                 jobID: job.id, app: app, token: job.token, tokenHex: keeps ? job.tokenHex : nil,
                 payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                collapseID: job.collapseID, pushType: job.pushType, position: position, clearance: clearance,
-                recordHashes: hashes)
+                collapseID: job.collapseID, pushType: job.pushType, position: position, recordHashes: hashes)
         }
         if job.pushType == .liveactivity && job.priority == .immediate { made.liveActivity10[app, default: 0] += 1 }
         return notification

@@ -132,17 +132,17 @@ struct PriorityLane: Sendable {
                 let gateStart = ContinuousClock.now
                 // The batch's "written" mark is set while it is gated, on a connection of its own (design
                 // §1.4): one Redis wait instead of two before a priority job can be written.
-                // Refused (the heartbeat lapsed since the call was issued), the send stage asks again and
-                // counts the call's jobs `ambiguous` (`WrittenMarks`).
+                // Refused (the heartbeat lapsed since the call was issued), the send stage counts the
+                // call's jobs `ambiguous` first (`WrittenMarks.countLapsed`).
                 async let marked = markStore.markWritten(call: call.id, heartbeat: call.heartbeat)
                 let gated = try await gate.decide(d, call: call.id, store: store)
-                let isMarked = try await marked
+                let mark: WrittenMarkState = try await marked ? .set : .lapsed
                 if logger.logLevel <= .debug {
                     logger.debug(
                         "priority batch gated",
                         metadata: ["count": "\(d.jobs.count)", "gate_ms": "\((ContinuousClock.now - gateStart).milliseconds)"])
                 }
-                let left = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, marked: isMarked)
+                let left = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, mark: mark)
                 if let retry = left.regate { regates.add(retry) }
                 if let capped = left.capped { capWaits.add(capped) }
                 if d.fromCapWaits { capWaits.retried(d) }

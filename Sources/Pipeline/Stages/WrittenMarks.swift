@@ -1,56 +1,66 @@
 import Logging
-import NIOCore
 import Redis
 import Sender
-import Synchronization
 import TimeUnits
 
-/// Sets gate calls' "written" marks in Redis when a transport asks for leave to write them
-/// (``WriteClearance``, `docs/design.md §2.4`), one at a time on a Redis connection of their own, so a
-/// mark never waits behind a gate or settle call. A mark that cannot be set is retried with back-off: its
-/// notifications wait (a write before the mark could be an uncounted duplicate after a crash), and the
-/// stop's drain timeout bounds the wait.
+/// Sets gate calls' "written" marks in Redis (`docs/design.md §2.4`): the send stage's step right before
+/// it hands a batch to the transports. When that is, the transports decide by their back-pressure: a
+/// transport takes a batch once its queues hold no more than a few windows of streams (HTTP/2) or what a
+/// shard writes at once (binary), so a crash counts `ambiguous` about what may have been written, not
+/// everything queued behind Apple's stream limits. The marks go on a Redis connection of their own, so
+/// a mark never waits behind a gate or settle call. A mark that cannot be set is retried with back-off:
+/// its batch waits (a write before the mark could be an uncounted duplicate after a crash), and a stop
+/// cancels the wait.
 ///
 /// A mark is fenced by the heartbeat its call was gated under (``OwnerHeartbeat``): if the heartbeat
 /// lapsed since, other processes may have taken the call's jobs over without seeing a mark, so this
-/// process counts them `ambiguous` itself before it writes them (``CallTally``).
-final class WrittenMarks: Sendable {
-    private typealias Ask = (call: GateCall, tally: CallTally, clearance: WriteClearance)
-    private let asks: AsyncStream<Ask>
-    private let continuation: AsyncStream<Ask>.Continuation
-    private let store: PipelineStore
+/// process counts them `ambiguous` itself before it writes them.
+struct WrittenMarks: Sendable {
+    let store: PipelineStore
     let heartbeat: OwnerHeartbeat
-    private let logger: Logger
-    /// Where `run` sets the marks.
-    private let executor: EventLoopTaskExecutor
-
-    /// `eventLoop`: the marks are set on it rather than on Swift's pool. A transport's connection that
-    /// asked for a mark writes nothing of its call until it is set; through the pool the way took two
-    /// waits for a busy thread, longer than the connection's look-ahead at full rate, and connections
-    /// stopped writing at 845 of the 1 200 calls of a 300 000-job run.
-    init(store: PipelineStore, heartbeat: OwnerHeartbeat, eventLoop: any EventLoop, logger: Logger) {
-        (asks, continuation) = AsyncStream.makeStream(of: Ask.self)
-        self.store = store
-        self.heartbeat = heartbeat
-        self.logger = logger
-        self.executor = EventLoopTaskExecutor(eventLoop)
-    }
+    let logger: Logger
 
     /// A new gate call, under the heartbeat's current value.
     func newCall() -> GateCall { heartbeat.newCall() }
 
-    /// The leave to write gate call `call`'s notifications: its mark is set when a transport first asks.
-    /// `tally`: what the call's notifications count, filled before they are handed on.
-    func clearance(call: GateCall, tally: CallTally) -> WriteClearance {
-        WriteClearance { [continuation] clearance in continuation.yield((call, tally, clearance)) }
+    /// Sets `call`'s mark under the heartbeat it was gated with, retrying a failed Redis call with
+    /// back-off until it is answered or the task is cancelled. `false`: refused, the heartbeat lapsed
+    /// since (``countLapsed(_:notifications:)`` must come before any of the call is written).
+    func fencedMark(_ call: GateCall) async throws -> Bool {
+        var delay = Duration.milliseconds(100)
+        while true {
+            do {
+                return try await store.markWritten(call: call.id, heartbeat: call.heartbeat)
+            } catch {
+                try Task.checkCancellation()
+                logger.warning(
+                    "could not mark a batch written in Redis; its notifications wait (retrying)",
+                    metadata: ["error": "\(error)", "retry_in_ms": "\(delay.milliseconds)"])
+                try await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+        }
     }
 
-    /// Sets gate call `call`'s mark now and grants `clearance` (a batch for binary shards, which write
-    /// what they are given at once). Throws as the Redis call does: the send stage stops, as for a gate
-    /// call that fails.
-    func markNow(call: GateCall, tally: CallTally, clearance: WriteClearance) async throws {
-        try await mark(call, tally: tally)
-        clearance.grant()
+    /// A call whose fenced mark was refused: its notifications are counted `ambiguous` first — exactly
+    /// once, by the batch id `lapsed-<call>` — and the mark is set anyway, so that a take-over after a
+    /// later crash of this process counts them again.
+    func countLapsed(_ call: GateCall, notifications: [PushNotification]) async throws {
+        var events = PipelineEvents()
+        var campaigns: [String: PipelineEvents] = [:]
+        for n in notifications {
+            events.ambiguous += 1
+            if let campaign = n.campaign { campaigns[campaign, default: PipelineEvents()].ambiguous += 1 }
+        }
+        if events.ambiguous > 0 {
+            var batch = SettleBatch(id: "lapsed-" + call.id, outcomes: [], events: events)
+            batch.campaignEvents = campaigns
+            try await store.settle(batch)
+        }
+        try await store.markWritten(call: call.id, heartbeat: nil)
+        logger.info(
+            "a batch gated before the heartbeat lapsed is written and counted ambiguous",
+            metadata: ["call": "\(call.id)", "notifications": "\(events.ambiguous)"])
     }
 
     /// Records in Redis, before any of gate call `call`'s notifications may be written, the jobs it took
@@ -65,69 +75,14 @@ final class WrittenMarks: Sendable {
         batch.campaignEvents = campaignEvents
         try await store.settle(batch)
     }
-
-    /// Sets the marks asked for until cancelled.
-    func run() async {
-        await withTaskExecutorPreference(executor) { await setMarks() }
-    }
-
-    private func setMarks() async {
-        for await ask in asks {
-            var delay = Duration.milliseconds(100)
-            while !Task.isCancelled {
-                do {
-                    try await mark(ask.call, tally: ask.tally)
-                    ask.clearance.grant()
-                    break
-                } catch {
-                    logger.warning(
-                        "could not mark a batch written in Redis; its notifications wait (retrying)",
-                        metadata: ["error": "\(error)", "retry_in_ms": "\(delay.milliseconds)"])
-                    try? await Task.sleep(for: delay)
-                    delay = min(delay * 2, .seconds(5))
-                }
-            }
-            if Task.isCancelled { return }
-        }
-    }
-
-    /// The mark of `call`, fenced by its heartbeat value. Refused (the heartbeat lapsed since the call
-    /// was gated), the call's jobs are counted `ambiguous` first — exactly once, by the batch id
-    /// `lapsed-<call>` — and the mark is set anyway, so that a take-over after a later crash of this
-    /// process counts them again.
-    private func mark(_ call: GateCall, tally: CallTally) async throws {
-        if try await store.markWritten(call: call.id, heartbeat: call.heartbeat) { return }
-        let (events, campaignEvents) = tally.counts
-        if events.ambiguous > 0 {
-            var batch = SettleBatch(id: "lapsed-" + call.id, outcomes: [], events: events)
-            batch.campaignEvents = campaignEvents
-            try await store.settle(batch)
-        }
-        try await store.markWritten(call: call.id, heartbeat: nil)
-        logger.info(
-            "a batch gated before the heartbeat lapsed is written and counted ambiguous",
-            metadata: ["call": "\(call.id)", "notifications": "\(events.ambiguous)"])
-    }
-
-    func finish() { continuation.finish() }
 }
 
-/// What a gate call's notifications count as `ambiguous` (in the totals and per campaign) if the call must
-/// be counted by its own process (``WrittenMarks``): filled by the send stage before the notifications
-/// are handed on, read when a transport asks for the mark.
-final class CallTally: Sendable {
-    private let state = Mutex<(events: PipelineEvents, campaigns: [String: PipelineEvents])>((PipelineEvents(), [:]))
-
-    /// One per notification, in the totals and its campaign's.
-    func count(_ notifications: [PushNotification]) {
-        var events = PipelineEvents()
-        var campaigns: [String: PipelineEvents] = [:]
-        for n in notifications {
-            events.ambiguous += 1
-            if let campaign = n.campaign { campaigns[campaign, default: PipelineEvents()].ambiguous += 1 }
-        }
-        state.withLock { $0 = (events, campaigns) }
-    }
-
-    var counts: (PipelineEvents, [String: PipelineEvents]) { state.withLock { ($0.events, $0.campaigns) } }
+/// Where a batch's "written" mark stands when the send stage takes it.
+enum WrittenMarkState: Sendable {
+    /// Not set yet: the send stage sets it before the hand-off.
+    case due
+    /// Set (the priority lane sets it while the batch is gated).
+    case set
+    /// Refused: the heartbeat lapsed since the call was gated (``WrittenMarks/countLapsed(_:notifications:)``).
+    case lapsed
 }

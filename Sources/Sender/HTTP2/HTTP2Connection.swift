@@ -14,14 +14,10 @@ import TimeUnits
 final class HTTP2Job: Sendable {
     let notification: PushNotification
     let head: HTTP2Request
-    /// The notification's leave to be written, read before every write (kept here: one load, rather
-    /// than through the notification's storage).
-    let clearance: WriteClearance?
 
     init(notification: PushNotification, head: HTTP2Request) {
         self.notification = notification
         self.head = head
-        self.clearance = notification.clearance
     }
 }
 
@@ -112,7 +108,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         if let proxy { self.logger[metadataKey: "proxy"] = "\(proxy.address)" }  // host:port only, never credentials
         let cancellations = configuration.cancellations
         self.machine = Machine(
-            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry }, clearance: { $0.clearance },
+            configuration: configuration.machineConfiguration(), expiry: { $0.notification.expiry },
             instead: cancellations.map { c in { c.instead(of: $0.notification) } },
             lane: { $0.notification.lane },
             // The key a 429 holds: the token (a broadcast's channel), hashed as the transport routes it.
@@ -344,9 +340,6 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
         if action.connect { connect() }
         if action.renewToken { renewToken() }
         if !action.writes.isEmpty { write(action.writes) }
-        for clearance in action.clearances {
-            clearance.request { [self] in eventLoop.execute { self.apply(self.machine.cleared(now: self.now)) } }
-        }
         for s in action.settled {
             pendingOutcomes.append(
                 Outcome(

@@ -118,8 +118,6 @@ struct HTTP2ConnectionStateMachine<Job> {
         var stuck = false
         /// The drain asked for is complete: nothing queued, nothing unanswered, connection closed.
         var drained = false
-        /// Ask for leave to write these gate calls (their "written" marks); `cleared` once granted.
-        var clearances: [WriteClearance] = []
     }
 
     enum Phase: Equatable {
@@ -162,8 +160,6 @@ struct HTTP2ConnectionStateMachine<Job> {
     var wallClockOffset = TimeAmount.zero
     /// A job's `apns-expiration` (epoch seconds, 0 = none), read at its first failure.
     private let expiryOf: (Job) -> UInt32
-    /// A job's leave to be written (its gate call's "written" mark); nil: no wait.
-    private let clearanceOf: (Job) -> WriteClearance?
     /// What becomes of a job instead of being written (its campaign cancelled or paused: design §2.10,
     /// §2.11), checked right before it would be; nil from it: write it. nil: nothing is ever held back.
     private let insteadOf: ((Job) -> Delivery?)?
@@ -172,8 +168,6 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// A job's device token (a broadcast's channel), as a key for the holds after 429; nil: a 429
     /// holds its own job only.
     private let tokenOf: ((Job) -> UInt64)?
-    /// The last leaves asked for (held, so they are not asked for again at every pump while pending).
-    private var asked: [WriteClearance] = []
     private(set) var events = SenderEvents()
     private(set) var draining = false
     /// The credentials were refused: no writes until the connection is reopened after `authFailureDelay`.
@@ -192,23 +186,28 @@ struct HTTP2ConnectionStateMachine<Job> {
     private var reconnectAttempt = 0
     private var random: any RandomNumberGenerator
 
-    /// How far ahead of the head, in windows of streams (`permits`), a gate call's leave to write is asked
-    /// for (`WriteClearance`).
-    static var clearanceLead: Int { 2 }
+    /// How much bulk work the caller may keep queued here (``hasRoom``): `roomLead` windows of streams
+    /// (`permits`), at least `roomFloor` requests, at most `queueCapacity`. The pipeline marks a batch
+    /// "written" right before it hands the batch over (design §2.4), so what waits here unwritten is what
+    /// a crash of the process counts `ambiguous` without cause: a few windows, not the whole capacity
+    /// (with 8 192 queued per connection, three kills counted 7 561 for 1 000 real duplicates). Four
+    /// windows cover the send stage's turn (its gate reply, encoding and the mark's round trip) at full
+    /// rate, where two windows were a few milliseconds, less than a mark took on a busy machine.
+    static var roomLead: Int { 4 }
+    static var roomFloor: Int { 256 }
 
     /// Stream ids are 31 bits and never reused on a connection: past this, the connection is retired.
     static var lastUsableStreamID: UInt32 { UInt32(Int32.max) - 2 }
 
     init(
         configuration: Configuration, random: some RandomNumberGenerator = SystemRandomNumberGenerator(),
-        expiry: @escaping (Job) -> UInt32 = { _ in 0 }, clearance: @escaping (Job) -> WriteClearance? = { _ in nil },
+        expiry: @escaping (Job) -> UInt32 = { _ in 0 },
         instead: ((Job) -> Delivery?)? = nil,
         lane: @escaping (Job) -> Lane = { _ in .bulk }, token: ((Job) -> UInt64)? = nil
     ) {
         self.configuration = configuration
         self.random = random
         self.expiryOf = expiry
-        self.clearanceOf = clearance
         self.insteadOf = instead
         self.laneOf = lane
         self.tokenOf = token
@@ -229,9 +228,9 @@ struct HTTP2ConnectionStateMachine<Job> {
     /// Whether the pool should give this connection new work.
     var acceptsWork: Bool { !suspended && phase != .closed && !breaker.isOpen }
 
-    /// Whether the caller's queue is within its bound (back-pressure). The bulk lane's only: the
-    /// priority lane is bounded by the pipeline's own budget and never waits for room.
-    var hasRoom: Bool { queue.bulk.count <= configuration.queueCapacity }
+    /// Whether the caller's queue is within its bound (back-pressure: ``roomLead``). The bulk lane's
+    /// only: the priority lane is bounded by the pipeline's own budget and never waits for room.
+    var hasRoom: Bool { queue.bulk.count <= min(configuration.queueCapacity, max(Self.roomFloor, Self.roomLead * permits)) }
 
     var isEmpty: Bool { queue.isEmpty && inFlight.isEmpty && delayed.isEmpty }
 
@@ -664,15 +663,6 @@ struct HTTP2ConnectionStateMachine<Job> {
         let permits = self.permits  // fixed for this pump: worked out once, not per stream opened
         while inFlight.count < permits, let (popped, lane) = queue.popFirst() {
             var request = popped
-            // Nothing of a gate call is written before its "written" mark is set: the head
-            // of the queue waits for its leave, and so does everything behind it (order kept). Popped
-            // first and put back when it must wait: a look at the head before every pop cost a copy of
-            // every request.
-            if let clearance = clearanceOf(request.job), !clearance.isGranted {
-                queue.prepend(request, lane: lane)
-                ask(clearance, into: &action)
-                return
-            }
             if let insteadOf, let instead = insteadOf(request.job) {
                 // Its campaign was cancelled (or paused): settled so, not written.
                 action.settled.append(Settled(request: request, delivery: instead, code: nil))
@@ -701,22 +691,6 @@ struct HTTP2ConnectionStateMachine<Job> {
             inFlight[id] = InFlight(request: request, sentAt: now)
             action.writes.append(Write(streamID: id, request: request))
         }
-        // Asked ahead, two windows of streams before it is due, so the next call's mark is usually set by
-        // the time its first request may be written (a connection that finds its head not cleared stops
-        // writing until it is). One window ahead was a few milliseconds at full rate, less than a mark
-        // takes on a busy machine: 845 of the 1 200 call heads of a 300 000-job run waited.
-        if let ahead = queue.element(at: min(queue.count - 1, Self.clearanceLead * permits)), let clearance = clearanceOf(ahead.job),
-            !clearance.isGranted
-        {
-            ask(clearance, into: &action)
-        }
-    }
-
-    private mutating func ask(_ clearance: WriteClearance, into action: inout Action) {
-        if asked.contains(where: { $0 === clearance }) { return }
-        if asked.count == 4 { asked.removeFirst() }
-        asked.append(clearance)
-        action.clearances.append(clearance)
     }
 
     /// Another connection's probe found the host answering again: a pause under way ends now, and the
@@ -734,14 +708,6 @@ struct HTTP2ConnectionStateMachine<Job> {
     mutating func handOver(count: Int) -> [Request] {
         guard !draining else { return [] }
         return queue.removeLastBulk(count)
-    }
-
-    /// A leave asked for was granted: write what waited for it.
-    mutating func cleared(now: NIODeadline) -> Action {
-        var action = Action()
-        pump(now: now, into: &action)
-        checkDrained(into: &action)
-        return action
     }
 
     private mutating func checkDrained(into action: inout Action) {
@@ -771,7 +737,6 @@ struct LaneFIFO<Element> {
 
     var count: Int { priority.count + bulk.count }
     var isEmpty: Bool { priority.isEmpty && bulk.isEmpty }
-    func element(at k: Int) -> Element? { k < priority.count ? priority.element(at: k) : bulk.element(at: k - priority.count) }
 
     mutating func append(_ element: Element, lane: Lane) {
         if lane == .priority { priority.append(element) } else { bulk.append(element) }
@@ -805,8 +770,6 @@ struct FIFO<Element> {
     var count: Int { storage.count - head }
     var isEmpty: Bool { count == 0 }
     var first: Element? { head < storage.count ? storage[head] : nil }
-    /// The element `k` places from the front (0: `first`); nil past the end or for a negative `k`.
-    func element(at k: Int) -> Element? { k >= 0 && head + k < storage.count ? storage[head + k] : nil }
 
     mutating func append(_ element: Element) { storage.append(element) }
 

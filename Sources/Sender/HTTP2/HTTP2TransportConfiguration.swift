@@ -57,7 +57,8 @@ public struct HTTP2TransportConfiguration: Sendable {
     public var batchBytes = 64 * 1024
     /// …or when the oldest unflushed frame has waited this long.
     public var linger = Duration.milliseconds(2)
-    /// Notifications waiting per connection; a full queue makes `send` wait.
+    /// At most this many notifications wait per connection; `send` waits sooner, once a connection
+    /// holds a few windows of streams' worth (`HTTP2ConnectionStateMachine.roomLead`).
     public var queueCapacity = 8192
     /// Streams open and nothing read for this long (or a PING unanswered as long) means the connection
     /// is stuck: it is closed and its requests resent (as ambiguous).
