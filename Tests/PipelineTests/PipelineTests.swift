@@ -460,7 +460,7 @@ struct PipelineTests {
         #expect(c.payloadLimit(app: c.apps[0], pushType: nil) == 4096)
         #expect(c.payloadLimit(app: c.apps[0], pushType: .voip) == 5120)
         #expect(c.largestPayloadLimit == 5120)
-        let h = try #require(try c.http2Configuration(for: c.apps[1]))
+        let h = try #require(try c.transportConfiguration(for: c.apps[1], as: HTTP2TransportConfiguration.self))
         #expect(h.connections == 2 && h.hosts == [GatewayAddress(host: "127.0.0.1", port: 2197)] && h.serverHostname == "localhost")
 
         let b = try loadShipped("binary.yaml")
@@ -471,7 +471,9 @@ struct PipelineTests {
         #expect(b.apps[1].shards == 2)
         #expect(b.gateway.addresses == [GatewayAddress(host: "127.0.0.1", port: 2195)])
         #expect(b.payloadLimit(app: b.apps[0], pushType: nil) == 2048)
-        #expect(try b.http2Configuration(for: b.apps[0]) == nil)
+        #expect(try b.transportConfiguration(for: b.apps[0], as: HTTP2TransportConfiguration.self) == nil)
+        let shards = try #require(try b.transportConfiguration(for: b.apps[1], as: BinaryTransportConfiguration.self))
+        #expect(shards.shards == 2 && shards.gateways == [GatewayAddress(host: "127.0.0.1", port: 2195)])
     }
 
     /// Without `http2.hosts`, an app's environment picks Apple's hosts.
@@ -481,8 +483,14 @@ struct PipelineTests {
         let path = try write(
             "apps:\n  - bundle_id: a\n" + token + "  - bundle_id: b\n    environment: sandbox\n" + token)
         let c = try PipelineConfiguration.load(file: path)
-        #expect(try c.http2Configuration(for: c.apps[0])?.hosts == [GatewayAddress(host: "api.push.apple.com", port: 443)])
-        #expect(try c.http2Configuration(for: c.apps[1])?.hosts == [GatewayAddress(host: "api.sandbox.push.apple.com", port: 443)])
+        #expect(
+            try c.transportConfiguration(for: c.apps[0], as: HTTP2TransportConfiguration.self)?.hosts == [
+                GatewayAddress(host: "api.push.apple.com", port: 443)
+            ])
+        #expect(
+            try c.transportConfiguration(for: c.apps[1], as: HTTP2TransportConfiguration.self)?.hosts == [
+                GatewayAddress(host: "api.sandbox.push.apple.com", port: 443)
+            ])
     }
 
     /// A file that sets nothing gets the defaults of the components themselves: each default has one home.

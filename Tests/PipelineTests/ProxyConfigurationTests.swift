@@ -26,7 +26,9 @@ import Testing
         #expect(settings.proxy == HTTPSProxy(host: "proxy.corp.example", port: 3128, username: "apns", password: "Pr0xy-From-Env"))
         #expect(settings.noProxy == ["localhost", "corp.example"], "the file's list, not NO_PROXY")
         #expect(settings.proxy(for: "api.push.apple.com") != nil && settings.proxy(for: "h2.corp.example") == nil)
-        #expect(try c.http2Configuration(for: c.apps[0])?.proxy == settings, "every HTTP/2 app's connections use it")
+        #expect(
+            try c.transportConfiguration(for: c.apps[0], as: HTTP2TransportConfiguration.self)?.proxy == settings,
+            "every HTTP/2 app's connections use it")
         #expect(c.secrets.contains("Pr0xy-From-Env"))
     }
 

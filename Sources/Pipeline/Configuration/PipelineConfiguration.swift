@@ -147,11 +147,21 @@ public struct PipelineConfiguration: Sendable {
         /// The transport's configuration type, whose static members say what the protocol can do (push
         /// types, token sizes, payload limits, a feedback service, …): what the pipeline asks instead of
         /// switching on the kind.
-        public var capabilities: any TransportConfiguration.Type {
+        public var capabilities: any TransportConfiguration.Type { configurationType }
+
+        /// The same type as the pipeline file configures it (``ConfigurableTransport``): the app entry's
+        /// keys of the kind, and the transport's configuration built from the app and the file. The one
+        /// place a `transport:` value becomes a type.
+        var configurationType: any ConfigurableTransport.Type {
             switch self {
             case .http2: HTTP2TransportConfiguration.self
             case .binary: BinaryTransportConfiguration.self
             }
+        }
+
+        /// The kinds whose apps may authenticate with a provider token, as a message names them ("http2").
+        static var tokenAuthenticationKinds: String {
+            allCases.filter { $0.capabilities.hasTokenAuthentication }.map(\.rawValue).joined(separator: " or ")
         }
     }
 
@@ -697,7 +707,8 @@ public struct PipelineConfiguration: Sendable {
         let transportName = try a.string("transport", default: Transport.http2.rawValue)
         guard let transport = Transport(rawValue: transportName) else {
             throw ConfigurationError(
-                file: file, key: "\(a.path).transport", problem: "expected http2 or binary, found \"\(transportName)\"")
+                file: file, key: "\(a.path).transport",
+                problem: "expected \(Transport.allCases.map(\.rawValue).joined(separator: " or ")), found \"\(transportName)\"")
         }
         let environmentName = try a.string("environment", default: Environment.production.rawValue)
         guard let environment = Environment(rawValue: environmentName) else {
@@ -709,7 +720,9 @@ public struct PipelineConfiguration: Sendable {
             guard transport.capabilities.hasTokenAuthentication else {
                 throw ConfigurationError(
                     file: file, key: "\(a.path).token",
-                    problem: "token authentication is for transport: http2; a binary app needs a certificate and key")
+                    problem:
+                        "token authentication is for transport: \(Transport.tokenAuthenticationKinds); a \(transport.rawValue) app needs a certificate and key"
+                )
             }
             if a.has("certificate") || a.has("key") {
                 throw ConfigurationError(
@@ -729,12 +742,14 @@ public struct PipelineConfiguration: Sendable {
                         ? "path of the provider certificate (PEM), or a token section" : "path of the provider certificate (PEM)"),
                 key: try a.requiredString("key", "path of the certificate's private key (PEM)"))
         }
-        let connectionsKey = transport == .binary ? "shards" : "connections"
-        for (wrong, right) in [("connections", "shards"), ("shards", "connections")] where wrong != connectionsKey && a.has(wrong) {
+        let connectionsKey = transport.configurationType.connectionsKey
+        // Another kind's key for the same count is a mistake worth naming.
+        let otherKeys = Transport.allCases.map { $0.configurationType.connectionsKey }.filter { $0 != connectionsKey }
+        for wrong in otherKeys where a.has(wrong) {
             throw ConfigurationError(
-                file: file, key: "\(a.path).\(wrong)", problem: "a \(transport.rawValue) app counts its connections in `\(right)`")
+                file: file, key: "\(a.path).\(wrong)", problem: "a \(transport.rawValue) app counts its connections in `\(connectionsKey)`")
         }
-        let addressesKey = transport == .binary ? "gateways" : "hosts"
+        let addressesKey = transport.configurationType.addressesKey
         var gateways: [GatewayAddress]?
         if let list = try a.strings(addressesKey) {
             gateways = try list.map { try address($0, file: file, key: "\(a.path).\(addressesKey)") }
@@ -834,12 +849,12 @@ public struct PipelineConfiguration: Sendable {
         return topic
     }
 
-    /// The certificate credentials of a binary app (nil for a token-auth app).
+    /// An app's provider certificate credentials (nil for a token-auth app), trusting its kind's `ca`.
     public func credentials(for app: App) -> ProviderCredentials? {
         guard case .certificate(let certificate, let key) = app.authentication else { return nil }
         return ProviderCredentials(
             app: app.bundleID, certificatePath: certificate, privateKeyPath: key,
-            trustRootsPath: app.transport == .binary ? gateway.ca : http2.ca)
+            trustRootsPath: app.transport.configurationType.trustRoots(in: self))
     }
 
     /// The payload limit of a job for `app`: Apple's per push type on HTTP/2 (4096, 5120 for voip and for
@@ -854,44 +869,15 @@ public struct PipelineConfiguration: Sendable {
     }
 
     /// What `app`'s transport is built from (``TransportFactory``): its protocol's configuration, from
-    /// the app's entry and the file's `gateway` or `http2` section.
+    /// the app's entry and the file's section of its kind (``ConfigurableTransport/make(for:in:)``).
     public func transportConfiguration(for app: App) throws -> any TransportConfiguration {
-        switch app.transport {
-        case .binary:
-            BinaryTransportConfiguration(
-                credentials: credentials(for: app)!, gateways: app.gateways ?? gateway.addresses,
-                shards: app.shards ?? gateway.shards, shard: gateway.shard, serverHostname: gateway.serverHostname)
-        case .http2:
-            try http2Configuration(for: app)!
-        }
+        try app.transport.configurationType.make(for: app, in: self)
     }
 
-    /// The HTTP/2 transport's configuration for an app (nil for a binary app).
-    public func http2Configuration(for app: App) throws -> HTTP2TransportConfiguration? {
-        guard app.transport == .http2 else { return nil }
-        let authentication: HTTP2Authentication
-        switch app.authentication {
-        case .certificate:
-            authentication = .certificate(credentials(for: app)!)
-        case .token(let keyFile, let keyID, let teamID):
-            authentication = try .token(keyFile: keyFile, keyID: keyID, teamID: teamID, trustRootsPath: http2.ca)
-        }
-        var t = HTTP2TransportConfiguration(
-            app: app.bundleID, authentication: authentication,
-            hosts: app.gateways ?? http2.hosts ?? HTTP2.appleHosts(app.environment))
-        t.connections = app.shards ?? http2.connections
-        t.streamCap = http2.streamCap
-        t.batchBytes = http2.batchBytes
-        t.linger = http2.linger
-        t.queueCapacity = http2.queueCapacity
-        t.requestTimeout = http2.requestTimeout
-        t.pingInterval = http2.pingInterval
-        t.giveUpAfter = http2.giveUpAfter
-        t.retry = http2.retry
-        t.reconnect = http2.reconnect
-        t.serverHostname = http2.serverHostname
-        t.proxy = http2.proxy
-        return t
+    /// `app`'s transport configuration as `type`, nil when the app is of another kind (tests, tools).
+    public func transportConfiguration<T: TransportConfiguration>(for app: App, as type: T.Type) throws -> T? {
+        guard app.transport.capabilities == type else { return nil }
+        return try transportConfiguration(for: app) as? T
     }
 }
 
@@ -912,7 +898,7 @@ extension PipelineConfiguration {
             throw ConfigurationError(
                 file: file, key: "apps[\(app.bundleID)]",
                 problem: "channel management needs token authentication: give the app a token section (key, key_id, team_id) "
-                    + "and transport: http2")
+                    + "and transport: \(Transport.tokenAuthenticationKinds)")
         }
         let environment = environment ?? (app.environment == .sandbox ? .sandbox : .production)
         var host = ChannelManagementConfiguration.appleHost(environment)
