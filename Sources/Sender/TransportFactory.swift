@@ -45,9 +45,21 @@ public protocol TransportConfiguration: Sendable {
     /// Whether written notifications stay in memory after their write (a settle window): memory is
     /// freed a while after it was used.
     static var keepsWrittenNotifications: Bool { get }
+    /// What a connection holds of what it wrote and has not settled, which its
+    /// ``ConnectionStatistics/replayCount`` counts.
+    static var unsettledHolding: UnsettledHolding { get }
     /// The largest payload the protocol takes for a notification of `pushType` (nil: alert), or for a
     /// broadcast; nil: the gateway's own limit, which the configuration gives.
     static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int?
+}
+
+/// What a connection holds of what it wrote and has not settled (``TransportConfiguration/unsettledHolding``).
+public enum UnsettledHolding: Sendable {
+    /// A replay buffer: the written notifications themselves, kept until they settle
+    /// (``ConnectionStatistics/replayCount`` and ``ConnectionStatistics/replayBytes``).
+    case replayBuffer
+    /// Streams: requests written and not answered yet, open on the connection (``ConnectionStatistics/replayCount``).
+    case openStreams
 }
 
 extension TransportConfiguration {

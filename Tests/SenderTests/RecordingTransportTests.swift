@@ -69,6 +69,7 @@ struct RecordingTransportConfiguration: TransportConfiguration {
     static var requestsHaveIDs: Bool { false }
     static var hasFeedbackService: Bool { false }
     static var keepsWrittenNotifications: Bool { false }
+    static var unsettledHolding: UnsettledHolding { .openStreams }
     static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int? { nil }
 
     func makeTransport(

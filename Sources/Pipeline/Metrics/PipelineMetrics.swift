@@ -367,19 +367,22 @@ public final class PipelineMetrics: Sendable {
         gauge(Name.heldPartitions, [:]).record(partitions)
     }
 
-    /// Every connection of every transport: state, queue, replay buffer (binary) or streams (HTTP/2).
-    func connections(_ all: [(transport: String, statistics: [ConnectionStatistics])]) {
-        for (transport, stats) in all {
+    /// Every connection of every transport: state, queue, and what it holds unsettled (a replay buffer, or
+    /// streams: ``TransportConfiguration/unsettledHolding``). `transport`: each one's configuration type.
+    func connections(_ all: [(transport: any TransportConfiguration.Type, statistics: [ConnectionStatistics])]) {
+        for (kind, stats) in all {
+            let transport = kind.protocolName
             var perState: [String: [String: Int]] = [:]
             var tokenAge: [String: Int64] = [:]
             for s in stats {
                 let labels: KeyValuePairs<String, String> = ["app": s.app, "transport": transport, "connection": String(s.index)]
                 gauge(Name.connectionUp, labels).record(s.state == "connected" || s.state == "draining" ? 1 : 0)
                 gauge(Name.queueDepth, labels).record(s.queueDepth)
-                if transport == "http2" {
+                switch kind.unsettledHolding {
+                case .openStreams:
                     // Requests written and not answered yet: the streams open on the connection.
                     gauge(Name.streamsInUse, ["app": s.app, "connection": String(s.index)]).record(s.replayCount)
-                } else {
+                case .replayBuffer:
                     gauge(Name.replayBuffer, ["app": s.app, "connection": String(s.index)]).record(s.replayCount)
                     gauge(Name.replayBufferBytes, ["app": s.app, "connection": String(s.index)]).record(s.replayBytes)
                 }

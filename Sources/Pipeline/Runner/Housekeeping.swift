@@ -114,6 +114,8 @@ struct Housekeeping: Sendable {
     /// how long each sink's writes have been failing.
     private func sampleGauges(_ metrics: PipelineMetrics) async throws {
         var nextHeldSample = ContinuousClock.now
+        // Each transport's kind, which names its connections' gauges: its app's (one transport per app).
+        let kinds = Dictionary(configuration.apps.map { ($0.bundleID, $0.transport.capabilities) }, uniquingKeysWith: { a, _ in a })
         while !Task.isCancelled {
             metrics.inFlight(budget.inFlight)
             let waits = capWaits()
@@ -128,8 +130,10 @@ struct Housekeeping: Sendable {
                     metrics.held(jobs: usage.values.reduce(0) { $0 + $1.jobs }, bytes: usage.values.reduce(0) { $0 + $1.bytes })
                 }
             }
-            var all: [(transport: String, statistics: [ConnectionStatistics])] = []
-            for t in transports { all.append((t.protocolName, await t.statistics())) }
+            var all: [(transport: any TransportConfiguration.Type, statistics: [ConnectionStatistics])] = []
+            for t in transports {
+                if let kind = kinds[t.app] { all.append((kind, await t.statistics())) }
+            }
             metrics.connections(all)
             metrics.consumer(assigned: consumer.statistics.assignedPartitions.count, lag: consumer.consumerLag)
             let now = ContinuousClock.now

@@ -112,6 +112,8 @@ extension BinaryTransportConfiguration: TransportConfiguration {
     public static var hasFeedbackService: Bool { true }
     /// The settle grace window keeps rate × `settle_grace` of sent frames (design §2.5).
     public static var keepsWrittenNotifications: Bool { true }
+    /// Sent frames stay in the shard's replay buffer until they settle (by probe or by time).
+    public static var unsettledHolding: UnsettledHolding { .replayBuffer }
     /// `gateway.payload_limit`: a legacy gateway's own.
     public static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int? { nil }
 

@@ -131,6 +131,8 @@ extension HTTP2TransportConfiguration: TransportConfiguration {
     public static var requestsHaveIDs: Bool { true }
     public static var hasFeedbackService: Bool { false }
     public static var keepsWrittenNotifications: Bool { false }
+    /// A request is settled by its answer; until then it is a stream open on the connection.
+    public static var unsettledHolding: UnsettledHolding { .openStreams }
     /// Apple's per push type (4096 bytes, 5120 for voip) and for a broadcast (5120).
     public static func payloadLimit(pushType: APNsPushType?, broadcast: Bool) -> Int? {
         broadcast ? APNsBroadcast.maxPayloadBytes : (pushType ?? .alert).maxPayloadBytes
