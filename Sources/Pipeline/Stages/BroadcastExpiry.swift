@@ -103,7 +103,7 @@ extension PipelineRunner {
         let broadcasters = c.apps.filter { (try? $0.checkCanBroadcast()) != nil }
         guard !broadcasters.isEmpty else { return nil }
         return ChannelPolicies(
-            capacity: APNsChannelManagement.channelLimitPerEnvironment * broadcasters.count, logger: logger,
+            capacity: APNsChannelManagement.channelLimitPerEnvironment * broadcasters.count, logger: logger, eventLoop: group.any(),
             read: ChannelPolicies.apnsReader(group: group, logger: logger) { app in try c.channelPolicyReadConfiguration(forApp: app) })
     }
 }

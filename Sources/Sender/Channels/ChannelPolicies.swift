@@ -1,6 +1,7 @@
 import APNsProtocol
 import Logging
 import NIOCore
+import NIOPosix
 import Synchronization
 
 /// What the sender knows of broadcast channels' storage policies, for their broadcasts' `apns-expiration`
@@ -14,7 +15,8 @@ import Synchronization
 /// channel-management host cannot be reached (a firewall that opens only 443: Apple's hosts listen on
 /// 2195 and 2196), costs one read per window, not one per broadcast; meanwhile `policy` answers nil and
 /// the caller uses the job's own word (`APNsBroadcastExpiration`'s rule for an unknown policy). Callers
-/// asking for a channel whose read is under way wait for that read rather than starting another.
+/// asking for a channel whose read is under way wait for that read rather than starting another: the
+/// first asker makes the read, in its own task, and the others wait for its promise.
 public final class ChannelPolicies: Sendable {
     /// What a read found.
     public enum ReadResult: Sendable, Equatable {
@@ -34,6 +36,8 @@ public final class ChannelPolicies: Sendable {
     private let read: Read
     private let clock: @Sendable () -> ContinuousClock.Instant
     private let logger: Logger
+    /// Where a read's promise is made (the askers that wait for it resume from there).
+    private let eventLoop: any EventLoop
 
     private struct Key: Hashable, Sendable {
         var app: String
@@ -49,19 +53,23 @@ public final class ChannelPolicies: Sendable {
         var unknownUntil: [Key: ContinuousClock.Instant] = [:]
         /// Apps whose reads fail, until when none is made.
         var unavailableUntil: [String: ContinuousClock.Instant] = [:]
-        var reads: [Key: Task<APNsChannelStoragePolicy?, Never>] = [:]
+        /// Reads under way: what their askers meanwhile wait for.
+        var reads: [Key: EventLoopFuture<APNsChannelStoragePolicy?>] = [:]
         var readsMade = 0
     }
 
     private let state = Mutex(State())
 
+    /// `eventLoop`: where the promises of reads under way are made (`run` gives one of its own loops).
     public init(
         capacity: Int = APNsChannelManagement.channelLimitPerEnvironment, retryAfter: Duration = .seconds(60), logger: Logger,
+        eventLoop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any(),
         clock: @escaping @Sendable () -> ContinuousClock.Instant = { .now }, read: @escaping Read
     ) {
         self.capacity = max(1, capacity)
         self.retryAfter = retryAfter
         self.logger = logger
+        self.eventLoop = eventLoop
         self.clock = clock
         self.read = read
     }
@@ -79,18 +87,39 @@ public final class ChannelPolicies: Sendable {
     public func policy(app: String, channelID: String) async -> APNsChannelStoragePolicy? {
         let key = Key(app: app, channel: channelID)
         let now = clock()
-        let pending: Task<APNsChannelStoragePolicy?, Never>? = state.withLock { s in
-            if s.known[key] != nil { return nil }
-            if let task = s.reads[key] { return task }
-            if let until = s.unavailableUntil[app], until > now { return nil }
-            if let until = s.unknownUntil[key], until > now { return nil }
+        let step: Step = state.withLock { s in
+            if s.known[key] != nil { return .answer }
+            if let pending = s.reads[key] { return .wait(pending) }
+            if let until = s.unavailableUntil[app], until > now { return .answer }
+            if let until = s.unknownUntil[key], until > now { return .answer }
             s.readsMade += 1
-            let task = Task { [self] in finish(key, await read(app, channelID)) }
-            s.reads[key] = task
-            return task
+            let promise = eventLoop.makePromise(of: APNsChannelStoragePolicy?.self)
+            s.reads[key] = promise.futureResult
+            return .read(promise)
         }
-        if let pending { return await pending.value }
-        return known(app: app, channelID: channelID)
+        switch step {
+        case .answer:
+            return known(app: app, channelID: channelID)
+        case .wait(let pending):
+            // Never fails: the reader only ever succeeds it.
+            return try? await pending.get()
+        case .read(let promise):
+            // `read` and `finish` cannot fail, so the promise is always kept (and the read is not cut
+            // short if this asker is cancelled: nothing in it waits on the task's cancellation).
+            let policy = finish(key, await read(app, channelID))
+            promise.succeed(policy)
+            return policy
+        }
+    }
+
+    /// What an asker of ``policy(app:channelID:)`` does.
+    private enum Step {
+        /// Answers from what is known (nil: not known, and no read is due yet).
+        case answer
+        /// Waits for the read under way.
+        case wait(EventLoopFuture<APNsChannelStoragePolicy?>)
+        /// Reads, then keeps the promise the others wait on.
+        case read(EventLoopPromise<APNsChannelStoragePolicy?>)
     }
 
     /// Learns several channels at once, their reads concurrent (a batch's broadcasts: one wait, not one
