@@ -21,17 +21,16 @@ enum Scripts {
         -- Globals read once per call: each use of a global is a table lookup, of a local a register
         -- (in the per-job loops that is measurable: ops/bench e2e's redis-server row).
         local rcall, tonumber, unpack, KEYS, ARGV = redis.call, tonumber, unpack, KEYS, ARGV
-        local function mget(cmd, key, fields)
-          -- HMGET (or any multi-field read) in chunks: Lua's C stack limits unpack(). A group's fields
-          -- usually fit in one call, whose reply is the answer as it is (no copy per field).
-          local n = #fields
+        local function mget(cmd, key, fields, n)
+          -- HMGET (or any multi-field read) of fields[1..n] (n: #fields when not given) in chunks: Lua's C
+          -- stack limits unpack(). A group's fields usually fit in one call, whose reply is the answer as
+          -- it is (no copy per field).
+          n = n or #fields
           if n == 0 then return {} end
-          if n <= 1000 then return rcall(cmd, key, unpack(fields)) end
+          if n <= 1000 then return rcall(cmd, key, unpack(fields, 1, n)) end
           local out = {}
-          for from = 1, #fields, 1000 do
-            local chunk = {}
-            for x = from, math.min(#fields, from + 999) do chunk[#chunk + 1] = fields[x] end
-            local got = rcall(cmd, key, unpack(chunk))
+          for from = 1, n, 1000 do
+            local got = rcall(cmd, key, unpack(fields, from, math.min(n, from + 999)))
             for x = 1, #got do out[from + x - 1] = got[x] end
           end
           return out
@@ -82,10 +81,6 @@ enum Scripts {
               local at = tonumber(match(value, '/(%d+)$'))
               return not at or at <= nowMs
             end
-            local function hmget(key, fields, n)
-              if n <= 1000 then return rcall('HMGET', key, unpack(fields, 1, n)) end
-              return mget('HMGET', key, fields)
-            end
             local out = {}
             local k, i = 0, 6
             for g = 1, tonumber(ARGV[5]) do
@@ -115,7 +110,7 @@ enum Scripts {
               local values, result = {}, {}
               if no > 0 then
                 -- Leases: one HMGET for the group.
-                local held = hmget(leaseKey, members, no)
+                local held = mget('HMGET', leaseKey, members, no)
                 local firstOf, dupOf = {}, nil
                 local cands, candMembers, tokens, nc, hasChannel = {}, {}, {}, 0, false
                 for x = 1, no do
@@ -156,7 +151,7 @@ enum Scripts {
                   end
                   local suppressed
                   if np > 0 then
-                    local sup = hmget(supKey, probeTokens, np)
+                    local sup = mget('HMGET', supKey, probeTokens, np)
                     local supX, supTimes, regFields, ns = nil, nil, nil, 0
                     for y = 1, np do
                       if sup[y] then
@@ -170,7 +165,7 @@ enum Scripts {
                     end
                     if ns > 0 then
                       suppressed = {}
-                      local reg = hmget(regKey, regFields, ns)
+                      local reg = mget('HMGET', regKey, regFields, ns)
                       for y = 1, ns do
                         local t, rt = supTimes[y], reg[y] and tonumber(reg[y])
                         if not (t and rt and rt > t) then suppressed[supX[y]] = true; codes[cands[supX[y]]] = SUPPRESSED end
@@ -205,7 +200,7 @@ enum Scripts {
                     if not wantsLanguage then
                       -- No job of the group has localized alerts: a language would change nothing.
                     elseif not hasChannel then
-                      local langs = hmget(langKey, leasedTokens, nl)
+                      local langs = mget('HMGET', langKey, leasedTokens, nl)
                       for x = 1, nl do
                         local l = langs[x]
                         if l then values[leased[x]] = l end
@@ -216,7 +211,7 @@ enum Scripts {
                         if leasedTokens[x] ~= '' then nt = nt + 1; langX[nt] = x; langTokens[nt] = leasedTokens[x] end
                       end
                       if nt > 0 then
-                        local langs = hmget(langKey, langTokens, nt)
+                        local langs = mget('HMGET', langKey, langTokens, nt)
                         for y = 1, nt do if langs[y] then values[leased[langX[y]]] = langs[y] end end
                       end
                     end

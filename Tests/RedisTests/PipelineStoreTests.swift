@@ -379,6 +379,25 @@ struct GateTests {
         ])
         #expect(decisions == [.admitted(language: "fr"), .admitted(language: nil), .admitted(language: nil), .admitted(language: "ja")])
     }
+
+    /// A group larger than one HMGET (the script reads 1000 fields per call): its leases, suppressions and
+    /// languages are read in chunks and answered in the jobs' order.
+    @Test(arguments: RedisTestTarget.allCases)
+    func aGroupLargerThanOneReadIsReadInChunks(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.connection(), configuration: .init(tokenBuckets: 1))
+        let count = 2500
+        try await store.applyRegistrations(
+            stride(from: 0, to: count, by: 3).map { Registration(app: app, tokenHex: token($0), registeredAt: 2000, language: "fr") })
+        try await store.suppress(
+            stride(from: 0, to: count, by: 5).map { Suppression(app: app, tokenHex: token($0), at: 3000, reason: "feedback") })
+        let decisions = try await store.gate((0..<count).map { GateRequest(jobID: "j\($0)", app: app, tokenHex: token($0)) })
+        let expected: [GateDecision] = (0..<count).map { i in
+            i % 5 == 0 ? .suppressed : .admitted(language: i % 3 == 0 ? "fr" : nil)
+        }
+        #expect(decisions == expected)
+    }
 }
 
 @Suite(.enabled(if: RedisServer.available, RedisServer.skipReason))
