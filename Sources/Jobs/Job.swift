@@ -8,7 +8,7 @@ import APNsProtocol
 /// path calls, makes a new storage object.
 public struct Job: Sendable {
     // `@usableFromInline`: the getters the gate and the dispatch read per job (`id`, `app`, `tokenHex`,
-    // `channel`, `campaign`, `pushType`) are inlined into the pipeline's code rather than called
+    // `channel`, `campaign`, `pushType`, `hasAlerts`) are inlined into the pipeline's code rather than called
     // (`perf`). The storage holds them in a `let`: a `var` of a class read from another
     // module costs a dynamic exclusivity check (`swift_beginAccess`) per read, which was ~0.07 µs per
     // job in `send --protocol http2` (`perf`).
@@ -21,7 +21,7 @@ public struct Job: Sendable {
         /// nil for a device job, which costs it one nil word.
         @usableFromInline var channel: BroadcastChannelID?
         var payload: Payload
-        var alerts: [String: Alert]
+        @usableFromInline var alerts: [String: Alert]
         var template: JobTemplate?
         var expiry: UInt32
         /// Whether `expiry` is the job's own (false: the decoder's default), and a broadcast's channel's
@@ -109,6 +109,9 @@ public struct Job: Sendable {
             }
         }
     }
+    /// Whether `alerts` has any: what the gate asks per job (a language is read only for such jobs),
+    /// without taking a copy of the dictionary as `alerts` does.
+    @inlinable public var hasAlerts: Bool { !storage.fields.alerts.isEmpty }
     /// Where `payload` and `alerts` came from when the decoder shared them between jobs: their encoded
     /// variants are kept there, one per (alert, encoder). Dropped when either is changed.
     var template: JobTemplate? {

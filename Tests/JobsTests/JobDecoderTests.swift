@@ -48,7 +48,7 @@ import Testing
         #expect(job.payload.aps.badge == 1)
         #expect(job.payload.aps.sound == "default")
         #expect(job.payload.custom == [Payload.CustomKey("acme", [1, 2])])
-        #expect(job.alerts.count == 2)
+        #expect(job.alerts.count == 2 && job.hasAlerts)
         #expect(job.alerts["fr"] == .text("Soldes !"))
         #expect(job.alerts["de"] == .dictionary(AlertDictionary(title: "Angebot", body: "Ausverkauf!")))
         #expect(job.expiry == 1_767_225_600)
@@ -64,7 +64,7 @@ import Testing
         #expect(job.expiry == now + 86_400)
         #expect(job.priority == .immediate)
         #expect(job.campaign == nil)
-        #expect(job.alerts.isEmpty)
+        #expect(job.alerts.isEmpty && !job.hasAlerts)
         let short = try JobDecoder(defaultTimeToLive: 60).decode(Fixtures.job(), now: now)
         #expect(short.expiry == now + 60)
         // now + TTL past 2106 saturates instead of wrapping into the past.

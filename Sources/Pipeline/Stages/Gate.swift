@@ -45,7 +45,7 @@ struct Gate: Sendable {
                 } else {
                     GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex)
                 }
-            request.needsLanguage = !job.alerts.isEmpty
+            request.needsLanguage = job.hasAlerts
             hashes[index] = RecordHashes(request)
             requests.append(request)
         }
