@@ -62,7 +62,7 @@ final class Stack: @unchecked Sendable {
         // The keys as the pipeline under test names them: on a cluster its token tags are spread
         // (`redis.token_tags`' default there), so the test reads and seeds the same keys.
         var storeConfiguration = PipelineStoreConfiguration()
-        storeConfiguration.tokenTags = redis.clusterNodes == nil ? .plain : .spread
+        storeConfiguration.tokenTags = .defaultFor(cluster: redis.clusterNodes != nil)
         store = PipelineStore(client: client, configuration: storeConfiguration, logger: testLogger)
         producer = try KafkaProducer.started(
             configuration: KafkaProducerConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger)
