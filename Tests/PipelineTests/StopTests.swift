@@ -1,6 +1,10 @@
+import APNsProtocol
 import Foundation
+import GatewaySimulator
 import HTTP2Simulator
 import Kafka
+import NIOPosix
+import Sender
 import TestSupport
 import Testing
 
@@ -56,6 +60,18 @@ import Testing
         handoff.finish()
         #expect(await handoff.next() == 1)
         #expect(await handoff.next() == nil)
+    }
+
+    /// `nextIfReady` takes what is there without waiting, and gives a waiting producer its room.
+    @Test func aHandoffHandsWhatIsReadyWithoutWaiting() async {
+        let handoff = BatchHandoff<Int>(capacity: 1)
+        #expect(handoff.nextIfReady() == nil, "empty: nil at once")
+        await handoff.put(1)
+        let producer = Task { await handoff.put(2) }  // full: waits for room
+        #expect(handoff.nextIfReady() == 1)
+        await producer.value  // it found room (or was woken by the take)
+        #expect(await handoff.next() == 2)
+        #expect(handoff.nextIfReady() == nil)
     }
 
     @Test func anEmptyHandoffNextEndsWhenCancelled() async {
@@ -226,6 +242,35 @@ struct StopWithAppleUnreachableTests {
 
 /// A TCP port that accepts connections (the kernel completes the handshake) and never reads or
 /// answers: an Apple front end that went silent.
+/// An HTTP/2 transport whose host never answers (the TLS handshake hangs) fills its connection's
+/// queue; the caller waiting for room stops waiting once its task is cancelled (a stop past its drain
+/// deadline), and the drain then reports what is unanswered. Real socket, no timing.
+@Suite struct HTTP2SendWaitTests {
+    @Test func aSendWaitingForRoomEndsWhenCancelled() async throws {
+        let blackHole = try BlackHole()
+        defer { blackHole.close() }
+        let app = "com.example.shop"
+        var c = HTTP2TransportConfiguration(
+            app: app, authentication: .certificate(.test(app: app, in: TestCertificates.directory)),
+            hosts: [GatewayAddress(host: "127.0.0.1", port: blackHole.port)])
+        c.connections = 1
+        c.serverHostname = "localhost"
+        let transport = try HTTP2Transport(configuration: c, group: MultiThreadedEventLoopGroup.singleton, onOutcomes: { _ in })
+        let notifications = (0..<1000).map { n in
+            PushNotification(
+                jobID: "j\(n)", app: app, token: try! DeviceToken(bytes: [UInt8](repeating: UInt8(n % 251), count: 32)),
+                payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), expiry: 0, priority: .immediate)
+        }
+        let sending = Task { try await transport.send(notifications) }
+        // The connection never comes up: 1 000 queued is past its room, so the caller waits.
+        try await eventually("the caller waits for room") { (await transport.statistics().first?.callerWaits ?? 0) > 0 }
+        sending.cancel()
+        await #expect(throws: CancellationError.self) { try await sending.value }
+        let drained = await transport.drainAndClose(before: .now)
+        #expect(drained.count == 1)
+    }
+}
+
 final class BlackHole: @unchecked Sendable {
     let port: Int
     private let fd: Int32

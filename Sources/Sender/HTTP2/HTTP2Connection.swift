@@ -125,13 +125,15 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
 
     /// Queues jobs (built and checked on the caller's thread by `HTTP2Transport.send`); `refused` ones
     /// (invalid before sending) settle at once as bad requests, reported with this connection's outcomes.
-    /// The future completes when the queue is back within its capacity (back-pressure). `priority` jobs
-    /// go to the priority lane's queue, written before every bulk one, and never wait for room.
+    /// `room` completes when the queue is back within its bound (back-pressure; ``abandonWait(_:)``
+    /// fails it when the caller stops waiting). `priority` jobs go to the priority lane's queue, written
+    /// before every bulk one, and never wait for room.
     func submit(
-        _ jobs: [HTTP2Job], priority: [HTTP2Job] = [], refused: [(notification: PushNotification, reason: String)] = []
-    ) -> EventLoopFuture<Void> {
-        eventLoop.flatSubmit { [self] in
-            if machine.draining { return eventLoop.makeFailedFuture(SenderError.draining(app: configuration.app)) }
+        _ jobs: [HTTP2Job], priority: [HTTP2Job] = [], refused: [(notification: PushNotification, reason: String)] = [],
+        room: EventLoopPromise<Void>
+    ) {
+        eventLoop.execute { [self] in
+            if machine.draining { return room.fail(SenderError.draining(app: configuration.app)) }
             for r in refused {
                 pendingOutcomes.append(
                     Outcome(
@@ -141,11 +143,19 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
             if !priority.isEmpty { apply(machine.enqueue(priority, lane: .priority, now: now)) }
             if !jobs.isEmpty || priority.isEmpty { apply(machine.enqueue(jobs, now: now)) }
             statistics.maxQueueDepth = max(statistics.maxQueueDepth, machine.queue.count)
-            if jobs.isEmpty || machine.hasRoom { return eventLoop.makeSucceededVoidFuture() }
-            let promise = eventLoop.makePromise(of: Void.self)
-            waiters.append(promise)
+            if jobs.isEmpty || machine.hasRoom { return room.succeed() }
+            waiters.append(room)
             statistics.callerWaits += 1
-            return promise.futureResult
+        }
+    }
+
+    /// The caller of ``submit(_:priority:refused:room:)`` stopped waiting (its task was cancelled: a
+    /// stop): `room` fails with `CancellationError` if it is still waiting. Runs after that submit on the
+    /// loop, so a wait is never missed; the jobs stay queued (sent, or settled by the drain).
+    func abandonWait(_ room: EventLoopPromise<Void>) {
+        eventLoop.execute { [self] in
+            guard let i = waiters.firstIndex(where: { $0.futureResult === room.futureResult }) else { return }
+            waiters.remove(at: i).fail(CancellationError())
         }
     }
 

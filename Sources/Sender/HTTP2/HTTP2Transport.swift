@@ -138,11 +138,20 @@ public final class HTTP2Transport: NotificationTransport {
                 refused[i].append((notification, error.reason))
             }
         }
-        var waits: [EventLoopFuture<Void>] = []
+        var waits: [(connection: HTTP2Connection, room: EventLoopPromise<Void>)] = []
         for i in 0..<n where !jobs[i].isEmpty || !priority[i].isEmpty || !refused[i].isEmpty {
-            waits.append(connections[i].submit(jobs[i], priority: priority[i], refused: refused[i]))
+            let room = connections[i].eventLoop.makePromise(of: Void.self)
+            connections[i].submit(jobs[i], priority: priority[i], refused: refused[i], room: room)
+            waits.append((connections[i], room))
         }
-        for w in waits { try await w.get() }
+        let rooms = waits
+        // A cancelled caller (a stop past its drain deadline) stops waiting for room: a connection that
+        // never comes up must not hold the send stage, and so the stop, for ever.
+        try await withTaskCancellationHandler {
+            for w in rooms { try await w.room.futureResult.get() }
+        } onCancel: {
+            for w in rooms { w.connection.abandonWait(w.room) }
+        }
     }
 
     /// Waits until every notification taken has its outcome, then closes the connections. A request
