@@ -62,18 +62,6 @@ import Testing
         #expect(await handoff.next() == nil)
     }
 
-    /// `nextIfReady` takes what is there without waiting, and gives a waiting producer its room.
-    @Test func aHandoffHandsWhatIsReadyWithoutWaiting() async {
-        let handoff = BatchHandoff<Int>(capacity: 1)
-        #expect(handoff.nextIfReady() == nil, "empty: nil at once")
-        await handoff.put(1)
-        let producer = Task { await handoff.put(2) }  // full: waits for room
-        #expect(handoff.nextIfReady() == 1)
-        await producer.value  // it found room (or was woken by the take)
-        #expect(await handoff.next() == 2)
-        #expect(handoff.nextIfReady() == nil)
-    }
-
     @Test func anEmptyHandoffNextEndsWhenCancelled() async {
         let handoff = BatchHandoff<Int>(capacity: 2)
         let consumer = Task { await handoff.next() }

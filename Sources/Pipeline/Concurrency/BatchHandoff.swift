@@ -85,16 +85,6 @@ final class BatchHandoff<Element: Sendable>: Sendable {
         for p in producers { p.resume() }  // they see `finished` and drop their element
     }
 
-    /// The oldest element if there is one now, without waiting (a waiting producer gets its room).
-    func nextIfReady() -> Element? {
-        let (element, waking) = state.withLock { s -> (Element?, CheckedContinuation<Void, Never>?) in
-            if s.items.isEmpty { return (nil, nil) }
-            return (s.items.removeFirst(), s.producers.isEmpty ? nil : s.producers.removeFirst().continuation)
-        }
-        waking?.resume()
-        return element
-    }
-
     /// The oldest element; nil once finished and empty, or when the caller is cancelled while waiting.
     func next() async -> Element? {
         let id = state.withLock { $0.newID() }

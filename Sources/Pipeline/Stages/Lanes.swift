@@ -3,10 +3,9 @@ import Logging
 import Redis
 import ServiceLifecycle
 
-/// The bulk lane (design §1.2): intake (Kafka + decoding) hands decoded batches to the send stage, which
-/// issues their gate calls (up to `gateStores.count` in flight, each a child task) and sends each batch
-/// once its call answered; one bounded hand-off and one task group. Decoding the next batch (CPU here)
-/// overlaps the gate's round trips for the ones before it (CPU in Redis).
+/// The bulk lane (design §1.2): intake (Kafka + decoding), then up to `gateStores.count` gate calls in
+/// flight, then the send stage, joined by bounded hand-offs and run in one task group. Decoding the next
+/// batch (CPU here) overlaps the gate's round trips for the ones before it (CPU in Redis).
 ///
 /// A graceful stop cancels the intake alone: the batches it already took are still gated and sent, and
 /// the lane's `run` returns once they are. Cancelling `run` stops every stage at once (what they hold
@@ -38,27 +37,24 @@ struct BulkLane: Sendable {
 
     private func stages() async throws {
         let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
+        let gated = BatchHandoff<PendingGate>(capacity: gateStores.count)
         let regates = Regates()
-        try await withThrowingDiscardingTaskGroup { group in
+        try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 defer { decoded.finish() }
                 await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
             }
+            group.addTask {
+                defer { gated.finish() }
+                try await gateCalls(from: decoded, into: gated)
+            }
             group.addTask { await regates.run(into: decoded) }
             group.addTask { await capWaits.run(into: decoded) }
-            // The send stage, which issues the gate calls too: each a child task, at most one per gate
-            // connection, issued as soon as a batch is decoded and a connection is free, and awaited in
-            // the order they were issued, so batches are sent in the order they were decoded whatever
-            // order their calls finish in (one token's jobs keep their order). A failure here (a gate
-            // call's, when Redis is gone longer than the client waits) ends the group: the stages before
-            // it are cancelled, and what they hold stays unsettled.
-            var calls = GateCalls(gate: gate, stores: gateStores, marks: dispatch.marks)
-            while true {
-                // Wait for a batch only when no call is under way; else take what is decoded already.
-                while calls.hasRoom, let d = calls.isEmpty ? await decoded.next() : decoded.nextIfReady() {
-                    calls.issue(d, in: &group)
-                }
-                guard let pending = calls.oldest() else { break }
+            // The send stage. Batches are sent in the order they were decoded, whatever order their gate
+            // calls finish in, so one token's jobs keep their order. A failure here (a gate call's, when
+            // Redis is gone longer than the client waits) ends the group: the stages before it are
+            // cancelled, and what they hold stays unsettled.
+            while let pending = await gated.next() {
                 if sendingStopped.isFired { break }
                 let g = GatedBatch(decoded: pending.decoded, call: pending.call, gated: try await pending.gated.value())
                 let left = try await dispatch.send(g, lane: .bulk)
@@ -70,58 +66,33 @@ struct BulkLane: Sendable {
             group.cancelAll()
         }
     }
-}
 
-/// The bulk lane's gate calls under way, in the order they were issued: at most one per gate connection.
-/// Two copies of one job id in batches gated at once are safe: Redis runs the two scripts one after the
-/// other, each call's leases carry its own call id, so the second finds the first's lease and answers "in
-/// flight" (GateOverlapTests).
-private struct GateCalls {
-    let gate: Gate
-    /// One call in flight on each, each on a connection of its own (so one call's large reply never
-    /// waits behind another's).
-    let stores: [PipelineStore]
-    let marks: WrittenMarks
-    private var pending: [BulkLane.PendingGate] = []
-    private var head = 0
-    private var turn = 0
-
-    init(gate: Gate, stores: [PipelineStore], marks: WrittenMarks) {
-        self.gate = gate
-        self.stores = stores
-        self.marks = marks
-    }
-
-    var isEmpty: Bool { head == pending.count }
-    var hasRoom: Bool { pending.count - head < stores.count }
-
-    /// Issues `d`'s gate call in a child task of `group`. The connection is the one the call issued
-    /// `stores.count` calls ago used, whose reply the send stage has taken: one call per connection.
-    mutating func issue(_ d: DecodedBatch, in group: inout ThrowingDiscardingTaskGroup<any Error>) {
-        let store = stores[turn % stores.count]
-        turn &+= 1
-        let call = marks.newCall()
-        let reply = Reply<Gate.Result>()
-        group.addTask { [gate] in
-            do {
-                reply.set(.success(try await gate.decide(d, call: call.id, store: store)))
-            } catch {
-                reply.set(.failure(error))
+    /// Issues the gate calls, each in a child task, at most one per connection at a time; hands each
+    /// batch on with its call's reply at once, so the send stage takes them in order. Two copies of one job
+    /// id in batches gated at once are safe: Redis runs the two scripts one after the other, each call's
+    /// leases carry its own call id, so the second finds the first's lease and answers "in flight"
+    /// (GateOverlapTests).
+    private func gateCalls(from decoded: BatchHandoff<DecodedBatch>, into gated: BatchHandoff<PendingGate>) async throws {
+        let slots = InFlightBudget(capacity: gateStores.count)
+        try await withThrowingDiscardingTaskGroup { calls in
+            var turn = 0
+            while let d = await decoded.next() {
+                guard await slots.acquire(1) else { break }
+                let store = gateStores[turn % gateStores.count]
+                turn &+= 1
+                let call = dispatch.marks.newCall()
+                let reply = Reply<Gate.Result>()
+                calls.addTask {
+                    defer { slots.release(1) }
+                    do {
+                        reply.set(.success(try await gate.decide(d, call: call.id, store: store)))
+                    } catch {
+                        reply.set(.failure(error))
+                    }
+                }
+                await gated.put(PendingGate(decoded: d, call: call, gated: reply))
             }
         }
-        pending.append(BulkLane.PendingGate(decoded: d, call: call, gated: reply))
-    }
-
-    /// The oldest call under way, taken out; nil when none is.
-    mutating func oldest() -> BulkLane.PendingGate? {
-        guard head < pending.count else { return nil }
-        let p = pending[head]
-        head += 1
-        if head == pending.count {
-            pending.removeAll(keepingCapacity: true)
-            head = 0
-        }
-        return p
     }
 }
 
