@@ -564,6 +564,32 @@ import Testing
         #expect(m.tokenHolds.isEmpty)
     }
 
+    /// Work handed to a connection with less to do leaves behind the jobs of a token held after a 429:
+    /// the hold is this connection's, and elsewhere they would be written at once.
+    @Test func aHandOverKeepsTheJobsOfAHeldToken() {
+        var c = Machine.Configuration()
+        c.streamCap = 4
+        c.budget.backoff.initialDelay = .seconds(1)
+        c.budget.backoff.jitter = 0
+        // Jobs 100…199 are token 1, 200…299 token 2.
+        var m = Machine(configuration: c, random: SplitMix64(seed: 1), token: { UInt64($0 / 100) })
+        _ = m.enqueue([100], now: .at(0))
+        let first = m.connected(now: .at(0)).writes
+        _ = m.settings(maxConcurrentStreams: 100, now: .at(0))
+        _ = m.response(streamID: first[0].streamID, status: 429, reason: "TooManyRequests", timestamp: nil, now: .at(0))
+        #expect(m.tokenHolds.count == 1)
+        // Four streams busy, then four jobs queued: two of the held token, two of the other.
+        #expect(m.enqueue([201, 202, 203, 204], now: .at(0.1)).writes.count == 4)
+        #expect(m.enqueue([101, 205, 102, 206], now: .at(0.1)).writes.isEmpty)
+        let handed = m.handOver(count: 4, now: .at(0.2))
+        #expect(handed.map(\.job) == [205, 206])
+        #expect(m.queue.bulk.count == 2, "token 1's jobs stay, held")
+        // Past the hold, they are written here.
+        for id in Array(m.inFlight.keys) { _ = m.response(streamID: id, status: 200, reason: nil, timestamp: nil, now: .at(0.5)) }
+        let due = m.tick(now: .at(1.0)).writes.map(\.request.job)
+        #expect(due.contains(101) && due.contains(102))
+    }
+
     /// A connection whose breaker judges every 4 answers and pauses 5 s, `queued` waiting, connected at
     /// 0 with the server's 100 streams; and what it wrote first.
     static func breakerMachine(cap: Int, queued: [Int]) -> (Machine, [Machine.Write]) {
@@ -628,13 +654,13 @@ import Testing
         var m = Self.machine(cap: 1)
         _ = m.enqueue(Array(1...10), now: .at(0))
         _ = m.enqueue([100], lane: .priority, now: .at(0))
-        #expect(m.handOver(count: 4).map(\.job) == [7, 8, 9, 10])
+        #expect(m.handOver(count: 4, now: .at(0)).map(\.job) == [7, 8, 9, 10])
         #expect(m.queue.count == 7 && m.queue.priority.count == 1)
-        #expect(m.handOver(count: 50).map(\.job) == Array(1...6))
+        #expect(m.handOver(count: 50, now: .at(0)).map(\.job) == Array(1...6))
         var d = Self.machine()
         _ = d.enqueue([1, 2], now: .at(0))
         _ = d.drain(now: .at(0))
-        #expect(d.handOver(count: 1).isEmpty)
+        #expect(d.handOver(count: 1, now: .at(0)).isEmpty)
     }
 
     @Test func finalAnswersSettleWithMeaningAndCode() {

@@ -170,7 +170,7 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
     /// The last `count` of this connection's bulk queue go to connection `to` (through `deliver`).
     func handOver(count: Int, to: Int, deliver: @escaping @Sendable ([Machine.Request], Int) -> Void) {
         eventLoop.execute { [self] in
-            let requests = machine.handOver(count: count)
+            let requests = machine.handOver(count: count, now: now)
             guard !requests.isEmpty else { return }
             deliver(requests, to)
             // Room again: a caller waiting for it goes on (its new work may go to the others).

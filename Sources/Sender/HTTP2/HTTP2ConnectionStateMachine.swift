@@ -704,10 +704,20 @@ struct HTTP2ConnectionStateMachine<Job> {
     }
 
     /// The last `count` of the bulk queue (the newest), for another connection with less to do; nothing
-    /// while draining.
-    mutating func handOver(count: Int) -> [Request] {
+    /// while draining. A job whose token is held after a 429 stays (with its hold): elsewhere nothing
+    /// would hold it, and it would meet Apple's limit for that device again.
+    mutating func handOver(count: Int, now: NIODeadline) -> [Request] {
         guard !draining else { return [] }
-        return queue.removeLastBulk(count)
+        var out = queue.removeLastBulk(count)
+        guard !tokenHolds.isEmpty, let tokenOf else { return out }
+        var kept: [Request] = []
+        out.removeAll { request in
+            guard let until = tokenHolds[tokenOf(request.job)], until > now else { return false }
+            kept.append(request)
+            return true
+        }
+        for request in kept { queue.append(request, lane: .bulk) }
+        return out
     }
 
     private mutating func checkDrained(into action: inout Action) {
