@@ -529,19 +529,25 @@ import Testing
         #expect(m.permits == 8)
     }
 
-    /// 429 TooManyRequests is about one device token: that token's later jobs wait out its back-off
-    /// with it, every other token's go on, and the connection keeps all its streams.
-    @Test func tooManyRequestsHoldsItsTokenOnly() {
+    /// Four streams, a 1 s back-off without jitter; jobs 100…199 are token 1, 200…299 token 2. Connected
+    /// at 0, and job 100 (token 1) answered 429 TooManyRequests: token 1 is held until 1 s.
+    static func tokenOneAnswered429() -> (Machine, Machine.Action) {
         var c = Machine.Configuration()
         c.streamCap = 4
         c.budget.backoff.initialDelay = .seconds(1)
         c.budget.backoff.jitter = 0
-        // Jobs 100…199 are token 1, 200…299 token 2.
         var m = Machine(configuration: c, random: SplitMix64(seed: 1), token: { UInt64($0 / 100) })
         _ = m.enqueue([100], now: .at(0))
         let first = m.connected(now: .at(0)).writes
         _ = m.settings(maxConcurrentStreams: 100, now: .at(0))
         let a = m.response(streamID: first[0].streamID, status: 429, reason: "TooManyRequests", timestamp: nil, now: .at(0))
+        return (m, a)
+    }
+
+    /// 429 TooManyRequests is about one device token: that token's later jobs wait out its back-off
+    /// with it, every other token's go on, and the connection keeps all its streams.
+    @Test func tooManyRequestsHoldsItsTokenOnly() {
+        var (m, a) = Self.tokenOneAnswered429()
         #expect(a.settled.isEmpty && a.writes.isEmpty)
         #expect(m.tokenHolds.count == 1)
         // (A 429 proves the credentials: all four streams.) Another token's job goes at once.
@@ -567,16 +573,7 @@ import Testing
     /// Work handed to a connection with less to do leaves behind the jobs of a token held after a 429:
     /// the hold is this connection's, and elsewhere they would be written at once.
     @Test func aHandOverKeepsTheJobsOfAHeldToken() {
-        var c = Machine.Configuration()
-        c.streamCap = 4
-        c.budget.backoff.initialDelay = .seconds(1)
-        c.budget.backoff.jitter = 0
-        // Jobs 100…199 are token 1, 200…299 token 2.
-        var m = Machine(configuration: c, random: SplitMix64(seed: 1), token: { UInt64($0 / 100) })
-        _ = m.enqueue([100], now: .at(0))
-        let first = m.connected(now: .at(0)).writes
-        _ = m.settings(maxConcurrentStreams: 100, now: .at(0))
-        _ = m.response(streamID: first[0].streamID, status: 429, reason: "TooManyRequests", timestamp: nil, now: .at(0))
+        var (m, _) = Self.tokenOneAnswered429()
         #expect(m.tokenHolds.count == 1)
         // Four streams busy, then four jobs queued: two of the held token, two of the other.
         #expect(m.enqueue([201, 202, 203, 204], now: .at(0.1)).writes.count == 4)

@@ -138,13 +138,11 @@ public final class HTTP2Transport: NotificationTransport {
                 refused[i].append((notification, error.reason))
             }
         }
-        var waits: [(connection: HTTP2Connection, room: EventLoopPromise<Void>)] = []
-        for i in 0..<n where !jobs[i].isEmpty || !priority[i].isEmpty || !refused[i].isEmpty {
+        let rooms = (0..<n).filter { !jobs[$0].isEmpty || !priority[$0].isEmpty || !refused[$0].isEmpty }.map { i in
             let room = connections[i].eventLoop.makePromise(of: Void.self)
             connections[i].submit(jobs[i], priority: priority[i], refused: refused[i], room: room)
-            waits.append((connections[i], room))
+            return (connection: connections[i], room: room)
         }
-        let rooms = waits
         // A cancelled caller (a stop past its drain deadline) stops waiting for room: a connection that
         // never comes up must not hold the send stage, and so the stop, for ever.
         try await withTaskCancellationHandler {
