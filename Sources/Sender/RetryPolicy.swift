@@ -331,6 +331,11 @@ public struct CircuitBreaker: Sendable, Equatable {
     private var errors = 0
     /// Opens since it was last closed by a good probe.
     private var trips = 0
+    /// Another connection to the host found it answering while this one's probe was in flight: that
+    /// probe left before the host came back, so a 5xx to it earns one more probe, not a longer pause
+    /// (on a loaded machine the gap is wide enough that one connection idled for `maxOpenFor` while
+    /// the other carried all the work).
+    private var hostAnsweredDuringProbe = false
 
     public init(settings: Settings = Settings()) { self.settings = settings }
 
@@ -344,6 +349,11 @@ public struct CircuitBreaker: Sendable, Equatable {
         case .open:
             return false  // answers to streams sent before it opened
         case .halfOpen:
+            if serverError, hostAnsweredDuringProbe {
+                hostAnsweredDuringProbe = false
+                return false
+            }
+            hostAnsweredDuringProbe = false
             if serverError {
                 open(now: now)
                 return true
@@ -378,9 +388,14 @@ public struct CircuitBreaker: Sendable, Equatable {
     }
 
     /// Ends a pause early (another connection's probe found the host answering again): the next
-    /// request is this connection's probe. A failed one still doubles the next pause.
+    /// request is this connection's probe. A failed one still doubles the next pause, but for a probe
+    /// that was already in flight: it gets one more.
     public mutating func endPause() {
-        if case .open = state { state = .halfOpen }
+        switch state {
+        case .open: state = .halfOpen
+        case .halfOpen: hostAnsweredDuringProbe = true
+        case .closed: break
+        }
     }
 
     private mutating func open(now: NIODeadline) {

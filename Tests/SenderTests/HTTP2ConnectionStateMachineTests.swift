@@ -645,6 +645,26 @@ import Testing
         #expect(m.breaker.state == .closed && m.permits == 4)
     }
 
+    /// Another connection's good probe comes while this one's probe is in flight, and the 503 to it
+    /// (sent before the host came back) arrives after: one more probe at once, not a doubled pause
+    /// while the other connection carries all the work; a second 503 opens the breaker again.
+    @Test func aProbeAnswered503AfterTheHostCameBackIsTriedAgain() {
+        var (m, w) = Self.breakerMachine(cap: 4, queued: Array(1...20))
+        while !m.breaker.isOpen, let x = w.first {
+            w = Array(w.dropFirst()) + m.response(streamID: x.streamID, status: 503, reason: nil, timestamp: nil, now: .at(1)).writes
+        }
+        for x in w { _ = m.response(streamID: x.streamID, status: 503, reason: nil, timestamp: nil, now: .at(1)) }
+        _ = m.enqueue([21, 22, 23], now: .at(1.2))
+        let probe = m.tick(now: .at(6.5)).writes
+        #expect(probe.map(\.request.job) == [21] && m.breaker.state == .halfOpen)
+        #expect(m.hostAnswers(now: .at(6.6)).writes.isEmpty, "its probe is still in flight")
+        let late = m.response(streamID: probe[0].streamID, status: 503, reason: nil, timestamp: nil, now: .at(6.7))
+        #expect(!late.breakerOpened && m.breaker.state == .halfOpen)
+        #expect(late.writes.map(\.request.job) == [22], "the next probe at once")
+        let again = m.response(streamID: late.writes[0].streamID, status: 503, reason: nil, timestamp: nil, now: .at(6.8))
+        #expect(again.breakerOpened && m.breaker.isOpen, "a host that still fails it pauses it again")
+    }
+
     /// A connection with more queued than its share hands the newest of its bulk queue over, in
     /// order; the priority lane's stay; nothing while draining.
     @Test func handOverGivesTheNewestBulkRequests() {
