@@ -49,31 +49,33 @@ struct CampaignStore: StoreRole {
     func recordPublished(
         campaign: String, jobIDs: [String], messages: Int? = nil, markSets: Int, now: Int64 = PipelineStore.epochNow()
     ) async throws -> Int {
-        var keyList = [keys.batch(PipelineStore.newBatchID()), keys.campaign(campaign)]
         // The members by mark set, so that the script makes one SADD per set and batch (a batch of 1 000
-        // of a 1M-job campaign touches ~430 of its 2 500 sets) rather than one per job.
-        var setIndex: [Int: Int] = [:]
+        // of a 1M-job campaign touches ~430 of its 2 500 sets) rather than one per job. The sets are
+        // numbered 1, 2, … as first met: set n's key is the script's KEYS[2 + n] (after the batch marker
+        // and the campaign hash), its members `members[n - 1]`.
+        var keyList = [keys.batch(PipelineStore.newBatchID()), keys.campaign(campaign)]
+        var numberOf: [Int: Int] = [:]
         var members: [[Int64]] = []
-        var expiring: [(set: Int, index: Int)] = []
+        var expiring: [(set: Int, number: Int)] = []
         for id in jobIDs {
             let fingerprint = JobFingerprint(jobID: id)
             let set = fingerprint.subBucket(of: max(1, markSets))
-            if let known = setIndex[set] {
-                members[known - 1].append(fingerprint.member)
-            } else {
-                keyList.append(keys.publishedJobs(campaign: campaign, set: set))
-                let index = keyList.count - 2
-                setIndex[set] = index
-                members.append([fingerprint.member])
-                if !markExpiries.isGiven(campaign: campaign, set: set, now: now) { expiring.append((set, index)) }
+            if let number = numberOf[set] {
+                members[number - 1].append(fingerprint.member)
+                continue
             }
+            members.append([fingerprint.member])
+            let number = members.count
+            numberOf[set] = number
+            keyList.append(keys.publishedJobs(campaign: campaign, set: set))
+            if !markExpiries.isGiven(campaign: campaign, set: set, now: now) { expiring.append((set, number)) }
         }
         var jobArguments = RedisArguments()
         for (offset, list) in members.enumerated() {
             // At most 1 000 members per SADD (Lua's `unpack` stack).
             for from in stride(from: 0, to: list.count, by: 1_000) {
                 let chunk = list[from..<min(list.count, from + 1_000)]
-                jobArguments.append(offset + 1)
+                jobArguments.append(offset + 1)  // the set's number
                 jobArguments.append(chunk.count)
                 for member in chunk { jobArguments.append(member) }
             }
@@ -83,7 +85,7 @@ struct CampaignStore: StoreRole {
         arguments.append(messages ?? jobIDs.count)
         arguments.append(jobMarkRetention + MarkExpiries.memory)
         arguments.append(expiring.count)
-        for set in expiring { arguments.append(set.index) }
+        for set in expiring { arguments.append(set.number) }
         arguments.append(contentsOf: jobArguments)
         let reply = try await eval(Scripts.publish, keys: keyList, arguments: arguments)
         guard let new = reply.integer else { throw RedisError.unexpectedReply("publish: \(reply)") }
