@@ -51,26 +51,35 @@ import Testing
 
     @Test func aFullHandoffPutEndsWhenCancelled() async {
         let handoff = BatchHandoff<Int>(capacity: 1)
-        await handoff.put(1)
-        let producer = Task { await handoff.put(2) }  // full: waits for a `next` that never comes
+        let producer = Task { await handoff.put(1) }  // nobody takes: waits for a consumer that never comes
         try? await Task.sleep(for: .milliseconds(50))
         producer.cancel()
         await producer.value
-        // The cancelled put dropped its element: only the first is there.
+        // The cancelled put dropped its element.
         handoff.finish()
-        #expect(await handoff.next() == 1)
-        #expect(await handoff.next() == nil)
+        var batches = handoff.batches.makeAsyncIterator()
+        #expect(await batches.next() == nil)
     }
 
     @Test func anEmptyHandoffNextEndsWhenCancelled() async {
         let handoff = BatchHandoff<Int>(capacity: 2)
-        let consumer = Task { await handoff.next() }
+        let consumer = Task {
+            var batches = handoff.batches.makeAsyncIterator()
+            return await batches.next()
+        }
         try? await Task.sleep(for: .milliseconds(50))
         consumer.cancel()
         #expect(await consumer.value == nil)
-        // The hand-off still works for others afterwards.
+        // The hand-off still works for another consumer afterwards, in order.
+        let other = Task {
+            var got: [Int] = []
+            for await n in handoff.batches { got.append(n) }
+            return got
+        }
         await handoff.put(7)
-        #expect(await handoff.next() == 7)
+        await handoff.put(8)
+        handoff.finish()
+        #expect(await other.value == [7, 8])
     }
 
     @Test func anEmptySettlerInboxTakeEndsWhenCancelled() async {
@@ -143,8 +152,9 @@ import Testing
         for n in 1...2 {
             regates.add(DecodedBatch(messages: [], jobs: [], jobMessages: Array(repeating: 0, count: n), deadLetters: [], isRetry: true))
         }
-        #expect(await handoff.next()?.jobMessages.count == 1)
-        #expect(await handoff.next()?.jobMessages.count == 2)
+        var batches = handoff.batches.makeAsyncIterator()
+        #expect(await batches.next()?.jobMessages.count == 1)
+        #expect(await batches.next()?.jobMessages.count == 2)
         running.cancel()
         await running.value  // ends: a lane's group is never held by its regates
     }

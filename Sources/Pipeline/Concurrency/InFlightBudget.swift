@@ -21,7 +21,8 @@ final class InFlightBudget: Sendable {
         var id: UInt64
         var count: Int
         var bytes: Int
-        var continuation: CheckedContinuation<Bool, Never>
+        /// Finished once the waiter's share is taken for it (it then leaves the queue).
+        var granted: AsyncStream<Void>.Continuation
     }
 
     private struct State {
@@ -98,52 +99,55 @@ final class InFlightBudget: Sendable {
     func acquire(_ count: Int, bytes: Int = 0) async -> Bool {
         let n = min(count, capacity)
         let b = min(bytes, byteCapacity)
-        let id = state.withLock { s -> UInt64 in
+        // The usual case, no wait: nothing allocated.
+        let taken: Bool? = state.withLock { s in
+            if Task.isCancelled { return false }
+            guard s.waiters.isEmpty && s.fits(n, b) else { return nil }
+            s.available -= n
+            s.availableBytes -= b
+            return true
+        }
+        if let taken { return taken }
+        let (wait, granted) = AsyncStream.makeStream(of: Void.self)
+        let (id, ready) = state.withLock { s -> (UInt64, Bool?) in
             s.nextID &+= 1
-            return s.nextID
-        }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-                let ready: Bool? = state.withLock { s in
-                    // Cancelled before the wait began: the handler below already ran and found nothing.
-                    if Task.isCancelled { return false }
-                    if s.waiters.isEmpty && s.fits(n, b) {
-                        s.available -= n
-                        s.availableBytes -= b
-                        return true
-                    }
-                    s.waiters.append(Waiter(id: id, count: n, bytes: b, continuation: c))
-                    return nil
-                }
-                if let ready { c.resume(returning: ready) }
+            if s.waiters.isEmpty && s.fits(n, b) {
+                s.available -= n
+                s.availableBytes -= b
+                return (s.nextID, true)
             }
-        } onCancel: {
-            let cancelled = state.withLock { s -> CheckedContinuation<Bool, Never>? in
-                guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return s.waiters.remove(at: i).continuation
-            }
-            cancelled?.resume(returning: false)
-            // The waiter behind a cancelled one may fit now.
-            release(0, bytes: 0, force: true)
+            s.waiters.append(Waiter(id: s.nextID, count: n, bytes: b, granted: granted))
+            return (s.nextID, nil)
         }
+        if let ready { return ready }
+        // Ends when `release` granted the share (finishing the stream) or the caller is cancelled.
+        for await _ in wait {}
+        // Still queued: cancelled first, nothing was taken; the waiter behind it may fit now.
+        let cancelled = state.withLock { s -> Bool in
+            guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return false }
+            s.waiters.remove(at: i)
+            return true
+        }
+        if cancelled { release(0, bytes: 0, force: true) }
+        return !cancelled
     }
 
     func release(_ count: Int, bytes: Int = 0) { release(count, bytes: bytes, force: false) }
 
     private func release(_ count: Int, bytes: Int, force: Bool) {
         guard count > 0 || bytes > 0 || force else { return }
-        let resumed = state.withLock { s -> [CheckedContinuation<Bool, Never>] in
+        let granted = state.withLock { s -> [AsyncStream<Void>.Continuation] in
             s.available = min(capacity, s.available + count)
             s.availableBytes = min(byteCapacity, s.availableBytes + bytes)
-            var out: [CheckedContinuation<Bool, Never>] = []
+            var out: [AsyncStream<Void>.Continuation] = []
             while let first = s.waiters.first, s.fits(first.count, first.bytes) {
                 s.available -= first.count
                 s.availableBytes -= first.bytes
-                out.append(first.continuation)
+                out.append(first.granted)
                 s.waiters.removeFirst()
             }
             return out
         }
-        for c in resumed { c.resume(returning: true) }
+        for g in granted { g.finish() }
     }
 }

@@ -30,7 +30,8 @@ final class SettlerInbox: Sendable {
         /// Oldest first; each holds up to `outcomesPerTake` outcomes (or one item put larger than that).
         var pending: [Item] = []
         var closed = false
-        var waiter: CheckedContinuation<Void, Never>?
+        /// The settler's wait, when it waits: finished to wake it (it then takes under the lock).
+        var waiter: AsyncStream<Void>.Continuation?
     }
 
     private let state = Mutex(State())
@@ -44,7 +45,7 @@ final class SettlerInbox: Sendable {
     }
 
     func put(_ item: Item) {
-        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+        let waiter = state.withLock { s -> AsyncStream<Void>.Continuation? in
             if let last = s.pending.indices.last, s.pending[last].outcomes.count + item.outcomes.count <= outcomesPerTake {
                 Self.merge(item, into: &s.pending[last])
             } else {
@@ -55,7 +56,7 @@ final class SettlerInbox: Sendable {
             s.waiter = nil
             return w
         }
-        waiter?.resume()
+        waiter?.finish()
     }
 
     private static func merge(_ item: Item, into pending: inout Item) {
@@ -85,13 +86,13 @@ final class SettlerInbox: Sendable {
 
     /// No more items will come; `take` returns what is left, then nil.
     func close() {
-        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+        let waiter = state.withLock { s -> AsyncStream<Void>.Continuation? in
             s.closed = true
             let w = s.waiter
             s.waiter = nil
             return w
         }
-        waiter?.resume()
+        waiter?.finish()
     }
 
     /// The oldest pending item: what was put since the last take, up to about `outcomesPerTake` outcomes
@@ -105,23 +106,17 @@ final class SettlerInbox: Sendable {
             }
             if let item = result.0 { return item }
             if result.1 || Task.isCancelled { return nil }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                    let resumeNow = state.withLock { s -> Bool in
-                        // Cancelled before the wait began: the handler below found no waiter to resume.
-                        if !s.pending.isEmpty || s.closed || Task.isCancelled { return true }
-                        s.waiter = c
-                        return false
-                    }
-                    if resumeNow { c.resume() }
-                }
-            } onCancel: {
-                let waiting = state.withLock { s -> CheckedContinuation<Void, Never>? in
-                    let w = s.waiter
-                    s.waiter = nil
-                    return w
-                }
-                waiting?.resume()
+            // Wait for a put or the close (each finishes the stream), or the caller's cancellation (which
+            // ends the stream's iteration); then look again under the lock. The item stays in `pending`
+            // until taken there, so a wait cancelled as it is woken loses nothing.
+            let (wake, waiter) = AsyncStream.makeStream(of: Void.self)
+            let now = state.withLock { s -> Bool in
+                if !s.pending.isEmpty || s.closed { return true }
+                s.waiter = waiter
+                return false
+            }
+            if !now {
+                for await _ in wake {}
             }
         }
     }

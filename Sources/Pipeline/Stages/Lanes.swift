@@ -54,7 +54,7 @@ struct BulkLane: Sendable {
             // calls finish in, so one token's jobs keep their order. A failure here (a gate call's, when
             // Redis is gone longer than the client waits) ends the group: the stages before it are
             // cancelled, and what they hold stays unsettled.
-            while let pending = await gated.next() {
+            for await pending in gated.batches {
                 if sendingStopped.isFired { break }
                 let g = GatedBatch(decoded: pending.decoded, call: pending.call, gated: try await pending.gated.value())
                 let left = try await dispatch.send(g, lane: .bulk)
@@ -76,7 +76,7 @@ struct BulkLane: Sendable {
         let slots = InFlightBudget(capacity: gateStores.count)
         try await withThrowingDiscardingTaskGroup { calls in
             var turn = 0
-            while let d = await decoded.next() {
+            for await d in decoded.batches {
                 guard await slots.acquire(1) else { break }
                 let store = gateStores[turn % gateStores.count]
                 turn &+= 1
@@ -126,7 +126,7 @@ struct PriorityLane: Sendable {
             }
             group.addTask { await regates.run(into: decoded) }
             group.addTask { await capWaits.run(into: decoded) }
-            while let d = await decoded.next() {
+            for await d in decoded.batches {
                 if sendingStopped.isFired { break }
                 let call = dispatch.marks.newCall()
                 let gateStart = ContinuousClock.now
