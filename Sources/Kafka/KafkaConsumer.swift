@@ -275,10 +275,11 @@ final class ConsumerCore: @unchecked Sendable {
         var buffer: [[KafkaConsumerMessage]] = []
         var buffered = 0
         var bufferedBytes = 0
-        var waiters: [(id: UInt64, continuation: CheckedContinuation<[KafkaConsumerMessage]?, Never>)] = []
-        var nextWaiterID: UInt64 = 0
+        /// `nextBatch` calls waiting for a batch: each stream is finished to wake its caller, which then
+        /// takes from `buffer` under the lock (a wait cancelled as it is woken leaves the batch there).
+        var waiters: [AsyncStream<Void>.Continuation] = []
         /// Served by the poll thread (accepted until the close begins, `ConsumerStateMachine.acceptsCommitRequests`).
-        var commitRequests: [CheckedContinuation<Void, any Error>] = []
+        var commitRequests: [CommitReply] = []
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
         var stats = KafkaConsumerStatistics()
         /// The error of the last commit attempted, nil once one succeeds.
@@ -354,30 +355,26 @@ final class ConsumerCore: @unchecked Sendable {
     // MARK: API side
 
     func nextBatch() async -> [KafkaConsumerMessage]? {
-        let id = state.withLock { s -> UInt64 in
-            s.nextWaiterID += 1
-            return s.nextWaiterID
-        }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<[KafkaConsumerMessage]?, Never>) in
-                let (now, batch, wake) = state.withLock { s -> (Bool, [KafkaConsumerMessage]?, Bool) in
-                    if Task.isCancelled || (s.machine.isFinished && s.buffer.isEmpty) { return (true, nil, false) }
-                    if !s.buffer.isEmpty {
-                        let batch = takeBatch(&s)
-                        return (true, batch, requestResumeIfDrained(&s))
-                    }
-                    s.waiters.append((id, c))
-                    return (false, nil, false)
-                }
-                if wake { wakePollThread() }
-                if now { c.resume(returning: batch) }
+        while true {
+            let (ready, batch, wake) = state.withLock { s -> (Bool, [KafkaConsumerMessage]?, Bool) in
+                if Task.isCancelled || (s.machine.isFinished && s.buffer.isEmpty) { return (true, nil, false) }
+                guard !s.buffer.isEmpty else { return (false, nil, false) }
+                let batch = takeBatch(&s)
+                return (true, batch, requestResumeIfDrained(&s))
             }
-        } onCancel: {
-            let waiter = state.withLock { s -> CheckedContinuation<[KafkaConsumerMessage]?, Never>? in
-                guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return s.waiters.remove(at: i).continuation
+            if wake { wakePollThread() }
+            if ready { return batch }
+            // Woken by the poll thread's next batch or the close, or ended by the caller's cancellation;
+            // then look again.
+            let (woken, waiter) = AsyncStream.makeStream(of: Void.self)
+            let wait = state.withLock { s -> Bool in
+                guard s.buffer.isEmpty, !s.machine.isFinished else { return false }
+                s.waiters.append(waiter)
+                return true
             }
-            waiter?.resume(returning: nil)
+            if wait {
+                for await _ in woken {}
+            }
         }
     }
 
@@ -420,14 +417,17 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     func requestCommit() async throws {
-        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-            let closed = state.withLock { s -> Bool in
-                if !s.machine.acceptsCommitRequests { return true }
-                s.commitRequests.append(c)
-                return false
-            }
-            if closed { c.resume(throwing: KafkaError.closed) } else { wakePollThread() }
+        let (answer, reply) = AsyncStream.makeStream(of: Result<Void, any Error>.self, bufferingPolicy: .bufferingOldest(1))
+        let accepted = state.withLock { s -> Bool in
+            guard s.machine.acceptsCommitRequests else { return false }
+            s.commitRequests.append(reply)
+            return true
         }
+        guard accepted else { throw KafkaError.closed }
+        wakePollThread()
+        // The poll thread answers after its commit; a cancelled caller stops waiting (the commit goes on).
+        for await result in answer { return try result.get() }
+        throw CancellationError()
     }
 
     func hold(_ partitions: Set<TopicPartition>) {
@@ -523,7 +523,7 @@ final class ConsumerCore: @unchecked Sendable {
         let pollTimeoutMs = Int32(clamping: max(1, configuration.pollTimeout.milliseconds))
         // Commit requests refused while the group rebalances, tried again after the next polls (which
         // serve the rebalance) instead of sleeping on this thread, which would hold the rebalance up.
-        var retry: (requests: [CheckedContinuation<Void, any Error>], attempt: Int, due: ContinuousClock.Instant)?
+        var retry: (requests: [CommitReply], attempt: Int, due: ContinuousClock.Instant)?
         while true {
             let (action, requests, holdsChanged) = state.withLock { s in
                 defer { s.commitRequests = [] }
@@ -531,7 +531,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
             if holdsChanged && action != .close { applyHolds() }
             if action == .close {
-                for r in requests + (retry?.requests ?? []) { r.resume(throwing: KafkaError.closed) }
+                for r in requests + (retry?.requests ?? []) { r.fail(KafkaError.closed) }
                 break
             }
             if action == .resume {
@@ -549,12 +549,12 @@ final class ConsumerCore: @unchecked Sendable {
                 let reason = waiting.isEmpty ? "periodic" : "requested"
                 switch attemptCommit(reason: reason) {
                 case .success:
-                    for r in waiting { r.resume() }
+                    for r in waiting { r.succeed() }
                 case .failure(let error) where error.isRebalanceInProgress && !waiting.isEmpty && attempt < Self.commitAttempts:
                     retry = (waiting, attempt, now + Self.commitRetryDelay)
                 case .failure(let error):
                     noteCommitFailure(error, reason: reason, attempts: attempt)
-                    for r in waiting { r.resume(throwing: error) }
+                    for r in waiting { r.fail(error) }
                 }
                 lastCommit = now
             }
@@ -584,15 +584,14 @@ final class ConsumerCore: @unchecked Sendable {
         shutdown()
     }
 
-    /// Copies fetched messages, tracks them, and buffers them (or hands them to a waiting task).
+    /// Copies fetched messages, tracks them, buffers them, and wakes a waiting `nextBatch`.
     private func ingest(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int) {
         let messages = copyOut(buffer, count: count)
         guard !messages.isEmpty else { return }
 
         var anomalies: [(MessageRef, PartitionOffsetTracker.Reception)] = []
-        typealias Waiter = CheckedContinuation<[KafkaConsumerMessage]?, Never>
-        let (handOff, pauseNow, assigned) = state.withLock {
-            s -> ((Waiter, [KafkaConsumerMessage])?, Bool, [TopicPartition]) in
+        let (waiters, pauseNow, assigned) = state.withLock {
+            s -> ([AsyncStream<Void>.Continuation], Bool, [TopicPartition]) in
             var kept: [KafkaConsumerMessage] = []
             kept.reserveCapacity(messages.count)
             for message in messages {
@@ -619,12 +618,9 @@ final class ConsumerCore: @unchecked Sendable {
                 kept.append(message)
             }
             s.stats.messagesReceived += kept.count
-            guard !kept.isEmpty else { return (nil, false, []) }
-            if s.buffer.isEmpty, !s.waiters.isEmpty {
-                s.stats.batchesDelivered += 1
-                // Someone is waiting and nothing is queued before: hand the batch over directly.
-                return ((s.waiters.removeFirst().continuation, kept), false, [])
-            }
+            guard !kept.isEmpty else { return ([], false, []) }
+            let waiters = s.waiters
+            s.waiters = []
             s.buffer.append(kept)
             s.buffered += kept.count
             s.bufferedBytes += Self.bytes(of: kept)
@@ -632,11 +628,11 @@ final class ConsumerCore: @unchecked Sendable {
                 s.machine.bufferFull()
             {
                 s.stats.pauses += 1
-                return (nil, true, s.tracker.trackedPartitions)
+                return (waiters, true, s.tracker.trackedPartitions)
             }
-            return (nil, false, [])
+            return (waiters, false, [])
         }
-        if let (waiter, batch) = handOff { waiter.resume(returning: batch) }
+        for w in waiters { w.finish() }
         logAnomalies(anomalies)
         if pauseNow {
             logger.debug("Kafka consumer buffer full: holding", metadata: ["kafka.partitions": "\(assigned.count)"])
@@ -932,8 +928,23 @@ final class ConsumerCore: @unchecked Sendable {
             }
             return (s.waiters, s.closeWaiters, s.commitRequests)
         }
-        for w in waiters { w.continuation.resume(returning: nil) }
-        for r in requests { r.resume(throwing: KafkaError.closed) }
+        for w in waiters { w.finish() }
+        for r in requests { r.fail(KafkaError.closed) }
         for c in closers { c.resume() }
+    }
+}
+
+/// A `commit()` call's answer: the poll thread's result of the commit it asked for.
+typealias CommitReply = AsyncStream<Result<Void, any Error>>.Continuation
+
+extension AsyncStream<Result<Void, any Error>>.Continuation {
+    fileprivate func succeed() {
+        yield(.success(()))
+        finish()
+    }
+
+    fileprivate func fail(_ error: any Error) {
+        yield(.failure(error))
+        finish()
     }
 }

@@ -197,7 +197,8 @@ final class ProducerCore: @unchecked Sendable {
         var destroyed = false
         /// Tasks inside `produce` right now: the handle may not be destroyed under them.
         var activeEnqueuers = 0
-        var spaceWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Sends waiting for room in librdkafka's queue: each finished to wake it (it then tries again).
+        var spaceWaiters: [AsyncStream<Void>.Continuation] = []
         var closeWaiters: [CheckedContinuation<Void, Never>] = []
     }
     private let state = Mutex(State())
@@ -282,28 +283,24 @@ final class ProducerCore: @unchecked Sendable {
     }
 
     private func waitForSpace() async {
-        // Cancellation wakes every waiter (they retry, and those not cancelled wait again); the flag is
-        // read under the lock the handler takes, so a cancellation racing the append cannot be missed.
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let now = state.withLock { s -> Bool in
-                    if s.stopping || Task.isCancelled { return true }
-                    s.spaceWaiters.append(c)
-                    return false
-                }
-                if now { c.resume() }
-            }
-        } onCancel: {
-            resumeSpaceWaiters()
+        // Ends when the poll thread has served delivery reports (or a stop began), or when the caller is
+        // cancelled (it then retries, and sees the stop or its cancellation).
+        let (room, waiter) = AsyncStream.makeStream(of: Void.self)
+        let now = state.withLock { s -> Bool in
+            if s.stopping || Task.isCancelled { return true }
+            s.spaceWaiters.append(waiter)
+            return false
         }
+        if now { return }
+        for await _ in room {}
     }
 
     private func resumeSpaceWaiters() {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+        let waiters = state.withLock { s -> [AsyncStream<Void>.Continuation] in
             defer { s.spaceWaiters = [] }
             return s.spaceWaiters
         }
-        for w in waiters { w.resume() }
+        for w in waiters { w.finish() }
     }
 
     /// A stop: the poll thread drains and destroys at its next step (within 100 ms); with no poll
