@@ -186,46 +186,27 @@ struct SendCommand: AsyncParsableCommand {
     }
 
     /// The first connect refused for good (`HTTP2ConnectRefusal`), set from an event loop, and a race of
-    /// it against the command's work.
-    final class FirstRefusal: Sendable {
-        private struct State {
-            var refusal: HTTP2ConnectRefusal?
-            var waiter: CheckedContinuation<Void, Never>?
-            /// The work ended first: a refusal after it changes nothing.
-            var workEnded = false
-        }
-        private let state = Mutex(State())
+    /// it against the command's work: both ends go into one stream, and the first one counts.
+    struct FirstRefusal: Sendable {
+        private let ends: AsyncStream<HTTP2ConnectRefusal?>
+        private let continuation: AsyncStream<HTTP2ConnectRefusal?>.Continuation
 
-        func set(_ refusal: HTTP2ConnectRefusal) {
-            let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
-                guard s.refusal == nil, !s.workEnded else { return nil }
-                s.refusal = refusal
-                defer { s.waiter = nil }
-                return s.waiter
-            }
-            waiter?.resume()
+        init() {
+            (ends, continuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(1))
         }
 
-        /// Waits for `work` to end or for a refusal, whichever comes first; returns the refusal if one came.
+        func set(_ refusal: HTTP2ConnectRefusal) { continuation.yield(refusal) }
+
+        /// Waits for `work` to end or for a refusal, whichever comes first; returns the refusal if one came
+        /// first (a refusal after the work ended changes nothing). Does not wait for the work after a
+        /// refusal: the command ends with it, and the process's exit ends the work.
         func race<T: Sendable>(_ work: Task<T, any Error>) async -> HTTP2ConnectRefusal? {
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let refused = state.withLock { s in
-                    if s.refusal != nil { return true }
-                    s.waiter = c
-                    return false
-                }
-                if refused { return c.resume() }
-                Task {
-                    _ = await work.result
-                    let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
-                        if s.refusal == nil { s.workEnded = true }
-                        defer { s.waiter = nil }
-                        return s.waiter
-                    }
-                    waiter?.resume()
-                }
+            Task { [continuation] in
+                _ = await work.result
+                continuation.yield(nil)
             }
-            return state.withLock { $0.refusal }
+            for await end in ends { return end }
+            return nil
         }
     }
 
