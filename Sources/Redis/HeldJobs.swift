@@ -4,7 +4,7 @@ import TimeUnits
 /// The byte caps on held jobs (design §2.11): what paused, scheduled and paced campaigns (and
 /// `apps[].max_rate`) may keep in Redis, in total and per campaign. Each of the ``RedisKeys/heldShards``
 /// held slots takes a share of each cap, so no one node of a cluster holds more than its share; a job
-/// whose shard is full is not held (``HeldAnswer/capped``): `run` leaves it in Kafka and its partition waits.
+/// whose shard is full is not held (``HeldAnswer/full``): `run` leaves it in Kafka and its partition waits.
 public struct HeldCaps: Sendable, Hashable {
     /// All campaigns together (`redis.held_max_bytes`).
     public var totalBytes: Int64
@@ -63,7 +63,7 @@ public enum HeldAnswer: Sendable, Hashable {
     case held
     /// Not held: its shard of the held slots is at a cap (``HeldCaps``). Nothing was stored and no pacing
     /// slot taken; the caller keeps the job and tries again when there is room.
-    case capped
+    case full
 }
 
 /// How a deferred job is kept in `{<p>:held:<n>}:jobs:<campaign>`: a kind byte (`H` held: gated again when
@@ -146,7 +146,7 @@ extension PipelineStore {
     /// slots of the campaign's clock first (design §2.11–§2.13). Returns, per deferral and message, what
     /// became of it. A message held already is held once (a paced one keeps its slot). With
     /// `enforcingCaps` (the gate) a message whose shard is at a cap (``PipelineStoreConfiguration/heldCaps``)
-    /// is ``HeldAnswer/capped``: nothing stored, no slot taken. Without it (jobs a transport held back,
+    /// is ``HeldAnswer/full``: nothing stored, no slot taken. Without it (jobs a transport held back,
     /// taken from Kafka already) everything is held.
     ///
     /// Calls: the campaigns listed in `{<p>}:deferred` (with the paced ones' slots: one call in `{<p>}`), the
@@ -261,7 +261,7 @@ extension PipelineStore {
                 for i in indices {
                     switch flags[k][i] {
                     case UInt8(ascii: "E"): answers[k][i] = .held
-                    case UInt8(ascii: "F"): answers[k][i] = .capped
+                    case UInt8(ascii: "F"): answers[k][i] = .full
                     default:
                         if scores[k][i] < 0 {
                             answers[k][i] = .admitted
@@ -298,7 +298,7 @@ extension PipelineStore {
                     answers[owner.deferral][index] = .held
                     stored = true
                 case UInt8(ascii: "E"): answers[owner.deferral][index] = .held
-                default: answers[owner.deferral][index] = .capped  // filled by another process meanwhile
+                default: answers[owner.deferral][index] = .full  // filled by another process meanwhile
                 }
             }
             // Once per group, not per message: its campaign is listed and its slot was written.

@@ -74,7 +74,7 @@ public enum GateDecision: Sendable, Hashable {
     /// It would be held, but its held slot is at a byte cap (``HeldCaps``): neither held nor sent, not
     /// settled. `run` keeps it, holds its Kafka partition, and gates it again once there is room (design
     /// §2.11). Decided before the gate call.
-    case capped
+    case heldFull
 }
 
 /// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).

@@ -74,8 +74,8 @@ extension GateVerdictsTests {
     /// A job its held slot had no room for is neither settled nor sent nor gated again as in flight: it
     /// waits for room (its message stays unsettled).
     @Test func aCappedJobWaitsUnsettled() {
-        let v = verdicts([.deferred, .capped, .admitted(language: nil), .capped])
-        #expect(v.capped == [1, 3])
+        let v = verdicts([.deferred, .heldFull, .admitted(language: nil), .heldFull])
+        #expect(v.heldFull == [1, 3])
         #expect(v.regate.isEmpty && v.admitted.map(\.index) == [2])
         #expect(v.settled.outcomes.map(\.kind) == [.deferred] && v.settled.refs.map(\.offset) == [100])
     }

@@ -75,11 +75,11 @@ struct HeldJobsStoreTests {
         let answers = try await s.deferJobs([Deferral(campaign: "a", mode: .hold(dueMs: now), messages: messages)], nowMs: now)[0]
         let held = answers.filter { $0 == .held }.count
         #expect(held == 3 * RedisKeys.heldShards, "3 per shard: \(held)")
-        #expect(answers.filter { $0 == .capped }.count == 300 - held)
+        #expect(answers.filter { $0 == .full }.count == 300 - held)
         let a = try #require(try await s.heldUsage(campaigns: ["a"])["a"])
         #expect(a.jobs == Int64(held) && a.bytes <= caps.campaignBytes)
         // Capped jobs were not stored: their members are not in Redis.
-        let cappedOnes = messages.indices.filter { answers[$0] == .capped }
+        let cappedOnes = messages.indices.filter { answers[$0] == .full }
         #expect(
             try await s.heldRoom(
                 cappedOnes.map { HeldRoomRequest(campaign: "a", key: key(of: messages[$0]), value: value(of: messages[$0])) }
@@ -177,7 +177,7 @@ struct HeldJobsStoreTests {
         let now: Int64 = 1_800_000_000_000
         let first = try await s.deferJobs(
             [Deferral(campaign: "e", mode: .hold(dueMs: now), messages: (0..<64).map { message($0) })], nowMs: now)[0]
-        #expect(first.contains(.capped), "one job per shard: the rest capped")
+        #expect(first.contains(.full), "one job per shard: the rest capped")
         // Waits for the event (the keys' expiry), however slow the machine.
         let deadline = ContinuousClock.now + .seconds(60)
         while try await !server.keys("{apns:held:*}:jobs:e").isEmpty {

@@ -4,7 +4,7 @@ import Logging
 import Redis
 import Synchronization
 
-/// Jobs the held slots had no room for (``GateDecision/capped``, design §2.11): a stage of a lane that
+/// Jobs the held slots had no room for (``GateDecision/heldFull``, design §2.11): a stage of a lane that
 /// keeps them, unsettled, holds their Kafka partitions (the consumer fetches nothing more of them), and
 /// gates them again once there is room for them in Redis, or once their campaign's control state changed
 /// (resumed, cancelled, its pace lifted). A partition is released when none of its jobs waits here any

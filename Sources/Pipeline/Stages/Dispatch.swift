@@ -45,7 +45,7 @@ struct Dispatch: Sendable {
     /// (``Regates``), and jobs the held slots had no room for (``CapWaits``).
     struct Leftovers: Sendable {
         var regate: DecodedBatch?
-        var capped: DecodedBatch?
+        var heldFull: DecodedBatch?
     }
 
     /// Sends `g`; returns what is left to gate again. `mark`: where the batch's "written" mark stands
@@ -74,7 +74,7 @@ struct Dispatch: Sendable {
         writeDeadLetters(made.refused, messages: made.refusedMessages)
         let leftovers = Leftovers(
             regate: verdicts.regate.isEmpty ? nil : d.retry(verdicts.regate),
-            capped: verdicts.capped.isEmpty ? nil : d.retry(verdicts.capped))
+            heldFull: verdicts.heldFull.isEmpty ? nil : d.retry(verdicts.heldFull))
         if !made.notifications.isEmpty {
             if try await !marked { try await marks.countLapsed(g.call, notifications: made.notifications) }
             let orphans = try await router.send(made.notifications)

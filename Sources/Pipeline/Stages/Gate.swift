@@ -67,7 +67,7 @@ struct Gate: Sendable {
     }
 
     /// What campaign control decided before the gate call: jobs held in Redis (`deferred`) or at a held
-    /// cap (`capped`), by index, and the jobs of cancelled campaigns.
+    /// cap (`heldFull`), by index, and the jobs of cancelled campaigns.
     private struct Held {
         var decided: [Int: GateDecision] = [:]
         /// Jobs of a cancelled campaign: gated like the others, so that one accepted before the cancel
@@ -79,7 +79,7 @@ struct Gate: Sendable {
     /// Jobs of a paused, scheduled or paced campaign are held in Redis (one deferral for the batch) and
     /// settle `deferred`: no lease, no place in the in-flight budget, no partition held up (design
     /// §2.11–§2.13). A paced campaign's jobs whose slot is due now are admitted; those the held slots have
-    /// no room for are `capped`: kept, unsettled, until there is room.
+    /// no room for are `heldFull`: kept, unsettled, until there is room.
     private func hold(_ d: DecodedBatch, control: [String: CampaignControlState], store: PipelineStore) async throws -> Held {
         var held = Held()
         let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
@@ -116,7 +116,7 @@ struct Gate: Sendable {
                 switch answers[k][position] {
                 case .admitted: break
                 case .held: held.decided[index] = .deferred
-                case .capped: held.decided[index] = .capped
+                case .full: held.decided[index] = .heldFull
                 }
             }
         }

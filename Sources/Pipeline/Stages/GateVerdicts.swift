@@ -46,9 +46,9 @@ struct GateVerdicts {
     var admitted: [Admitted] = []
     /// Indices of jobs whose id is in flight: gated again after ``Regates/delay``.
     var regate: [Int] = []
-    /// Indices of jobs their held slot had no room for (``GateDecision/capped``): not settled, kept until
+    /// Indices of jobs their held slot had no room for (``GateDecision/heldFull``): not settled, kept until
     /// there is room (``CapWaits``).
-    var capped: [Int] = []
+    var heldFull: [Int] = []
     var waits: [Wait] = []
 
     /// - Parameters:
@@ -88,9 +88,9 @@ struct GateVerdicts {
                 // A held job is not done: its message comes when it settles after the release (a consumer
                 // deduping by id would otherwise keep "deferred" and drop its real outcome).
                 if outcomeMessages, outcome.kind == .cancelled { settled.messages.append(OutcomeMessage(job: job, outcome: .cancelled)) }
-            case .capped:
+            case .heldFull:
                 // Not taken: its message stays unsettled (its partition is held) until it can be held.
-                capped.append(i)
+                heldFull.append(i)
             case .inFlightElsewhere(let holder):
                 // As below, but the copy belongs to another live process: said once per job (a long wait
                 // here is a stuck process, or a job published twice across processes).

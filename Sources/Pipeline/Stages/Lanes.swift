@@ -59,7 +59,7 @@ struct BulkLane: Sendable {
                 let g = GatedBatch(decoded: pending.decoded, call: pending.call, gated: try await pending.gated.value())
                 let left = try await dispatch.send(g, lane: .bulk)
                 if let retry = left.regate { regates.add(retry) }
-                if let capped = left.capped { capWaits.add(capped) }
+                if let full = left.heldFull { capWaits.add(full) }
                 if g.decoded.fromCapWaits { capWaits.retried(g.decoded) }
             }
             // Everything taken was sent (or the settler gave up): the other stages end now.
@@ -144,7 +144,7 @@ struct PriorityLane: Sendable {
                 }
                 let left = try await dispatch.send(GatedBatch(decoded: d, call: call, gated: gated), lane: .priority, mark: mark)
                 if let retry = left.regate { regates.add(retry) }
-                if let capped = left.capped { capWaits.add(capped) }
+                if let full = left.heldFull { capWaits.add(full) }
                 if d.fromCapWaits { capWaits.retried(d) }
                 if logger.logLevel <= .debug, let t = d.messages.first?.timestampMilliseconds {
                     logger.debug(
