@@ -106,7 +106,8 @@ enum DashboardPage {
         "use strict";
         const OUTCOMES = [
           ["accepted", "Accepted", "var(--ok)"], ["rejected", "Rejected", "var(--bad)"], ["suppressed", "Suppressed", "var(--warn)"],
-          ["deduped", "Deduped", "var(--dup)"], ["dead_lettered", "Dead-lettered", "var(--dead)"]];
+          ["deduped", "Deduped", "var(--dup)"], ["dead_lettered", "Dead-lettered", "var(--dead)"],
+          ["capped", "Capped", "var(--warn)"], ["quiet", "Quiet hours", "var(--dup)"], ["held_out", "Held out", "var(--dup)"]];
         const TILES = [["received", "Received", "var(--info)"], ...OUTCOMES,
           ["ambiguous", "Ambiguous", "var(--warn)"], ["replayed", "Replayed", "var(--info)"], ["reconnects", "Reconnects", "var(--dup)"],
           ["retried", "Retried", "var(--warn)"], ["gave_up", "Gave up", "var(--dead)"]];

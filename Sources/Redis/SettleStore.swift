@@ -21,6 +21,9 @@ struct SettleStore: StoreRole {
         case .deadLettered: "broadcast:dead_lettered"
         case .cancelled: "broadcast:cancelled"
         case .deferred: "broadcast:deferred"
+        case .capped: "broadcast:capped"
+        case .quiet: "broadcast:quiet"
+        case .heldOut: "broadcast:held_out"
         }
     }
 

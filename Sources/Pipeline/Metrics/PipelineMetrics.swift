@@ -26,6 +26,9 @@ public final class PipelineMetrics: Sendable {
         public static let deadLettered = "apns_dead_lettered_total"
         public static let cancelled = "apns_cancelled_total"
         public static let deferred = "apns_deferred_total"
+        public static let capped = "apns_capped_total"
+        public static let quiet = "apns_quiet_total"
+        public static let heldOut = "apns_held_out_total"
         public static let refusals = "apns_gateway_refusals_total"
         public static let replayed = "apns_replayed_total"
         public static let ambiguous = "apns_ambiguous_total"
@@ -147,7 +150,9 @@ public final class PipelineMetrics: Sendable {
             for name in [Name.accepted, Name.rejected, Name.replayed, Name.ambiguous, Name.retried, Name.reconnects, Name.gaveUp] {
                 _ = counter(name, ["app": app, "transport": transport])
             }
-            for name in [Name.suppressed, Name.deduped, Name.deadLettered, Name.cancelled, Name.deferred] {
+            for name in [
+                Name.suppressed, Name.deduped, Name.deadLettered, Name.cancelled, Name.deferred, Name.capped, Name.quiet, Name.heldOut,
+            ] {
                 _ = counter(name, ["app": app])
             }
         }
@@ -245,6 +250,9 @@ public final class PipelineMetrics: Sendable {
             case .deadLettered: counter(Name.deadLettered, ["app": app]).increment(by: n)
             case .cancelled: counter(Name.cancelled, ["app": app]).increment(by: n)
             case .deferred: counter(Name.deferred, ["app": app]).increment(by: n)
+            case .capped: counter(Name.capped, ["app": app]).increment(by: n)
+            case .quiet: counter(Name.quiet, ["app": app]).increment(by: n)
+            case .heldOut: counter(Name.heldOut, ["app": app]).increment(by: n)
             }
         }
         for (key, n) in byRefusal {

@@ -228,7 +228,8 @@ struct StatsCommand: AsyncParsableCommand {
             rows.append(["settled", jobs ? grouped(campaign.jobsSettled) : "–", share(status.settled), grouped(campaign.messagesSettled)])
             let fields: [(CampaignField?, CounterField)] = [
                 (.jobsAccepted, .accepted), (.jobsRejected, .rejected), (.jobsSuppressed, .suppressed), (nil, .deduped),
-                (.jobsDeadLettered, .deadLettered), (.jobsCancelled, .cancelled),
+                (.jobsDeadLettered, .deadLettered), (.jobsCancelled, .cancelled), (.jobsCapped, .capped), (.jobsQuiet, .quiet),
+                (.jobsHeldOut, .heldOut),
             ]
             for (jobField, messageField) in fields {
                 let value = jobField.map { campaign[$0] }
