@@ -22,6 +22,16 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
     /// `campaign pace --rate` / `publish --rate`: at most this many of its jobs per second, over every
     /// process together.
     public var rate: Int?
+    /// `campaign publish --cap 1/24h`: at most `max` of the campaign's jobs per recipient in any
+    /// `perMs` window (design §2.15).
+    public var cap: FrequencyCap?
+    /// `campaign publish --holdout 5%`: the share of recipients held out, in basis points (1…10 000;
+    /// design §2.18).
+    public var holdoutBasisPoints: Int?
+    /// `campaign publish --at 09:00 --local-time`: each job is sent at this wall-clock time ("HH:MM") in
+    /// its recipient's zone, the first such time at or after ``localTimeFromMs`` (design §2.17).
+    public var localTime: String?
+    public var localTimeFromMs: Int64?
     /// Words of a newer version, kept when this one rewrites the state.
     public var unknown: [String] = []
 
@@ -43,6 +53,15 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
                     cancelledAtMs = ms
                 } else if word.hasPrefix("pace="), let n = Int(word.dropFirst(5)), n > 0 {
                     rate = n
+                } else if word.hasPrefix("cap="), let c = FrequencyCap(stored: word.dropFirst(4)) {
+                    cap = c
+                } else if word.hasPrefix("holdout="), let n = Int(word.dropFirst(8)), (1...10_000).contains(n) {
+                    holdoutBasisPoints = n
+                } else if word.hasPrefix("local="), let at = word.dropFirst(6).firstIndex(of: "@"),
+                    let from = Int64(word[word.index(after: at)...])
+                {
+                    localTime = String(word[word.index(word.startIndex, offsetBy: 6)..<at])
+                    localTimeFromMs = from
                 } else {
                     unknown.append(String(word))
                 }
@@ -58,10 +77,16 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
         if paused { words.append("paused") }
         if let startAtMs { words.append("at=\(startAtMs)") }
         if let rate { words.append("pace=\(rate)") }
+        if let cap { words.append("cap=\(cap.stored)") }
+        if let holdoutBasisPoints { words.append("holdout=\(holdoutBasisPoints)") }
+        if let localTime, let localTimeFromMs { words.append("local=\(localTime)@\(localTimeFromMs)") }
         return (words + unknown).joined(separator: ",")
     }
 
     public var isEmpty: Bool { stored.isEmpty }
+
+    /// Whether it asks an audience rule of its jobs (a cap, a holdout, local-time delivery).
+    public var hasAudienceRules: Bool { cap != nil || holdoutBasisPoints != nil || localTime != nil }
 
     /// How `campaign status` says it at `nowMs`: `cancelled`, `paused`, `scheduled for <RFC 3339>`, `paced
     /// at N/s` (combined with commas), or `running`.
@@ -74,10 +99,69 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
             parts.append("scheduled for \(formatter.string(from: Date(timeIntervalSince1970: Double(startAtMs) / 1000)))")
         }
         if let rate { parts.append("paced at \(rate)/s") }
+        if let localTime { parts.append("at \(localTime) local time") }
+        if let cap { parts.append("capped at \(cap)") }
+        if let holdoutBasisPoints { parts.append("holding out \(Self.percent(basisPoints: holdoutBasisPoints))") }
         return parts.isEmpty ? "running" : parts.joined(separator: ", ")
     }
 
     public var description: String { description(nowMs: Int64(Date().timeIntervalSince1970 * 1000)) }
+
+    /// `500` → `5%`, `25` → `0.25%`.
+    public static func percent(basisPoints: Int) -> String {
+        basisPoints % 100 == 0 ? "\(basisPoints / 100)%" : String(format: "%.2f%%", Double(basisPoints) / 100)
+    }
+}
+
+/// A frequency cap (design §2.15): at most ``max`` sends to one recipient in any window of ``per``
+/// (sliding: counted back from each send). `apps[].frequency_caps` and `campaign publish --cap` say
+/// `3/24h`-style (`s`, `m`, `h` or `d`).
+public struct FrequencyCap: Sendable, Hashable, CustomStringConvertible {
+    public var max: Int
+    public var perMs: Int64
+
+    public static let longestWindowMs: Int64 = 31 * 86_400_000
+
+    public init?(max: Int, perMs: Int64) {
+        guard (1...10_000).contains(max), (1000...Self.longestWindowMs).contains(perMs) else { return nil }
+        self.max = max
+        self.perMs = perMs
+    }
+
+    /// `3/24h`, `1/90m`, `10/7d`, `2/30s`.
+    public init?(parsing text: some StringProtocol) {
+        let parts = text.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, let max = Int(parts[0]), let perMs = Self.milliseconds(parts[1]) else { return nil }
+        self.init(max: max, perMs: perMs)
+    }
+
+    /// A window written `<n><unit>` (`s`, `m`, `h`, `d`): its milliseconds.
+    public static func milliseconds(_ text: some StringProtocol) -> Int64? {
+        guard let unit = text.last, let n = Int64(text.dropLast()), n > 0, n < 1_000_000 else { return nil }
+        switch unit {
+        case "s": return n * 1000
+        case "m": return n * 60_000
+        case "h": return n * 3_600_000
+        case "d": return n * 86_400_000
+        default: return nil
+        }
+    }
+
+    /// Stored in the control state as `<max>/<ms>`.
+    init?(stored: some StringProtocol) {
+        let parts = stored.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, let max = Int(parts[0]), let perMs = Int64(parts[1]) else { return nil }
+        self.init(max: max, perMs: perMs)
+    }
+
+    var stored: String { "\(max)/\(perMs)" }
+
+    public var description: String {
+        for (unit, ms) in [("d", Int64(86_400_000)), ("h", 3_600_000), ("m", 60_000)] where perMs % ms == 0 {
+            return "\(max)/\(perMs / ms)\(unit)"
+        }
+        return "\(max)/\(perMs / 1000)s"
+    }
 }
 
 /// The whole control state as one read: its version and every campaign's state.

@@ -18,10 +18,18 @@ struct GateStore: StoreRole {
     func gate(
         _ requests: [GateRequest], call: String = PipelineStore.newBatchID(), now: Int64 = PipelineStore.epochNow()
     ) async throws -> [GateDecision] {
-        if requests.isEmpty { return [] }
+        try await gateReadingProfiles(requests, call: call, now: now).decisions
+    }
+
+    /// ``gate(_:call:now:)``, and for each admitted job whose request ``GateRequest/needsProfile``, its
+    /// token's registered profile (``RecipientProfile``), by request index, read in the same call.
+    func gateReadingProfiles(
+        _ requests: [GateRequest], call: String = PipelineStore.newBatchID(), now: Int64 = PipelineStore.epochNow()
+    ) async throws -> (decisions: [GateDecision], profiles: [Int: RecipientProfile]) {
+        if requests.isEmpty { return ([], [:]) }
         // `call`: the gate call, the same across retries of this call; its leases name it.
-        var (decisions, held) = try await gateOnce(requests, indices: Array(requests.indices), voids: [:], call: call, now: now)
-        if held.isEmpty { return decisions }
+        var (decisions, held, profiles) = try await gateOnce(requests, indices: Array(requests.indices), voids: [:], call: call, now: now)
+        if held.isEmpty { return (decisions, profiles) }
 
         // Leases of other processes: void if the owner's heartbeat is gone (it died between gate and
         // settle). Heartbeats are keys of no job's slot, so they are read here with plain commands, and
@@ -35,9 +43,10 @@ struct GateStore: StoreRole {
             if alive[owner] == nil { alive[owner] = try await command(RedisCommand("EXISTS", keys.owner(owner))).integer == 1 }
         }
         let void = held.filter { alive[Self.leaseOwner(of: $0.value)] == false }
-        if void.isEmpty { return decisions }
+        if void.isEmpty { return (decisions, profiles) }
         let indices = void.keys.sorted()
-        let (retried, _) = try await gateOnce(requests, indices: indices, voids: void, call: call, now: now)
+        let (retried, _, retriedProfiles) = try await gateOnce(requests, indices: indices, voids: void, call: call, now: now)
+        profiles.merge(retriedProfiles) { _, new in new }
         // Which of the dead process's batches it had handed to its transports: only those
         // jobs may have reached a device. Read like the heartbeats, once per gate call of the dead owner.
         var written: [String: Bool] = [:]
@@ -60,7 +69,7 @@ struct GateStore: StoreRole {
         // mark is inherited now, for the whole call (over-counting its fresh jobs in that double crash).
         // Without it a second kill -9 during a take-over hid ~1 000 real duplicates (CI).
         if inheritsWritten { _ = try await markWritten(call: call, heartbeat: nil) }
-        return decisions
+        return (decisions, profiles)
     }
 
     /// Whether gate call `<owner>/<call>` was marked written: where this version marks, else where
@@ -107,14 +116,14 @@ struct GateStore: StoreRole {
     /// when two jobs share a set: no index argument per job); the lease is a field of the group's hash.
     func gateOnce(
         _ requests: [GateRequest], indices: [Int], voids: [Int: String], call: String, now: Int64
-    ) async throws -> (decisions: [GateDecision], held: [Int: String]) {
+    ) async throws -> (decisions: [GateDecision], held: [Int: String], profiles: [Int: RecipientProfile]) {
         let probes = dedupBucketsToProbe(now: now)
         let groups = gateGroups(requests, indices: indices, voids: voids, probes: probes)
         let scriptGroups = groups.map { group -> ScriptGroup in
             var arguments = RedisArguments()
             arguments.append(group.jobs.count)
             arguments.append(group.voidCount)
-            arguments.append(group.wantsLanguage ? 1 : 0)
+            arguments.append((group.wantsLanguage ? 1 : 0) + (group.wantsProfile ? 2 : 0))
             arguments.append(contentsOf: group.voids)
             arguments.append(contentsOf: group.jobArguments)
             return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
@@ -151,6 +160,7 @@ struct GateStore: StoreRole {
                         tag: tag,
                         keys: RedisArguments([
                             keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
+                            keys.profile(tag: tag),
                         ]),
                         dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
                 groupIDs.append(TagID(app: app, bucket: bucket))
@@ -162,6 +172,7 @@ struct GateStore: StoreRole {
             for table in tables { table.appendName(sub, to: &groups[g].keys) }
             groups[g].jobs.append(index)
             if requests[index].needsLanguage { groups[g].wantsLanguage = true }
+            if requests[index].needsProfile { groups[g].wantsProfile = true }
             if !voids.isEmpty, let void = voids[index] {
                 groups[g].voids.append(groups[g].jobs.count)
                 groups[g].voids.append(void)
@@ -182,19 +193,26 @@ struct GateStore: StoreRole {
     /// The gate script's replies read: each group's `{ codes (a digit per job), (job-index value)… }`.
     private static func decisions(
         of groups: [GateGroup], replies: [RedisReply], count: Int
-    ) throws -> (decisions: [GateDecision], held: [Int: String]) {
+    ) throws -> (decisions: [GateDecision], held: [Int: String], profiles: [Int: RecipientProfile]) {
         var decisions = Array(repeating: GateDecision.inFlight, count: count)
         var held: [Int: String] = [:]
+        var profiles: [Int: RecipientProfile] = [:]
         for (group, reply) in zip(groups, replies) {
             guard let parts = reply.array, parts.count % 2 == 1, case .bulk(let codes) = parts[0], codes.count == group.jobs.count else {
                 throw RedisError.unexpectedReply("gate: expected \(group.jobs.count) decisions, got \(reply)")
             }
             var values: [Int: String] = [:]
             for at in stride(from: 1, to: parts.count, by: 2) {
-                guard let position = parts[at].integer, let value = parts[at + 1].string else {
+                guard let position = parts[at].integer, position != 0, let value = parts[at + 1].string else {
                     throw RedisError.unexpectedReply("gate: bad value \(parts[at]) \(parts[at + 1])")
                 }
-                values[Int(position) - 1] = value
+                if position < 0 {
+                    // A profile, of the job at -position.
+                    let job = Int(-position) - 1
+                    if job < group.jobs.count { profiles[group.jobs[job]] = RecipientProfile(stored: value) }
+                } else {
+                    values[Int(position) - 1] = value
+                }
             }
             for (position, index) in group.jobs.enumerated() {
                 guard let answer = GateAnswer(digit: codes[position]) else {
@@ -205,7 +223,7 @@ struct GateStore: StoreRole {
                 if let value { held[index] = value }
             }
         }
-        return (decisions, held)
+        return (decisions, held, profiles)
     }
 
     /// The lease on a job id as stored (`nil`: none; a lease past ``InFlightLease/expiresAtMs`` is free for
@@ -286,5 +304,7 @@ private struct GateGroup {
     var voidCount = 0
     /// A job of the group has localized alerts: the script reads the group's languages.
     var wantsLanguage = false
+    /// A job of the group needs its recipient's registered profile (the audience rules).
+    var wantsProfile = false
     var jobArguments = RedisArguments()
 }

@@ -84,6 +84,35 @@ public struct PipelineStore: Sendable {
         try await gateStore.gate(requests, call: call, now: now)
     }
 
+    /// ``gate(_:call:now:)``, and each admitted job's registered profile when its request
+    /// ``GateRequest/needsProfile`` (by request index; absent when the token's registrations named none),
+    /// read in the same call.
+    public func gateReadingProfiles(
+        _ requests: [GateRequest], call: String = PipelineStore.newBatchID(), now: Int64 = PipelineStore.epochNow()
+    ) async throws -> (decisions: [GateDecision], profiles: [Int: RecipientProfile]) {
+        try await gateStore.gateReadingProfiles(requests, call: call, now: now)
+    }
+
+    /// Frees the in-flight leases of jobs the gate admitted that will be neither sent nor settled now (an
+    /// audience rule would hold them, and the held slots are full): one `HDEL` per token tag. Rare.
+    public func releaseLeases(_ requests: [GateRequest]) async throws {
+        var members: [String: [String]] = [:]
+        for request in requests {
+            let key = keys.inFlight(tag: keys.tokenTag(app: request.app, bucket: keys.tokenBucket(hash: request.tokenHash)))
+            members[key, default: []].append(String(request.fingerprint.member))
+        }
+        for (key, fields) in members.sorted(by: { $0.key < $1.key }) {
+            _ = try await command(RedisCommand("HDEL", arguments: RedisArguments([key] + fields)))
+        }
+    }
+
+    /// Runs a script over groups of keys, one group per hash tag (``ScriptGroup``): one call per slot on a
+    /// cluster, one call in all on a single Redis (``PipelineStoreConfiguration/oneSlotPerCall``). Replies
+    /// come back in the order of `groups`. For the audience rules, which keep their scripts with them.
+    public func runGrouped(_ script: RedisScript, header: RedisArguments, groups: [ScriptGroup]) async throws -> [RedisReply] {
+        try await runner.run(script, header: header, groups: groups)
+    }
+
     /// Marks gate call `call`'s batch as handed to the transports, before any of it is written: if this
     /// process dies, a take-over of its leases counts `ambiguous` only for marked batches (design
     /// §2.4). Lives as long as a lease. One write per batch. `heartbeat`: the heartbeat's value the call

@@ -17,6 +17,9 @@ public struct GateRequest: Sendable, Hashable {
     /// Whether the token's registered language matters (the job has localized alerts): the gate reads
     /// languages only for a group with such a job (a read of a 64-character field per job otherwise).
     public var needsLanguage = true
+    /// Whether the audience rules need the token's registered profile (who and where its user is): the gate
+    /// reads profiles only for a group with such a job.
+    public var needsProfile = false
 
     public init(jobID: String, app: String, tokenHex: String) {
         self.jobID = jobID
@@ -38,6 +41,28 @@ public struct GateRequest: Sendable, Hashable {
         fingerprint = JobFingerprint(jobID: jobID)
         tokenHash = RedisKeys.tokenHash(hex: channelID)
     }
+}
+
+/// Who a token's device belongs to, as its newest registration said (``RedisKeys/profile(tag:)``): the
+/// producer's user id and the device's IANA time zone, each nil when the registration did not say.
+public struct RecipientProfile: Sendable, Hashable {
+    public var timeZone: String?
+    public var user: String?
+
+    public init(timeZone: String? = nil, user: String? = nil) {
+        self.timeZone = timeZone
+        self.user = user
+    }
+
+    /// Parses `<time_zone>\n<user>` (either part may be empty).
+    public init(stored: String) {
+        let parts = stored.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        timeZone = parts.first.flatMap { $0.isEmpty ? nil : String($0) }
+        user = parts.count > 1 && !parts[1].isEmpty ? String(parts[1]) : nil
+    }
+
+    /// The stored form.
+    public var stored: String { (timeZone ?? "") + "\n" + (user ?? "") }
 }
 
 /// What the gate decided for one job.
@@ -75,6 +100,14 @@ public enum GateDecision: Sendable, Hashable {
     /// settled. `run` keeps it, holds its Kafka partition, and gates it again once there is room (design
     /// §2.11). Decided before the gate call.
     case heldFull
+    /// An audience rule (design §2.14) refused the job the gate script admitted: not sent, settled with
+    /// this outcome (`capped`, `quiet`, `held_out`), which frees its lease. Never an answer of the gate
+    /// script: `run` puts it in place of an admission.
+    case ruledOut(SettledOutcomeKind)
+    /// An audience rule (quiet hours, local time) held the job the gate script admitted: it is in Redis
+    /// until due, and its message settles as ``SettledOutcomeKind/deferred``, freeing its lease (unlike
+    /// ``deferred``, decided before any lease was taken).
+    case heldByRule
 }
 
 /// How a job ended. Raw values are the counter field names (`docs/design.md §2.8`, §4.1).
@@ -91,6 +124,15 @@ public enum SettledOutcomeKind: String, Sendable, Hashable, CaseIterable {
     /// Its campaign was paused: the job is held in Redis and comes back to the jobs topic on resume. The
     /// message is done with (its offset may commit); the job is not: not counted in `jobs_settled`.
     case deferred
+    /// Over a frequency cap of its recipient (`apps[].frequency_caps`, `campaign publish --cap`): never
+    /// sent (design §2.15).
+    case capped
+    /// Its recipient was inside the app's quiet hours and the app drops such jobs (`action: drop`):
+    /// never sent (design §2.16).
+    case quiet
+    /// Its recipient is in its campaign's holdout group (`campaign publish --holdout`): never sent, so
+    /// that the campaign's lift can be measured against them (design §2.18).
+    case heldOut = "held_out"
 }
 
 /// One settled job.
@@ -335,6 +377,11 @@ public enum CounterField: String, Sendable, Hashable, CaseIterable {
     case cancelled
     /// Messages of a paused campaign held in Redis, to be published again on resume (``SettledOutcomeKind/deferred``).
     case deferred
+    /// Jobs over a frequency cap (``SettledOutcomeKind/capped``), quiet hours dropping them
+    /// (``SettledOutcomeKind/quiet``), a campaign's holdout group (``SettledOutcomeKind/heldOut``).
+    case capped
+    case quiet
+    case heldOut = "held_out"
 }
 
 /// The fields of one counters hash, as read.
@@ -383,7 +430,7 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
     /// Distinct job ids `campaign publish` produced (a job published twice counts once). Absent on
     /// campaigns published before per-job progress existed: their progress is the message figures.
     case jobs
-    /// Jobs settled at least once: the sum of the five below.
+    /// Jobs settled at least once: the sum of the `jobs_<outcome>` fields below.
     case jobsSettled = "jobs_settled"
     case jobsAccepted = "jobs_accepted"
     case jobsRejected = "jobs_rejected"
@@ -391,6 +438,11 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
     case jobsDeadLettered = "jobs_dead_lettered"
     /// Jobs whose first settlement was `cancelled` (`campaign cancel`): part of `jobs_settled`.
     case jobsCancelled = "jobs_cancelled"
+    /// Jobs whose first settlement was one of the audience rules' (a cap, quiet hours, the holdout
+    /// group): part of `jobs_settled`.
+    case jobsCapped = "jobs_capped"
+    case jobsQuiet = "jobs_quiet"
+    case jobsHeldOut = "jobs_held_out"
     /// How many sets hold the campaign's published-job marks (fixed by its first publish).
     case jobMarkSets = "job_mark_sets"
     /// Epoch milliseconds at which the last `campaign publish` of it started, and at which one finished:
@@ -407,6 +459,9 @@ public enum CampaignField: String, Sendable, Hashable, CaseIterable {
         case .suppressed: .jobsSuppressed
         case .deadLettered: .jobsDeadLettered
         case .cancelled: .jobsCancelled
+        case .capped: .jobsCapped
+        case .quiet: .jobsQuiet
+        case .heldOut: .jobsHeldOut
         case .deduped, .deferred: nil
         }
     }
@@ -437,7 +492,7 @@ public struct CampaignProgress: Sendable, Hashable {
 
     /// Messages settled: the per-message outcome fields added up (a redelivered message counts again).
     public var messagesSettled: Int64 {
-        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered, .cancelled].reduce(0) { $0 + counters[$1] }
+        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered, .cancelled, .capped, .quiet, .heldOut].reduce(0) { $0 + counters[$1] }
     }
 
     /// A `campaign publish` of it started and has not finished (or died before it finished).

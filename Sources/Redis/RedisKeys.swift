@@ -35,6 +35,8 @@ import Synchronization
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
+/// | `{<p>:<app>:<n>}:profile` | HASH | token hex → `<time_zone>\n<user>` of its newest registration |
+/// | `{<p>:<app>:<n>}:cap:<recipient>[:c:<campaign>]` | ZSET | a recipient's capped sends: job fingerprint → send time (ms); expires after the longest window |
 /// | `{<p>:<app>:<n>}:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
 /// | `{<p>:<app>:<n>}:inflight` | HASH | leases of jobs between gate and settle: fingerprint → `<owner>/<gate call>/<expiry ms>` |
 /// | `{<p>:<app>:<n>}:batch:<id>` | STRING | marker of a settle batch's part in this tag, holding its result (EX 10 min) |
@@ -231,6 +233,17 @@ public struct RedisKeys: Sendable, Hashable {
     public func suppressed(tag: String) -> String { tag + ":suppressed" }
     public func registered(tag: String) -> String { tag + ":registered" }
     public func language(tag: String) -> String { tag + ":lang" }
+    /// Who a token's device belongs to, as its newest registration said: token hex → `<time_zone>\n<user>`
+    /// (either part may be empty). Read by the gate for the audience rules (design §2.14).
+    public func profile(tag: String) -> String { tag + ":profile" }
+    /// A recipient's sends counted by the frequency caps (design §2.15): a sorted set, job fingerprint →
+    /// epoch ms of its send. `recipient` is `u:<user>` or `t:<token hex>`; a campaign's own cap counts in
+    /// `…:cap:<recipient>:c:<campaign>`. The tag is ``tokenTag(app:tokenHex:)`` of the recipient string,
+    /// so recipients spread over the token slots like tokens.
+    public func frequencyCap(tag: String, recipient: String, campaign: String? = nil) -> String {
+        let base = tag + ":cap:" + recipient
+        return campaign.map { base + ":c:" + $0 } ?? base
+    }
     /// The leases of the tag's jobs in flight: a hash, job fingerprint (``JobFingerprint/member``) →
     /// `<owner>/<gate call>/<expiry, epoch ms of the server's clock>`.
     public func inFlight(tag: String) -> String { tag + ":inflight" }

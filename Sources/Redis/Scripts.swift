@@ -45,16 +45,17 @@ enum Scripts {
 
         """#
 
-    /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, wants-language
-    /// ('1' when a job of the group has localized alerts: else no language is read), then
+    /// Gate. ARGV: owner, call, lease-ms, #probes, #groups, then per group: #jobs, #voids, wants (a
+    /// bitmask: 1 when a job of the group has localized alerts, else no language is read; 2 when the
+    /// audience rules need the recipients' registered profiles, else none is read), then
     /// (job-index void-lease)… for the leases Swift found void, then per job: token (empty for a broadcast:
     /// no suppression, registration or language is read for it), member. KEYS per group:
-    /// suppressed, registered, lang, inflight (the group's lease hash), then per job its #probes dedup keys
+    /// suppressed, registered, lang, inflight (the group's lease hash), profile, then per job its #probes dedup keys
     /// (its sub-bucket in each live time bucket, newest first; a key repeats when two jobs share a set).
     /// Returns per group { codes, (job-index value)… }: codes has a digit per job, a ``GateAnswer`` (its
     /// Lua constants are generated from that enum: `ADMITTED`, `DEDUPED`, …); the values are the language
     /// for admitted and taken-over jobs (when there is one) and the lease's value for a job in flight
-    /// in another process.
+    /// in another process; under the negative job index, an admitted job's stored profile.
     ///
     /// Leases are fields of the tag's hash `inflight` (job fingerprint → `<owner>/<call>/<expiry ms>`, the
     /// expiry on the server's clock, `TIME`): one HMGET and one HSET per group instead of a key, a `SET NX
@@ -84,10 +85,11 @@ enum Scripts {
             local out = {}
             local k, i = 0, 6
             for g = 1, tonumber(ARGV[5]) do
-              local nj, nv, wantsLanguage = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'
+              local nj, nv, wants = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+              local wantsLanguage, wantsProfile = wants % 2 == 1, wants >= 2
               i = i + 3
-              local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-              k = k + 4
+              local supKey, regKey, langKey, leaseKey, profileKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+              k = k + 5
               local voids
               if nv > 0 then
                 voids = {}
@@ -196,6 +198,17 @@ enum Scripts {
                     local sample = rcall('HRANDFIELD', leaseKey, 2, 'WITHVALUES')
                     for x = 1, #sample, 2 do
                       if expired(sample[x + 1]) then rcall('HDEL', leaseKey, sample[x]) end
+                    end
+                    if wantsProfile then
+                      -- Who the recipients are (the audience rules): under the negative index.
+                      local profileX, profileTokens, npr = {}, {}, 0
+                      for x = 1, nl do
+                        if leasedTokens[x] ~= '' then npr = npr + 1; profileX[npr] = x; profileTokens[npr] = leasedTokens[x] end
+                      end
+                      if npr > 0 then
+                        local profiles = mget('HMGET', profileKey, profileTokens, npr)
+                        for y = 1, npr do if profiles[y] then values[-leased[profileX[y]]] = profiles[y] end end
+                      end
                     end
                     if not wantsLanguage then
                       -- No job of the group has localized alerts: a language would change nothing.

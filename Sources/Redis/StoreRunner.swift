@@ -160,13 +160,13 @@ struct TagID: Hashable {
 }
 
 /// One group of a script call: keys of one hash tag (so of one slot) and the group's arguments.
-struct ScriptGroup: Sendable {
+public struct ScriptGroup: Sendable {
     var slot: RedisSlot
     /// Every key is in `slot`: the group's tag is in each.
     var keys: RedisArguments
     var arguments: RedisArguments
 
-    init(tag: String, keys: RedisArguments, arguments: RedisArguments) {
+    public init(tag: String, keys: RedisArguments, arguments: RedisArguments) {
         self.slot = RedisSlot(key: tag)
         self.keys = keys
         self.arguments = arguments

@@ -146,6 +146,40 @@ extension Campaign {
     }
 }
 
+extension Campaign {
+    /// `--cap 1/24h`.
+    public static func frequencyCap(_ text: String) throws(CampaignError) -> FrequencyCap {
+        guard let cap = FrequencyCap(parsing: text) else {
+            throw CampaignError("--cap: expected N/window with N in 1…10000 and a window of 1s…31d (s, m, h, d), e.g. 1/24h, found \(text)")
+        }
+        return cap
+    }
+
+    /// `--holdout 5%` (or `0.5%`, or `5`): basis points, 1…10 000.
+    public static func holdoutBasisPoints(_ text: String) throws(CampaignError) -> Int {
+        let number = text.hasSuffix("%") ? String(text.dropLast()) : text
+        let basisPoints = Double(number).map { ($0 * 100).rounded() }
+        guard let percent = Double(number), let basisPoints, percent.isFinite, abs(basisPoints - percent * 100) < 1e-6,
+            (1...10_000).contains(basisPoints)
+        else {
+            throw CampaignError("--holdout: expected a share of 0.01%…100% (at most two decimals), e.g. 5%, found \(text)")
+        }
+        return Int(basisPoints)
+    }
+
+    /// `--at HH:MM` with `--local-time`.
+    public static func localTime(_ at: String?) throws(CampaignError) -> String {
+        guard let at else { throw CampaignError("--local-time: give the wall-clock time with --at, e.g. --at 09:00") }
+        let parts = at.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[1].count == 2, (1...2).contains(parts[0].count), let h = Int(parts[0]), let m = Int(parts[1]),
+            (0..<24).contains(h), (0..<60).contains(m), parts.allSatisfy({ $0.allSatisfy(\.isASCII) })
+        else {
+            throw CampaignError("--at with --local-time: expected a wall-clock time HH:MM (24-hour), e.g. 09:00, found \(at)")
+        }
+        return (h < 10 ? "0" : "") + "\(h):" + parts[1]
+    }
+}
+
 public struct CampaignError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
@@ -239,6 +273,7 @@ extension Campaign {
                             "published": jobs, "settled": p.jobsSettled, "pending": max(0, jobs - p.jobsSettled),
                             "accepted": p[.jobsAccepted], "rejected": p[.jobsRejected], "suppressed": p[.jobsSuppressed],
                             "dead_lettered": p[.jobsDeadLettered], "cancelled": p[.jobsCancelled],
+                            "capped": p[.jobsCapped], "quiet": p[.jobsQuiet], "held_out": p[.jobsHeldOut],
                         ], forKey: .jobs)
                 } else {
                     try c.encodeNil(forKey: .jobs)

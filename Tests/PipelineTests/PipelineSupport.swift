@@ -297,7 +297,8 @@ final class PipelineProcess: @unchecked Sendable {
 
 extension Stack {
     /// A pipeline file for a `run` process against this stack.
-    func pipelineFile(group: String = "apns-pipeline", settleAfterMs: Int = 3000, maxInFlight: Int = 2000) throws -> String {
+    /// `appLines`: more keys of its app entry, each line indented as the entry's keys (4 spaces).
+    func pipelineFile(group: String = "apns-pipeline", settleAfterMs: Int = 3000, maxInFlight: Int = 2000, appLines: String = "") throws -> String {
         let d = TestCertificates.directory
         let yaml = """
             kafka:
@@ -325,6 +326,7 @@ extension Stack {
                 transport: binary
                 certificate: \(d)/\(shop).pem
                 key: \(d)/\(shop).key
+            \(appLines)
             pipeline:
               max_in_flight: \(maxInFlight)
             feedback:

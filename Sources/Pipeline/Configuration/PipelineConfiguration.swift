@@ -198,6 +198,13 @@ public struct PipelineConfiguration: Sendable {
         /// `max_rate`: at most this many of the app's jobs per second over every `run` process (design
         /// §2.13); nil: no limit. Jobs beyond it are held in Redis until their slot.
         public var maxRate: Int?
+        /// `frequency_caps` and `frequency_caps_exempt` (design §2.15); nil: no app-wide cap.
+        public var frequencyCaps: FrequencyCapSettings?
+        /// `quiet_hours` (design §2.16); nil: none.
+        public var quietHours: QuietHoursSettings?
+        /// `default_time_zone`: the zone of a recipient whose job and registration name none (local-time
+        /// delivery, quiet hours when they name no default of their own); nil: UTC.
+        public var defaultTimeZone: TimeZone?
 
         /// A binary app with a provider certificate.
         public init(bundleID: String, certificate: String, key: String, shards: Int? = nil, gateways: [GatewayAddress]? = nil) {
@@ -775,6 +782,10 @@ public struct PipelineConfiguration: Sendable {
             }
         }
         if a.has("max_rate") { app.maxRate = try a.int("max_rate", default: 1, range: 1...1_000_000) }
+        // The audience rules' settings (design §2.14).
+        app.frequencyCaps = try FrequencyCapSettings.parse(a, file: file)
+        app.quietHours = try QuietHoursSettings.parse(a, file: file)
+        app.defaultTimeZone = try QuietHoursSettings.timeZone(a, "default_time_zone", file: file)
         try a.finish()
         return app
     }

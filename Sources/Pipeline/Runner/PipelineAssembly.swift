@@ -312,7 +312,7 @@ extension PipelineRunner {
     func priorityLane(_ parts: PipelineParts, _ priority: PipelineParts.PriorityParts, budget: InFlightBudget) -> PriorityLane {
         PriorityLane(
             intake: intake(consumer: priority.consumer, budget: budget, lane: .priority),
-            gate: Gate(controls: controls, configuration: configuration, releases: parts.releases), store: priority.store,
+            gate: Gate(controls: controls, configuration: configuration, releases: parts.releases, lane: .priority), store: priority.store,
             markStore: priority.markStore, dispatch: dispatch(parts), capWaits: capWaits(parts, consumer: priority.consumer),
             sendingStopped: sendingStopped, logger: logger)
     }

@@ -5,7 +5,8 @@ import Redis
 import Sender
 
 /// The gate: the whole batch's decisions in one Redis round trip (dedup, suppressions, leases), after
-/// campaign control and pacing have held back what may not be sent yet (design §2.10–§2.13).
+/// campaign control and pacing have held back what may not be sent yet (design §2.10–§2.13), and before
+/// the audience rules decide on what it admitted (design §2.14).
 struct Gate: Sendable {
     /// Campaign control (cancel, pause, …) as this process last read it from Redis.
     let controls: CampaignControls
@@ -13,10 +14,19 @@ struct Gate: Sendable {
     let appRates: [String: Int]
     /// What a job released at its pacing slot carries (design §2.13): only such a job skips the pace.
     let releases: ReleaseSignature
+    /// The audience rules (holdouts, quiet hours, local time, frequency caps) of this lane.
+    let rules: AudienceRules
+    /// An app of the pipeline file configures a rule (caps, quiet hours): the rules look at every batch.
+    /// Without one they look only while a campaign's control state asks for one.
+    let appRules: Bool
+    let lane: Lane
 
-    init(controls: CampaignControls, configuration: PipelineConfiguration, releases: ReleaseSignature) {
+    init(controls: CampaignControls, configuration: PipelineConfiguration, releases: ReleaseSignature, lane: Lane = .bulk) {
         self.controls = controls
         self.releases = releases
+        self.lane = lane
+        rules = AudienceRules.configured(configuration, lane: lane)
+        appRules = configuration.apps.contains { $0.frequencyCaps != nil || ($0.quietHours != nil && lane == .bulk) }
         appRates = Dictionary(uniqueKeysWithValues: configuration.apps.compactMap { app in app.maxRate.map { (app.bundleID, $0) } })
     }
 
@@ -35,9 +45,11 @@ struct Gate: Sendable {
         let snapshot = controls.snapshot
         var held = Held()
         if snapshot != nil || !appRates.isEmpty { held = try await hold(d, control: snapshot ?? [:], store: store) }
+        let ruling = appRules || (snapshot?.values.contains { $0.hasAudienceRules } ?? false)
         var requests: [GateRequest] = []
         requests.reserveCapacity(d.jobs.count - held.decided.count)
         var hashes = [RecordHashes?](repeating: nil, count: d.jobs.count)
+        var readsProfiles = false
         for (index, job) in d.jobs.enumerated() where held.decided.isEmpty || held.decided[index] == nil {
             var request =
                 if let channel = job.channel {
@@ -46,16 +58,28 @@ struct Gate: Sendable {
                     GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex)
                 }
             request.needsLanguage = job.hasAlerts
+            if ruling, job.channel == nil, rules.needsProfile(job, control: job.campaign.flatMap { snapshot?[$0] }) {
+                request.needsProfile = true
+                readsProfiles = true
+            }
             hashes[index] = RecordHashes(request)
             requests.append(request)
         }
         var decisions: [GateDecision]
-        if held.decided.isEmpty {
-            decisions = try await store.gate(requests, call: call)
+        var profiles: [Int: RecipientProfile] = [:]
+        if readsProfiles {
+            (decisions, profiles) = try await store.gateReadingProfiles(requests, call: call)
         } else {
+            decisions = try await store.gate(requests, call: call)
+        }
+        if !held.decided.isEmpty {
             // Jobs decided here take no lease and are not in the gate call; the others keep their order.
-            var gated = try await store.gate(requests, call: call).makeIterator()
+            var gated = decisions.makeIterator()
             decisions = d.jobs.indices.map { held.decided[$0] ?? gated.next()! }
+            if !profiles.isEmpty {
+                let gatedJobs = d.jobs.indices.filter { held.decided[$0] == nil }
+                profiles = Dictionary(uniqueKeysWithValues: profiles.map { (gatedJobs[$0.key], $0.value) })
+            }
         }
         for index in held.cancelled {
             switch decisions[index] {
@@ -63,7 +87,69 @@ struct Gate: Sendable {
             default: break  // deduped (accepted before the cancel), suppressed, or in flight (gated again)
             }
         }
+        if ruling {
+            try await applyRules(&decisions, d, profiles: profiles, control: snapshot ?? [:], hashes: hashes, store: store)
+        }
         return Result(decisions: decisions, recordHashes: hashes)
+    }
+
+    /// The audience rules on the jobs the gate admitted (design §2.14): those they refuse settle with
+    /// the rule's outcome, those they hold go to the held slots (one deferral for the batch) and settle
+    /// `deferred`; the leases the gate took are freed by those settles. A job the held slots have no room
+    /// for is `heldFull`, its lease freed now, and waits like any such job.
+    private func applyRules(
+        _ decisions: inout [GateDecision], _ d: DecodedBatch, profiles: [Int: RecipientProfile], control: [String: CampaignControlState],
+        hashes: [RecordHashes?], store: PipelineStore
+    ) async throws {
+        var subjects: [RuleSubject] = []
+        for (index, job) in d.jobs.enumerated() where job.channel == nil {
+            switch decisions[index] {
+            case .admitted, .takenOver: break
+            default: continue
+            }
+            subjects.append(
+                RuleSubject(
+                    index: index, job: job, recipient: RecipientIdentity(job: job, profile: profiles[index]),
+                    control: job.campaign.flatMap { control[$0] }, isPriority: lane == .priority))
+        }
+        if subjects.isEmpty { return }
+        let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
+        let outcome = try await rules.decide(subjects, nowMs: nowMs, store: store)
+        for (index, kind) in outcome.settled { decisions[index] = .ruledOut(kind) }
+        if outcome.held.isEmpty { return }
+        var deferrals: [Deferral] = []
+        var deferralOf: [String: Int] = [:]
+        var indices: [[Int]] = []
+        for hold in outcome.held {
+            let key = "\(hold.place)\u{0}\(hold.dueMs)"
+            let k: Int
+            if let known = deferralOf[key] {
+                k = known
+            } else {
+                k = deferrals.count
+                deferralOf[key] = k
+                deferrals.append(Deferral(campaign: hold.place, mode: .hold(dueMs: hold.dueMs), messages: []))
+                indices.append([])
+            }
+            let message = d.messages[d.jobMessages[hold.index]]
+            deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
+            indices[k].append(hold.index)
+        }
+        let answers = try await store.deferJobs(deferrals, nowMs: nowMs)
+        var full: [GateRequest] = []
+        for (k, jobs) in indices.enumerated() {
+            for (position, index) in jobs.enumerated() {
+                switch answers[k][position] {
+                case .admitted: break  // due already: sent
+                case .held: decisions[index] = .heldByRule
+                case .full:
+                    decisions[index] = .heldFull
+                    let job = d.jobs[index]
+                    full.append(GateRequest(jobID: job.id, app: job.app, tokenHex: job.tokenHex))
+                }
+            }
+        }
+        if !full.isEmpty { try await store.releaseLeases(full) }
     }
 
     /// What campaign control decided before the gate call: jobs held in Redis (`deferred`) or at a held

@@ -75,9 +75,13 @@ struct GateVerdicts {
                 settle(.deduped)
             case .suppressed:
                 settle(.suppressed)
-            case .cancelled, .deferred:
-                // Its campaign is cancelled (admitted by the gate: the settle frees its lease) or paused
-                // (held in Redis, decided before the gate call: no lease).
+            case .ruledOut(let kind):
+                // An audience rule refused it after the gate admitted it: the settle frees its lease.
+                settle(kind)
+            case .cancelled, .deferred, .heldByRule:
+                // Its campaign is cancelled (admitted by the gate: the settle frees its lease), paused
+                // (held in Redis, decided before the gate call: no lease), or an audience rule held it
+                // after the gate admitted it (in Redis already; the settle frees its lease).
                 var outcome = SettledOutcome(
                     jobID: job.id, app: job.app, tokenHex: job.recipientKey, campaign: job.campaign,
                     kind: decisions[i] == .cancelled ? .cancelled : .deferred)

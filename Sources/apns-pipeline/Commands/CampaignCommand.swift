@@ -25,8 +25,17 @@ struct CampaignCommand: AsyncParsableCommand {
         @Option(help: "Template JSON: a job without id, token and campaign.") var template: String
         @Option(help: "Tokens: one hex token per line, or a CSV with a token column and an optional language column.") var tokens: String
         @Option(help: "Messages per produce batch.") var batch: Int = 5000
-        @Option(help: "Scheduled start (RFC 3339, e.g. 2026-12-01T09:00:00Z): published now, nothing sent before. At most 30 days ahead.")
+        @Option(
+            help:
+                "Scheduled start (RFC 3339, e.g. 2026-12-01T09:00:00Z): published now, nothing sent before. At most 30 days ahead. With --local-time: a wall-clock time, HH:MM."
+        )
         var at: String?
+        @Flag(help: "With --at HH:MM: each job goes out at that time on its recipient's clock (its time zone), over up to a day.")
+        var localTime = false
+        @Option(help: "Frequency cap of this campaign: at most N jobs per recipient per window, e.g. 1/24h (s, m, h, d).")
+        var cap: String?
+        @Option(help: "Holdout group: this share of recipients (by user, else token) is never sent the campaign, e.g. 5%.")
+        var holdout: String?
         @Flag(help: "With --at: a time already past starts the campaign now instead of being refused.") var nowIfPast = false
         @Option(help: "Pace: at most this many jobs per second over every `run` process (as `campaign pace`).") var rate: Int?
         @Option(help: "Seconds to wait for every running process to confirm --at / --rate before publishing.")
@@ -36,14 +45,15 @@ struct CampaignCommand: AsyncParsableCommand {
         func run() async throws {
             let config = try loadPipeline(pipeline)
             let startAtMs = try validatedOptions()
+            let rules = try audienceOptions()
             let (templateValue, recipients) = try readRecipients()
             let logger = quietLogger()
             let bootstrap = try config.kafka.resolvedBootstrapServers()
             let producer = try KafkaProducer.started(
                 configuration: KafkaProducerConfiguration(bootstrapServers: bootstrap, properties: config.kafka.properties), logger: logger)
             let (redis, store) = try await openStore(config, logger: logger)
-            if startAtMs != nil || rate != nil {
-                try await applyScheduleAndPace(startAtMs: startAtMs, redis: redis, store: store)
+            if startAtMs != nil || rate != nil || rules.hasAudienceRules {
+                try await applyScheduleAndPace(startAtMs: startAtMs, rules: rules, redis: redis, store: store)
             }
             let (done, new) = try await publish(
                 recipients, template: templateValue, topic: config.kafka.jobsTopic, producer: producer, store: store)
@@ -61,15 +71,31 @@ struct CampaignCommand: AsyncParsableCommand {
             guard !campaign.isEmpty, !campaign.contains(":") else { throw ValidationError("--campaign: a non-empty id without ':'") }
             let startAtMs: Int64?
             do {
-                startAtMs = try Campaign.scheduledStart(at: at, nowIfPast: nowIfPast)
+                startAtMs = localTime ? nil : try Campaign.scheduledStart(at: at, nowIfPast: nowIfPast)
             } catch {
                 throw ValidationError(error.description)
             }
-            if let at, startAtMs == nil {
+            if let at, startAtMs == nil, !localTime {
                 FileHandle.standardError.write(Data("campaign \(campaign): --at \(at) has passed: starting now (--now-if-past)\n".utf8))
             }
             if let rate, rate <= 0 || rate > 1_000_000 { throw ValidationError("--rate: 1…1000000 jobs per second") }
             return startAtMs
+        }
+
+        /// `--cap`, `--holdout` and `--local-time` as the campaign's control state (only those words set).
+        private func audienceOptions() throws -> CampaignControlState {
+            var state = CampaignControlState()
+            do {
+                if let cap { state.cap = try Campaign.frequencyCap(cap) }
+                if let holdout { state.holdoutBasisPoints = try Campaign.holdoutBasisPoints(holdout) }
+                if localTime {
+                    state.localTime = try Campaign.localTime(at)
+                    state.localTimeFromMs = Int64((Date().timeIntervalSince1970 * 1000).rounded())
+                }
+            } catch {
+                throw ValidationError(error.description)
+            }
+            return state
         }
 
         /// The template and the audience, each token once; lines skipped and duplicates are warned about
@@ -104,12 +130,20 @@ struct CampaignCommand: AsyncParsableCommand {
         /// Before any job reaches Kafka, every running `run` process must hold the schedule / pace
         /// (design §2.12): else one could send a job early. Exits 2, having published nothing, when one
         /// does not confirm in time.
-        private func applyScheduleAndPace(startAtMs: Int64?, redis: any RedisConnection, store: PipelineStore) async throws {
+        private func applyScheduleAndPace(
+            startAtMs: Int64?, rules: CampaignControlState, redis: any RedisConnection, store: PipelineStore
+        ) async throws {
             let rate = rate
             let applied = try await store.changeControlAndWait(campaign: campaign, wait: .seconds(controlTimeout)) {
                 var state = $0
                 if let startAtMs { state.startAtMs = startAtMs }
                 if let rate { state.rate = rate }
+                if let cap = rules.cap { state.cap = cap }
+                if let share = rules.holdoutBasisPoints { state.holdoutBasisPoints = share }
+                if let time = rules.localTime {
+                    state.localTime = time
+                    state.localTimeFromMs = rules.localTimeFromMs
+                }
                 return state
             }
             if !applied.missing.isEmpty {
@@ -319,6 +353,12 @@ struct CampaignCommand: AsyncParsableCommand {
         lines.append(row("dead_lettered", j(.jobsDeadLettered), "\(p.counters[.deadLettered])"))
         if p.counters[.cancelled] > 0 || p[.jobsCancelled] > 0 || status.control?.cancelled == true {
             lines.append(row("cancelled", j(.jobsCancelled), "\(p.counters[.cancelled])"))
+        }
+        // The audience rules' outcomes, when a rule acted on the campaign (design §2.14).
+        for (name, jobField, messageField) in [
+            ("capped", CampaignField.jobsCapped, CounterField.capped), ("quiet", .jobsQuiet, .quiet), ("held_out", .jobsHeldOut, .heldOut),
+        ] where p.counters[messageField] > 0 || p[jobField] > 0 {
+            lines.append(row(name, j(jobField), "\(p.counters[messageField])"))
         }
         lines.append(row("settled", j(.jobsSettled), "\(p.messagesSettled)"))
         if status.deferred > 0 {
