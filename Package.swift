@@ -165,6 +165,10 @@ let package = Package(
             ]
         ),
 
+        // Wall-clock rules in the recipient's zone (quiet hours, delivery at a local time): pure, Foundation
+        // only (TimeZone's ICU data, no tzdata files read).
+        .target(name: "LocalTime"),
+
         // Jobs as producers publish them (`docs/design.md §3`): decoding and validation, pure.
         .target(name: "Jobs", dependencies: ["APNsProtocol"]),
 
@@ -370,6 +374,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .testTarget(name: "LocalTimeTests", dependencies: ["LocalTime"]),
         .testTarget(
             name: "JobsTests",
             // Pipeline: `DeadLetter` (the ingest test dead-letters malformed jobs as the pipeline does).
