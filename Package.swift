@@ -170,7 +170,7 @@ let package = Package(
         .target(name: "LocalTime"),
 
         // Jobs as producers publish them (`docs/design.md §3`): decoding and validation, pure.
-        .target(name: "Jobs", dependencies: ["APNsProtocol"]),
+        .target(name: "Jobs", dependencies: ["APNsProtocol", "LocalTime"]),
 
         // The feedback poller: per app, reads the feedback service over TLS and writes suppressions to Redis.
         .target(
@@ -197,6 +197,7 @@ let package = Package(
                 "APNsTransport",
                 "Feedback",
                 "Jobs",
+                "LocalTime",
                 "Kafka",
                 "Redis",
                 "Sender",

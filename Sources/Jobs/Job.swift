@@ -8,7 +8,8 @@ import APNsProtocol
 /// path calls, makes a new storage object.
 public struct Job: Sendable {
     // `@usableFromInline`: the getters the gate and the dispatch read per job (`id`, `app`, `tokenHex`,
-    // `channel`, `campaign`, `pushType`, `hasAlerts`) are inlined into the pipeline's code rather than called
+    // `channel`, `campaign`, `pushType`, `hasAlerts`; `user`, `timeZone`, `isTransactional` for the
+    // audience rules) are inlined into the pipeline's code rather than called
     // (`perf`). The storage holds them in a `let`: a `var` of a class read from another
     // module costs a dynamic exclusivity check (`swift_beginAccess`) per read, which was ~0.07 µs per
     // job in `send --protocol http2` (`perf`).
@@ -30,9 +31,14 @@ public struct Job: Sendable {
         var expiryIsStated: Bool
         var storagePolicy: APNsChannelStoragePolicy?
         var priority: Priority
+        /// In the padding before `campaign`, as the two above.
+        @usableFromInline var isTransactional: Bool
         @usableFromInline var campaign: String?
         var collapseID: String?
         @usableFromInline var pushType: APNsPushType?
+        /// The recipient, for the audience rules: nil words when the job names none (no allocation).
+        @usableFromInline var user: String?
+        @usableFromInline var timeZone: String?
     }
 
     @usableFromInline final class Storage: Sendable {
@@ -160,26 +166,46 @@ public struct Job: Sendable {
         @inlinable get { storage.fields.pushType }
         set { update { $0.pushType = newValue } }
     }
+    /// The producer's id of the recipient (`user`, 1…128 UTF-8 bytes): whose frequency caps the job
+    /// counts against. nil when the job names none.
+    public var user: String? {
+        @inlinable get { storage.fields.user }
+        set { update { $0.user = newValue } }
+    }
+    /// The recipient's IANA time zone name (`time_zone`, e.g. `Europe/Paris`, checked by
+    /// ``JobDecoder/knownTimeZone(_:)``): where its quiet hours are reckoned. nil when the job names none.
+    public var timeZone: String? {
+        @inlinable get { storage.fields.timeZone }
+        set { update { $0.timeZone = newValue } }
+    }
+    /// Whether the job is transactional (`transactional: true`: a sign-in code, an order update): exempt
+    /// from frequency caps and quiet hours. False unless the job says so.
+    public var isTransactional: Bool {
+        @inlinable get { storage.fields.isTransactional }
+        set { update { $0.isTransactional = newValue } }
+    }
 
     public init(
         id: String, app: String, token: DeviceToken, payload: Payload, alerts: [String: Alert] = [:],
         expiry: UInt32, priority: Priority = .immediate, campaign: String? = nil, collapseID: String? = nil,
-        pushType: APNsPushType? = nil
+        pushType: APNsPushType? = nil, user: String? = nil, timeZone: String? = nil, isTransactional: Bool = false
     ) {
         self.init(
             id: id, app: app, token: token, payload: payload, alerts: alerts, template: nil, expiry: expiry, priority: priority,
-            campaign: campaign, collapseID: collapseID, pushType: pushType)
+            campaign: campaign, collapseID: collapseID, pushType: pushType, user: user, timeZone: timeZone,
+            isTransactional: isTransactional)
     }
 
     init(
         id: String, app: String, token: DeviceToken, payload: Payload, alerts: [String: Alert], template: JobTemplate?,
-        expiry: UInt32, expiryIsStated: Bool = true, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?
+        expiry: UInt32, expiryIsStated: Bool = true, priority: Priority, campaign: String?, collapseID: String?, pushType: APNsPushType?,
+        user: String?, timeZone: String?, isTransactional: Bool
     ) {
         storage = Storage(
             Fields(
                 id: id, app: app, token: token, tokenHex: token.hex, channel: nil, payload: payload, alerts: alerts, template: template,
-                expiry: expiry, expiryIsStated: expiryIsStated, storagePolicy: nil, priority: priority, campaign: campaign,
-                collapseID: collapseID, pushType: pushType))
+                expiry: expiry, expiryIsStated: expiryIsStated, storagePolicy: nil, priority: priority, isTransactional: isTransactional,
+                campaign: campaign, collapseID: collapseID, pushType: pushType, user: user, timeZone: timeZone))
     }
 
     /// A job for `recipient`: a device as `init(id:app:token:…)`, or every device subscribed to a
@@ -189,31 +215,34 @@ public struct Job: Sendable {
     public init(
         id: String, app: String, recipient: Recipient, payload: Payload, alerts: [String: Alert] = [:],
         expiry: UInt32?, defaultExpiry: UInt32 = 0, storagePolicy: APNsChannelStoragePolicy? = nil, priority: Priority = .immediate,
-        campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil
+        campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, user: String? = nil,
+        timeZone: String? = nil, isTransactional: Bool = false
     ) {
         self.init(
             id: id, app: app, recipient: recipient, payload: payload, alerts: alerts, template: nil, expiry: expiry ?? defaultExpiry,
             expiryIsStated: expiry != nil, storagePolicy: storagePolicy, priority: priority, campaign: campaign, collapseID: collapseID,
-            pushType: pushType)
+            pushType: pushType, user: user, timeZone: timeZone, isTransactional: isTransactional)
     }
 
     init(
         id: String, app: String, recipient: Recipient, payload: Payload, alerts: [String: Alert], template: JobTemplate?,
         expiry: UInt32, expiryIsStated: Bool, storagePolicy: APNsChannelStoragePolicy?, priority: Priority, campaign: String?,
-        collapseID: String?, pushType: APNsPushType?
+        collapseID: String?, pushType: APNsPushType?, user: String?, timeZone: String?, isTransactional: Bool
     ) {
         switch recipient {
         case .device(let token):
             self.init(
                 id: id, app: app, token: token, payload: payload, alerts: alerts, template: template, expiry: expiry,
-                expiryIsStated: expiryIsStated, priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType)
+                expiryIsStated: expiryIsStated, priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType,
+                user: user, timeZone: timeZone, isTransactional: isTransactional)
         case .channel(let channel):
             self.init(
                 storage: Storage(
                     Fields(
                         id: id, app: app, token: Self.channelPlaceholderToken, tokenHex: "", channel: channel, payload: payload,
                         alerts: alerts, template: template, expiry: expiry, expiryIsStated: expiryIsStated, storagePolicy: storagePolicy,
-                        priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType ?? APNsBroadcast.pushType)))
+                        priority: priority, isTransactional: isTransactional, campaign: campaign, collapseID: collapseID,
+                        pushType: pushType ?? APNsBroadcast.pushType, user: user, timeZone: timeZone)))
         }
     }
 

@@ -32,6 +32,10 @@ import APNsProtocol
 ///   `expiry-on-no-storage-channel`;
 /// - `campaign` (optional): a string of 1…128 UTF-8 bytes (`invalid-campaign`);
 /// - `collapse_id` (optional): a string of 1…64 UTF-8 bytes (`invalid-collapse-id`);
+/// - `user` (optional): the producer's id of the recipient, a string of 1…128 UTF-8 bytes (`invalid-user`);
+/// - `time_zone` (optional): the recipient's IANA time zone name, at most 64 UTF-8 bytes, that
+///   ``knownTimeZone(_:)`` knows (`invalid-time-zone`);
+/// - `transactional` (optional, default false): a JSON boolean (`invalid-transactional`);
 /// - `push_type` (optional): one of Apple's `apns-push-type` values (`invalid-push-type`); `background`
 ///   makes the default priority 5, and must come with priority 5 and an `aps` holding only
 ///   `content-available` (`invalid-push-type`);
@@ -75,6 +79,10 @@ public struct JobDecoder: Sendable {
     public static let maxChannelBytes = APNsChannelManagement.maxChannelIDLength
     /// `storage_policy`: one of two short names; anything longer is refused unread.
     public static let maxStoragePolicyBytes = 32
+    /// `user`: the producer's id of the recipient (as `id`, an opaque key).
+    public static let maxUserBytes = 128
+    /// `time_zone`: an IANA name (the longest in use has 32 bytes).
+    public static let maxTimeZoneBytes = 64
 
     public init(payloadLimit: Int = PayloadLimits.default.command2, defaultTimeToLive: UInt32 = 86_400, apps: KnownApps? = nil) {
         self.payloadLimit = payloadLimit
@@ -86,6 +94,7 @@ public struct JobDecoder: Sendable {
     /// string comparisons); what follows for it dispatches on this.
     enum Key: UInt8 {
         case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType, channel, storagePolicy
+        case user, timeZone, transactional
 
         init?(_ name: String) {
             switch name {
@@ -101,6 +110,9 @@ public struct JobDecoder: Sendable {
             case "push_type": self = .pushType
             case "channel": self = .channel
             case "storage_policy": self = .storagePolicy
+            case "user": self = .user
+            case "time_zone": self = .timeZone
+            case "transactional": self = .transactional
             default: return nil
             }
         }
@@ -116,7 +128,9 @@ public struct JobDecoder: Sendable {
             case .pushType: maxPushTypeBytes
             case .channel: maxChannelBytes
             case .storagePolicy: maxStoragePolicyBytes
-            case .payload, .alerts, .expiry, .priority: nil
+            case .user: maxUserBytes
+            case .timeZone: maxTimeZoneBytes
+            case .payload, .alerts, .expiry, .priority, .transactional: nil
             }
         }
     }
@@ -283,11 +297,11 @@ public struct JobDecoder: Sendable {
         return n
     }
 
-    /// Top-level keys `decode(_:now:templates:)` reads from their bytes: all but the two numbers (a
-    /// switch: no hashing per key). Unknown keys are among them, so their values are never built.
+    /// Top-level keys `decode(_:now:templates:)` reads from their bytes: all but the two numbers and the
+    /// boolean (a switch: no hashing per key). Unknown keys are among them, so their values are never built.
     static func isRawKey(_ key: String) -> Bool {
         switch key {
-        case "expiry", "priority": false
+        case "expiry", "priority", "transactional": false
         default: true
         }
     }
@@ -335,6 +349,11 @@ public struct JobDecoder: Sendable {
         var channel: JSONValue?
         /// A broadcast's channel's storage policy, as the job states it.
         var storagePolicy: JSONValue?
+        /// The recipient (audience rules): the producer's user id, the IANA time zone, and whether the job
+        /// is exempt from caps and quiet hours.
+        var user: JSONValue?
+        var timeZone: JSONValue?
+        var transactional: JSONValue?
         /// Payload and alerts already read (then `payload` only marks the payload present).
         var template: JobTemplate?
         /// String keys whose value was too long to build, with its size in the message (the key itself
@@ -362,6 +381,9 @@ public struct JobDecoder: Sendable {
             case .pushType: pushType != nil
             case .channel: channel != nil
             case .storagePolicy: storagePolicy != nil
+            case .user: user != nil
+            case .timeZone: timeZone != nil
+            case .transactional: transactional != nil
             case .payload: payload != nil
             case .alerts: alerts != nil
             }
@@ -382,6 +404,9 @@ public struct JobDecoder: Sendable {
             case .pushType: try JobDecoder.take(&pushType, value, name)
             case .channel: try JobDecoder.take(&channel, value, name)
             case .storagePolicy: try JobDecoder.take(&storagePolicy, value, name)
+            case .user: try JobDecoder.take(&user, value, name)
+            case .timeZone: try JobDecoder.take(&timeZone, value, name)
+            case .transactional: try JobDecoder.take(&transactional, value, name)
             }
         }
     }
@@ -423,6 +448,10 @@ public struct JobDecoder: Sendable {
         }
         let campaignName = try Self.readCampaign(f)
         let jobCollapseID = try Self.readCollapseID(f)
+        // the recipient, for the audience rules
+        let jobUser = try Self.readUser(f.user, oversize: f.oversize(.user))
+        let jobTimeZone = try Self.readTimeZone(f.timeZone, oversize: f.oversize(.timeZone))
+        let isTransactional = try Self.readTransactional(f.transactional)
         try Self.checkCombination(
             typedPayload, pushType: jobPushType, priority: jobPriority, priorityIsStated: f.priority.flatMap(Self.nonNull) != nil,
             broadcast: broadcastChannel != nil)
@@ -443,7 +472,8 @@ public struct JobDecoder: Sendable {
         return Job(
             id: jobID, app: appName, recipient: broadcastChannel.map(Recipient.channel) ?? .device(deviceToken), payload: typedPayload,
             alerts: localized, template: f.template, expiry: jobExpiry, expiryIsStated: expiryIsStated, storagePolicy: storagePolicy,
-            priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType)
+            priority: jobPriority, campaign: campaignName, collapseID: jobCollapseID, pushType: jobPushType, user: jobUser,
+            timeZone: jobTimeZone, isTransactional: isTransactional)
     }
 
     private static func readID(_ f: Fields) throws(JobError) -> String {
@@ -566,6 +596,46 @@ public struct JobDecoder: Sendable {
     private static func readCollapseID(_ f: Fields) throws(JobError) -> String? {
         try readBoundedString(
             f.collapseID, oversize: f.oversize(.collapseID), named: "collapse_id", max: maxCollapseIDBytes, .invalidCollapseID)
+    }
+
+    /// `user` (a job's or a registration's): nil when absent or null. `oversize`: the bytes of a value the
+    /// scanner found too long to keep.
+    static func readUser(_ value: JSONValue?, oversize: Int?) throws(JobError) -> String? {
+        let expected = "the recipient's user id, a string of 1…\(maxUserBytes) UTF-8 bytes"
+        if let n = oversize { throw JobError(.invalidUser, "user must be \(expected), got \(n)") }
+        guard let value = value.flatMap(Self.nonNull) else { return nil }
+        guard case .string(let id) = value else { throw JobError(.invalidUser, "user must be \(expected), got \(Self.kind(value))") }
+        let n = id.utf8.count
+        guard n >= 1, n <= maxUserBytes else { throw JobError(.invalidUser, "user must be \(expected), got \(n)") }
+        return id
+    }
+
+    /// `time_zone` (a job's or a registration's): an IANA name ``knownTimeZone(_:)`` knows, nil when absent
+    /// or null. `oversize`: as ``readBoundedString``.
+    static func readTimeZone(_ value: JSONValue?, oversize: Int?) throws(JobError) -> String? {
+        let expected = "an IANA time zone name (e.g. \"Europe/Paris\")"
+        if let n = oversize {
+            throw JobError(.invalidTimeZone, "time_zone must be \(expected) of at most \(maxTimeZoneBytes) UTF-8 bytes, got \(n)")
+        }
+        guard let value = value.flatMap(Self.nonNull) else { return nil }
+        guard case .string(let name) = value else {
+            throw JobError(.invalidTimeZone, "time_zone must be a string, \(expected), got \(Self.kind(value))")
+        }
+        let n = name.utf8.count
+        guard n <= maxTimeZoneBytes else {
+            throw JobError(.invalidTimeZone, "time_zone must be \(expected) of at most \(maxTimeZoneBytes) UTF-8 bytes, got \(n)")
+        }
+        guard knownTimeZone(name) else { throw JobError(.invalidTimeZone, "time_zone \"\(name)\" is not \(expected)") }
+        return name
+    }
+
+    /// `transactional`: false when absent or null.
+    private static func readTransactional(_ value: JSONValue?) throws(JobError) -> Bool {
+        guard let value = value.flatMap(Self.nonNull) else { return false }
+        guard case .bool(let flag) = value else {
+            throw JobError(.invalidTransactional, "transactional must be true or false (a JSON boolean), got \(Self.text(value))")
+        }
+        return flag
     }
 
     /// An optional string of 1…`max` UTF-8 bytes (nil when absent or null); `oversize`: the bytes of a value

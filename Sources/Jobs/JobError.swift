@@ -77,6 +77,13 @@ public enum JobErrorReason: String, Sendable, CaseIterable {
     /// `push_type` is not one of Apple's `apns-push-type` values, or does not fit the job: a `background`
     /// push must have priority 5 and a payload that shows nothing (only content-available).
     case invalidPushType = "invalid-push-type"
+    /// `user` (the producer's id of the recipient, for frequency caps) is not a string of 1…128 UTF-8 bytes.
+    case invalidUser = "invalid-user"
+    /// `time_zone` (the recipient's, for quiet hours) is not a string naming an IANA time zone (e.g.
+    /// `Europe/Paris`; an offset such as `GMT+5` is not one), or is over 64 UTF-8 bytes.
+    case invalidTimeZone = "invalid-time-zone"
+    /// `transactional` (the job is exempt from frequency caps and quiet hours) is not a JSON boolean.
+    case invalidTransactional = "invalid-transactional"
     /// `push_type` `liveactivity` with a payload that is not one Apple documents for its event (`start`,
     /// `update`, `end`): a required `aps` key missing or a key of the wrong type; the detail names it.
     case invalidLiveActivity = "invalid-live-activity"

@@ -1,7 +1,7 @@
 import APNsProtocol
 
 /// A device (re-)registration (`docs/design.md §3.3`, topic `…registrations`): lifts a suppression older than
-/// `registeredAt` and records the device's language.
+/// `registeredAt` and records the device's language and its recipient (user and time zone).
 public struct RegistrationEvent: Sendable, Equatable {
     public var app: String
     public var token: DeviceToken
@@ -9,18 +9,27 @@ public struct RegistrationEvent: Sendable, Equatable {
     public var registeredAt: UInt32
     /// The device's language (e.g. `fr`, `pt-BR`), nil when not given (absent, `null` or empty).
     public var language: String?
+    /// The producer's id of the device's user (`user`, 1…128 UTF-8 bytes), nil when not given.
+    public var user: String?
+    /// The device's IANA time zone name (`time_zone`, ``JobDecoder/knownTimeZone(_:)``), nil when not given.
+    public var timeZone: String?
 
-    public init(app: String, token: DeviceToken, registeredAt: UInt32, language: String? = nil) {
+    public init(
+        app: String, token: DeviceToken, registeredAt: UInt32, language: String? = nil, user: String? = nil, timeZone: String? = nil
+    ) {
         self.app = app
         self.token = token
         self.registeredAt = registeredAt
         self.language = language
+        self.user = user
+        self.timeZone = timeZone
     }
 }
 
-/// Decodes `{"app": "…", "token": "<hex>", "registered_at": <epoch s>, "language": "fr"}` (the token of
-/// any size a job may name, `JobDecoder.tokenRule`).
-/// Unknown keys are ignored, known keys given twice are `invalid-json`, like jobs.
+/// Decodes `{"app": "…", "token": "<hex>", "registered_at": <epoch s>, "language": "fr", "user": "u-81",
+/// "time_zone": "Europe/Paris"}` (the token of any size a job may name, `JobDecoder.tokenRule`; `user` and
+/// `time_zone` as a job's, `invalid-user` and `invalid-time-zone`).
+/// Unknown keys are ignored, known keys given twice are `invalid-json`, and `null` is absent, like jobs.
 ///
 /// Pure: the clock is passed in. `registered_at` may be at most `maxAhead` seconds after `now`
 /// (`invalid-registered-at`): a registration from the future would lift every later suppression of its
@@ -44,12 +53,16 @@ public enum RegistrationDecoder {
         var token: JSONValue?
         var registeredAt: JSONValue?
         var language: JSONValue?
+        var user: JSONValue?
+        var timeZone: JSONValue?
         for (key, value) in members {
             switch key {
             case "app": try JobDecoder.take(&app, value, key)
             case "token": try JobDecoder.take(&token, value, key)
             case "registered_at": try JobDecoder.take(&registeredAt, value, key)
             case "language": try JobDecoder.take(&language, value, key)
+            case "user": try JobDecoder.take(&user, value, key)
+            case "time_zone": try JobDecoder.take(&timeZone, value, key)
             default: continue
             }
         }
@@ -98,9 +111,11 @@ public enum RegistrationDecoder {
             }
             lang = s.isEmpty ? nil : s
         }
+        let userID = try JobDecoder.readUser(user, oversize: nil)
+        let zone = try JobDecoder.readTimeZone(timeZone, oversize: nil)
         if let apps, !apps.contains(appName) {
             throw JobError(.noCertificateForApp, "no app entry in the pipeline file has the bundle id \"\(appName)\"")
         }
-        return RegistrationEvent(app: appName, token: deviceToken, registeredAt: at, language: lang)
+        return RegistrationEvent(app: appName, token: deviceToken, registeredAt: at, language: lang, user: userID, timeZone: zone)
     }
 }

@@ -190,6 +190,13 @@ public struct PipelineStore: Sendable {
         try await registrationStore.applyRegistrations(registrations)
     }
 
+    /// The recipient profile stored for a token by its registrations (`{<p>:<app>:<n>}:profile`): its time
+    /// zone and user, nil where the newest registration naming either left it empty (both nil: none named
+    /// one). For tests and operators; one `HGET`.
+    public func profile(app: String, tokenHex: String) async throws -> (timeZone: String?, user: String?) {
+        try await registrationStore.profile(app: app, tokenHex: tokenHex)
+    }
+
     /// Suppresses tokens (`{<p>:<app>:<n>}:suppressed` token → `<epoch>:<reason>`), keeping the newest
     /// time of each token. For the feedback poller: one round trip per batch of tuples (one call per
     /// token slot on a cluster).

@@ -299,19 +299,36 @@ public struct SettleBatch: Sendable, Hashable {
     }
 }
 
-/// A device (re-)registering: lifts any older suppression of its token and sets its language.
+/// A device (re-)registering: lifts any older suppression of its token and sets its language and its
+/// recipient profile (user and time zone).
 public struct Registration: Sendable, Hashable {
     public var app: String
     public var tokenHex: String
     /// Epoch seconds.
     public var registeredAt: Int64
     public var language: String?
+    /// The producer's id of the device's user (for frequency caps).
+    public var user: String?
+    /// The device's IANA time zone name (for quiet hours).
+    public var timeZone: String?
 
-    public init(app: String, tokenHex: String, registeredAt: Int64, language: String? = nil) {
+    public init(
+        app: String, tokenHex: String, registeredAt: Int64, language: String? = nil, user: String? = nil, timeZone: String? = nil
+    ) {
         self.app = app
         self.tokenHex = tokenHex
         self.registeredAt = registeredAt
         self.language = language
+        self.user = user
+        self.timeZone = timeZone
+    }
+
+    /// The value of the token's field in the profile hash (``RedisKeys/profile(tag:)``):
+    /// `<time zone>\n<user>`, either part empty when not given; '' (keep the stored profile) when
+    /// neither is. A time zone has no newline, so the first one ends it and the user may hold any.
+    var profile: String {
+        if user == nil && timeZone == nil { return "" }
+        return (timeZone ?? "") + "\n" + (user ?? "")
     }
 }
 

@@ -9,8 +9,8 @@ import Synchronization
 ///   script per batch updates them atomically (one call per batch, not per job: no hot spot).
 /// - `{<p>:<app>:<n>}` (or `{<p>:<app>:<n>:<s>}`, ``TokenTags/spread``), n = ``tokenBucket(_:)`` of the
 ///   token (0 ..< `tokenBuckets`): everything one job needs, the dedup records, the lease and the token's
-///   suppression, registration and language, so one app's traffic spreads over `tokenBuckets` slots of
-///   the cluster.
+///   suppression, registration, language and recipient profile, so one app's traffic spreads over
+///   `tokenBuckets` slots of the cluster.
 ///
 /// | key | type | content |
 /// |---|---|---|
@@ -35,7 +35,7 @@ import Synchronization
 /// | `{<p>:<app>:<n>}:suppressed` | HASH | token hex → `<epoch>:<reason>` |
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
-/// | `{<p>:<app>:<n>}:profile` | HASH | token hex → `<time_zone>\n<user>` of its newest registration |
+/// | `{<p>:<app>:<n>}:profile` | HASH | token hex → `<time zone>\n<user>` (either part may be empty) |
 /// | `{<p>:<app>:<n>}:cap:<recipient>[:c:<campaign>]` | ZSET | a recipient's capped sends: job fingerprint → send time (ms); expires after the longest window |
 /// | `{<p>:<app>:<n>}:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
 /// | `{<p>:<app>:<n>}:inflight` | HASH | leases of jobs between gate and settle: fingerprint → `<owner>/<gate call>/<expiry ms>` |
@@ -233,8 +233,9 @@ public struct RedisKeys: Sendable, Hashable {
     public func suppressed(tag: String) -> String { tag + ":suppressed" }
     public func registered(tag: String) -> String { tag + ":registered" }
     public func language(tag: String) -> String { tag + ":lang" }
-    /// Who a token's device belongs to, as its newest registration said: token hex → `<time_zone>\n<user>`
-    /// (either part may be empty). Read by the gate for the audience rules (design §2.14).
+    /// The recipient profiles of the tag's tokens (the audience rules', design §2.14): a hash, token hex →
+    /// `<time zone>\n<user>` (either part may be empty), from the newest registration that named one.
+    /// The gate reads it in its call when a rule needs who or where a recipient is.
     public func profile(tag: String) -> String { tag + ":profile" }
     /// A recipient's sends counted by the frequency caps (design §2.15): a sorted set, job fingerprint →
     /// epoch ms of its send. `recipient` is `u:<user>` or `t:<token hex>`; a campaign's own cap counts in
@@ -261,6 +262,7 @@ public struct RedisKeys: Sendable, Hashable {
     public func suppressed(app: String, tokenHex: String) -> String { suppressed(tag: tokenTag(app: app, tokenHex: tokenHex)) }
     public func registered(app: String, tokenHex: String) -> String { registered(tag: tokenTag(app: app, tokenHex: tokenHex)) }
     public func language(app: String, tokenHex: String) -> String { language(tag: tokenTag(app: app, tokenHex: tokenHex)) }
+    public func profile(app: String, tokenHex: String) -> String { profile(tag: tokenTag(app: app, tokenHex: tokenHex)) }
     /// The lease hash holding the lease of a job of this token (a job id always comes with its token: the
     /// lease lives in the token's tag, field ``JobFingerprint/member`` of the job id).
     public func inFlight(app: String, tokenHex: String) -> String { inFlight(tag: tokenTag(app: app, tokenHex: tokenHex)) }

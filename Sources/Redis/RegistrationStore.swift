@@ -4,18 +4,33 @@ struct RegistrationStore: StoreRole {
     let settle: SettleStore
     var runner: StoreRunner { settle.runner }
 
-    /// Applies registration events: `registered` and the language are written only when the event is at
-    /// least as new as the stored registration, so a registration lifts an older suppression and a stale
-    /// one changes nothing. One round trip on a single Redis (one call per token slot on a cluster).
+    /// Applies registration events: `registered`, the language and the recipient profile are written only
+    /// when the event is at least as new as the stored registration, so a registration lifts an older
+    /// suppression and a stale one changes nothing; one without a language (a profile) keeps the stored
+    /// one. One round trip on a single Redis (one call per token slot on a cluster).
     func applyRegistrations(_ registrations: [Registration]) async throws {
         if registrations.isEmpty { return }
         var parts = TagWritesSet(keys: keys)
         for registration in registrations {
             parts.update(app: registration.app, tokenHex: registration.tokenHex) {
-                $0.register(tokenHex: registration.tokenHex, at: registration.registeredAt, language: registration.language ?? "")
+                $0.register(
+                    tokenHex: registration.tokenHex, at: registration.registeredAt, language: registration.language ?? "",
+                    profile: registration.profile)
             }
         }
         try await settle.applyTagWrites(parts.parts)
+    }
+
+    /// The recipient profile stored for a token (``RedisKeys/profile(tag:)``): its time zone and user, each
+    /// nil when the newest registration naming a profile left it empty, both nil when none named one.
+    func profile(app: String, tokenHex: String) async throws -> (timeZone: String?, user: String?) {
+        let reply = try await command(RedisCommand("HGET", keys.profile(app: app, tokenHex: tokenHex), RedisKeys.tokenField(tokenHex)))
+        guard let stored = reply.string else { return (nil, nil) }
+        // Cut at the first newline's byte: the time zone has none, the user may.
+        let cut = stored.utf8.firstIndex(of: UInt8(ascii: "\n")) ?? stored.utf8.endIndex
+        let zone = String(stored[..<cut])
+        let user = cut == stored.utf8.endIndex ? "" : String(stored[stored.utf8.index(after: cut)...])
+        return (zone.isEmpty ? nil : zone, user.isEmpty ? nil : user)
     }
 
     /// Suppresses tokens (`{<p>:<app>:<n>}:suppressed` token → `<epoch>:<reason>`), keeping the newest

@@ -249,8 +249,8 @@ enum Scripts {
     /// registrations and suppressions. ARGV from `i`: marker-ttl-s, #groups, then per group: has-marker
     /// ('1'/'0'), #adds, #expire, #releases, #suppress, #register, dedup-expire-at, then the adds' members,
     /// the other released members, the add-indexes whose set gets its expiry, (token epoch value)…,
-    /// (token epoch lang)…. KEYS per group: [marker], suppressed, registered, lang, inflight, then one
-    /// dedup key per add (repeated when two adds share a set).
+    /// (token epoch lang profile)…. KEYS per group: [marker], suppressed, registered, lang, profile,
+    /// inflight, then one dedup key per add (repeated when two adds share a set).
     ///
     /// Every add's member is also released (an accepted job held a lease), with the other released
     /// members, in one HDEL. A dedup set's expiry is the end of its time bucket + the retention, the same
@@ -262,7 +262,8 @@ enum Scripts {
     /// in it and a replay (the marker exists) writes nothing and returns the stored flags: so a settle
     /// retried after a crash between its parts still counts each job exactly once.
     /// Suppressions: the newest time wins. Registrations: written when at least as new as the stored one;
-    /// lang '' = keep.
+    /// lang '' = keep; profile (`<time zone>\n<user>`, the recipient's, ``RedisKeys/profile(tag:)``) '' =
+    /// keep, else it replaces the stored one whole.
     private static let tagWritesFunction = #"""
         local function tagWrites(k, i)
           local markerTTL = ARGV[i]
@@ -276,15 +277,15 @@ enum Scripts {
             i = i + 7
             local marker
             if hasMarker then k = k + 1; marker = KEYS[k] end
-            local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
-            local dk = k + 4
+            local supKey, regKey, langKey, profileKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+            local dk = k + 5
             k = dk + nAdd
             starts[g] = i
             local stored = marker and rcall('GET', marker)
             if stored then
               -- 'a': every add added (the usual case, stored in one byte); else 'r' and the flags.
               out[g] = { stored == 'a' and string.rep(ADDED, nAdd) or string.sub(stored, 2), 0 }
-              i = i + nAdd + nExp + nRel + 3 * nSup + 3 * nReg
+              i = i + nAdd + nExp + nRel + 3 * nSup + 4 * nReg
             else
               -- flags: made at the first add that added nothing (nearly every add adds).
               local flags, sample, allAdded = nil, 0, true
@@ -315,13 +316,14 @@ enum Scripts {
                 if not ct or t > ct then rcall('HSET', supKey, token, value) end
               end
               for _ = 1, nReg do
-                local token, ts, lang = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-                i = i + 3
+                local token, ts, lang, profile = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+                i = i + 4
                 local current = rcall('HGET', regKey, token)
                 local ct = current and tonumber(current)
                 if not ct or tonumber(ts) >= ct then
                   rcall('HSET', regKey, token, ts)
                   if lang ~= '' then rcall('HSET', langKey, token, lang) end
+                  if profile ~= '' then rcall('HSET', profileKey, token, profile) end
                 end
               end
               local result = allAdded and string.rep(ADDED, nAdd) or table.concat(flags)

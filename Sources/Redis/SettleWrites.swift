@@ -55,8 +55,9 @@ struct RunTally<Key: Equatable> {
 }
 
 /// The writes of one token tag for `Scripts.tagWrites`: dedup records, lease releases, suppressions and
-/// registrations. Built per job without Strings where it can: integers and token hex go straight into
-/// the argument bytes; a dedup key is made once per set and batch.
+/// registrations (with their languages and recipient profiles). Built per job without Strings where it
+/// can: integers and token hex go straight into the argument bytes; a dedup key is made once per set and
+/// batch.
 struct TagWrites {
     let keys: RedisKeys
     let tag: String
@@ -124,10 +125,12 @@ struct TagWrites {
         suppressions += 1
     }
 
-    mutating func register(tokenHex: String, at: Int64, language: String) {
+    /// `language` '' and `profile` '' keep the stored ones (``Registration/profile``: `<time zone>\n<user>`).
+    mutating func register(tokenHex: String, at: Int64, language: String, profile: String) {
         registerArguments.append(lowercasingASCII: tokenHex)
         registerArguments.append(at)
         registerArguments.append(language)
+        registerArguments.append(profile)
         registrations += 1
     }
 
@@ -138,11 +141,12 @@ struct TagWrites {
     func group(markerTTL: Int64, partMarker: Bool = true) -> ScriptGroup {
         let marked = partMarker && marker != nil && (adds > 0 || releases > 0)
         var keyList = RedisArguments()
-        keyList.reserveCapacity(adding: 5 + addKeys.count, bytes: 5 * (tag.utf8.count + 32) + addKeys.byteCount)
+        keyList.reserveCapacity(adding: 6 + addKeys.count, bytes: 6 * (tag.utf8.count + 32) + addKeys.byteCount)
         if marked, let marker { keyList.append(keys.batch(tag: tag, marker)) }
         keyList.append(keys.suppressed(tag: tag))
         keyList.append(keys.registered(tag: tag))
         keyList.append(keys.language(tag: tag))
+        keyList.append(keys.profile(tag: tag))
         keyList.append(keys.inFlight(tag: tag))
         keyList.append(contentsOf: addKeys)
         var a = RedisArguments()

@@ -60,6 +60,8 @@ public struct PushNotification: Sendable {
         var payload: [UInt8]
         var expiry: UInt32
         var priority: Priority
+        /// In the padding after `priority`.
+        var isTransactional: Bool
         @usableFromInline var campaign: String?
         var collapseID: String?
         var pushType: APNsPushType?
@@ -68,6 +70,9 @@ public struct PushNotification: Sendable {
         @usableFromInline var channel: BroadcastChannelID?
         /// The gate's hashes (set by the pipeline's send stage); dropped by a change of the id or the recipient.
         var recordHashes: RecordHashes?
+        /// The job's recipient (`user`, `time_zone`): nothing sends them; kept for the job written again.
+        var user: String?
+        var timeZone: String?
     }
 
     @usableFromInline final class Storage: Sendable {
@@ -212,6 +217,21 @@ public struct PushNotification: Sendable {
         get { storage.fields.pushType }
         set { update { $0.pushType = newValue } }
     }
+    /// The job's `user`, `time_zone` and `transactional` (the audience rules'): no transport reads them;
+    /// they travel with the notification so that the job written again (a dead letter as sent, a held
+    /// job) still names its recipient and stays exempt.
+    public var user: String? {
+        get { storage.fields.user }
+        set { update { $0.user = newValue } }
+    }
+    public var timeZone: String? {
+        get { storage.fields.timeZone }
+        set { update { $0.timeZone = newValue } }
+    }
+    public var isTransactional: Bool {
+        get { storage.fields.isTransactional }
+        set { update { $0.isTransactional = newValue } }
+    }
     /// The job's Kafka position, when it came from Kafka (`send` reads files and has none).
     public var position: SourcePosition? {
         @inlinable get { storage.fields.position }
@@ -230,15 +250,15 @@ public struct PushNotification: Sendable {
     public init(
         jobID: String, app: String, token: DeviceToken, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
-        recordHashes: RecordHashes? = nil
+        recordHashes: RecordHashes? = nil, user: String? = nil, timeZone: String? = nil, isTransactional: Bool = false
     ) {
         assert(tokenHex == nil || tokenHex == token.hex, "tokenHex must be the token's lower-case hex")
         let idIsMadeFromParts = campaign.map { Self.isCampaignJobID(jobID, campaign: $0, token: token) } ?? false
         storage = Storage(
             Fields(
                 jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry,
-                priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
-                channel: nil, recordHashes: recordHashes))
+                priority: priority, isTransactional: isTransactional, campaign: campaign, collapseID: collapseID, pushType: pushType,
+                position: position, channel: nil, recordHashes: recordHashes, user: user, timeZone: timeZone))
     }
 
     /// A notification for `recipient`: a device as `init(jobID:app:token:…)`, or a broadcast to a
@@ -246,22 +266,23 @@ public struct PushNotification: Sendable {
     public init(
         jobID: String, app: String, recipient: Recipient, tokenHex: String? = nil, payload: [UInt8], expiry: UInt32, priority: Priority,
         campaign: String? = nil, collapseID: String? = nil, pushType: APNsPushType? = nil, position: SourcePosition? = nil,
-        recordHashes: RecordHashes? = nil
+        recordHashes: RecordHashes? = nil, user: String? = nil, timeZone: String? = nil, isTransactional: Bool = false
     ) {
         switch recipient {
         case .device(let token):
             self.init(
                 jobID: jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry, priority: priority,
                 campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
-                recordHashes: recordHashes)
+                recordHashes: recordHashes, user: user, timeZone: timeZone, isTransactional: isTransactional)
         case .channel(let channel):
             // The id is kept as given: a campaign id is made from a token, which a broadcast has not.
             self.init(
                 storage: Storage(
                     Fields(
                         jobID: jobID, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, expiry: expiry,
-                        priority: priority, campaign: campaign, collapseID: collapseID, pushType: pushType, position: position,
-                        channel: channel, recordHashes: recordHashes)))
+                        priority: priority, isTransactional: isTransactional, campaign: campaign, collapseID: collapseID,
+                        pushType: pushType, position: position, channel: channel, recordHashes: recordHashes, user: user,
+                        timeZone: timeZone)))
         }
     }
 

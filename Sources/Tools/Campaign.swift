@@ -64,7 +64,8 @@ public enum Campaign {
     }
 
     /// A template is a job without `id`, `token` and `campaign`: `{"app": …, "payload": {…}, "alerts": {…},
-    /// "priority": …, "expiry": …}`.
+    /// "priority": …, "expiry": …}`; its other keys (`collapse_id`, `push_type`, `time_zone`, `transactional`,
+    /// …) go into every job as given, and the decoder checks them there.
     public static func readTemplate(path: String) throws -> JSONValue {
         guard let data = FileManager.default.contents(atPath: path) else { throw CampaignError("cannot read the template \(path)") }
         let value: JSONValue

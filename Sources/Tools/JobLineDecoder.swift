@@ -81,7 +81,8 @@ public final class JobLineDecoder {
                 let payload = try job.encodedPayload(language: nil, encoder: broadcastEncoder, jobIDKey: jobIDKey)
                 let n = PushNotification(
                     jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: expiry, priority: job.priority,
-                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType)
+                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType, user: job.user, timeZone: job.timeZone,
+                    isTransactional: job.isTransactional)
                 return .success(Line(notification: n, broadcast: request))
             }
             let payload = try job.encodedPayload(language: nil, encoder: encoder, jobIDKey: jobIDKey)
@@ -89,7 +90,8 @@ public final class JobLineDecoder {
                 Line(
                     notification: PushNotification(
                         jobID: job.id, app: job.app, recipient: job.recipient, payload: payload, expiry: job.expiry, priority: job.priority,
-                        campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType)))
+                        campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType, user: job.user,
+                        timeZone: job.timeZone, isTransactional: job.isTransactional)))
         } catch {
             return .failure(refusal(error))
         }

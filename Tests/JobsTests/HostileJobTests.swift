@@ -57,6 +57,7 @@ import Testing
         ("id", JobDecoder.maxIDBytes, JobErrorReason.invalidID),
         ("campaign", JobDecoder.maxCampaignBytes, .invalidCampaign),
         ("collapse_id", JobDecoder.maxCollapseIDBytes, .invalidCollapseID),
+        ("user", JobDecoder.maxUserBytes, .invalidUser),
     ])
     func stringLimits(key: String, limit: Int, reason: JobErrorReason) {
         #expect(error(Fixtures.job([key: Fixtures.quoted(String(repeating: "x", count: limit))])) == nil)
@@ -84,6 +85,20 @@ import Testing
         let long = error(Fixtures.job(["push_type": Fixtures.quoted(String(repeating: "a", count: 400_000))]))
         #expect(long?.reason == .invalidPushType)
         #expect((long?.detail.utf8.count ?? .max) < 300)
+    }
+
+    /// `time_zone` past 64 bytes: refused as too long, unread (a name that long is no zone anyway).
+    @Test func timeZoneOverItsLimit() {
+        for n in [JobDecoder.maxTimeZoneBytes + 1, 400_000] {
+            let e = error(Fixtures.job(["time_zone": Fixtures.quoted(String(repeating: "a", count: n))]))
+            #expect(e?.reason == .invalidTimeZone)
+            #expect(e?.detail.hasSuffix("of at most 64 UTF-8 bytes, got \(n)") == true, "\(e?.detail ?? "")")
+        }
+        let escaped = error(Fixtures.job(["time_zone": Fixtures.quoted(String(repeating: #"\u0061"#, count: 65))]))
+        #expect(escaped?.detail.hasSuffix("got 65") == true)
+        // 64 bytes that are no zone: refused by name, the value in the detail.
+        let sixtyFour = String(repeating: "a", count: 64)
+        #expect(error(Fixtures.job(["time_zone": Fixtures.quoted(sixtyFour)]))?.detail.contains(sixtyFour) == true)
     }
 
     @Test func alertsLanguageKeysHaveALimit() {

@@ -334,6 +334,111 @@ import Testing
         #expect(reason(Fixtures.job(["push_type": #""background""#])) == .invalidPushType, "an alert is not a background push")
     }
 
+    // MARK: Recipient (audience rules): user, time_zone, transactional
+
+    @Test func recipientKeys() throws {
+        let job = try decoder.checkedDecode(
+            Fixtures.job(["user": #""u-81723""#, "time_zone": #""Europe/Paris""#, "transactional": "true"]), now: now)
+        #expect(job.user == "u-81723" && job.timeZone == "Europe/Paris" && job.isTransactional)
+        // Absent, or null: none, and not transactional.
+        let plain = try decoder.checkedDecode(Fixtures.job(), now: now)
+        #expect(plain.user == nil && plain.timeZone == nil && !plain.isTransactional)
+        let nulls = try decoder.checkedDecode(Fixtures.job(["user": "null", "time_zone": "null", "transactional": "null"]), now: now)
+        #expect(nulls.user == nil && nulls.timeZone == nil && !nulls.isTransactional)
+        #expect(try !decoder.checkedDecode(Fixtures.job(["transactional": "false"]), now: now).isTransactional)
+        // A broadcast may name them too (no rule applies to a channel).
+        let broadcast = try JobDecoder(payloadLimit: 4096).checkedDecode(
+            Fixtures.job(try BroadcastJobTests().changes(["user": #""u-1""#, "transactional": "true"])), now: now)
+        #expect(broadcast.user == "u-1" && broadcast.isTransactional)
+        // Jobs made in code carry them; a setter changes only its own.
+        var made = Job(
+            id: "a", app: "x", token: Fixtures.token, payload: job.payload, expiry: 0, user: "u", timeZone: "Asia/Tokyo",
+            isTransactional: true)
+        #expect(made.user == "u" && made.timeZone == "Asia/Tokyo" && made.isTransactional)
+        made.timeZone = nil
+        #expect(made.user == "u" && made.timeZone == nil && made.isTransactional)
+    }
+
+    @Test func user() throws {
+        let max = String(repeating: "é", count: 64)  // 128 UTF-8 bytes
+        for good in ["u", "42", max, "user@example.com"] {
+            #expect(try decoder.checkedDecode(Fixtures.job(["user": Fixtures.quoted(good)]), now: now).user == good)
+        }
+        // Escapes are read as what they spell (and measured so).
+        #expect(try decoder.checkedDecode(Fixtures.job(["user": #""u\u002d1\n""#]), now: now).user == "u-1\n")
+        for bad in [#""""#, Fixtures.quoted(max + "x"), "42", "true", "[]", #"{"id":"u"}"#] {
+            #expect(reason(Fixtures.job(["user": bad])) == .invalidUser, "user \(bad)")
+        }
+        #expect(
+            error(Fixtures.job(["user": #""""#]))?.detail == "user must be the recipient's user id, a string of 1…128 UTF-8 bytes, got 0")
+        #expect(
+            error(Fixtures.job(["user": "42"]))?.detail
+                == "user must be the recipient's user id, a string of 1…128 UTF-8 bytes, got a number")
+    }
+
+    @Test func timeZone() throws {
+        for good in ["Europe/Paris", "America/Argentina/Buenos_Aires", "Asia/Kolkata", "Etc/UTC", "UTC", "GMT", "Etc/GMT+5", "GMT-0"] {
+            #expect(try decoder.checkedDecode(Fixtures.job(["time_zone": Fixtures.quoted(good)]), now: now).timeZone == good)
+        }
+        // `\/` is JSON's escape of `/`.
+        #expect(try decoder.checkedDecode(Fixtures.job(["time_zone": #""Europe\/Paris""#]), now: now).timeZone == "Europe/Paris")
+        let unknown = error(Fixtures.job(["time_zone": #""Mars/Olympus""#]))
+        #expect(
+            unknown
+                == JobError(
+                    reason: .invalidTimeZone, detail: #"time_zone "Mars/Olympus" is not an IANA time zone name (e.g. "Europe/Paris")"#))
+        // Case matters; offsets spelled as names are no zone; nor is anything but a string.
+        for bad in ["europe/paris", "Europe/Paris ", "GMT+5", "UTC+01:00", "GMT-03:30", "+05:00", "-0500", "Z", ""] {
+            #expect(reason(Fixtures.job(["time_zone": Fixtures.quoted(bad)])) == .invalidTimeZone, "time_zone \(bad)")
+        }
+        for bad in ["1", "true", "[]", #"{"name":"Europe/Paris"}"#] {
+            #expect(reason(Fixtures.job(["time_zone": bad])) == .invalidTimeZone, "time_zone \(bad)")
+        }
+        #expect(
+            error(Fixtures.job(["time_zone": "1"]))?.detail
+                == #"time_zone must be a string, an IANA time zone name (e.g. "Europe/Paris"), got a number"#)
+        let long = "Europe/" + String(repeating: "x", count: 58)  // 65 bytes
+        #expect(
+            error(Fixtures.job(["time_zone": Fixtures.quoted(long)]))?.detail
+                == #"time_zone must be an IANA time zone name (e.g. "Europe/Paris") of at most 64 UTF-8 bytes, got 65"#)
+    }
+
+    @Test func knownTimeZones() {
+        for name in ["Europe/Paris", "Pacific/Chatham", "Etc/GMT-14", "GMT+0", "GMT0", "UTC", "Etc/UTC"] {
+            #expect(JobDecoder.knownTimeZone(name), "\(name)")
+        }
+        for name in ["Mars/Olympus", "GMT+5", "GMT+05:00", "UTC+1", "UTC-1", "+05:00", "-05:00", "", "EUROPE/PARIS", "Europe/"] {
+            #expect(!JobDecoder.knownTimeZone(name), "\(name)")
+        }
+    }
+
+    @Test func transactional() throws {
+        #expect(try decoder.checkedDecode(Fixtures.job(["transactional": "true"]), now: now).isTransactional)
+        for bad in [#""true""#, "1", "0", #""yes""#, "[]", "{}"] {
+            #expect(reason(Fixtures.job(["transactional": bad])) == .invalidTransactional, "transactional \(bad)")
+        }
+        #expect(
+            error(Fixtures.job(["transactional": #""true""#]))?.detail
+                == #"transactional must be true or false (a JSON boolean), got the string "true""#)
+    }
+
+    /// Each recipient key given twice is ambiguous (`invalid-json`), null or not; an unknown key beside them
+    /// is still ignored.
+    @Test(arguments: [
+        (#""user":"a","user":"b""#, "user"),
+        (#""user":null,"user":"b""#, "user"),
+        (#""time_zone":"Europe/Paris","time_zone":"Asia/Tokyo""#, "time_zone"),
+        (#""time_zone":"Europe/Paris","time_zone":null"#, "time_zone"),
+        (#""transactional":true,"transactional":false"#, "transactional"),
+        (#""transactional":null,"transactional":true"#, "transactional"),
+    ])
+    func recipientKeyGivenTwice(members: String, key: String) {
+        let bytes = Fixtures.json(#"{"id":"a","app":"x","token":"\#(Fixtures.tokenHex)","payload":{"aps":{}},\#(members),"users":1}"#)
+        let e = error(bytes)
+        #expect(e?.reason == .invalidJSON)
+        #expect(e?.detail == "the key \"\(key)\" appears more than once")
+    }
+
     // MARK: Size
 
     /// A payload of exactly `size` compact bytes: `{"aps":{"alert":"xxx…"}}`.

@@ -25,7 +25,8 @@ import Testing
                     a.id == b.id && a.app == b.app && a.token == b.token && a.payload == b.payload && a.alerts == b.alerts
                         && a.expiry == b.expiry && a.priority == b.priority && a.campaign == b.campaign
                         && a.collapseID == b.collapseID && a.pushType == b.pushType && a.channel == b.channel
-                        && a.statedExpiry == b.statedExpiry && a.storagePolicy == b.storagePolicy,
+                        && a.statedExpiry == b.statedExpiry && a.storagePolicy == b.storagePolicy && a.user == b.user
+                        && a.timeZone == b.timeZone && a.isTransactional == b.isTransactional,
                     "\(pass): \(Fixtures.string(bytes))", sourceLocation: sourceLocation)
             case (.failure(let a), .failure(let b)):
                 #expect(a == b, "\(pass): \(Fixtures.string(bytes))", sourceLocation: sourceLocation)

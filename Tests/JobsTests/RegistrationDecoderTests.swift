@@ -40,6 +40,38 @@ import Testing
         #expect(viaRaw.registeredAt == 5)
     }
 
+    /// `user` and `time_zone`, as a job's (`invalid-user`, `invalid-time-zone`); null is absent, twice is
+    /// `invalid-json`.
+    @Test func recipientProfile() throws {
+        let event = try RegistrationDecoder.decode(
+            Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"user":"u-81723","time_zone":"Europe/Paris"}"#), now: Self.now)
+        #expect(
+            event
+                == RegistrationEvent(
+                    app: "a", token: Fixtures.token, registeredAt: 5, language: nil, user: "u-81723", timeZone: "Europe/Paris"))
+        let nulls = try RegistrationDecoder.decode(
+            Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"user":null,"time_zone":null}"#), now: Self.now)
+        #expect(nulls.user == nil && nulls.timeZone == nil)
+        let one = try RegistrationDecoder.decode(
+            Fixtures.json(#"{"app":"a","token":"\#(hex)","registered_at":5,"time_zone":"Asia/Tokyo"}"#), now: Self.now)
+        #expect(one.user == nil && one.timeZone == "Asia/Tokyo")
+        let head = #"{"app":"a","token":"\#(hex)","registered_at":1"#
+        for bad in [#""""#, "7", Fixtures.quoted(String(repeating: "u", count: 129))] {
+            #expect(reason(head + #","user":\#(bad)}"#) == .invalidUser, "user \(bad)")
+        }
+        for bad in [#""Mars/Olympus""#, #""GMT+5""#, #""""#, "1", Fixtures.quoted(String(repeating: "z", count: 65))] {
+            #expect(reason(head + #","time_zone":\#(bad)}"#) == .invalidTimeZone, "time_zone \(bad)")
+        }
+        #expect(reason(head + #","user":"a","user":"b"}"#) == .invalidJSON)
+        #expect(reason(head + #","time_zone":null,"time_zone":"Europe/Paris"}"#) == .invalidJSON)
+        do {
+            _ = try RegistrationDecoder.decode(Fixtures.json(head + #","time_zone":"Mars/Olympus"}"#), now: Self.now)
+            Issue.record("accepted Mars/Olympus")
+        } catch {
+            #expect(error.detail == #"time_zone "Mars/Olympus" is not an IANA time zone name (e.g. "Europe/Paris")"#)
+        }
+    }
+
     /// A registration names a token of any size a job may have (its suppression is lifted by the same
     /// hex): 40 bytes is accepted, lower-cased; an odd count or past 200 digits is `invalid-token`.
     @Test func tokensOfOtherSizes() throws {

@@ -33,7 +33,8 @@ import Tools
             return .success(
                 PushNotification(
                     jobID: job.id, app: job.app, token: job.token, payload: payload, expiry: job.expiry, priority: job.priority,
-                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType))
+                    campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType, user: job.user, timeZone: job.timeZone,
+                    isTransactional: job.isTransactional))
         } catch {
             if error.reason == .noCertificateForApp {
                 return .failure(.init(reason: "app-mismatch", detail: "\(error.detail); this pool sends for \(app)"))
@@ -45,7 +46,8 @@ import Tools
     static func same(_ a: PushNotification, _ b: PushNotification) -> Bool {
         a.jobID == b.jobID && a.app == b.app && a.token == b.token && a.payload == b.payload && a.expiry == b.expiry
             && a.priority == b.priority && a.campaign == b.campaign && a.collapseID == b.collapseID && a.pushType == b.pushType
-            && a.position == nil && b.position == nil
+            && a.position == nil && b.position == nil && a.user == b.user && a.timeZone == b.timeZone
+            && a.isTransactional == b.isTransactional
     }
 
     /// A campaign's lines (one payload, many jobs) mixed with lines that must be refused, each decoded
@@ -72,6 +74,8 @@ import Tools
             Self.line(id: "exp", extra: #","expiry":5"#),  // expired
             Self.line(id: "exp0", extra: #","expiry":0,"campaign":"spring","collapse_id":"sale""#),
             Self.line(id: "dup", extra: #","payload":{"aps":{}}"#),  // a key twice: invalid-json
+            Self.line(id: "who", extra: #","user":"u-1","time_zone":"Europe/Paris","transactional":true"#),  // carried
+            Self.line(id: "tz", extra: #","time_zone":"Mars/Olympus""#),  // invalid-time-zone
             Self.line(id: "jid", payload: #"{"aps":{"alert":"x"},"jid":"old"}"#),  // jid replaced when embedded
             Array(#"{"id":"x","#.utf8),  // invalid-json
             Array("[1,2]".utf8),  // not-an-object
@@ -97,11 +101,22 @@ import Tools
         // The lines above do reach the refusals they are there for.
         for reason in [
             "app-mismatch", "invalid-app", "invalid-token", "missing-payload", "invalid-payload", "expired", "invalid-json",
-            "not-an-object", "missing-id",
+            "not-an-object", "missing-id", "invalid-time-zone",
         ] {
             #expect(refused.contains(reason), "\(reason) never came up")
         }
         #expect(refused.contains("payload-too-large") == (payloadLimit == 2048))
+    }
+
+    /// A line's recipient (`user`, `time_zone`, `transactional`) travels with its notification.
+    @Test func theRecipientTravelsWithTheNotification() throws {
+        let decoder = JobLineDecoder(app: Self.app, payloadLimit: 4096)
+        let n = try decoder.notification(
+            Self.line(id: "who", extra: #","user":"u-1","time_zone":"Europe/Paris","transactional":true"#), now: Self.now
+        ).get()
+        #expect(n.user == "u-1" && n.timeZone == "Europe/Paris" && n.isTransactional)
+        let plain = try decoder.notification(Self.line(id: "plain"), now: Self.now).get()
+        #expect(plain.user == nil && plain.timeZone == nil && !plain.isTransactional)
     }
 
     /// A campaign's notifications share one encoded payload (one buffer for all), unless each carries

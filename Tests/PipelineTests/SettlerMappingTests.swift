@@ -141,11 +141,15 @@ import Testing
         bad.notification.payload = Array(#"{"aps":{"alert":"Bonjour"},"jid":"bad"}"#.utf8)
         bad.notification.collapseID = "score-42"
         bad.notification.pushType = .alert
+        bad.notification.user = "u-\"81\""
+        bad.notification.timeZone = "Europe/Paris"
+        bad.notification.isTransactional = true
+        var busy = Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14)
+        busy.notification.payload = Array(#"{"aps":{"alert":"Hello"}}"#.utf8)
         let batch = OutcomeBatch(
             app: "com.example.shop", connection: 2,
             outcomes: [
-                Self.outcome("ok", .accepted, offset: 10), bad,
-                Self.outcome("busy", .rejected(.transient(reason: "ServiceUnavailable")), code: "ServiceUnavailable", offset: 14),
+                Self.outcome("ok", .accepted, offset: 10), bad, busy,
             ],
             events: SenderEvents())
         let share = OutcomeRecords.settlerShare(batch, topic: "jobs")
@@ -165,5 +169,24 @@ import Testing
         #expect(job.id == "bad" && job.app == "com.example.shop" && job.token == Self.token && job.campaign == "c")
         #expect(job.collapseID == "score-42" && job.pushType == .alert && job.priority == .immediate)
         #expect(job.payload.aps.alert == .text("Bonjour"))
+        // Its recipient too, so the audience rules judge it as they did the job.
+        #expect(job.user == "u-\"81\"" && job.timeZone == "Europe/Paris" && job.isTransactional)
+        let plain = try JobDecoder(payloadLimit: 4096).decode(share.deadLetters[1].message.value, now: 0)
+        #expect(plain.user == nil && plain.timeZone == nil && !plain.isTransactional)
+    }
+
+    /// A job its transport held back (its campaign paused) is kept in Redis as the job it was, recipient
+    /// and all: released, it meets the audience rules as it did before.
+    @Test func aHeldJobKeepsItsRecipient() throws {
+        var held = Self.outcome("held", .held, offset: 20)
+        held.notification.payload = Array(#"{"aps":{"alert":"Later"}}"#.utf8)
+        held.notification.user = "u-7"
+        held.notification.timeZone = "Asia/Tokyo"
+        let item = OutcomeRecords.settlerItem(
+            OutcomeBatch(app: "com.example.shop", connection: 2, outcomes: [held], events: SenderEvents()), topic: "jobs")
+        let member = try #require(item.deferred.first?.messages.first)
+        let value = Array(member.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)[1])
+        let job = try JobDecoder(payloadLimit: 4096).decode(value, now: 0)
+        #expect(job.id == "held" && job.user == "u-7" && job.timeZone == "Asia/Tokyo" && !job.isTransactional)
     }
 }

@@ -106,7 +106,7 @@ struct ClusterLayoutTests {
         try await storeB.beat()
         try await storeA.suppress((0..<8).map { Suppression(app: shop, tokenHex: token($0 * 5), at: 100, reason: "feedback") })
         try await storeA.applyRegistrations([
-            Registration(app: shop, tokenHex: token(5), registeredAt: 200, language: "de"),
+            Registration(app: shop, tokenHex: token(5), registeredAt: 200, language: "de", user: "u-5", timeZone: "Europe/Berlin"),
             Registration(app: news, tokenHex: token(3), registeredAt: 50, language: "fr"),
         ])
         let requests = (0..<40).map { GateRequest(jobID: "j\($0)", app: $0 % 3 == 0 ? news : shop, tokenHex: token($0)) }
@@ -310,8 +310,8 @@ struct ClusterLayoutTests {
         // A job's keys share its token's tag; the counters share `{apns}`.
         let tag = keys.tokenTag(app: shop, tokenHex: token(7))
         let jobKeys = [
-            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
-            keys.dedup(tag: tag, bucket: 1, subBucket: 2),
+            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.profile(tag: tag),
+            keys.inFlight(tag: tag), keys.dedup(tag: tag, bucket: 1, subBucket: 2),
         ]
         #expect(Set(jobKeys.map { RedisSlot(key: $0) }).count == 1)
         let counterKeys = [

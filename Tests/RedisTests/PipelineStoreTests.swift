@@ -341,6 +341,46 @@ struct GateTests {
         #expect(try await store.gate([request("3")]) == [.suppressed])
     }
 
+    /// A registration naming a user or a time zone stores the token's recipient profile
+    /// (`{<p>:<app>:<n>}:profile`, `<time zone>\n<user>`) when it is at least as new as the stored
+    /// registration: an older one changes nothing, one naming neither keeps it, one naming either replaces it
+    /// whole. Beside a settle in the same tags (the parts' key lists hold the profile hash too).
+    @Test(arguments: RedisTestTarget.allCases)
+    func recipientProfileOfRegistrations(_ target: RedisTestTarget) async throws {
+        let server = try await RedisUnderTest(target)
+        defer { server.stop() }
+        let store = PipelineStore(client: try server.connection())
+        let field = token(8).lowercased()
+        func stored() async throws -> String? {
+            try await store.client.send(RedisCommand("HGET", store.keys.profile(app: app, tokenHex: token(8)), field)).string
+        }
+        #expect(try await store.profile(app: app, tokenHex: token(8)) == (nil, nil))
+        try await store.applyRegistrations([
+            Registration(app: app, tokenHex: token(8), registeredAt: 2000, language: "fr", user: "u-81723", timeZone: "Europe/Paris"),
+            Registration(app: app, tokenHex: token(9), registeredAt: 2000, user: "line\nbreak"),
+        ])
+        #expect(try await stored() == "Europe/Paris\nu-81723")
+        #expect(try await store.profile(app: app, tokenHex: token(8)) == ("Europe/Paris", "u-81723"))
+        #expect(try await store.profile(app: app, tokenHex: token(9)) == (nil, "line\nbreak"), "the user may hold a newline")
+        // Older: nothing of it is written (nor the language, nor the time).
+        try await store.applyRegistrations([
+            Registration(app: app, tokenHex: token(8), registeredAt: 1000, language: "it", user: "u-old", timeZone: "Asia/Tokyo")
+        ])
+        #expect(try await stored() == "Europe/Paris\nu-81723")
+        // As new, naming neither: the profile (and the language) stay, the time is written.
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 2000)])
+        #expect(try await store.profile(app: app, tokenHex: token(8)) == ("Europe/Paris", "u-81723"))
+        #expect(try await store.gate([GateRequest(jobID: "p1", app: app, tokenHex: token(8))]) == [.admitted(language: "fr")])
+        // Newer, naming only a time zone: replaces the profile whole (no user any more).
+        try await store.applyRegistrations([Registration(app: app, tokenHex: token(8), registeredAt: 3000, timeZone: "America/New_York")])
+        #expect(try await stored() == "America/New_York\n")
+        #expect(try await store.profile(app: app, tokenHex: token(8)) == ("America/New_York", nil))
+        // A settle in the same tag leaves it be.
+        try await store.settle(SettleBatch(outcomes: [SettledOutcome(jobID: "p1", app: app, tokenHex: token(8), kind: .accepted)]))
+        #expect(try await store.profile(app: app, tokenHex: token(8)) == ("America/New_York", nil))
+        #expect(try await store.gate([GateRequest(jobID: "p1", app: app, tokenHex: token(8))]) == [.deduped])
+    }
+
     /// A job without localized alerts does not need the language: a group of only such jobs reads none,
     /// and a group with one such job beside one that needs it reads them for the group.
     @Test(arguments: RedisTestTarget.allCases)

@@ -59,8 +59,8 @@ private func perRange(_ tags: [String], primaries: Int) -> [Int] {
         #expect(plain.tokenTag(app: shop, bucket: 3) == "{apns:\(shop):3}")
         let tag = spread.tokenTag(app: shop, tokenHex: token(7))
         let jobKeys = [
-            spread.suppressed(tag: tag), spread.registered(tag: tag), spread.language(tag: tag), spread.inFlight(tag: tag),
-            spread.dedup(tag: tag, bucket: 1, subBucket: 2),
+            spread.suppressed(tag: tag), spread.registered(tag: tag), spread.language(tag: tag), spread.profile(tag: tag),
+            spread.inFlight(tag: tag), spread.dedup(tag: tag, bucket: 1, subBucket: 2),
         ]
         #expect(Set(jobKeys.map { RedisSlot(key: $0) }).count == 1)
         #expect(spread.tokenBucket(token(7)) == plain.tokenBucket(token(7)), "the bucket function is the same")

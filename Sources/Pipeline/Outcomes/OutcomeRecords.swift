@@ -68,7 +68,9 @@ enum OutcomeRecords {
     }
 
     /// The job as it was sent, in the jobs topic's format: its payload is the one the gateway refused
-    /// (localized, and with `jid` in dev setups), so an operator can read it or publish it again.
+    /// (localized, and with `jid` in dev setups), so an operator can read it or publish it again; its
+    /// recipient (`user`, `time_zone`, `transactional`) as the job named it, so the audience rules see
+    /// the same job again.
     static func sentJob(_ n: PushNotification) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(n.payload.count + 256)
@@ -105,6 +107,18 @@ enum OutcomeRecords {
         if let pushType = n.pushType {
             key("push_type")
             JSONWriter.writeString(pushType.rawValue, into: &out)
+        }
+        if let user = n.user {
+            key("user")
+            JSONWriter.writeString(user, into: &out)
+        }
+        if let timeZone = n.timeZone {
+            key("time_zone")
+            JSONWriter.writeString(timeZone, into: &out)
+        }
+        if n.isTransactional {
+            key("transactional")
+            out.append(contentsOf: "true".utf8)
         }
         out.append(UInt8(ascii: "}"))
         return out

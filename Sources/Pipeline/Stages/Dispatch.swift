@@ -253,13 +253,14 @@ private struct NotificationMaker {
             notification = PushNotification(
                 jobID: job.id, app: app, recipient: .channel(channel), payload: payload, expiry: expiry,
                 priority: job.priority, campaign: job.campaign, collapseID: job.collapseID, pushType: job.pushType,
-                position: position, recordHashes: hashes)
+                position: position, recordHashes: hashes, user: job.user, timeZone: job.timeZone, isTransactional: job.isTransactional)
         } else {
             let keeps = keepsTokenHex(app)
             notification = PushNotification(
                 jobID: job.id, app: app, token: job.token, tokenHex: keeps ? job.tokenHex : nil,
                 payload: payload, expiry: job.expiry, priority: job.priority, campaign: job.campaign,
-                collapseID: job.collapseID, pushType: job.pushType, position: position, recordHashes: hashes)
+                collapseID: job.collapseID, pushType: job.pushType, position: position, recordHashes: hashes, user: job.user,
+                timeZone: job.timeZone, isTransactional: job.isTransactional)
         }
         if job.pushType == .liveactivity && job.priority == .immediate { made.liveActivity10[app, default: 0] += 1 }
         return notification

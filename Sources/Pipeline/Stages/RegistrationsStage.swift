@@ -53,7 +53,9 @@ struct RegistrationsStage {
                 do {
                     let r = try RegistrationDecoder.decode(m.value, now: now, apps: apps)
                     registrations.append(
-                        Registration(app: r.app, tokenHex: r.token.hex, registeredAt: Int64(r.registeredAt), language: r.language))
+                        Registration(
+                            app: r.app, tokenHex: r.token.hex, registeredAt: Int64(r.registeredAt), language: r.language, user: r.user,
+                            timeZone: r.timeZone))
                 } catch {
                     refused.append((m, error.reason.rawValue))
                 }
