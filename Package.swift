@@ -220,7 +220,7 @@ let package = Package(
         // never links the executable (and its jemalloc).
         .target(
             name: "Tools",
-            dependencies: ["APNsProtocol", "Jobs", "Pipeline", "Redis", "Sender"]
+            dependencies: ["APNsProtocol", "Jobs", "LocalTime", "Pipeline", "Redis", "Sender"]
         ),
 
         // The operations surface: one HTTP server (SwiftNIO HTTP/1) for Prometheus metrics

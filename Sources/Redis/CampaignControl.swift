@@ -107,6 +107,22 @@ public struct CampaignControlState: Sendable, Hashable, CustomStringConvertible 
 
     public var description: String { description(nowMs: Int64(Date().timeIntervalSince1970 * 1000)) }
 
+    /// Whether `recipient` (`u:<user>` or `t:<token hex>`) falls in the first `basisPoints` ÷ 10 000 of
+    /// `campaign`'s hash space: its holdout group (design §2.18). FNV-1a 64 over the campaign, a 0 byte and
+    /// the recipient, then mixed (FNV's low bits alone spread poorly). Stable across versions: it decides
+    /// whom a running campaign skips, in every process and in `job status`.
+    public static func isHeldOut(campaign: String, recipient: String, basisPoints: Int) -> Bool {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in campaign.utf8 { h = (h ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        h = h &* 0x0000_0100_0000_01b3  // the separator, a 0 byte
+        for byte in recipient.utf8 { h = (h ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        // splitmix64's finalizer.
+        h = (h ^ (h >> 30)) &* 0xbf58_476d_1ce4_e5b9
+        h = (h ^ (h >> 27)) &* 0x94d0_49bb_1331_11eb
+        h ^= h >> 31
+        return Int(h % 10_000) < basisPoints
+    }
+
     /// `500` → `5%`, `25` → `0.25%`.
     public static func percent(basisPoints: Int) -> String {
         basisPoints % 100 == 0 ? "\(basisPoints / 100)%" : String(format: "%.2f%%", Double(basisPoints) / 100)

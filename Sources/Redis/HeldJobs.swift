@@ -423,6 +423,40 @@ extension PipelineStore {
         return usage
     }
 
+    /// How many of `campaign`'s held jobs are due at exactly each of `dues` (epoch ms), over every shard:
+    /// for `campaign status` of a local-time campaign, whose jobs wait for their zone's wall-clock time.
+    /// One call on a single Redis (one per slot on a cluster).
+    public func heldCounts(campaign: String, dues: [Int64]) async throws -> [Int64] {
+        if dues.isEmpty { return [] }
+        var header = RedisArguments()
+        header.append(dues.count)
+        for due in dues { header.append(due) }
+        let groups = (0..<RedisKeys.heldShards).map { shard in
+            ScriptGroup(
+                tag: keys.heldTag(shard: shard), keys: RedisArguments([keys.held(shard: shard, name: campaign)]),
+                arguments: RedisArguments())
+        }
+        let replies = try await run(Self.heldCountsScript, header: header, groups: groups)
+        var counts = [Int64](repeating: 0, count: dues.count)
+        for reply in replies {
+            for (i, n) in (reply.array ?? []).enumerated() where i < counts.count { counts[i] += n.integer ?? 0 }
+        }
+        return counts
+    }
+
+    /// ARGV: #dues, the dues, #groups. KEYS: one held set per group. Per group, a ZCOUNT per due.
+    static let heldCountsScript = RedisScript(
+        #"""
+        local n = tonumber(ARGV[1])
+        local out = {}
+        for g = 1, tonumber(ARGV[n + 2]) do
+          local counts = {}
+          for d = 1, n do counts[d] = redis.call('ZCOUNT', KEYS[g], ARGV[1 + d], ARGV[1 + d]) end
+          out[g] = counts
+        end
+        return out
+        """#)
+
     /// Whether each job would find room under the caps in its shard now: for jobs waiting at a cap, so that
     /// they are gated again only when they may be held. One call on a single Redis (one per slot on a
     /// cluster); no message is sent.

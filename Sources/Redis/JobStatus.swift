@@ -20,7 +20,11 @@ public struct JobStatus: Sendable, Equatable {
         /// None of the above, and its campaign is paused, scheduled for later or paced (design §2.11–§2.13):
         /// held in Redis until ``deferredUntil`` (nil: until `campaign resume`), or still in Kafka.
         case deferred
-        /// None of the above: never gated, still in Kafka, dead-lettered, or its record expired.
+        /// None of the above, and its recipient is in its campaign's holdout group (`campaign publish
+        /// --holdout`, design §2.18): it is (or will be) settled `held_out`, never sent.
+        case heldOut = "held-out"
+        /// None of the above: never gated, still in Kafka, dead-lettered, capped, dropped in quiet hours,
+        /// or its record expired.
         case notSeen = "not-seen"
     }
 
@@ -39,6 +43,14 @@ public struct JobStatus: Sendable, Equatable {
     public var campaignControl: CampaignControlState?
     /// ``State/deferred`` by a scheduled start: not before this time (epoch ms).
     public var deferredUntilMs: Int64?
+    /// Its token's registered profile (user, time zone), when a registration named one.
+    public var profile: RecipientProfile?
+    /// Sends to its recipient (its registered user, else its token) the frequency caps count now: the
+    /// app's caps' and, with a campaign, that campaign's own (design §2.15). Nil when none.
+    public var capCounted: Int64?
+    public var campaignCapCounted: Int64?
+    /// The token, lower-case hex (nil for a broadcast).
+    var tokenHex: String?
 }
 
 extension PipelineStore {
@@ -46,7 +58,9 @@ extension PipelineStore {
     public func jobStatus(
         jobID: String, app: String, tokenHex: String, campaign: String? = nil, now: Int64 = PipelineStore.epochNow()
     ) async throws -> JobStatus {
-        try await withCampaign(jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now), campaign, now: now)
+        let status = try await withCampaign(
+            jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now), campaign, now: now)
+        return try await withCaps(status, app: app, campaign: campaign)
     }
 
     /// A job neither accepted, in flight nor suppressed whose campaign has control state: cancelled, or
@@ -57,8 +71,14 @@ extension PipelineStore {
         var status = status
         let control = CampaignControlState(stored: stored)
         status.campaignControl = control
+        // As the gate judges: a cancel first, then the holdout group (a rule on what the gate admitted).
         if control.cancelled {
             status.state = .cancelled
+        } else if let share = control.holdoutBasisPoints, let hex = status.tokenHex,
+            CampaignControlState.isHeldOut(
+                campaign: campaign, recipient: Self.capRecipient(user: status.profile?.user, tokenHex: hex), basisPoints: share)
+        {
+            status.state = .heldOut
         } else if control.paused || control.rate != nil {
             status.state = .deferred
         } else if let at = control.startAtMs, at > now * 1000 {
@@ -88,6 +108,7 @@ extension PipelineStore {
         if !isChannel {
             list.append(RedisCommand("HGET", keys.suppressed(tag: tag), hex))
             list.append(RedisCommand("HGET", keys.registered(tag: tag), hex))
+            list.append(RedisCommand("HGET", keys.profile(tag: tag), hex))
         }
         let replies = try await commands(list)  // one slot: every key carries the tag
         guard replies.count == list.count else { throw RedisError.unexpectedReply("job status: \(replies.count) replies") }
@@ -108,6 +129,8 @@ extension PipelineStore {
                 status.suppressedReason = parts.count > 1 ? String(parts[1]) : nil
             }
             status.registeredAt = tail[tail.startIndex + 2].string.flatMap { Int64($0) }
+            status.profile = tail[tail.startIndex + 3].string.map(RecipientProfile.init(stored:))
+            status.tokenHex = hex
         }
         if let lease = status.lease {
             status.leaseHolderAlive = try await command(RedisCommand("EXISTS", keys.owner(lease.owner))).integer == 1
@@ -121,6 +144,31 @@ extension PipelineStore {
             status.state = .inFlight
         } else if let at = status.suppressedAt, !(status.registeredAt.map { $0 > at } ?? false) {
             status.state = .suppressed
+        }
+        return status
+    }
+}
+
+extension PipelineStore {
+    /// What a frequency cap counts a job's sends under: the user, else the token (design §2.15).
+    static func capRecipient(user: String?, tokenHex: String) -> String { user.map { "u:" + $0 } ?? "t:" + tokenHex }
+
+    /// ``JobStatus/capCounted`` and ``JobStatus/campaignCapCounted``: the recipient's counted sends
+    /// (keys of the recipient's own slot: commands of their own).
+    func withCaps(_ status: JobStatus, app: String, campaign: String?) async throws -> JobStatus {
+        guard let hex = status.tokenHex else { return status }
+        var status = status
+        let recipient = Self.capRecipient(user: status.profile?.user, tokenHex: hex)
+        let tag = keys.tokenTag(app: app, tokenHex: recipient)
+        let nowMs = Self.epochNow() * 1000
+        func counted(_ key: String) async throws -> Int64? {
+            // Entries past every window are trimmed only when the rule next writes: count the last 31 days.
+            let n = try await command(RedisCommand("ZCOUNT", key, String(nowMs - FrequencyCap.longestWindowMs), "+inf")).integer ?? 0
+            return n > 0 ? n : nil
+        }
+        status.capCounted = try await counted(keys.frequencyCap(tag: tag, recipient: recipient))
+        if let campaign {
+            status.campaignCapCounted = try await counted(keys.frequencyCap(tag: tag, recipient: recipient, campaign: campaign))
         }
         return status
     }

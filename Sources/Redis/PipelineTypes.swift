@@ -509,7 +509,9 @@ public struct CampaignProgress: Sendable, Hashable {
 
     /// Messages settled: the per-message outcome fields added up (a redelivered message counts again).
     public var messagesSettled: Int64 {
-        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered, .cancelled, .capped, .quiet, .heldOut].reduce(0) { $0 + counters[$1] }
+        [CounterField.accepted, .rejected, .suppressed, .deduped, .deadLettered, .cancelled, .capped, .quiet, .heldOut].reduce(0) {
+            $0 + counters[$1]
+        }
     }
 
     /// A `campaign publish` of it started and has not finished (or died before it finished).

@@ -1,5 +1,6 @@
 import APNsProtocol
 import Foundation
+import LocalTime
 import Redis
 import Sender
 
@@ -181,6 +182,55 @@ extension Campaign {
     }
 }
 
+extension Campaign {
+    /// Held jobs of a local-time campaign due at one instant: those of every UTC offset whose wall clock
+    /// reads the campaign's time then (two offsets a day apart share an instant: +14:00 and −10:00).
+    public struct LocalWait: Sendable, Hashable, Encodable {
+        public var dueMs: Int64
+        /// `+02:00`, `-10:00`, `+05:45`.
+        public var utcOffsets: [String]
+        public var jobs: Int64
+
+        public init(dueMs: Int64, utcOffsets: [String], jobs: Int64) {
+            self.dueMs = dueMs
+            self.utcOffsets = utcOffsets
+            self.jobs = jobs
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case due
+            case utcOffsets = "utc_offsets"
+            case jobs
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var c = encoder.container(keyedBy: CodingKeys.self)
+            let formatter = ISO8601DateFormatter()
+            try c.encode(formatter.string(from: Date(timeIntervalSince1970: Double(dueMs) / 1000)), forKey: .due)
+            try c.encode(utcOffsets, forKey: .utcOffsets)
+            try c.encode(jobs, forKey: .jobs)
+        }
+    }
+
+    /// The instants a local-time campaign (`--at <time> --local-time`, published at `fromMs`) is due at,
+    /// one per UTC offset of −12:00…+14:00 in quarter hours, merged where two offsets share one: what
+    /// `campaign status` counts its held jobs at.
+    public static func localTimeDues(_ time: String, fromMs: Int64) -> [(dueMs: Int64, utcOffsets: [String])] {
+        guard let wall = WallTime(parsing: time) else { return [] }
+        let from = Date(timeIntervalSince1970: Double(fromMs) / 1000)
+        var byDue: [Int64: [String]] = [:]
+        for quarter in (-12 * 4)...(14 * 4) {
+            let seconds = quarter * 900
+            guard let zone = TimeZone(secondsFromGMT: seconds) else { continue }
+            let due = Int64((LocalDelivery.due(wall, after: from, in: zone).timeIntervalSince1970 * 1000).rounded(.up))
+            let sign = seconds < 0 ? "-" : "+"
+            let minutes = abs(seconds) / 60
+            byDue[due, default: []].append(sign + String(format: "%02d:%02d", minutes / 60, minutes % 60))
+        }
+        return byDue.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+}
+
 public struct CampaignError: Error, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
@@ -210,6 +260,9 @@ extension Campaign {
         /// Their bytes as the caps count them, and the campaign's cap (`redis.held_campaign_max_bytes`).
         public var heldBytes: Int64 = 0
         public var heldCapBytes: Int64?
+        /// A local-time campaign's held jobs by the instant they are due, with the UTC offsets whose
+        /// wall-clock time that is (design §2.17), when the caller read them.
+        public var localWaiting: [LocalWait] = []
         /// Whether the caller read the control state (`state` and `deferred` are in the JSON only then).
         public private(set) var controlRead = false
 
@@ -249,6 +302,7 @@ extension Campaign {
                 case rejectedByCode = "rejected_by_code"
                 case heldBytes = "held_bytes"
                 case heldCapBytes = "held_cap_bytes"
+                case localWaiting = "local_time_waiting"
             }
 
             func encode(to encoder: any Encoder) throws {
@@ -260,6 +314,7 @@ extension Campaign {
                     try c.encode(status.deferred, forKey: .deferred)
                     try c.encode(status.heldBytes, forKey: .heldBytes)
                     if let cap = status.heldCapBytes { try c.encode(cap, forKey: .heldCapBytes) }
+                    if !status.localWaiting.isEmpty { try c.encode(status.localWaiting, forKey: .localWaiting) }
                 }
                 try c.encode(status.basis, forKey: .basis)
                 try c.encode(status.target, forKey: .target)

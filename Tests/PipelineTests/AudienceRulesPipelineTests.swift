@@ -72,6 +72,65 @@ struct AudienceRulesPipelineTests {
         await stack.stop()
     }
 
+    /// Who the recipient is: the job's `user` (a cap of 1 per day across two tokens of one user), else its
+    /// token's registered user; the job's `time_zone`, else its token's registered one, else the app's
+    /// default (quiet hours dropping jobs where it is night in UTC, not in Kiritimati); a transactional
+    /// job is never capped. On a single Redis and on a cluster (the gate reads the profiles in its call).
+    @Test(arguments: [RedisTestTarget.single, .cluster])
+    func theRecipientIsTheJobsUserAndZoneElseItsRegistrations(_ target: RedisTestTarget) async throws {
+        let stack = try await Stack(redis: target)
+        var c = stack.configuration()
+        c.apps[0].frequencyCaps = FrequencyCapSettings(caps: [FrequencyCap(max: 1, perMs: 86_400_000)!])
+        c.apps[0].quietHours = QuietHoursSettings(
+            window: Self.windowAroundNow(endingInMinutes: 120), defaultTimeZone: Self.utc, action: .drop)
+        let pipeline = RunningPipeline(c)
+        try await waitForProcesses(stack, 1)
+        let now = Int(Date().timeIntervalSince1970)
+        // Registrations: token 11 belongs to bob, token 12 lives in Kiritimati.
+        try await stack.publishRaw(
+            [
+                #"{"app":"\#(shop)","token":"\#(token(11).hex)","registered_at":\#(now),"user":"bob","time_zone":"Pacific/Kiritimati"}"#,
+                #"{"app":"\#(shop)","token":"\#(token(12).hex)","registered_at":\#(now),"time_zone":"Pacific/Kiritimati"}"#,
+            ], topic: "apns.registrations")
+        try await eventually("the profiles stored") {
+            let bob = try await stack.store.profile(app: shop, tokenHex: token(11).hex)
+            let other = try await stack.store.profile(app: shop, tokenHex: token(12).hex)
+            return bob.user == "bob" && other.timeZone == "Pacific/Kiritimati"
+        }
+        func job(_ id: String, _ t: Int, _ extra: String) -> String {
+            #"{"id":"\#(id)","app":"\#(shop)","token":"\#(token(t).hex)","payload":{"aps":{"alert":"x"}}\#(extra)}"#
+        }
+        let kiritimati = #","time_zone":"Pacific/Kiritimati""#
+        try await stack.publishRaw([
+            // alice, two devices, both awake: one of the two is capped.
+            job("alice-1", 1, #","user":"alice""# + kiritimati), job("alice-2", 2, #","user":"alice""# + kiritimati),
+            // alice again, transactional: never capped.
+            job("alice-code", 3, #","user":"alice","transactional":true"# + kiritimati),
+            // bob by his registered token, and by name on another device: one of the two is capped.
+            job("bob-1", 11, ""), job("bob-2", 13, #","user":"bob""# + kiritimati),
+            // No zone of its own: the registration's (awake) for token 12, the default (UTC: quiet) for 14.
+            job("zone-registered", 12, ""), job("zone-default", 14, ""),
+        ])
+        var last = ""
+        try await eventually("the seven jobs settled") {
+            let totals = try await stack.store.readStats().totals
+            last = "\(totals.fields.filter { ["accepted", "capped", "quiet"].contains($0.key) })"
+            return totals[.accepted] + totals[.capped] + totals[.quiet] >= 7
+        } orRecord: {
+            last
+        }
+        let sentIDs = Set(stack.simulator.records.compactMap(\.jobID))
+        let totals = try await stack.store.readStats().totals
+        #expect(totals[.capped] == 2, "\(last)")
+        #expect(totals[.quiet] == 1, "\(last)")
+        #expect(sentIDs.intersection(["alice-1", "alice-2"]).count == 1, "\(sentIDs)")
+        #expect(sentIDs.contains("alice-code"))
+        #expect(sentIDs.intersection(["bob-1", "bob-2"]).count == 1, "bob's registered token and his name are one recipient: \(sentIDs)")
+        #expect(sentIDs.contains("zone-registered") && !sentIDs.contains("zone-default"), "\(sentIDs)")
+        try await pipeline.stop()
+        await stack.stop()
+    }
+
     /// A campaign's own cap (`--cap`) counts only its own jobs: a job id published twice counts once (a
     /// redelivery is no second send), another campaign to the same recipients is not capped by it.
     @Test func aCampaignCapCountsOnlyItsOwnJobs() async throws {
@@ -122,7 +181,8 @@ struct AudienceRulesPipelineTests {
     @Test func quietHoursDropSettlesQuiet() async throws {
         let stack = try await Stack()
         var c = stack.configuration()
-        c.apps[0].quietHours = QuietHoursSettings(window: Self.windowAroundNow(endingInMinutes: 120), defaultTimeZone: Self.utc, action: .drop)
+        c.apps[0].quietHours = QuietHoursSettings(
+            window: Self.windowAroundNow(endingInMinutes: 120), defaultTimeZone: Self.utc, action: .drop)
         let pipeline = RunningPipeline(c)
         try await waitForProcesses(stack, 1)
         try await stack.publish(campaign: "night", template: template, tokens: (0..<100).map(token))
@@ -181,6 +241,14 @@ struct AudienceRulesPipelineTests {
         let dueMs = LocalTimeRule.dueMs(wall, fromMs: nowMs, in: Self.utc)
         #expect(dueMs > nowMs + 60_000 && dueMs <= nowMs + 180_000)
         try await stack.publish(campaign: "morning", template: template, tokens: (0..<100).map(token))
+        try await eventually("every job held") {
+            try await stack.store.heldUsage(campaigns: ["morning"])["morning"]?.jobs == 100
+        }
+        // What `campaign status` shows: all 100 wait for UTC+00:00's 09:00-like instant.
+        let dues = Campaign.localTimeDues(wall.description, fromMs: nowMs)
+        let counts = try await stack.store.heldCounts(campaign: "morning", dues: dues.map(\.dueMs))
+        let waiting = zip(dues, counts).filter { $0.1 > 0 }
+        #expect(waiting.count == 1 && waiting.first?.0.utcOffsets.contains("+00:00") == true && waiting.first?.1 == 100, "\(waiting)")
         try await stack.waitAccepted("morning", count: 100, timeout: .seconds(300))
         let times = stack.simulator.records.compactMap { r in r.jobID?.hasPrefix("morning:") == true ? r.time : nil }
         #expect(times.count == 100)

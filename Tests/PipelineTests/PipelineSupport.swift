@@ -298,7 +298,9 @@ final class PipelineProcess: @unchecked Sendable {
 extension Stack {
     /// A pipeline file for a `run` process against this stack.
     /// `appLines`: more keys of its app entry, each line indented as the entry's keys (4 spaces).
-    func pipelineFile(group: String = "apns-pipeline", settleAfterMs: Int = 3000, maxInFlight: Int = 2000, appLines: String = "") throws -> String {
+    func pipelineFile(
+        group: String = "apns-pipeline", settleAfterMs: Int = 3000, maxInFlight: Int = 2000, appLines: String = ""
+    ) throws -> String {
         let d = TestCertificates.directory
         let yaml = """
             kafka:

@@ -228,6 +228,13 @@ struct CampaignCommand: AsyncParsableCommand {
                     status.deferred = held.jobs
                     status.heldBytes = held.bytes
                     status.heldCapBytes = config.redis.heldCampaignMaxBytes
+                    if held.jobs > 0, let time = status.control?.localTime, let fromMs = status.control?.localTimeFromMs {
+                        let dues = Campaign.localTimeDues(time, fromMs: fromMs)
+                        let counts = try await store.heldCounts(campaign: campaign, dues: dues.map(\.dueMs))
+                        status.localWaiting = zip(dues, counts).compactMap { due, n in
+                            n > 0 ? Campaign.LocalWait(dueMs: due.dueMs, utcOffsets: due.utcOffsets, jobs: n) : nil
+                        }
+                    }
                     // Written unbuffered: with --watch into a pipe, each line goes out as it is made.
                     let text = json ? status.json : (watch ? "\u{1B}[H\u{1B}[2J" : "") + CampaignCommand.render(status)
                     FileHandle.standardOutput.write(Data((text + "\n").utf8))
@@ -364,6 +371,14 @@ struct CampaignCommand: AsyncParsableCommand {
         if status.deferred > 0 {
             let cap = status.heldCapBytes.map { " of its cap of \(mebibytes($0))" } ?? ""
             lines.append("  held in Redis: \(status.deferred) jobs, \(mebibytes(status.heldBytes))\(cap)")
+        }
+        if !status.localWaiting.isEmpty {
+            lines.append("  waiting for their local \(status.control?.localTime ?? "time"):")
+            let formatter = ISO8601DateFormatter()
+            for wait in status.localWaiting {
+                let due = formatter.string(from: Date(timeIntervalSince1970: Double(wait.dueMs) / 1000))
+                lines.append("    UTC\(wait.utcOffsets.joined(separator: " / UTC"))  due \(due)  \(wait.jobs) jobs")
+            }
         }
         let pct = status.fraction.map { String(format: "%.1f%%", $0 * 100) } ?? "–"
         lines.append(

@@ -93,6 +93,11 @@ struct JobCommand: AsyncParsableCommand {
         if let at = s.registeredAt { lines.append("  token registered at \(time(at))") }
         if let control = s.campaignControl { lines.append("  campaign: \(control.description)") }
         if let until = s.deferredUntilMs { lines.append("  deferred until \(time(until / 1000))") }
+        if let p = s.profile {
+            lines.append("  recipient: user \(p.user ?? "–"), time zone \(p.timeZone ?? "–") (its token's registration)")
+        }
+        if let n = s.capCounted { lines.append("  frequency caps: \(n) send(s) to its recipient counted") }
+        if let n = s.campaignCapCounted { lines.append("  its campaign's cap: \(n) send(s) to its recipient counted") }
         return lines.joined(separator: "\n")
     }
 
@@ -116,6 +121,10 @@ struct JobCommand: AsyncParsableCommand {
         if let at = s.registeredAt { object["registered_at"] = time(at) }
         if let control = s.campaignControl { object["campaign_state"] = control.description }
         if let until = s.deferredUntilMs { object["deferred_until"] = time(until / 1000) }
+        if let user = s.profile?.user { object["registered_user"] = user }
+        if let zone = s.profile?.timeZone { object["registered_time_zone"] = zone }
+        if let n = s.capCounted { object["cap_counted"] = n }
+        if let n = s.campaignCapCounted { object["campaign_cap_counted"] = n }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }

@@ -202,7 +202,8 @@ public struct FrequencyCapSettings: Sendable, Hashable {
             let per = try entry.requiredString("per", "the window, e.g. 24h, 90m, 7d")
             guard let perMs = FrequencyCap.milliseconds(per), let cap = FrequencyCap(max: max, perMs: perMs) else {
                 throw ConfigurationError(
-                    file: file, key: "\(entry.path).per", problem: "expected a window of 1s…31d written like 30s, 90m, 24h or 7d, found \"\(per)\"")
+                    file: file, key: "\(entry.path).per",
+                    problem: "expected a window of 1s…31d written like 30s, 90m, 24h or 7d, found \"\(per)\"")
             }
             try entry.finish()
             caps.append(cap)
@@ -216,7 +217,8 @@ public struct FrequencyCapSettings: Sendable, Hashable {
                 names.map { name in
                     guard let e = Exemption(rawValue: name) else {
                         throw ConfigurationError(
-                            file: file, key: "\(a.path).frequency_caps_exempt", problem: "expected priority or transactional, found \"\(name)\"")
+                            file: file, key: "\(a.path).frequency_caps_exempt",
+                            problem: "expected priority or transactional, found \"\(name)\"")
                     }
                     return e
                 })

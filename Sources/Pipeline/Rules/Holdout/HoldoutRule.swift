@@ -18,18 +18,7 @@ struct HoldoutRule: AudienceRule {
         }
     }
 
-    /// Whether `recipient` (``RecipientIdentity/capKey``) falls in the first `basisPoints` ÷ 10 000 of
-    /// `campaign`'s hash space. FNV-1a 64 over the campaign, a 0 byte and the recipient, mixed (its low
-    /// bits alone spread poorly): stable across versions, since it decides who a running campaign skips.
     static func isHeldOut(campaign: String, recipient: String, basisPoints: Int) -> Bool {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in campaign.utf8 { h = (h ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-        h = (h ^ 0) &* 0x0000_0100_0000_01b3
-        for byte in recipient.utf8 { h = (h ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
-        // splitmix64's finalizer.
-        h = (h ^ (h >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        h = (h ^ (h >> 27)) &* 0x94d0_49bb_1331_11eb
-        h ^= h >> 31
-        return Int(h % 10_000) < basisPoints
+        CampaignControlState.isHeldOut(campaign: campaign, recipient: recipient, basisPoints: basisPoints)
     }
 }

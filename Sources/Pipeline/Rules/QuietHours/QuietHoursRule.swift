@@ -64,7 +64,8 @@ public struct QuietHoursSettings: Sendable {
         func time(_ key: String) throws -> WallTime {
             let text = try q.requiredString(key, "a local time HH:MM (24-hour)")
             guard let t = WallTime(parsing: text) else {
-                throw ConfigurationError(file: file, key: "\(q.path).\(key)", problem: "expected a local time HH:MM (24-hour), found \"\(text)\"")
+                throw ConfigurationError(
+                    file: file, key: "\(q.path).\(key)", problem: "expected a local time HH:MM (24-hour), found \"\(text)\"")
             }
             return t
         }
