@@ -10,10 +10,16 @@ public enum Campaign {
     public struct Recipient: Sendable {
         public var token: DeviceToken
         public var language: String?
+        /// The audience CSV's `user` and `time_zone` columns: who the audience rules count and where
+        /// they read the clock (design §2.14); each job carries them (the template's when empty).
+        public var user: String?
+        public var timeZone: String?
 
-        public init(token: DeviceToken, language: String?) {
+        public init(token: DeviceToken, language: String?, user: String? = nil, timeZone: String? = nil) {
             self.token = token
             self.language = language
+            self.user = user
+            self.timeZone = timeZone
         }
     }
 
@@ -33,6 +39,8 @@ public enum Campaign {
         var lines = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
         var tokenColumn = 0
         var languageColumn: Int?
+        var userColumn: Int?
+        var zoneColumn: Int?
         var firstLine = 1
         if let header = lines.first, header.lowercased().contains("token") && header.contains(",") {
             let names = header.split(separator: ",", omittingEmptySubsequences: false).map {
@@ -41,6 +49,8 @@ public enum Campaign {
             guard let t = names.firstIndex(of: "token") else { throw CampaignError("\(path): the CSV header has no `token` column") }
             tokenColumn = t
             languageColumn = names.firstIndex(of: "language") ?? names.firstIndex(of: "lang")
+            userColumn = names.firstIndex(of: "user")
+            zoneColumn = names.firstIndex(of: "time_zone")
             lines.removeFirst()
             firstLine = 2
         }
@@ -54,12 +64,13 @@ public enum Campaign {
                 if audience.badLines.count < 20 { audience.badLines.append(firstLine + i) }
                 continue
             }
-            var language: String?
-            if let l = languageColumn, l < fields.count {
-                let value = fields[l].trimmingCharacters(in: .whitespaces)
-                language = value.isEmpty ? nil : value
+            func column(_ c: Int?) -> String? {
+                guard let c, c < fields.count else { return nil }
+                let value = fields[c].trimmingCharacters(in: .whitespaces)
+                return value.isEmpty ? nil : value
             }
-            audience.recipients.append(Recipient(token: token, language: language))
+            audience.recipients.append(
+                Recipient(token: token, language: column(languageColumn), user: column(userColumn), timeZone: column(zoneColumn)))
         }
         return audience
     }
@@ -111,6 +122,12 @@ public enum Campaign {
         members.insert((key: "id", value: .string(jobID(campaign: campaign, token: recipient.token))), at: 0)
         members.insert((key: "token", value: .string(hex)), at: 2)
         members.append((key: "campaign", value: .string(campaign)))
+        // The recipient's own user and zone win over the template's (the decoder refuses a key twice).
+        for (key, value) in [("user", recipient.user), ("time_zone", recipient.timeZone)] {
+            guard let value else { continue }
+            members.removeAll { $0.key == key }
+            members.append((key: key, value: .string(value)))
+        }
         return JSONValue.object(members).serialized()
     }
 }
