@@ -26,7 +26,7 @@ enum RuleVerdict: Sendable, Equatable {
     case pass
     /// Never sent: settled with this outcome (its lease freed by the settle).
     case settle(SettledOutcomeKind)
-    /// Sent later: held in Redis under `place` (a campaign id, or `@quiet:<app>`) until `dueMs` (epoch ms),
+    /// Sent later: held in Redis under `place` (a campaign id, or `@app:<bundle id>`) until `dueMs` (epoch ms),
     /// then gated again. Bound by the held slots' byte caps like every held job (design §2.11).
     case hold(dueMs: Int64, place: String)
 }

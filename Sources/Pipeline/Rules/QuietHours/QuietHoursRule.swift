@@ -6,8 +6,8 @@ import Sender
 
 /// Quiet hours (design §2.16): `apps[].quiet_hours: {from: "22:00", to: "08:00"}` in the recipient's
 /// zone — the job's `time_zone`, else its token's registered one, else the app's default. A job that
-/// arrives inside them is held in Redis until they end (under its campaign, so pause and cancel still
-/// reach it, or `@quiet:<app>`), or with `action: drop` settles `quiet`. The priority lane and
+/// arrives inside them is held in Redis until they end (under its campaign when that has control state,
+/// so a pause reaches it there, else under `@app:<app>`; a cancel reaches it when it comes back), or with `action: drop` settles `quiet`. The priority lane and
 /// transactional jobs are exempt: a sign-in code at 23:00 is wanted.
 struct QuietHoursRule: AudienceRule {
     let settings: [String: QuietHoursSettings]
@@ -33,14 +33,17 @@ struct QuietHoursRule: AudienceRule {
             switch quiet.action {
             case .drop: return .settle(.quiet)
             case .hold:
-                let place = subject.job.campaign ?? Self.place(app: subject.job.app)
+                // Where the held-bytes waits (`CapWaits`) look for its room: its campaign when that has
+                // control state (so a pause reaches it in Redis), else its app's place.
+                let place = subject.control != nil ? subject.job.campaign ?? Self.place(app: subject.job.app) : Self.place(app: subject.job.app)
                 return .hold(dueMs: Int64((end.timeIntervalSince1970 * 1000).rounded(.up)), place: place)
             }
         }
     }
 
-    /// Where an app's quiet-held jobs without a campaign wait.
-    static func place(app: String) -> String { "@quiet:" + app }
+    /// Where an app's quiet-held jobs wait when no campaign control names them: the app's own held place
+    /// (that of `apps[].max_rate`, design §2.13).
+    static func place(app: String) -> String { DeferredRelease.appDeferral(app) }
 }
 
 /// `apps[].quiet_hours`: `from` and `to` ("HH:MM", local), `default_time_zone` (IANA; UTC when absent),
