@@ -71,8 +71,24 @@ public struct PushNotification: Sendable {
         /// The gate's hashes (set by the pipeline's send stage); dropped by a change of the id or the recipient.
         var recordHashes: RecordHashes?
         /// The job's recipient (`user`, `time_zone`): nothing sends them; kept for the job written again.
-        var user: String?
-        var timeZone: String?
+        /// One reference, nil for nearly every job: two optional strings were 32 bytes more in every
+        /// notification a binary shard keeps for its grace window (+5 MiB peak RSS, benchmarks §7.16).
+        var recipientNames: RecipientNames?
+    }
+
+    /// A job's `user` and `time_zone`, made only when it has either.
+    @usableFromInline final class RecipientNames: Sendable {
+        let user: String?
+        let timeZone: String?
+
+        init(user: String?, timeZone: String?) {
+            self.user = user
+            self.timeZone = timeZone
+        }
+
+        static func make(user: String?, timeZone: String?) -> RecipientNames? {
+            user == nil && timeZone == nil ? nil : RecipientNames(user: user, timeZone: timeZone)
+        }
     }
 
     @usableFromInline final class Storage: Sendable {
@@ -221,12 +237,12 @@ public struct PushNotification: Sendable {
     /// they travel with the notification so that the job written again (a dead letter as sent, a held
     /// job) still names its recipient and stays exempt.
     public var user: String? {
-        get { storage.fields.user }
-        set { update { $0.user = newValue } }
+        get { storage.fields.recipientNames?.user }
+        set { update { $0.recipientNames = RecipientNames.make(user: newValue, timeZone: $0.recipientNames?.timeZone) } }
     }
     public var timeZone: String? {
-        get { storage.fields.timeZone }
-        set { update { $0.timeZone = newValue } }
+        get { storage.fields.recipientNames?.timeZone }
+        set { update { $0.recipientNames = RecipientNames.make(user: $0.recipientNames?.user, timeZone: newValue) } }
     }
     public var isTransactional: Bool {
         get { storage.fields.isTransactional }
@@ -258,7 +274,8 @@ public struct PushNotification: Sendable {
             Fields(
                 jobID: idIsMadeFromParts ? nil : jobID, app: app, token: token, tokenHex: tokenHex, payload: payload, expiry: expiry,
                 priority: priority, isTransactional: isTransactional, campaign: campaign, collapseID: collapseID, pushType: pushType,
-                position: position, channel: nil, recordHashes: recordHashes, user: user, timeZone: timeZone))
+                position: position, channel: nil, recordHashes: recordHashes,
+                recipientNames: RecipientNames.make(user: user, timeZone: timeZone)))
     }
 
     /// A notification for `recipient`: a device as `init(jobID:app:token:…)`, or a broadcast to a
@@ -281,8 +298,8 @@ public struct PushNotification: Sendable {
                     Fields(
                         jobID: jobID, app: app, token: Self.channelPlaceholderToken, tokenHex: "", payload: payload, expiry: expiry,
                         priority: priority, isTransactional: isTransactional, campaign: campaign, collapseID: collapseID,
-                        pushType: pushType, position: position, channel: channel, recordHashes: recordHashes, user: user,
-                        timeZone: timeZone)))
+                        pushType: pushType, position: position, channel: channel, recordHashes: recordHashes,
+                        recipientNames: RecipientNames.make(user: user, timeZone: timeZone))))
         }
     }
 

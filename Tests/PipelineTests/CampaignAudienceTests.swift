@@ -34,9 +34,11 @@ import Tools
         #expect(audience.recipients.map(\.user) == ["alice", nil])
         #expect(audience.recipients.map(\.timeZone) == ["Asia/Tokyo", nil])
         let template = try JSONParser.parse(#"{"app":"com.example.shop","time_zone":"Europe/Paris","payload":{"aps":{"alert":"x"}}}"#)
-        let first = try JobDecoder().decode(Campaign.job(template: template, campaign: "c", recipient: audience.recipients[0]), now: 1_800_000_000)
+        let first = try JobDecoder().decode(
+            Campaign.job(template: template, campaign: "c", recipient: audience.recipients[0]), now: 1_800_000_000)
         #expect(first.user == "alice" && first.timeZone == "Asia/Tokyo")
-        let second = try JobDecoder().decode(Campaign.job(template: template, campaign: "c", recipient: audience.recipients[1]), now: 1_800_000_000)
+        let second = try JobDecoder().decode(
+            Campaign.job(template: template, campaign: "c", recipient: audience.recipients[1]), now: 1_800_000_000)
         #expect(second.user == nil && second.timeZone == "Europe/Paris", "the template's zone when the row has none")
     }
 }

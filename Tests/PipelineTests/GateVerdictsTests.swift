@@ -79,4 +79,22 @@ extension GateVerdictsTests {
         #expect(v.regate.isEmpty && v.admitted.map(\.index) == [2])
         #expect(v.settled.outcomes.map(\.kind) == [.deferred] && v.settled.refs.map(\.offset) == [100])
     }
+
+    /// The audience rules' decisions: refused jobs settle with the rule's outcome and free their lease (an
+    /// outcome message each); jobs a rule held settle `deferred`, free their lease too, and have no
+    /// message until they come back.
+    @Test func audienceRuleDecisionsSettleWithTheirOutcomes() {
+        let decisions: [GateDecision] = [.ruledOut(.capped), .ruledOut(.quiet), .ruledOut(.heldOut), .heldByRule, .deferred]
+        let jobs = decisions.indices.map { TestJob(id: "job-\($0)") }
+        let v = GateVerdicts(decisions: decisions, jobs: jobs, isRetry: false, received: 5, outcomeMessages: true) {
+            MessageRef(topic: "apns.jobs", partition: 0, offset: Int64($0))
+        }
+        #expect(v.admitted.isEmpty)
+        #expect(v.settled.outcomes.map(\.kind) == [.capped, .quiet, .heldOut, .deferred, .deferred])
+        #expect(
+            v.settled.outcomes.map(\.tookNoLease) == [false, false, false, false, true], "only a job held before the gate took no lease")
+        #expect(v.settled.messages.map(\.outcome) == [.capped, .quiet, .heldOut])
+        #expect(v.settled.messages.map(\.id) == ["job-0", "job-1", "job-2"])
+        #expect(v.settled.refs.map(\.offset) == [0, 1, 2, 3, 4])
+    }
 }

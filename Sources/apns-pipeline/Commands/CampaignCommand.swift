@@ -23,7 +23,8 @@ struct CampaignCommand: AsyncParsableCommand {
         @Option(help: "The pipeline file (Kafka and Redis settings).") var pipeline: String = "Pipelines/default.yaml"
         @Option(help: "Campaign id.") var campaign: String
         @Option(help: "Template JSON: a job without id, token and campaign.") var template: String
-        @Option(help: "Tokens: one hex token per line, or a CSV with a token column and optional language, user and time_zone columns.") var tokens: String
+        @Option(help: "Tokens: one hex token per line, or a CSV with a token column and optional language, user and time_zone columns.")
+        var tokens: String
         @Option(help: "Messages per produce batch.") var batch: Int = 5000
         @Option(
             help:

@@ -35,7 +35,8 @@ struct QuietHoursRule: AudienceRule {
             case .hold:
                 // Where the held-bytes waits (`CapWaits`) look for its room: its campaign when that has
                 // control state (so a pause reaches it in Redis), else its app's place.
-                let place = subject.control != nil ? subject.job.campaign ?? Self.place(app: subject.job.app) : Self.place(app: subject.job.app)
+                let place =
+                    subject.control != nil ? subject.job.campaign ?? Self.place(app: subject.job.app) : Self.place(app: subject.job.app)
                 return .hold(dueMs: Int64((end.timeIntervalSince1970 * 1000).rounded(.up)), place: place)
             }
         }
