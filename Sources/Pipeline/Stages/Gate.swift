@@ -88,7 +88,7 @@ struct Gate: Sendable {
             }
         }
         if ruling {
-            try await applyRules(&decisions, d, profiles: profiles, control: snapshot ?? [:], hashes: hashes, store: store)
+            try await applyRules(&decisions, d, profiles: profiles, control: snapshot ?? [:], store: store)
         }
         return Result(decisions: decisions, recordHashes: hashes)
     }
@@ -99,7 +99,7 @@ struct Gate: Sendable {
     /// for is `heldFull`, its lease freed now, and waits like any such job.
     private func applyRules(
         _ decisions: inout [GateDecision], _ d: DecodedBatch, profiles: [Int: RecipientProfile], control: [String: CampaignControlState],
-        hashes: [RecordHashes?], store: PipelineStore
+        store: PipelineStore
     ) async throws {
         var subjects: [RuleSubject] = []
         for (index, job) in d.jobs.enumerated() where job.channel == nil {
