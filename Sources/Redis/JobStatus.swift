@@ -20,6 +20,9 @@ public struct JobStatus: Sendable, Equatable {
         /// None of the above, and its campaign is paused, scheduled for later or paced (design §2.11–§2.13):
         /// held in Redis until ``deferredUntil`` (nil: until `campaign resume`), or still in Kafka.
         case deferred
+        /// None of the above, and a frequency cap of its recipient refused it (design §2.15): settled
+        /// `capped` at ``cappedAtMs``, never sent (kept as long as the sends that capped it count).
+        case capped
         /// None of the above, and its recipient is in its campaign's holdout group (`campaign publish
         /// --holdout`, design §2.18): it is (or will be) settled `held_out`, never sent.
         case heldOut = "held-out"
@@ -49,18 +52,22 @@ public struct JobStatus: Sendable, Equatable {
     /// app's caps' and, with a campaign, that campaign's own (design §2.15). Nil when none.
     public var capCounted: Int64?
     public var campaignCapCounted: Int64?
+    /// ``State/capped``: when (epoch ms).
+    public var cappedAtMs: Int64?
     /// The token, lower-case hex (nil for a broadcast).
     var tokenHex: String?
 }
 
 extension PipelineStore {
     /// The state of job `jobID` for `app` and the token `tokenHex` (any case) at `now` (epoch seconds).
+    /// `user`: the job's own `user`, when it named one (its caps counted under it).
     public func jobStatus(
-        jobID: String, app: String, tokenHex: String, campaign: String? = nil, now: Int64 = PipelineStore.epochNow()
+        jobID: String, app: String, tokenHex: String, campaign: String? = nil, user: String? = nil, now: Int64 = PipelineStore.epochNow()
     ) async throws -> JobStatus {
-        let status = try await withCampaign(
-            jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now), campaign, now: now)
-        return try await withCaps(status, app: app, campaign: campaign)
+        var status = try await jobStatus(jobID: jobID, app: app, recipient: tokenHex, isChannel: false, now: now)
+        if let user { status.profile = RecipientProfile(timeZone: status.profile?.timeZone, user: user) }
+        status = try await withCaps(status, jobID: jobID, app: app, campaign: campaign)
+        return try await withCampaign(status, campaign, now: now)
     }
 
     /// A job neither accepted, in flight nor suppressed whose campaign has control state: cancelled, or
@@ -155,12 +162,20 @@ extension PipelineStore {
 
     /// ``JobStatus/capCounted`` and ``JobStatus/campaignCapCounted``: the recipient's counted sends
     /// (keys of the recipient's own slot: commands of their own).
-    func withCaps(_ status: JobStatus, app: String, campaign: String?) async throws -> JobStatus {
+    func withCaps(_ status: JobStatus, jobID: String, app: String, campaign: String?) async throws -> JobStatus {
         guard let hex = status.tokenHex else { return status }
         var status = status
         let recipient = Self.capRecipient(user: status.profile?.user, tokenHex: hex)
         let tag = keys.tokenTag(app: app, tokenHex: recipient)
         let nowMs = Self.epochNow() * 1000
+        if status.state == .notSeen {
+            let member = String(JobFingerprint(jobID: jobID).member)
+            let reply = try await command(RedisCommand("ZSCORE", keys.frequencyCapRefused(tag: tag, recipient: recipient), member))
+            if let at = reply.string.flatMap(Double.init) {
+                status.state = .capped
+                status.cappedAtMs = Int64(at)
+            }
+        }
         func counted(_ key: String) async throws -> Int64? {
             // Entries past every window are trimmed only when the rule next writes: count the last 31 days.
             let n = try await command(RedisCommand("ZCOUNT", key, String(nowMs - FrequencyCap.longestWindowMs), "+inf")).integer ?? 0

@@ -36,6 +36,7 @@ import Synchronization
 /// | `{<p>:<app>:<n>}:registered` | HASH | token hex → `<epoch>` |
 /// | `{<p>:<app>:<n>}:lang` | HASH | token hex → language |
 /// | `{<p>:<app>:<n>}:profile` | HASH | token hex → `<time zone>\n<user>` (either part may be empty) |
+/// | `{<p>:<app>:<n>}:capped:<recipient>` | ZSET | the recipient's jobs a cap refused: job fingerprint → when (ms); trimmed and expiring with its caps |
 /// | `{<p>:<app>:<n>}:cap:<recipient>[:c:<campaign>]` | ZSET | a recipient's capped sends: job fingerprint → send time (ms); expires after the longest window |
 /// | `{<p>:<app>:<n>}:dedup:<bucket>:<sub>` | SET (intset) | 64-bit fingerprints of accepted job ids |
 /// | `{<p>:<app>:<n>}:inflight` | HASH | leases of jobs between gate and settle: fingerprint → `<owner>/<gate call>/<expiry ms>` |
@@ -245,6 +246,9 @@ public struct RedisKeys: Sendable, Hashable {
         let base = tag + ":cap:" + recipient
         return campaign.map { base + ":c:" + $0 } ?? base
     }
+    /// The recipient's jobs a cap refused (`capped`), job fingerprint → when: what `job status` reads. A
+    /// sorted set trimmed and expiring like the recipient's counted sends.
+    public func frequencyCapRefused(tag: String, recipient: String) -> String { tag + ":capped:" + recipient }
     /// The leases of the tag's jobs in flight: a hash, job fingerprint (``JobFingerprint/member``) →
     /// `<owner>/<gate call>/<expiry, epoch ms of the server's clock>`.
     public func inFlight(tag: String) -> String { tag + ":inflight" }

@@ -67,6 +67,14 @@ struct AudienceRulesPipelineTests {
         let reached = Set(sent(stack, "second").keys)
         #expect(reached == Set((200..<300).map { Campaign.jobID(campaign: "second", token: token($0)) }), "only the new recipients")
         #expect(try await stack.store.readStats().totals[.capped] >= 100)
+        // `job status` of a capped job says so; of a sent one, accepted.
+        let capped = try await stack.store.jobStatus(
+            jobID: Campaign.jobID(campaign: "second", token: token(150)), app: shop, tokenHex: token(150).hex, campaign: "second")
+        #expect(capped.state == .capped && capped.cappedAtMs != nil, "\(capped)")
+        #expect(capped.capCounted == 1, "the first campaign's send counted: \(capped)")
+        let sentOne = try await stack.store.jobStatus(
+            jobID: Campaign.jobID(campaign: "second", token: token(250)), app: shop, tokenHex: token(250).hex, campaign: "second")
+        #expect(sentOne.state == .accepted)
         try await one.stop()
         try await two.stop()
         await stack.stop()
@@ -124,6 +132,10 @@ struct AudienceRulesPipelineTests {
         #expect(totals[.capped] == 2, "\(last)")
         #expect(totals[.quiet] == 1, "\(last)")
         #expect(sentIDs.intersection(["alice-1", "alice-2"]).count == 1, "\(sentIDs)")
+        // The capped one of alice's two, found by `job status` under her name.
+        let aliceCapped = sentIDs.contains("alice-1") ? ("alice-2", 2) : ("alice-1", 1)
+        let status = try await stack.store.jobStatus(jobID: aliceCapped.0, app: shop, tokenHex: token(aliceCapped.1).hex, user: "alice")
+        #expect(status.state == .capped, "\(status)")
         #expect(sentIDs.contains("alice-code"))
         #expect(sentIDs.intersection(["bob-1", "bob-2"]).count == 1, "bob's registered token and his name are one recipient: \(sentIDs)")
         #expect(sentIDs.contains("zone-registered") && !sentIDs.contains("zone-default"), "\(sentIDs)")

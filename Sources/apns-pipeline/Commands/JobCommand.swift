@@ -28,6 +28,7 @@ struct JobCommand: AsyncParsableCommand {
         @Option(help: "The job's device token (hex).") var token: String?
         @Option(help: "A broadcast job's channel id (instead of --token), as the job gave it.") var channel: String?
         @Option(help: "The job's campaign (default: the part before ':' of an id `<campaign>:<token>`).") var campaign: String?
+        @Option(help: "The job's `user`, when it named one (whose frequency caps it counted against).") var user: String?
         @Argument(help: "Job id.") var id: String
         @Flag(help: "Print one JSON object.") var json = false
 
@@ -62,7 +63,7 @@ struct JobCommand: AsyncParsableCommand {
                     if let channel {
                         try await store.jobStatus(jobID: id, app: app, channelID: channel)
                     } else {
-                        try await store.jobStatus(jobID: id, app: app, tokenHex: token ?? "", campaign: jobCampaign)
+                        try await store.jobStatus(jobID: id, app: app, tokenHex: token ?? "", campaign: jobCampaign, user: user)
                     }
                 await redis.close()
                 let text =
@@ -96,6 +97,7 @@ struct JobCommand: AsyncParsableCommand {
         if let p = s.profile {
             lines.append("  recipient: user \(p.user ?? "–"), time zone \(p.timeZone ?? "–") (its token's registration)")
         }
+        if let at = s.cappedAtMs { lines.append("  capped at \(time(at / 1000)): its recipient was at a frequency cap") }
         if let n = s.capCounted { lines.append("  frequency caps: \(n) send(s) to its recipient counted") }
         if let n = s.campaignCapCounted { lines.append("  its campaign's cap: \(n) send(s) to its recipient counted") }
         return lines.joined(separator: "\n")
@@ -123,6 +125,7 @@ struct JobCommand: AsyncParsableCommand {
         if let until = s.deferredUntilMs { object["deferred_until"] = time(until / 1000) }
         if let user = s.profile?.user { object["registered_user"] = user }
         if let zone = s.profile?.timeZone { object["registered_time_zone"] = zone }
+        if let at = s.cappedAtMs { object["capped_at"] = time(at / 1000) }
         if let n = s.capCounted { object["cap_counted"] = n }
         if let n = s.campaignCapCounted { object["campaign_cap_counted"] = n }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)

@@ -58,6 +58,7 @@ struct FrequencyCapRule: AudienceRule {
             }
             groups[tag]!.add(
                 subject: s, member: JobFingerprint(jobID: subject.job.id).member,
+                refused: keys.frequencyCapRefused(tag: tag, recipient: recipient),
                 checks: checks.map { (keys.frequencyCap(tag: tag, recipient: recipient, campaign: $0.campaign), $0.caps) })
         }
         if order.isEmpty { return verdicts }
@@ -75,8 +76,10 @@ struct FrequencyCapRule: AudienceRule {
     }
 
     /// ARGV from 2 (after #groups), per group: #keys, #jobs, each key's longest window (ms), then per job:
-    /// member, #checks, (key-index max window-ms)…. KEYS per group: its sorted sets. Returns per group a
-    /// digit per job: 1 over a cap (nothing counted), 0 counted (or counted before).
+    /// member, refused-key-index, #checks, (key-index max window-ms)…. KEYS per group: its sorted sets
+    /// (the counted sends', and each recipient's refused jobs', ``RedisKeys/frequencyCapRefused(tag:recipient:)``,
+    /// where a capped job's fingerprint is kept for `job status` as long as the sends that capped it).
+    /// Returns per group a digit per job: 1 over a cap (nothing counted), 0 counted (or counted before).
     static let script = RedisScript(
         #"""
         local rcall, tonumber, KEYS, ARGV = redis.call, tonumber, KEYS, ARGV
@@ -87,34 +90,50 @@ struct FrequencyCapRule: AudienceRule {
         for g = 1, tonumber(ARGV[1]) do
           local nk, nj = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
           i = i + 2
-          local longest = {}
+          -- Per key: its entries within its longest window (a key nobody was sent to yet, the usual
+          -- case in a broad campaign, costs one ZCARD here, then a ZADD and a PEXPIRE: 3 calls a job).
+          local longest, card, touched = {}, {}, {}
           for x = 1, nk do
             longest[x] = tonumber(ARGV[i]); i = i + 1
-            rcall('ZREMRANGEBYSCORE', KEYS[k + x], '-inf', nowMs - longest[x])
+            local n = rcall('ZCARD', KEYS[k + x])
+            if n > 0 then
+              n = n - rcall('ZREMRANGEBYSCORE', KEYS[k + x], '-inf', nowMs - longest[x])
+            end
+            card[x] = n
           end
           local codes = {}
           for j = 1, nj do
-            local member, nc = ARGV[i], tonumber(ARGV[i + 1])
-            i = i + 2
+            local member, refusedX, nc = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+            i = i + 3
             local room, counted, checked = true, false, {}
             for c = 1, nc do
-              local key, max, window = KEYS[k + tonumber(ARGV[i])], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+              local x, max, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
               i = i + 3
-              checked[c] = key
-              if rcall('ZSCORE', key, member) then
+              checked[c] = x
+              local key = KEYS[k + x]
+              if card[x] == 0 then
+                -- Nothing counted: room, and not counted before.
+              elseif rcall('ZSCORE', key, member) then
                 counted = true
-              elseif rcall('ZCOUNT', key, '(' .. (nowMs - window), '+inf') >= max then
+              elseif card[x] >= max and rcall('ZCOUNT', key, '(' .. (nowMs - window), '+inf') >= max then
+                -- (Fewer entries than `max` in the longest window: fewer in any shorter one.)
                 room = false
               end
             end
             if counted or room then
-              for c = 1, nc do rcall('ZADD', checked[c], 'NX', nowMs, member) end
+              for c = 1, nc do
+                local x = checked[c]
+                card[x] = card[x] + rcall('ZADD', KEYS[k + x], 'NX', nowMs, member)
+                touched[x] = true
+              end
               codes[j] = '0'
             else
+              rcall('ZADD', KEYS[k + refusedX], nowMs, member)
+              touched[refusedX] = true
               codes[j] = '1'
             end
           end
-          for x = 1, nk do rcall('PEXPIRE', KEYS[k + x], longest[x]) end
+          for x in pairs(touched) do rcall('PEXPIRE', KEYS[k + x], longest[x]) end
           k = k + nk
           out[g] = table.concat(codes)
         end
@@ -132,27 +151,31 @@ private struct CapGroup {
 
     init(tag: String) { self.tag = tag }
 
-    mutating func add(subject: Int, member: Int64, checks: [(key: String, caps: [FrequencyCap])]) {
+    mutating func add(subject: Int, member: Int64, refused: String, checks: [(key: String, caps: [FrequencyCap])]) {
         subjects.append(subject)
         jobArguments.append(String(member))
+        // The refused set lives as long as the job's longest window (trimmed and expiring with it).
+        jobArguments.append(index(of: refused, window: checks.flatMap(\.caps).map(\.perMs).max() ?? 0) + 1)
         jobArguments.append(checks.reduce(0) { $0 + $1.caps.count })
         for check in checks {
-            let window = check.caps.map(\.perMs).max() ?? 0
-            let x: Int
-            if let known = keys.firstIndex(of: check.key) {
-                x = known
-                longest[x] = max(longest[x], window)
-            } else {
-                keys.append(check.key)
-                longest.append(window)
-                x = keys.count - 1
-            }
+            let x = index(of: check.key, window: check.caps.map(\.perMs).max() ?? 0)
             for cap in check.caps {
                 jobArguments.append(x + 1)
                 jobArguments.append(cap.max)
                 jobArguments.append(cap.perMs)
             }
         }
+    }
+
+    /// `key`'s index in the group's keys (added when new), its longest window raised to `window`.
+    private mutating func index(of key: String, window: Int64) -> Int {
+        if let known = keys.firstIndex(of: key) {
+            longest[known] = max(longest[known], window)
+            return known
+        }
+        keys.append(key)
+        longest.append(window)
+        return keys.count - 1
     }
 
     var scriptGroup: ScriptGroup {
