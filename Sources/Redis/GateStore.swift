@@ -126,7 +126,9 @@ struct GateStore: StoreRole {
             arguments.append((group.wantsLanguage ? 1 : 0) + (group.wantsProfile ? 2 : 0))
             arguments.append(contentsOf: group.voids)
             arguments.append(contentsOf: group.jobArguments)
-            return ScriptGroup(tag: group.tag, keys: group.keys, arguments: arguments)
+            var keys = group.keys
+            if group.wantsProfile { keys.append(self.keys.profile(tag: group.tag)) }
+            return ScriptGroup(tag: group.tag, keys: keys, arguments: arguments)
         }
         var header = RedisArguments()
         header.append(configuration.leaseOwner)
@@ -160,7 +162,6 @@ struct GateStore: StoreRole {
                         tag: tag,
                         keys: RedisArguments([
                             keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
-                            keys.profile(tag: tag),
                         ]),
                         dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
                 groupIDs.append(TagID(app: app, bucket: bucket))

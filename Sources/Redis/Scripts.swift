@@ -50,8 +50,9 @@ enum Scripts {
     /// audience rules need the recipients' registered profiles, else none is read), then
     /// (job-index void-lease)… for the leases Swift found void, then per job: token (empty for a broadcast:
     /// no suppression, registration or language is read for it), member. KEYS per group:
-    /// suppressed, registered, lang, inflight (the group's lease hash), profile, then per job its #probes dedup keys
-    /// (its sub-bucket in each live time bucket, newest first; a key repeats when two jobs share a set).
+    /// suppressed, registered, lang, inflight (the group's lease hash), then per job its #probes dedup keys
+    /// (its sub-bucket in each live time bucket, newest first; a key repeats when two jobs share a set),
+    /// then, with wants bit 2, the group's profile hash.
     /// Returns per group { codes, (job-index value)… }: codes has a digit per job, a ``GateAnswer`` (its
     /// Lua constants are generated from that enum: `ADMITTED`, `DEDUPED`, …); the values are the language
     /// for admitted and taken-over jobs (when there is one) and the lease's value for a job in flight
@@ -88,8 +89,8 @@ enum Scripts {
               local nj, nv, wants = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
               local wantsLanguage, wantsProfile = wants % 2 == 1, wants >= 2
               i = i + 3
-              local supKey, regKey, langKey, leaseKey, profileKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
-              k = k + 5
+              local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+              k = k + 4
               local voids
               if nv > 0 then
                 voids = {}
@@ -109,6 +110,9 @@ enum Scripts {
                 if code == ADMITTED then no = no + 1; open[no] = j; members[no] = member end
                 i = i + 2
               end
+              -- The profile hash, last of the group's keys, only when a rule asks for it.
+              local profileKey
+              if wantsProfile then k = k + 1; profileKey = KEYS[k] end
               local values, result = {}, {}
               if no > 0 then
                 -- Leases: one HMGET for the group.
@@ -249,8 +253,8 @@ enum Scripts {
     /// registrations and suppressions. ARGV from `i`: marker-ttl-s, #groups, then per group: has-marker
     /// ('1'/'0'), #adds, #expire, #releases, #suppress, #register, dedup-expire-at, then the adds' members,
     /// the other released members, the add-indexes whose set gets its expiry, (token epoch value)…,
-    /// (token epoch lang profile)…. KEYS per group: [marker], suppressed, registered, lang, profile,
-    /// inflight, then one dedup key per add (repeated when two adds share a set).
+    /// (token epoch lang profile)…. KEYS per group: [marker], suppressed, registered, lang, inflight,
+    /// [profile, when #register > 0], then one dedup key per add (repeated when two adds share a set).
     ///
     /// Every add's member is also released (an accepted job held a lease), with the other released
     /// members, in one HDEL. A dedup set's expiry is the end of its time bucket + the retention, the same
@@ -277,8 +281,10 @@ enum Scripts {
             i = i + 7
             local marker
             if hasMarker then k = k + 1; marker = KEYS[k] end
-            local supKey, regKey, langKey, profileKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
-            local dk = k + 5
+            local supKey, regKey, langKey, leaseKey = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]
+            local dk, profileKey = k + 4, nil
+            -- The profile hash comes only with registrations (a settle part, nearly every group, has none).
+            if nReg > 0 then profileKey = KEYS[k + 5]; dk = k + 5 end
             k = dk + nAdd
             starts[g] = i
             local stored = marker and rcall('GET', marker)

@@ -146,8 +146,8 @@ struct TagWrites {
         keyList.append(keys.suppressed(tag: tag))
         keyList.append(keys.registered(tag: tag))
         keyList.append(keys.language(tag: tag))
-        keyList.append(keys.profile(tag: tag))
         keyList.append(keys.inFlight(tag: tag))
+        if registrations > 0 { keyList.append(keys.profile(tag: tag)) }
         keyList.append(contentsOf: addKeys)
         var a = RedisArguments()
         a.append(marked ? 1 : 0)

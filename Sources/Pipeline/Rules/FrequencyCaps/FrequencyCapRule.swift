@@ -75,7 +75,8 @@ struct FrequencyCapRule: AudienceRule {
         return verdicts
     }
 
-    /// ARGV from 2 (after #groups), per group: #keys, #jobs, each key's longest window (ms), then per job:
+    /// ARGV from 2 (after #groups), per group: #keys, #jobs, each key's longest window (ms; negative for a
+    /// refused-jobs key), then per job:
     /// member, refused-key-index, #checks, (key-index max window-ms)…. KEYS per group: its sorted sets
     /// (the counted sends', and each recipient's refused jobs', ``RedisKeys/frequencyCapRefused(tag:recipient:)``,
     /// where a capped job's fingerprint is kept for `job status` as long as the sends that capped it).
@@ -92,14 +93,17 @@ struct FrequencyCapRule: AudienceRule {
           i = i + 2
           -- Per key: its entries within its longest window (a key nobody was sent to yet, the usual
           -- case in a broad campaign, costs one ZCARD here, then a ZADD and a PEXPIRE: 3 calls a job).
+          -- A negative window marks a recipient's refused-jobs key: read by nobody here, trimmed when written.
           local longest, card, touched = {}, {}, {}
           for x = 1, nk do
             longest[x] = tonumber(ARGV[i]); i = i + 1
-            local n = rcall('ZCARD', KEYS[k + x])
-            if n > 0 then
-              n = n - rcall('ZREMRANGEBYSCORE', KEYS[k + x], '-inf', nowMs - longest[x])
+            if longest[x] > 0 then
+              local n = rcall('ZCARD', KEYS[k + x])
+              if n > 0 then
+                n = n - rcall('ZREMRANGEBYSCORE', KEYS[k + x], '-inf', nowMs - longest[x])
+              end
+              card[x] = n
             end
-            card[x] = n
           end
           local codes = {}
           for j = 1, nj do
@@ -133,7 +137,14 @@ struct FrequencyCapRule: AudienceRule {
               codes[j] = '1'
             end
           end
-          for x in pairs(touched) do rcall('PEXPIRE', KEYS[k + x], longest[x]) end
+          for x in pairs(touched) do
+            local window = longest[x]
+            if window < 0 then
+              window = -window
+              rcall('ZREMRANGEBYSCORE', KEYS[k + x], '-inf', nowMs - window)
+            end
+            rcall('PEXPIRE', KEYS[k + x], window)
+          end
           k = k + nk
           out[g] = table.concat(codes)
         end
@@ -154,8 +165,9 @@ private struct CapGroup {
     mutating func add(subject: Int, member: Int64, refused: String, checks: [(key: String, caps: [FrequencyCap])]) {
         subjects.append(subject)
         jobArguments.append(String(member))
-        // The refused set lives as long as the job's longest window (trimmed and expiring with it).
-        jobArguments.append(index(of: refused, window: checks.flatMap(\.caps).map(\.perMs).max() ?? 0) + 1)
+        // The refused set lives as long as the job's longest window (trimmed and expiring with it); its
+        // window goes negative to the script, which then reads nothing of it.
+        jobArguments.append(index(of: refused, window: -(checks.flatMap(\.caps).map(\.perMs).max() ?? 0)) + 1)
         jobArguments.append(checks.reduce(0) { $0 + $1.caps.count })
         for check in checks {
             let x = index(of: check.key, window: check.caps.map(\.perMs).max() ?? 0)
@@ -167,10 +179,11 @@ private struct CapGroup {
         }
     }
 
-    /// `key`'s index in the group's keys (added when new), its longest window raised to `window`.
+    /// `key`'s index in the group's keys (added when new), its longest window raised to `window` (a
+    /// refused-jobs key's windows are negative: lowered).
     private mutating func index(of key: String, window: Int64) -> Int {
         if let known = keys.firstIndex(of: key) {
-            longest[known] = max(longest[known], window)
+            longest[known] = window < 0 ? min(longest[known], window) : max(longest[known], window)
             return known
         }
         keys.append(key)
