@@ -172,8 +172,10 @@ public struct FrequencyCap: Sendable, Hashable, CustomStringConvertible {
 
     var stored: String { "\(max)/\(perMs)" }
 
+    /// `1/24h`, `3/7d`, `1/90m`: days from two days up, as people say them.
     public var description: String {
-        for (unit, ms) in [("d", Int64(86_400_000)), ("h", 3_600_000), ("m", 60_000)] where perMs % ms == 0 {
+        if perMs % 86_400_000 == 0 && perMs >= 172_800_000 { return "\(max)/\(perMs / 86_400_000)d" }
+        for (unit, ms) in [("h", Int64(3_600_000)), ("m", 60_000)] where perMs % ms == 0 {
             return "\(max)/\(perMs / ms)\(unit)"
         }
         return "\(max)/\(perMs / 1000)s"

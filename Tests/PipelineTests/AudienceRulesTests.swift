@@ -99,7 +99,7 @@ import Tools
         #expect(state.stored == "cap=1/86400000,holdout=500,local=09:00@1795000000000")
         #expect(CampaignControlState(stored: state.stored) == state)
         #expect(state.hasAudienceRules)
-        #expect(state.description(nowMs: 0) == "at 09:00 local time, capped at 1/1d, holding out 5%")
+        #expect(state.description(nowMs: 0) == "at 09:00 local time, capped at 1/24h, holding out 5%")
         #expect(!CampaignControlState(stored: "paused,pace=10").hasAudienceRules)
     }
 
