@@ -117,27 +117,13 @@ struct Gate: Sendable {
         let outcome = try await rules.decide(subjects, nowMs: nowMs, store: store)
         for (index, kind) in outcome.settled { decisions[index] = .ruledOut(kind) }
         if outcome.held.isEmpty { return }
-        var deferrals: [Deferral] = []
-        var deferralOf: [String: Int] = [:]
-        var indices: [[Int]] = []
+        var batch = DeferralBatch()
         for hold in outcome.held {
-            let key = "\(hold.place)\u{0}\(hold.dueMs)"
-            let k: Int
-            if let known = deferralOf[key] {
-                k = known
-            } else {
-                k = deferrals.count
-                deferralOf[key] = k
-                deferrals.append(Deferral(campaign: hold.place, mode: .hold(dueMs: hold.dueMs), messages: []))
-                indices.append([])
-            }
-            let message = d.messages[d.jobMessages[hold.index]]
-            deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
-            indices[k].append(hold.index)
+            batch.add(d.messages[d.jobMessages[hold.index]], job: hold.index, place: hold.place, mode: .hold(dueMs: hold.dueMs))
         }
-        let answers = try await store.deferJobs(deferrals, nowMs: nowMs)
+        let answers = try await store.deferJobs(batch.deferrals, nowMs: nowMs)
         var full: [GateRequest] = []
-        for (k, jobs) in indices.enumerated() {
+        for (k, jobs) in batch.jobs.enumerated() {
             for (position, index) in jobs.enumerated() {
                 switch answers[k][position] {
                 case .admitted: break  // due already: sent
@@ -169,9 +155,7 @@ struct Gate: Sendable {
     private func hold(_ d: DecodedBatch, control: [String: CampaignControlState], store: PipelineStore) async throws -> Held {
         var held = Held()
         let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
-        var deferrals: [Deferral] = []
-        var deferralOf: [String: Int] = [:]
-        var indices: [[Int]] = []
+        var batch = DeferralBatch()
         for (index, job) in d.jobs.enumerated() {
             let state = job.campaign.flatMap { control[$0] }
             if state?.cancelled == true {
@@ -182,22 +166,11 @@ struct Gate: Sendable {
             guard state != nil || appRate != nil else { continue }
             let message = d.messages[d.jobMessages[index]]
             guard let place = deferral(of: job, message: message, state: state, appRate: appRate, nowMs: nowMs) else { continue }
-            let key = "\(place.name)\u{0}\(place.mode)"
-            let k: Int
-            if let known = deferralOf[key] {
-                k = known
-            } else {
-                k = deferrals.count
-                deferralOf[key] = k
-                deferrals.append(Deferral(campaign: place.name, mode: place.mode, messages: []))
-                indices.append([])
-            }
-            deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
-            indices[k].append(index)
+            batch.add(message, job: index, place: place.name, mode: place.mode)
         }
-        if deferrals.isEmpty { return held }
-        let answers = try await store.deferJobs(deferrals, nowMs: nowMs)
-        for (k, jobs) in indices.enumerated() {
+        if batch.deferrals.isEmpty { return held }
+        let answers = try await store.deferJobs(batch.deferrals, nowMs: nowMs)
+        for (k, jobs) in batch.jobs.enumerated() {
             for (position, index) in jobs.enumerated() {
                 switch answers[k][position] {
                 case .admitted: break
@@ -234,4 +207,34 @@ extension RecordHashes {
     }
 
     var fingerprint: JobFingerprint { JobFingerprint(member: idMember, spread: idSpread) }
+}
+
+/// Jobs to hold, one deferral per place and mode (a campaign's pause, its pace, a rule's due time), in the
+/// order first met, and which batch job each held message is: what `Gate.hold` and `Gate.applyRules`
+/// hand the held slots in one call.
+struct DeferralBatch {
+    private struct Place: Hashable {
+        var name: String
+        var mode: Deferral.Mode
+    }
+
+    private(set) var deferrals: [Deferral] = []
+    /// Per deferral, the batch index of each of its messages.
+    private(set) var jobs: [[Int]] = []
+    private var indexOf: [Place: Int] = [:]
+
+    mutating func add(_ message: KafkaConsumerMessage, job: Int, place name: String, mode: Deferral.Mode) {
+        let place = Place(name: name, mode: mode)
+        let k: Int
+        if let known = indexOf[place] {
+            k = known
+        } else {
+            k = deferrals.count
+            indexOf[place] = k
+            deferrals.append(Deferral(campaign: name, mode: mode, messages: []))
+            jobs.append([])
+        }
+        deferrals[k].messages.append(DeferredMessage.member(key: message.key, value: message.value))
+        jobs[k].append(job)
+    }
 }
