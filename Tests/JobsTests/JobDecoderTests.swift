@@ -90,6 +90,41 @@ import Testing
         #expect(job.alerts.isEmpty)
     }
 
+    /// Keys one letter (or one case) away from a known key, of every known key's length, are unknown:
+    /// ignored, where the known key would refuse the value (the decoder matches a key by its length first).
+    @Test func nearMissKeysAreUnknown() throws {
+        let nearMisses = [
+            "iD", "ap_", "usex", "tokem", "alertz", "expirY", "payloax", "channeL", "campaigm", "prioritx", "push_typo",
+            "time-zone", "collapse_ix", "transactionaL", "storage_polica", "transactional_", "i", "",
+        ]
+        let extra: [String: String?] = Dictionary(uniqueKeysWithValues: nearMisses.map { ($0, "[1]") })
+        // Both paths: the general one and the one that reads strings from the message's bytes.
+        func decodings(_ bytes: [UInt8]) -> [Result<Job, JobError>] {
+            [
+                Result { () throws(JobError) in try decoder.decode(bytes, now: now) },
+                bytes.withUnsafeBytes { raw in
+                    Result { () throws(JobError) in try decoder.decode(raw, now: now, templates: JobTemplates()) }
+                },
+            ]
+        }
+        for result in decodings(Fixtures.job(extra)) {
+            let job = try result.get()
+            #expect(job.user == nil && job.timeZone == nil && !job.isTransactional && job.campaign == nil)
+        }
+        // The known keys themselves are read: each of these values is refused.
+        for key in [
+            "id", "app", "user", "token", "alerts", "expiry", "payload", "channel", "campaign", "priority", "push_type", "time_zone",
+            "collapse_id", "transactional", "storage_policy",
+        ] {
+            for result in decodings(Fixtures.job([key: "[1]"])) {
+                guard case .failure = result else {
+                    Issue.record("\(key): [1] was not refused")
+                    continue
+                }
+            }
+        }
+    }
+
     /// The payload examples of Apple's "Examples of JSON Payloads" (2 and 5 mended: they have trailing commas / a missing comma).
     @Test(arguments: [
         #"{"aps":{"alert":"Message received from Bob"},"acme2":["bang","whiz"]}"#,
