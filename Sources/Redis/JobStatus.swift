@@ -23,11 +23,13 @@ public struct JobStatus: Sendable, Equatable {
         /// None of the above, and a frequency cap of its recipient refused it (design §2.15): settled
         /// `capped` at ``cappedAtMs``, never sent (kept as long as the sends that capped it count).
         case capped
+        /// None of the above, and its app's quiet hours dropped it (`action: drop`, design §2.16): settled
+        /// `quiet` at ``quietAtMs``, never sent (kept for the dedup retention).
+        case quiet
         /// None of the above, and its recipient is in its campaign's holdout group (`campaign publish
         /// --holdout`, design §2.18): it is (or will be) settled `held_out`, never sent.
         case heldOut = "held-out"
-        /// None of the above: never gated, still in Kafka, dead-lettered, capped, dropped in quiet hours,
-        /// or its record expired.
+        /// None of the above: never gated, still in Kafka, dead-lettered, or its record expired.
         case notSeen = "not-seen"
     }
 
@@ -54,6 +56,8 @@ public struct JobStatus: Sendable, Equatable {
     public var campaignCapCounted: Int64?
     /// ``State/capped``: when (epoch ms).
     public var cappedAtMs: Int64?
+    /// ``State/quiet``: when (epoch ms).
+    public var quietAtMs: Int64?
     /// The token, lower-case hex (nil for a broadcast).
     var tokenHex: String?
 }
@@ -116,6 +120,7 @@ extension PipelineStore {
             list.append(RedisCommand("HGET", keys.suppressed(tag: tag), hex))
             list.append(RedisCommand("HGET", keys.registered(tag: tag), hex))
             list.append(RedisCommand("HGET", keys.profile(tag: tag), hex))
+            list.append(RedisCommand("ZSCORE", keys.quietDropped(tag: tag), String(fingerprint.member)))
         }
         let replies = try await commands(list)  // one slot: every key carries the tag
         guard replies.count == list.count else { throw RedisError.unexpectedReply("job status: \(replies.count) replies") }
@@ -137,6 +142,7 @@ extension PipelineStore {
             }
             status.registeredAt = tail[tail.startIndex + 2].string.flatMap { Int64($0) }
             status.profile = tail[tail.startIndex + 3].string.map(RecipientProfile.init(stored:))
+            status.quietAtMs = tail[tail.startIndex + 4].string.flatMap(Double.init).map { Int64($0) }
             status.tokenHex = hex
         }
         if let lease = status.lease {
@@ -151,6 +157,8 @@ extension PipelineStore {
             status.state = .inFlight
         } else if let at = status.suppressedAt, !(status.registeredAt.map { $0 > at } ?? false) {
             status.state = .suppressed
+        } else if status.quietAtMs != nil {
+            status.state = .quiet
         }
         return status
     }

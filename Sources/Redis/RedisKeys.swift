@@ -249,6 +249,9 @@ public struct RedisKeys: Sendable, Hashable {
     /// The recipient's jobs a cap refused (`capped`), job fingerprint → when: what `job status` reads. A
     /// sorted set trimmed and expiring like the recipient's counted sends.
     public func frequencyCapRefused(tag: String, recipient: String) -> String { tag + ":capped:" + recipient }
+    /// The tag's jobs quiet hours dropped (`quiet`, design §2.16), job fingerprint → when: what `job status`
+    /// reads. A sorted set trimmed to the dedup retention at each write and expiring after it.
+    public func quietDropped(tag: String) -> String { tag + ":quiet" }
     /// The leases of the tag's jobs in flight: a hash, job fingerprint (``JobFingerprint/member``) →
     /// `<owner>/<gate call>/<expiry, epoch ms of the server's clock>`.
     public func inFlight(tag: String) -> String { tag + ":inflight" }

@@ -19,15 +19,6 @@ struct AudienceRulesPipelineTests {
         }
     }
 
-    func change(_ stack: Stack, _ campaign: String, _ body: @escaping @Sendable (inout CampaignControlState) -> Void) async throws {
-        let change = try await stack.store.changeControlAndWait(campaign: campaign, wait: .seconds(120)) {
-            var state = $0
-            body(&state)
-            return state
-        }
-        #expect(change.missing.isEmpty, "a process did not apply the change: \(change.missing)")
-    }
-
     /// Until `campaign` has `count` jobs settled; on a timeout its hash is shown.
     func waitSettled(_ stack: Stack, _ campaign: String, _ count: Int64, timeout: Duration = .seconds(240)) async throws {
         var last = ""
@@ -149,7 +140,7 @@ struct AudienceRulesPipelineTests {
         let stack = try await Stack()
         let pipeline = RunningPipeline(stack.configuration())
         try await waitForProcesses(stack, 1)
-        try await change(stack, "daily") { $0.cap = FrequencyCap(max: 1, perMs: 3_600_000) }
+        try await stack.changeControl("daily") { $0.cap = FrequencyCap(max: 1, perMs: 3_600_000) }
         try await stack.publish(campaign: "other", template: template, tokens: (0..<50).map(token))
         try await waitSettled(stack, "other", 50)
         try await stack.publish(campaign: "daily", template: template, tokens: (0..<50).map(token))
@@ -170,7 +161,7 @@ struct AudienceRulesPipelineTests {
         let stack = try await Stack()
         let pipeline = RunningPipeline(stack.configuration())
         try await waitForProcesses(stack, 1)
-        try await change(stack, "lift") { $0.holdoutBasisPoints = 1000 }
+        try await stack.changeControl("lift") { $0.holdoutBasisPoints = 1000 }
         let tokens = (0..<400).map(token)
         let out = Set(tokens.filter { HoldoutRule.isHeldOut(campaign: "lift", recipient: "t:" + $0.hex, basisPoints: 1000) }.map(\.hex))
         #expect(out.count > 20 && out.count < 60, "about 10 % of 400: \(out.count)")
@@ -202,6 +193,14 @@ struct AudienceRulesPipelineTests {
         let night = try await stack.store.readCampaign("night")
         #expect(night[.jobsQuiet] == 100, "\(night.counters.fields)")
         #expect(sent(stack, "night").isEmpty)
+        // `job status` says what became of a dropped job (its token tag's record, read in its one round trip).
+        let dropped = try await stack.store.jobStatus(
+            jobID: Campaign.jobID(campaign: "night", token: token(7)), app: shop, tokenHex: token(7).hex)
+        #expect(dropped.state == .quiet, "\(dropped)")
+        #expect(dropped.quietAtMs != nil)
+        let other = try await stack.store.jobStatus(
+            jobID: Campaign.jobID(campaign: "other", token: token(7)), app: shop, tokenHex: token(7).hex)
+        #expect(other.state == .notSeen, "a job never dropped is not said to be")
         try await pipeline.stop()
         await stack.stop()
     }
@@ -248,7 +247,7 @@ struct AudienceRulesPipelineTests {
         try await waitForProcesses(stack, 1)
         let nowMs = Int64(Date().timeIntervalSince1970 * 1000)
         let wall = Self.wallTime(atMs: nowMs + 60_000 + (60_000 - nowMs % 60_000))
-        try await change(stack, "morning") {
+        try await stack.changeControl("morning") {
             $0.localTime = wall.description
             $0.localTimeFromMs = nowMs
         }

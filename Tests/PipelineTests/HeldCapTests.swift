@@ -26,15 +26,6 @@ struct HeldCapTests {
         try await stack.store.finishPublish(campaign: campaign)
     }
 
-    func change(_ stack: Stack, _ campaign: String, _ body: @escaping @Sendable (inout CampaignControlState) -> Void) async throws {
-        let change = try await stack.store.changeControlAndWait(campaign: campaign, wait: .seconds(60)) {
-            var state = $0
-            body(&state)
-            return state
-        }
-        #expect(change.missing.isEmpty, "a process did not apply the change: \(change.missing)")
-    }
-
     func waiting(_ pipeline: RunningPipeline) -> (jobs: Int, partitions: Int) {
         pipeline.runner.capWaiting.withLock { waits in
             (waits.reduce(0) { $0 + $1.waitingJobs }, waits.reduce(0) { $0 + $1.partitionsHeld })
@@ -55,7 +46,7 @@ struct HeldCapTests {
         try await eventually("the process polls campaign control") {
             try await stack.store.controlAcknowledgements().count == 1
         }
-        try await change(stack, "big") { $0.paused = true }
+        try await stack.changeControl("big") { $0.paused = true }
         let jobs = 1500
         try await publish(stack, campaign: "big", tokens: (0..<jobs).map(token), partitions: [0])
         try await publish(stack, campaign: "other", tokens: (20_000..<20_300).map(token), partitions: [1, 2, 3])
@@ -88,7 +79,7 @@ struct HeldCapTests {
         #expect((object["deferred"] as? NSNumber)?.int64Value ?? -1 > 0, "\(status.stdout)")
         #expect((object["held_bytes"] as? NSNumber)?.int64Value ?? -1 > 0, "\(status.stdout)")
 
-        try await change(stack, "big") { $0.paused = false }
+        try await stack.changeControl("big") { $0.paused = false }
         try await eventually("every job of big settled", timeout: .seconds(300)) {
             try await stack.store.readCampaign("big").jobsSettled == Int64(jobs)
         }
@@ -112,7 +103,7 @@ struct HeldCapTests {
         try await eventually("the process polls campaign control") {
             try await stack.store.controlAcknowledgements().count == 1
         }
-        try await change(stack, "paced") { $0.rate = 200 }
+        try await stack.changeControl("paced") { $0.rate = 200 }
         let jobs = 600
         try await publish(stack, campaign: "paced", tokens: (0..<jobs).map(token), partitions: [0, 1, 2, 3, 4, 5, 6, 7])
         try await eventually("every job of the campaign sent", timeout: .seconds(300)) {
@@ -138,7 +129,7 @@ struct HeldCapTests {
             try await stack.store.controlAcknowledgements().count == 1
         }
         let later = Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000
-        try await change(stack, "forged") { $0.startAtMs = later }
+        try await stack.changeControl("forged") { $0.startAtMs = later }
         try await publish(
             stack, campaign: "forged", tokens: (0..<100).map(token), partitions: [0, 1, 2, 3],
             headers: [KafkaHeader(key: "apns-paced-slot", string: "1")])
@@ -152,7 +143,7 @@ struct HeldCapTests {
         #expect(try await stack.store.readCampaign("forged").jobsSettled == 0)
 
         // Paced at 1/s: a forged header takes a slot like any job.
-        try await change(stack, "slow") { $0.rate = 1 }
+        try await stack.changeControl("slow") { $0.rate = 1 }
         let published = ContinuousClock.now
         try await publish(
             stack, campaign: "slow", tokens: (300..<330).map(token), partitions: [0, 1, 2, 3, 4, 5, 6, 7],

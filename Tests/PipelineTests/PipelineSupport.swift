@@ -296,6 +296,17 @@ final class PipelineProcess: @unchecked Sendable {
 }
 
 extension Stack {
+    /// Changes `campaign`'s control state and waits (generously: a loaded machine is slow, never red) until
+    /// every live `run` process applied it.
+    func changeControl(_ campaign: String, _ body: @escaping @Sendable (inout CampaignControlState) -> Void) async throws {
+        let change = try await store.changeControlAndWait(campaign: campaign, wait: .seconds(120)) {
+            var state = $0
+            body(&state)
+            return state
+        }
+        #expect(change.missing.isEmpty, "a process did not apply the change: \(change.missing)")
+    }
+
     /// A pipeline file for a `run` process against this stack.
     /// `appLines`: more keys of its app entry, each line indented as the entry's keys (4 spaces).
     func pipelineFile(

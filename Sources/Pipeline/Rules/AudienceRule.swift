@@ -36,6 +36,8 @@ struct RuleSubject: Sendable {
     /// Its index in the batch's jobs.
     var index: Int
     var job: Job
+    /// Its id's fingerprint (the gate's): what the rules' records name it by.
+    var fingerprint: JobFingerprint
     var recipient: RecipientIdentity
     /// Its campaign's control state (cap, holdout, local time), when it has one.
     var control: CampaignControlState?

@@ -88,7 +88,7 @@ struct Gate: Sendable {
             }
         }
         if ruling {
-            try await applyRules(&decisions, d, profiles: profiles, control: snapshot ?? [:], store: store)
+            try await applyRules(&decisions, d, hashes: hashes, profiles: profiles, control: snapshot ?? [:], store: store)
         }
         return Result(decisions: decisions, recordHashes: hashes)
     }
@@ -98,8 +98,8 @@ struct Gate: Sendable {
     /// `deferred`; the leases the gate took are freed by those settles. A job the held slots have no room
     /// for is `heldFull`, its lease freed now, and waits like any such job.
     private func applyRules(
-        _ decisions: inout [GateDecision], _ d: DecodedBatch, profiles: [Int: RecipientProfile], control: [String: CampaignControlState],
-        store: PipelineStore
+        _ decisions: inout [GateDecision], _ d: DecodedBatch, hashes: [RecordHashes?], profiles: [Int: RecipientProfile],
+        control: [String: CampaignControlState], store: PipelineStore
     ) async throws {
         var subjects: [RuleSubject] = []
         for (index, job) in d.jobs.enumerated() where job.channel == nil {
@@ -109,7 +109,8 @@ struct Gate: Sendable {
             }
             subjects.append(
                 RuleSubject(
-                    index: index, job: job, recipient: RecipientIdentity(job: job, profile: profiles[index]),
+                    index: index, job: job, fingerprint: hashes[index]?.fingerprint ?? JobFingerprint(jobID: job.id),
+                    recipient: RecipientIdentity(job: job, profile: profiles[index]),
                     control: job.campaign.flatMap { control[$0] }, isPriority: lane == .priority))
         }
         if subjects.isEmpty { return }

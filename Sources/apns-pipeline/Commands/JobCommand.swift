@@ -98,6 +98,9 @@ struct JobCommand: AsyncParsableCommand {
             lines.append("  recipient: user \(p.user ?? "–"), time zone \(p.timeZone ?? "–") (its token's registration)")
         }
         if let at = s.cappedAtMs { lines.append("  capped at \(time(at / 1000)): its recipient was at a frequency cap") }
+        if let at = s.quietAtMs {
+            lines.append("  dropped at \(time(at / 1000)): inside its recipient's quiet hours (the app drops such jobs)")
+        }
         if let n = s.capCounted { lines.append("  frequency caps: \(n) send(s) to its recipient counted") }
         if let n = s.campaignCapCounted { lines.append("  its campaign's cap: \(n) send(s) to its recipient counted") }
         return lines.joined(separator: "\n")
@@ -126,6 +129,7 @@ struct JobCommand: AsyncParsableCommand {
         if let user = s.profile?.user { object["registered_user"] = user }
         if let zone = s.profile?.timeZone { object["registered_time_zone"] = zone }
         if let at = s.cappedAtMs { object["capped_at"] = time(at / 1000) }
+        if let at = s.quietAtMs { object["quiet_at"] = time(at / 1000) }
         if let n = s.capCounted { object["cap_counted"] = n }
         if let n = s.campaignCapCounted { object["campaign_cap_counted"] = n }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)

@@ -57,7 +57,7 @@ struct FrequencyCapRule: AudienceRule {
                 order.append(tag)
             }
             groups[tag]!.add(
-                subject: s, member: JobFingerprint(jobID: subject.job.id).member,
+                subject: s, member: subject.fingerprint.member,
                 refused: keys.frequencyCapRefused(tag: tag, recipient: recipient),
                 checks: checks.map { (keys.frequencyCap(tag: tag, recipient: recipient, campaign: $0.campaign), $0.caps) })
         }

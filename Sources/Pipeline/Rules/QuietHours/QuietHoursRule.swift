@@ -2,6 +2,7 @@ import Foundation
 import Jobs
 import LocalTime
 import Redis
+import RedisClient
 import Sender
 
 /// Quiet hours (design §2.16): `apps[].quiet_hours: {from: "22:00", to: "08:00"}` in the recipient's
@@ -26,7 +27,7 @@ struct QuietHoursRule: AudienceRule {
 
     func verdicts(_ subjects: [RuleSubject], nowMs: Int64, store: PipelineStore) async throws -> [RuleVerdict] {
         let now = Date(timeIntervalSince1970: Double(nowMs) / 1000)
-        return subjects.map { subject in
+        let verdicts = subjects.map { subject -> RuleVerdict in
             guard let quiet = settings[subject.job.app], !subject.job.isTransactional else { return .pass }
             let zone = subject.recipient.zone(or: quiet.defaultTimeZone)
             guard let end = quiet.window.end(containing: now, in: zone) else { return .pass }
@@ -40,7 +41,54 @@ struct QuietHoursRule: AudienceRule {
                 return .hold(dueMs: Int64((end.timeIntervalSince1970 * 1000).rounded(.up)), place: place)
             }
         }
+        try await recordDrops(zip(subjects, verdicts).compactMap { $1 == .settle(.quiet) ? $0 : nil }, store: store)
+        return verdicts
     }
+
+    /// Keeps each dropped job's fingerprint in its token tag's ``RedisKeys/quietDropped(tag:)`` set, so that
+    /// `job status` can say what became of it (one call per token slot, only for a batch that dropped
+    /// some). Written before the settle: a job redelivered after a crash is dropped and written again.
+    private func recordDrops(_ dropped: [RuleSubject], store: PipelineStore) async throws {
+        if dropped.isEmpty { return }
+        var members: [String: [Int64]] = [:]
+        var order: [String] = []
+        for subject in dropped {
+            let tag = store.keys.tokenTag(app: subject.job.app, tokenHex: subject.job.tokenHex)
+            if members[tag] == nil { order.append(tag) }
+            members[tag, default: []].append(subject.fingerprint.member)
+        }
+        let retentionMs = store.configuration.dedupRetention.components.seconds * 1000
+        let scriptGroups = order.map { tag in
+            var arguments = RedisArguments()
+            arguments.append(members[tag]!.count)
+            for member in members[tag]! { arguments.append(member) }
+            return ScriptGroup(tag: tag, keys: RedisArguments([store.keys.quietDropped(tag: tag)]), arguments: arguments)
+        }
+        var header = RedisArguments()
+        header.append(retentionMs)
+        _ = try await store.runGrouped(Self.dropsScript, header: header, groups: scriptGroups)
+    }
+
+    /// ARGV: retention-ms, #groups, then per group: #members, the members. KEYS per group: its
+    /// ``RedisKeys/quietDropped(tag:)`` set. Each member is written with the server's time; entries older
+    /// than the retention go, and the set expires after it. Returns per group its count.
+    static let dropsScript = RedisScript(
+        #"""
+        local rcall, tonumber, KEYS, ARGV = redis.call, tonumber, KEYS, ARGV
+        local time = rcall('TIME')
+        local nowMs = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        local retention = tonumber(ARGV[1])
+        local out, i = {}, 3
+        for g = 1, tonumber(ARGV[2]) do
+          local n = tonumber(ARGV[i])
+          for j = 1, n do rcall('ZADD', KEYS[g], nowMs, ARGV[i + j]) end
+          i = i + n + 1
+          rcall('ZREMRANGEBYSCORE', KEYS[g], '-inf', nowMs - retention)
+          rcall('PEXPIRE', KEYS[g], retention)
+          out[g] = n
+        end
+        return out
+        """#)
 
     /// Where an app's quiet-held jobs wait when no campaign control names them: the app's own held place
     /// (that of `apps[].max_rate`, design §2.13).
