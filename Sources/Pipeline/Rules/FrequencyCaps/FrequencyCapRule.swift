@@ -156,6 +156,9 @@ struct FrequencyCapRule: AudienceRule {
 private struct CapGroup {
     var tag: String
     var keys: [String] = []
+    /// Each key's index in `keys`: a group holds two keys per recipient (~120 in a batch of 1 000 over 16
+    /// token buckets), so a search of `keys` per job made the batch quadratic.
+    private var indexOf: [String: Int] = [:]
     var longest: [Int64] = []
     var subjects: [Int] = []
     var jobArguments = RedisArguments()
@@ -182,10 +185,11 @@ private struct CapGroup {
     /// `key`'s index in the group's keys (added when new), its longest window raised to `window` (a
     /// refused-jobs key's windows are negative: lowered).
     private mutating func index(of key: String, window: Int64) -> Int {
-        if let known = keys.firstIndex(of: key) {
+        if let known = indexOf[key] {
             longest[known] = window < 0 ? min(longest[known], window) : max(longest[known], window)
             return known
         }
+        indexOf[key] = keys.count
         keys.append(key)
         longest.append(window)
         return keys.count - 1
