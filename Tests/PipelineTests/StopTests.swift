@@ -122,27 +122,41 @@ import Testing
         #expect(!signal.isFired, "the wait ended by its cancellation, not by the signal")
     }
 
-    @Test func aReplyGivesItsResultWhetherSetBeforeOrDuringTheWait() async throws {
-        let early = Reply<Int>()
-        early.set(.success(7))
-        #expect(try await early.value() == 7)
-        let late = Reply<Int>()
-        let waiting = Task { try await late.value() }
-        late.set(.success(8))
-        late.set(.success(9))  // the first result counts
-        #expect(try await waiting.value == 8)
-        struct Failed: Error {}
-        let failing = Reply<Int>()
-        failing.set(.failure(Failed()))
-        await #expect(throws: Failed.self) { try await failing.value() }
+    @Test func sendOrderPutsTheIntakesBatchesBackInOrderAndLetsRegatesThrough() {
+        var order = SendOrder<String>()
+        #expect(order.arrived("b1", intakeOrder: 1).isEmpty, "batch 1 waits for batch 0")
+        #expect(order.arrived("r", intakeOrder: nil) == ["r"], "a batch gated again goes at once")
+        #expect(order.arrived("b3", intakeOrder: 3).isEmpty)
+        #expect(order.waitingCount == 2)
+        #expect(order.arrived("b0", intakeOrder: 0) == ["b0", "b1"], "batch 0, then what waited for it")
+        #expect(order.arrived("b2", intakeOrder: 2) == ["b2", "b3"])
+        #expect(order.arrived("b4", intakeOrder: 4) == ["b4"])
+        #expect(order.waitingCount == 0)
+        // A gap at the end (the intake dropped batch 5 as it stopped): the rest goes, in order.
+        #expect(order.arrived("b7", intakeOrder: 7).isEmpty)
+        #expect(order.arrived("b6", intakeOrder: 6).isEmpty)
+        #expect(order.rest() == ["b6", "b7"])
+        #expect(order.waitingCount == 0)
     }
 
-    @Test func aReplyWaitEndsWhenCancelled() async {
-        let reply = Reply<Int>()
-        let waiting = Task { try await reply.value() }
-        waiting.cancel()
-        await #expect(throws: CancellationError.self) { try await waiting.value }
-        reply.set(.success(1))  // set after its waiter left: ignored, no crash
+    @Test func sharedBatchesGoEachToOneConsumerOldestFirst() async {
+        let handoff = BatchHandoff<Int>(capacity: 1)
+        let consumers = (0..<3).map { _ in
+            Task {
+                var taken: [Int] = []
+                for await n in handoff.sharedBatches { taken.append(n) }
+                return taken
+            }
+        }
+        for n in 0..<300 { await handoff.put(n) }
+        handoff.finish()
+        var all: [Int] = []
+        for c in consumers {
+            let taken = await c.value
+            #expect(taken == taken.sorted(), "each consumer gets its batches oldest first")
+            all += taken
+        }
+        #expect(all.sorted() == Array(0..<300), "each batch goes to exactly one consumer")
     }
 
     @Test func regatesComeBackInOrderAndEndWhenCancelled() async {

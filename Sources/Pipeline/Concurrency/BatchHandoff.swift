@@ -3,7 +3,8 @@ import AsyncAlgorithms
 /// At most about `capacity` batches between two stages, so that the first (Kafka + decoding, CPU in
 /// this process) works on the next batch while the second (the gate's Redis round trip, sending) handles
 /// this one: swift-async-algorithms' `AsyncChannel` (several producers: intake, regates, cap waits),
-/// read by one consumer through a bounded buffer. Order is kept: one token's jobs stay in order.
+/// read by one consumer through a bounded buffer (`batches`) or by several (`sharedBatches`). Order is
+/// kept: one token's jobs stay in order.
 ///
 /// Both waits end when the waiting task is cancelled (a stop must not hang on a stage that will never
 /// take or give again, `docs/design.md §1.3`): a cancelled `put` drops its element, a cancelled consumer
@@ -24,4 +25,8 @@ struct BatchHandoff<Element: Sendable>: Sendable {
     /// The batches, oldest first, for one consumer (iterate it once): ends after `finish` once empty, or
     /// when the consumer is cancelled.
     var batches: AsyncBufferSequence<AsyncChannel<Element>> { channel.buffer(policy: .bounded(capacity)) }
+
+    /// The batches for one of several consumers, each iterating its own: every batch goes to one of them,
+    /// oldest first, to whichever asked first. No buffer: a `put` waits until a consumer takes its batch.
+    var sharedBatches: AsyncChannel<Element> { channel }
 }

@@ -23,6 +23,10 @@ struct DecodedBatch: Sendable {
     /// Jobs gated again after waiting for room in the held slots (``CapWaits``), which releases their
     /// partitions once they are gated.
     var fromCapWaits = false
+    /// Where the lane's intake put this batch in its order (0, 1, 2, …): the send stage sends the intake's
+    /// batches in this order, whichever gate worker finished first. Nil for a batch gated again (regates,
+    /// cap waits), whose jobs already left their order.
+    var intakeOrder: Int?
 }
 
 /// A decoded batch and the gate's decision for each of its jobs, in order.

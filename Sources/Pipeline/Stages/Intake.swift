@@ -23,6 +23,7 @@ struct Intake: Sendable {
         if Task.isCancelled { return }
         // A campaign's jobs share their payload and alerts: read once, encoded once per variant.
         let templates = JobTemplates()
+        var order = 0
         while !Task.isCancelled {
             guard let batch = await consumer.nextBatch(), !batch.isEmpty else {
                 if Task.isCancelled { break }
@@ -52,6 +53,8 @@ struct Intake: Sendable {
                         metadata: ["topic": "\(batch[0].topic)", "reason": "\(BatchDecoder.campaignOnPriorityTopic)"])
                 }
             }
+            decoded.intakeOrder = order
+            order += 1
             await handoff.put(decoded)
         }
     }

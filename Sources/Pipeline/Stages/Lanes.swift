@@ -3,9 +3,9 @@ import Logging
 import Redis
 import ServiceLifecycle
 
-/// The bulk lane (design §1.2): intake (Kafka + decoding), then up to `gateStores.count` gate calls in
-/// flight, then the send stage, joined by bounded hand-offs and run in one task group. Decoding the next
-/// batch (CPU here) overlaps the gate's round trips for the ones before it (CPU in Redis).
+/// The bulk lane (design §1.2): intake (Kafka + decoding), then one gate worker per gate connection
+/// (`gateStores`), then the send stage, joined by bounded hand-offs and run in one task group. Decoding
+/// the next batch (CPU here) overlaps the gate's round trips for the ones before it (CPU in Redis).
 ///
 /// A graceful stop cancels the intake alone: the batches it already took are still gated and sent, and
 /// the lane's `run` returns once they are. Cancelling `run` stops every stage at once (what they hold
@@ -13,8 +13,8 @@ import ServiceLifecycle
 struct BulkLane: Sendable {
     let intake: Intake
     let gate: Gate
-    /// One gate call in flight on each, each on a connection of its own (so one call's large reply never
-    /// waits behind another's).
+    /// One gate worker on each, each on a connection of its own (so one call's large reply never waits
+    /// behind another's).
     let gateStores: [PipelineStore]
     let dispatch: Dispatch
     /// Jobs the held slots had no room for, and their partitions.
@@ -22,11 +22,12 @@ struct BulkLane: Sendable {
     /// Fired when the settler gave up: what is sent now could never be settled.
     let sendingStopped: StopSignal
 
-    /// A decoded batch whose gate call is under way.
-    struct PendingGate: Sendable {
+    /// A decoded batch and its gate call's answer (or the call's failure, thrown by the send stage when
+    /// the batch's turn comes).
+    struct GateAnswer: Sendable {
         var decoded: DecodedBatch
         var call: GateCall
-        var gated: Reply<Gate.Result>
+        var result: Result<Gate.Result, any Error>
     }
 
     func run() async throws {
@@ -37,7 +38,12 @@ struct BulkLane: Sendable {
 
     private func stages() async throws {
         let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
-        let gated = BatchHandoff<PendingGate>(capacity: gateStores.count)
+        let answered = BatchHandoff<GateAnswer>(capacity: gateStores.count)
+        // Batches taken by a gate worker and not yet sent: the calls in flight (one per worker), as many
+        // answered and waiting for the send stage, and the one it sends. The gate runs that far ahead of
+        // sending (running less far ahead cost binary runs ~10 % of their rate: benchmarks §7.13), and
+        // what `SendOrder` holds back is bounded by it.
+        let ahead = InFlightBudget(capacity: 2 * gateStores.count + 1)
         let regates = Regates()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -45,53 +51,63 @@ struct BulkLane: Sendable {
                 await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
             }
             group.addTask {
-                defer { gated.finish() }
-                try await gateCalls(from: decoded, into: gated)
+                defer { answered.finish() }
+                await withDiscardingTaskGroup { workers in
+                    for store in gateStores {
+                        workers.addTask { await gateWorker(store: store, from: decoded, into: answered, ahead: ahead) }
+                    }
+                }
             }
             group.addTask { await regates.run(into: decoded) }
             group.addTask { await capWaits.run(into: decoded) }
-            // The send stage. Batches are sent in the order they were decoded, whatever order their gate
-            // calls finish in, so one token's jobs keep their order. A failure here (a gate call's, when
-            // Redis is gone longer than the client waits) ends the group: the stages before it are
-            // cancelled, and what they hold stays unsettled.
-            for await pending in gated.batches {
-                if sendingStopped.isFired { break }
-                let g = GatedBatch(decoded: pending.decoded, call: pending.call, gated: try await pending.gated.value())
-                let left = try await dispatch.send(g, lane: .bulk)
-                if let retry = left.regate { regates.add(retry) }
-                if let full = left.heldFull { capWaits.add(full) }
-                if g.decoded.fromCapWaits { capWaits.retried(g.decoded) }
+            // The send stage. The intake's batches are sent in the order they were decoded, whatever order
+            // their gate calls finish in, so one token's jobs keep their order. A failure here (a gate
+            // call's, when Redis is gone longer than the client waits) ends the group: the stages before
+            // it are cancelled, and what they hold stays unsettled.
+            var order = SendOrder<GateAnswer>()
+            sending: for await answer in answered.batches {
+                for next in order.arrived(answer, intakeOrder: answer.decoded.intakeOrder) {
+                    if sendingStopped.isFired { break sending }
+                    try await send(next, regates: regates)
+                    ahead.release(1)
+                }
+            }
+            for next in order.rest() where !sendingStopped.isFired {
+                try await send(next, regates: regates)
             }
             // Everything taken was sent (or the settler gave up): the other stages end now.
             group.cancelAll()
         }
     }
 
-    /// Issues the gate calls, each in a child task, at most one per connection at a time; hands each
-    /// batch on with its call's reply at once, so the send stage takes them in order. Two copies of one job
-    /// id in batches gated at once are safe: Redis runs the two scripts one after the other, each call's
-    /// leases carry its own call id, so the second finds the first's lease and answers "in flight"
-    /// (GateOverlapTests).
-    private func gateCalls(from decoded: BatchHandoff<DecodedBatch>, into gated: BatchHandoff<PendingGate>) async throws {
-        let slots = InFlightBudget(capacity: gateStores.count)
-        try await withThrowingDiscardingTaskGroup { calls in
-            var turn = 0
-            for await d in decoded.batches {
-                guard await slots.acquire(1) else { break }
-                let store = gateStores[turn % gateStores.count]
-                turn &+= 1
-                let call = dispatch.marks.newCall()
-                let reply = Reply<Gate.Result>()
-                calls.addTask {
-                    defer { slots.release(1) }
-                    do {
-                        reply.set(.success(try await gate.decide(d, call: call.id, store: store)))
-                    } catch {
-                        reply.set(.failure(error))
-                    }
-                }
-                await gated.put(PendingGate(decoded: d, call: call, gated: reply))
+    private func send(_ answer: GateAnswer, regates: Regates) async throws {
+        let g = GatedBatch(decoded: answer.decoded, call: answer.call, gated: try answer.result.get())
+        let left = try await dispatch.send(g, lane: .bulk)
+        if let retry = left.regate { regates.add(retry) }
+        if let full = left.heldFull { capWaits.add(full) }
+        if g.decoded.fromCapWaits { capWaits.retried(g.decoded) }
+    }
+
+    /// A gate worker: takes the next decoded batch while the lane's bound has room, makes its gate call
+    /// on its own connection, and hands the batch on with the answer. Two copies of one job id in batches
+    /// gated at once are safe: Redis runs the two scripts one after the other, each call's leases carry
+    /// its own call id, so the second finds the first's lease and answers "in flight" (GateOverlapTests).
+    /// A failed call is handed on too, and the worker ends: the send stage throws it, ending the lane.
+    private func gateWorker(
+        store: PipelineStore, from decoded: BatchHandoff<DecodedBatch>, into answered: BatchHandoff<GateAnswer>,
+        ahead: InFlightBudget
+    ) async {
+        var batches = decoded.sharedBatches.makeAsyncIterator()
+        while await ahead.acquire(1), let d = await batches.next() {
+            let call = dispatch.marks.newCall()
+            let result: Result<Gate.Result, any Error>
+            do {
+                result = .success(try await gate.decide(d, call: call.id, store: store))
+            } catch {
+                result = .failure(error)
             }
+            await answered.put(GateAnswer(decoded: d, call: call, result: result))
+            if case .failure = result { return }
         }
     }
 }

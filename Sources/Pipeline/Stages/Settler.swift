@@ -46,9 +46,14 @@ struct Settler: Sendable {
                 }
             }
             if !refs.isEmpty {
-                _ = bulk.consumer.settle(refs)
-                bulk.budget.release(refs: refs)
-                metrics?.committable(bulk.consumer.commitPositions, topic: bulk.topic)
+                if let metrics {
+                    let positions = bulk.consumer.settleReportingPositions(refs)
+                    bulk.budget.release(refs: refs)
+                    metrics.committable(positions, topic: bulk.topic)
+                } else {
+                    _ = bulk.consumer.settle(refs)
+                    bulk.budget.release(refs: refs)
+                }
             }
         }
     }
