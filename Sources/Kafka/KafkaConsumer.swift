@@ -196,11 +196,15 @@ public final class KafkaConsumer: Service, Sendable {
     /// Settles messages (any order). Returns how many were accepted: a message of a partition revoked
     /// since it was handed out, or already settled, is not.
     @discardableResult
-    public func settle(_ refs: [MessageRef]) -> Int { core.settle(refs) }
+    public func settle(_ refs: [MessageRef]) -> Int { core.settle(refs).accepted }
+
+    /// Settles `refs` as ``settle(_:)`` does, and returns the commit position of each partition they are
+    /// of (what a settlement-latency metric looks at, without reading every owned partition's position).
+    public func settleReportingPositions(_ refs: [MessageRef]) -> [TopicPartition: Int64] { core.settle(refs, reporting: true).positions }
 
     @discardableResult
     public func settle(topic: String, partition: Int32, offset: Int64) -> Bool {
-        core.settle([MessageRef(topic: topic, partition: partition, offset: offset)]) == 1
+        core.settle([MessageRef(topic: topic, partition: partition, offset: offset)]).accepted == 1
     }
 
     /// Commits the settled positions now (retrying "rebalance in progress" a few times).
@@ -407,12 +411,20 @@ final class ConsumerCore: @unchecked Sendable {
         return s.machine.bufferDrained()
     }
 
-    func settle(_ refs: [MessageRef]) -> Int {
+    func settle(_ refs: [MessageRef], reporting: Bool = false) -> (accepted: Int, positions: [TopicPartition: Int64]) {
         state.withLock { s in
             var accepted = 0
-            for ref in refs where s.tracker.settle(ref) { accepted += 1 }
+            var positions: [TopicPartition: Int64] = [:]
+            for (i, ref) in refs.enumerated() {
+                if s.tracker.settle(ref) { accepted += 1 }
+                // Refs come in runs of one partition: its position is read at the end of each run.
+                guard reporting, i == refs.count - 1 || refs[i + 1].partition != ref.partition || refs[i + 1].topic != ref.topic else {
+                    continue
+                }
+                if let position = s.tracker.commitPosition(ref.topicPartition) { positions[ref.topicPartition] = position }
+            }
             s.stats.messagesSettled += accepted
-            return accepted
+            return (accepted, positions)
         }
     }
 
@@ -594,11 +606,16 @@ final class ConsumerCore: @unchecked Sendable {
             s -> ([AsyncStream<Void>.Continuation], Bool, [TopicPartition]) in
             var kept: [KafkaConsumerMessage] = []
             kept.reserveCapacity(messages.count)
+            // Messages come in runs of one partition: its committed offset is looked at once per run.
+            var run: (topic: String, partition: Int32)?
             for message in messages {
                 let reception = s.tracker.received(message.ref)
-                if reception != nil, s.lastCommitted[message.topicPartition] == nil {
-                    // No committed offset: the group would restart this partition where fetching began.
-                    s.lastCommitted[message.topicPartition] = message.offset
+                if reception != nil, run.map({ $0.partition != message.partition || $0.topic != message.topic }) ?? true {
+                    run = (message.topic, message.partition)
+                    if s.lastCommitted[message.topicPartition] == nil {
+                        // No committed offset: the group would restart this partition where fetching began.
+                        s.lastCommitted[message.topicPartition] = message.offset
+                    }
                 }
                 switch reception {
                 case nil:

@@ -112,45 +112,72 @@ public struct PartitionOffsetTracker: Sendable, Equatable {
 /// Settled-offset tracking for the partitions a consumer owns. Partitions are tracked from assignment
 /// to revocation; settling an offset of a partition not tracked (revoked since) returns false.
 public struct OffsetTracker: Sendable {
-    private var partitions: [TopicPartition: PartitionOffsetTracker] = [:]
+    /// Each tracked partition's place in `trackers`.
+    private var places: [TopicPartition: Int] = [:]
+    private var trackers: [PartitionOffsetTracker] = []
+    /// The partition last received or settled, and its place. Messages come and settle in runs of one
+    /// partition, so most calls compare a topic and a number instead of hashing a topic's name.
+    private var recent: (partition: TopicPartition, place: Int)?
 
     public init() {}
 
     /// Starts tracking `partition` (on assignment), from the group's committed offset if known.
     public mutating func startTracking(_ partition: TopicPartition, committed: Int64?) {
-        partitions[partition] = PartitionOffsetTracker(committed: committed)
+        let tracker = PartitionOffsetTracker(committed: committed)
+        if let place = places[partition] {
+            trackers[place] = tracker
+        } else {
+            places[partition] = trackers.count
+            trackers.append(tracker)
+        }
     }
 
     /// Stops tracking (on revocation) and returns the final commit position, if known.
     @discardableResult
     public mutating func stopTracking(_ partition: TopicPartition) -> Int64? {
-        partitions.removeValue(forKey: partition)?.commitPosition
+        guard let place = places.removeValue(forKey: partition) else { return nil }
+        recent = nil
+        let position = trackers[place].commitPosition
+        // The last partition takes the freed place.
+        let last = trackers.count - 1
+        if place != last, let moved = places.first(where: { $0.value == last })?.key {
+            trackers[place] = trackers[last]
+            places[moved] = place
+        }
+        trackers.removeLast()
+        return position
     }
 
-    public func isTracking(_ partition: TopicPartition) -> Bool { partitions[partition] != nil }
+    public func isTracking(_ partition: TopicPartition) -> Bool { places[partition] != nil }
 
-    public var trackedPartitions: [TopicPartition] { Array(partitions.keys) }
+    public var trackedPartitions: [TopicPartition] { Array(places.keys) }
 
     /// Records a received offset; nil when the partition is not tracked (the message must be dropped).
     public mutating func received(_ ref: MessageRef) -> PartitionOffsetTracker.Reception? {
-        let tp = ref.topicPartition
-        guard partitions[tp] != nil else { return nil }
-        return partitions[tp]!.received(ref.offset)
+        guard let place = place(ref) else { return nil }
+        return trackers[place].received(ref.offset)
     }
 
     @discardableResult
     public mutating func settle(_ ref: MessageRef) -> Bool {
-        let tp = ref.topicPartition
-        guard partitions[tp] != nil else { return false }
-        return partitions[tp]!.settle(ref.offset)
+        guard let place = place(ref) else { return false }
+        return trackers[place].settle(ref.offset)
     }
 
-    public func commitPosition(_ partition: TopicPartition) -> Int64? { partitions[partition]?.commitPosition }
+    private mutating func place(_ ref: MessageRef) -> Int? {
+        if let recent, recent.partition.partition == ref.partition, recent.partition.topic == ref.topic { return recent.place }
+        let partition = ref.topicPartition
+        guard let place = places[partition] else { return nil }
+        recent = (partition, place)
+        return place
+    }
 
-    public func tracker(_ partition: TopicPartition) -> PartitionOffsetTracker? { partitions[partition] }
+    public func commitPosition(_ partition: TopicPartition) -> Int64? { tracker(partition)?.commitPosition }
+
+    public func tracker(_ partition: TopicPartition) -> PartitionOffsetTracker? { places[partition].map { trackers[$0] } }
 
     /// Commit positions of every tracked partition whose position is known.
     public var commitPositions: [TopicPartition: Int64] {
-        partitions.compactMapValues { $0.commitPosition }
+        places.compactMapValues { trackers[$0].commitPosition }
     }
 }

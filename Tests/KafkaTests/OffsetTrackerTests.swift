@@ -169,4 +169,48 @@ import Testing
         let r106 = tracker.settle(MessageRef(topic: "jobs", partition: 1, offset: 7))
         #expect(!r106)
     }
+
+    /// The tracker finds a partition by the last one it looked at or by a table of places, which a
+    /// revocation rearranges: every partition must keep its own offsets through that, and one revoked
+    /// between two calls of a run must not be found through the last look-up.
+    @Test func partitionsKeepTheirOwnOffsetsAcrossRevocationsAndRuns() {
+        var tracker = OffsetTracker()
+        let parts = (0..<4).map { TopicPartition(topic: "jobs", partition: $0) }
+        for (i, p) in parts.enumerated() { tracker.startTracking(p, committed: Int64(i * 100)) }
+        for (i, p) in parts.enumerated() {
+            for k in 0..<3 {
+                let reception = tracker.received(MessageRef(topic: p.topic, partition: p.partition, offset: Int64(i * 100 + k)))
+                #expect(reception == .inOrder)
+            }
+        }
+        // A run on partition 0, then partition 0 revoked: the run's next settle is refused.
+        let r1 = tracker.settle(MessageRef(topic: "jobs", partition: 0, offset: 0))
+        #expect(r1)
+        let r2 = tracker.stopTracking(parts[0])
+        #expect(r2 == 1)
+        let afterRevoke = tracker.settle(MessageRef(topic: "jobs", partition: 0, offset: 1))
+        #expect(!afterRevoke)
+        // The others (one of them moved to the freed place) kept theirs.
+        let r3 = tracker.settle(MessageRef(topic: "jobs", partition: 3, offset: 300))
+        #expect(r3)
+        let r4 = tracker.settle(MessageRef(topic: "jobs", partition: 1, offset: 100))
+        #expect(r4)
+        let r5 = tracker.settle(MessageRef(topic: "jobs", partition: 1, offset: 101))
+        #expect(r5)
+        #expect(tracker.commitPositions == [parts[1]: 102, parts[2]: 200, parts[3]: 301])
+        // Another topic with the same partition number is another partition.
+        let r6 = tracker.settle(MessageRef(topic: "other", partition: 1, offset: 102))
+        #expect(r6 == false)
+        let r7 = tracker.stopTracking(parts[3])
+        #expect(r7 == 301)
+        let r8 = tracker.stopTracking(parts[1])
+        #expect(r8 == 102)
+        #expect(tracker.commitPositions == [parts[2]: 200])
+        tracker.startTracking(parts[0], committed: 5)
+        let r9 = tracker.received(MessageRef(topic: "jobs", partition: 0, offset: 5))
+        #expect(r9 == .inOrder)
+        let r10 = tracker.settle(MessageRef(topic: "jobs", partition: 0, offset: 5))
+        #expect(r10)
+        #expect(tracker.commitPositions == [parts[0]: 6, parts[2]: 200])
+    }
 }
