@@ -1,7 +1,8 @@
 // libFuzzer entry point over the protocol decoders. Built by ops/fuzz with
 //   swiftc -sanitize=fuzzer,address -parse-as-library Sources/APNsProtocol/**/*.swift Fuzz/FuzzDecoders.swift
 // The first byte picks the decoder and the chunk size, so one corpus explores all of them and every way
-// a TLS read can split the stream. Invariants are checked with preconditions: a violation is a crash,
+// a TLS read can split the stream: its low 2 bits the decoder; for 3, bit 2 picks the HPACK answer
+// decoder (set) or the JSON reader (clear, as before it was added). Invariants are checked with preconditions: a violation is a crash,
 // which libFuzzer reports and saves.
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -62,6 +63,8 @@ public func fuzzDecoders(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
             // Whatever the peer claims, what is held stays within one item plus one read.
             precondition(decoder.bufferedByteCount <= 3 + Int(UInt16.max) + chunk + 16)
         }
+    case 3 where selector & 4 != 0:
+        fuzzHPACK(input, maxTableSize: [4096, 256, 0, 100][Int(selector >> 3) & 3])
     default:
         // The JSON parser and the payload reader face producers' input; they must only ever throw.
         if let value = try? JSONParser.parse(input) {
@@ -77,4 +80,27 @@ public func fuzzDecoders(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         }
     }
     return 0
+}
+
+/// HPACK answer decoding (RFC 7541): blocks of the input (each a 2-byte length, then that many octets)
+/// through one decoder, as one connection's answers. A block may be refused; the decoder is used on, so
+/// a refusal that leaves the table inconsistent shows too.
+func fuzzHPACK(_ input: UnsafeRawBufferPointer, maxTableSize: Int) {
+    var decoder = HPACKAnswerDecoder(maxTableSize: maxTableSize)
+    var offset = 0
+    while offset + 2 <= input.count {
+        let length = min(Int(input[offset]) << 8 | Int(input[offset + 1]), input.count - offset - 2)
+        let block = UnsafeRawBufferPointer(rebasing: input[offset + 2..<offset + 2 + length])
+        offset += 2 + length
+        if let answer = try? decoder.decode(block) {
+            precondition((0...999).contains(answer.status))
+            precondition(answer.uniqueID.map { $0.utf8.count == APNsID.textCount } ?? true)
+        }
+        // §4.1–§4.4: the table's size is its entries' (octets + 32 each), within the size the encoder
+        // chose, within ours.
+        precondition(decoder.tableSize <= decoder.tableCapacity && decoder.tableCapacity <= maxTableSize)
+        let entries = decoder.dynamicTable
+        precondition(entries.count == decoder.entryCount)
+        precondition(entries.reduce(0) { $0 + $1.name.count + $1.value.count + 32 } == decoder.tableSize)
+    }
 }
