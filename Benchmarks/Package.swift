@@ -12,6 +12,7 @@ let package = Package(
         .package(url: "https://github.com/ordo-one/malloc-interposer.git", from: "1.6.1"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.46.0"),
     ],
     targets: [
         .executableTarget(
@@ -30,6 +31,16 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
-        )
+        ),
+        // CPU per answer header block, NIOHPACK's decoder beside ours; a product of its own, so that it
+        // builds only what it measures (`ops/bench hpack`).
+        .executableTarget(
+            name: "hpack-bench",
+            dependencies: [
+                .product(name: "APNsProtocol", package: "apns-pipeline"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+            ]
+        ),
     ]
 )
