@@ -92,7 +92,7 @@ public struct HPACKAnswerDecoder: Sendable {
 
     // MARK: decoding a block
 
-    /// What one block says and keeps in the table between blocks.
+    /// What is known of the block being decoded, field by field.
     private struct BlockState {
         var answer = HPACKAnswer(status: 0)
         var statusSeen = false
@@ -103,7 +103,9 @@ public struct HPACKAnswerDecoder: Sendable {
     }
 
     /// Decodes one complete header block (HEADERS + CONTINUATION payloads, without padding or priority).
-    /// After an error the table is in no defined state: the connection must end (RFC 9113 §4.3).
+    /// After an error the table holds the changes of the fields before it (each is whole, so the table
+    /// stays consistent), but no longer the server's: the connection must end (RFC 9113 §4.3: a
+    /// decoding error is a connection error of type COMPRESSION_ERROR).
     public mutating func decode(_ block: UnsafeRawBufferPointer) throws(HPACKDecodingError) -> HPACKAnswer {
         var reader = Reader(bytes: block)
         var state = BlockState()
@@ -146,7 +148,7 @@ public struct HPACKAnswerDecoder: Sendable {
     private mutating func indexedField(index: Int, into state: inout BlockState) throws(HPACKDecodingError) {
         guard index != 0 else { throw HPACKDecodingError("header field index 0") }  // §6.1
         if index <= HPACKStaticTable.count {
-            try count(HPACKStaticTable.nameLengths[index], HPACKStaticTable.valueLengths[index], into: &state)
+            try addToList(HPACKStaticTable.nameLengths[index], HPACKStaticTable.valueLengths[index], into: &state)
             if HPACKStaticTable.statusRange.contains(index), !state.statusSeen {
                 state.statusSeen = true
                 state.answer.status = HPACKStaticTable.statusValues[index - HPACKStaticTable.statusRange.lowerBound]
@@ -154,7 +156,7 @@ public struct HPACKAnswerDecoder: Sendable {
             return
         }
         let entry = try dynamicEntry(index)
-        try count(entry.nameCount, entry.valueCount, into: &state)
+        try addToList(entry.nameCount, entry.valueCount, into: &state)
         guard entry.name != .other else { return }
         let value = octets(from: entry.start + entry.nameCount, count: entry.valueCount)
         value.withUnsafeBytes { take(entry.name, value: $0, into: &state) }
@@ -182,7 +184,7 @@ public struct HPACKAnswerDecoder: Sendable {
             scratchCount = indexing ? nameCount : 0
         }
         let valueCount = try readString(&reader, at: scratchCount)
-        try count(nameCount, valueCount, into: &state)
+        try addToList(nameCount, valueCount, into: &state)
         let valueStart = scratchCount
         if name != .other {
             scratch.withUnsafeBytes {
@@ -213,7 +215,7 @@ public struct HPACKAnswerDecoder: Sendable {
     }
 
     /// The header list size so far (RFC 9113 §6.5.2), bounded as NIOHPACK's decoder bounds it.
-    private func count(_ nameCount: Int, _ valueCount: Int, into state: inout BlockState) throws(HPACKDecodingError) {
+    private func addToList(_ nameCount: Int, _ valueCount: Int, into state: inout BlockState) throws(HPACKDecodingError) {
         state.fields += 1
         state.listSize += nameCount + valueCount + 32
         guard state.listSize <= maxHeaderListSize else {
