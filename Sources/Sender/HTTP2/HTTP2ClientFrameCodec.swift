@@ -1,6 +1,5 @@
 import APNsProtocol
 import NIOCore
-import NIOHPACK
 
 // The sender's own HTTP/2 client codec (RFC 9113), in place of NIOHTTP2Handler: it does only what an
 // APNs client needs — one HEADERS + one DATA per request, answers read for `:status` and a short
@@ -8,7 +7,8 @@ import NIOHPACK
 // machinery (per-stream state machines in sorted arrays, header validation, a frame object and a
 // write per frame, Huffman coding) was about half of the sender's CPU per request. The pure parts
 // (frame parsing, flow control, HPACK encoding) are values here, driven by `HTTP2ClientHandler`
-// and tested without sockets.
+// and tested without sockets; answers' header blocks are decoded by `HPACKAnswerDecoder`
+// (APNsProtocol), which keeps the HPACK table but builds no String for a header the client ignores.
 
 /// An HTTP/2 error code on the wire (RFC 9113 §7), named for logs.
 struct HTTP2WireErrorCode: Equatable, Sendable, CustomStringConvertible {
@@ -340,7 +340,8 @@ struct HTTP2ClientFrameCodec {
 
     private(set) var outbound: ByteBuffer
     private var parser = HTTP2FrameParser()
-    private var decoder: HPACKDecoder
+    /// The server's HPACK table, as our SETTINGS_HEADER_TABLE_SIZE (never sent: 4096) allows.
+    private var decoder = HPACKAnswerDecoder()
     private(set) var encoder = HTTP2RequestHeaderEncoder()
     private let allocator: ByteBufferAllocator
 
@@ -377,7 +378,6 @@ struct HTTP2ClientFrameCodec {
     init(allocator: ByteBufferAllocator) {
         self.allocator = allocator
         outbound = allocator.buffer(capacity: 16 << 10)
-        decoder = HPACKDecoder(allocator: allocator)
     }
 
     // MARK: writing
@@ -843,16 +843,15 @@ struct HTTP2ClientFrameCodec {
         streamID: UInt32, endStream: Bool, block: inout ByteBuffer, into events: inout [Event]
     ) throws(HTTP2ConnectionError) {
         // Every block is decoded, even one we would ignore: it may change the server's HPACK table.
-        let headers: HPACKHeaders
+        // `:status` that is not three digits is read as 0 and retried as a server error.
+        // `apns-unique-id`: sandbox answers only, kept when it is a UUID's text (`HPACKAnswer`).
+        let answer: HPACKAnswer
         do {
-            headers = try decoder.decodeHeaders(from: &block)
+            answer = try block.withUnsafeReadableBytes { try decoder.decode($0) }
         } catch {
             throw HTTP2ConnectionError(code: .compressionError, message: "header block on stream \(streamID): \(error)")
         }
-        // A `:status` that is not a number is read as 0 and retried as a server error.
-        let status = headers.first(name: APNsHeader.status).flatMap { Int($0) } ?? 0
-        // `apns-unique-id`: sandbox answers only, so a String is made only there (nil elsewhere).
-        let uniqueID = Self.uniqueID(headers)
+        let (status, uniqueID) = (answer.status, answer.uniqueID)
         // A closed stream's HEADERS (a late or repeated answer) changed the HPACK table above; nothing
         // else of it is kept or reported.
         if endStream {
@@ -867,19 +866,6 @@ struct HTTP2ClientFrameCodec {
             responses[streamID] = (status, nil, uniqueID)
         }
         // A later HEADERS (trailers) without END_STREAM changes nothing.
-    }
-
-    /// The `apns-unique-id` of an answer's header block, nil when absent. Apple sends it in the
-    /// development (sandbox) environment only: "apns-unique-id — An identifier that is only available in
-    /// the Development environment. Use this to query Delivery Log information for the corresponding
-    /// notification in Push Notifications Console." Kept only when it has the length of a UUID's text,
-    /// so a server cannot make it grow a log line or an outcome.
-    static func uniqueID(_ headers: HPACKHeaders) -> String? {
-        // A production 200 is `:status` and `apns-id` alone: no search for a header it cannot have.
-        guard headers.count > 2, let value = headers.first(name: APNsHeader.uniqueID), value.utf8.count == APNsID.textCount else {
-            return nil
-        }
-        return value
     }
 
     /// A stream's answer is complete; its error body (about 50 bytes, only for non-200s) is read here.
