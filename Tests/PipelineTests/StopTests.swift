@@ -162,7 +162,7 @@ import Testing
     @Test func regatesComeBackInOrderAndEndWhenCancelled() async {
         let regates = Regates()
         let handoff = BatchHandoff<DecodedBatch>(capacity: 4)
-        let running = Task { await regates.run(into: handoff) }
+        let running = Task { await regates.run { await handoff.put($0) } }
         for n in 1...2 {
             regates.add(DecodedBatch(messages: [], jobs: [], jobMessages: Array(repeating: 0, count: n), deadLetters: [], isRetry: true))
         }

@@ -296,7 +296,7 @@ extension PipelineRunner {
     func intake(consumer: KafkaConsumer, budget: InFlightBudget, lane: Lane) -> Intake {
         Intake(
             consumer: consumer, budget: budget,
-            decoder: BatchDecoder(configuration: configuration, makesOutcomeMessages: outcomeMessages != nil, logger: logger), lane: lane,
+            decoder: BatchDecoder(configuration: configuration, makesOutcomeMessages: outcomeMessages != nil, logger: logger),
             onReceived: { n in self.observed.withLock { $0.received += n } }, metrics: metrics,
             clock: lane == .priority ? priorityClock : nil, logger: logger)
     }

@@ -94,9 +94,9 @@ final class CapWaits: Sendable {
         return DeferredRelease.appDeferral(job.app)
     }
 
-    /// Every ``interval``, puts the batches that may go on back into `handoff`, in the
+    /// Every ``interval``, puts the batches that may go on back (`put`: into the lane's hand-off), in the
     /// order they came. Ends when cancelled (what waits is left unsettled).
-    func run(into handoff: BatchHandoff<DecodedBatch>) async {
+    func run(into put: (DecodedBatch) async -> Void) async {
         var lastError: ContinuousClock.Instant?
         while !Task.isCancelled {
             do {
@@ -125,7 +125,7 @@ final class CapWaits: Sendable {
                 }
                 for var batch in taken {
                     batch.fromCapWaits = true
-                    await handoff.put(batch)
+                    await put(batch)
                 }
             } catch {
                 let now = ContinuousClock.now

@@ -1,11 +1,12 @@
 import Foundation
+import Jobs
 import Logging
 import Redis
 import ServiceLifecycle
 
-/// The bulk lane (design §1.2): intake (Kafka + decoding), then one gate worker per gate connection
-/// (`gateStores`), then the send stage, joined by bounded hand-offs and run in one task group. Decoding
-/// the next batch (CPU here) overlaps the gate's round trips for the ones before it (CPU in Redis).
+/// The bulk lane (design §1.2): intake (Kafka), then one gate worker per gate connection (`gateStores`)
+/// that decodes a batch and makes its gate call, then the send stage, joined by bounded hand-offs and
+/// run in one task group. One worker decoding (CPU here) overlaps another's round trip (CPU in Redis).
 ///
 /// A graceful stop cancels the intake alone: the batches it already took are still gated and sent, and
 /// the lane's `run` returns once they are. Cancelling `run` stops every stage at once (what they hold
@@ -37,7 +38,7 @@ struct BulkLane: Sendable {
     }
 
     private func stages() async throws {
-        let decoded = BatchHandoff<DecodedBatch>(capacity: 2)
+        let work = BatchHandoff<GateWork>(capacity: 2)
         let answered = BatchHandoff<GateAnswer>(capacity: gateStores.count)
         // Batches taken by a gate worker and not yet sent: the calls in flight (one per worker), as many
         // answered and waiting for the send stage, and the one it sends. The gate runs that far ahead of
@@ -47,19 +48,19 @@ struct BulkLane: Sendable {
         let regates = Regates()
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                defer { decoded.finish() }
-                await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
+                defer { work.finish() }
+                await cancelWhenGracefulShutdown { await intake.run(into: work) }
             }
             group.addTask {
                 defer { answered.finish() }
                 await withDiscardingTaskGroup { workers in
                     for store in gateStores {
-                        workers.addTask { await gateWorker(store: store, from: decoded, into: answered, ahead: ahead) }
+                        workers.addTask { await gateWorker(store: store, from: work, into: answered, ahead: ahead) }
                     }
                 }
             }
-            group.addTask { await regates.run(into: decoded) }
-            group.addTask { await capWaits.run(into: decoded) }
+            group.addTask { await regates.run { await work.put(.again($0)) } }
+            group.addTask { await capWaits.run { await work.put(.again($0)) } }
             // The send stage. The intake's batches are sent in the order they were decoded, whatever order
             // their gate calls finish in, so one token's jobs keep their order. A failure here (a gate
             // call's, when Redis is gone longer than the client waits) ends the group: the stages before
@@ -88,17 +89,23 @@ struct BulkLane: Sendable {
         if g.decoded.fromCapWaits { capWaits.retried(g.decoded) }
     }
 
-    /// A gate worker: takes the next decoded batch while the lane's bound has room, makes its gate call
-    /// on its own connection, and hands the batch on with the answer. Two copies of one job id in batches
+    /// A gate worker: takes the next batch while the lane's bound has room, decodes it (a batch from
+    /// Kafka), makes its gate call on its own connection, and hands the batch on with the answer. Two copies of one job id in batches
     /// gated at once are safe: Redis runs the two scripts one after the other, each call's leases carry
     /// its own call id, so the second finds the first's lease and answers "in flight" (GateOverlapTests).
     /// A failed call is handed on too, and the worker ends: the send stage throws it, ending the lane.
     private func gateWorker(
-        store: PipelineStore, from decoded: BatchHandoff<DecodedBatch>, into answered: BatchHandoff<GateAnswer>,
+        store: PipelineStore, from work: BatchHandoff<GateWork>, into answered: BatchHandoff<GateAnswer>,
         ahead: InFlightBudget
     ) async {
-        var batches = decoded.sharedBatches.makeAsyncIterator()
-        while await ahead.acquire(1), let d = await batches.next() {
+        let templates = JobTemplates()
+        var batches = work.sharedBatches.makeAsyncIterator()
+        while await ahead.acquire(1), let next = await batches.next() {
+            let d =
+                switch next {
+                case .taken(let batch, let order): intake.decode(batch, intakeOrder: order, templates: templates)
+                case .again(let batch): batch
+                }
             let call = dispatch.marks.newCall()
             let result: Result<Gate.Result, any Error>
             do {
@@ -140,8 +147,8 @@ struct PriorityLane: Sendable {
                 defer { decoded.finish() }
                 await cancelWhenGracefulShutdown { await intake.run(into: decoded) }
             }
-            group.addTask { await regates.run(into: decoded) }
-            group.addTask { await capWaits.run(into: decoded) }
+            group.addTask { await regates.run { await decoded.put($0) } }
+            group.addTask { await capWaits.run { await decoded.put($0) } }
             for await d in decoded.batches {
                 if sendingStopped.isFired { break }
                 let call = dispatch.marks.newCall()
