@@ -20,7 +20,7 @@ struct Intake: Sendable {
     let logger: Logger
 
     /// The bulk lane's intake: each batch taken, numbered in the order taken and handed to the gate
-    /// workers, which decode it (`decode(_:templates:)`), so that two batches are decoded at once while
+    /// workers, which decode it (`decode(_:intakeOrder:templates:)`), so that two batches are decoded at once while
     /// the intake is already waiting for the next.
     func run(into handoff: BatchHandoff<GateWork>) async {
         var order = 0
