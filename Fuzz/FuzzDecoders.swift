@@ -67,6 +67,7 @@ public func fuzzDecoders(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         fuzzHPACK(input, maxTableSize: [4096, 256, 0, 100][Int(selector >> 3) & 3])
     default:
         // The JSON parser and the payload reader face producers' input; they must only ever throw.
+        fuzzParseObject(input)
         if let value = try? JSONParser.parse(input) {
             let again = try? JSONParser.parse(value.serialized())
             precondition(again == value, "serialise → parse is not the identity")
@@ -102,5 +103,52 @@ func fuzzHPACK(_ input: UnsafeRawBufferPointer, maxTableSize: Int) {
         let entries = decoder.dynamicTable
         precondition(entries.count == decoder.entryCount)
         precondition(entries.reduce(0) { $0 + $1.name.count + $1.value.count + 32 } == decoder.tableSize)
+    }
+}
+
+/// `JSONParser.parseObject` (a job's reader) against `parse`: the same error at the same offset, or the
+/// same members for the keys it names (here: keys of one byte, named by it; odd ones built, even ones
+/// kept raw) — and the same again when every object or array value of the first read is offered as
+/// known at every later position of its key.
+func fuzzParseObject(_ input: UnsafeRawBufferPointer) {
+    let name: (UnsafeRawBufferPointer) -> UInt8? = { $0.count == 1 ? $0[0] : nil }
+    let plain = Result { () throws(JSONParser.Error) in try JSONParser.parse(input) }
+    let first = Result { () throws(JSONParser.Error) in try JSONParser.parseObject(input, key: name, keepingRaw: { $0 % 2 == 0 }) }
+    var known: [UInt8: [UInt8]] = [:]
+    for offering in [false, true] {
+        let read: Result<[(key: UInt8, value: JSONParser.Member)]?, JSONParser.Error>
+        if offering {
+            guard case .success(let members?) = first else { return }
+            for m in members {
+                if case .raw(let r) = m.value, known[m.key] == nil { known[m.key] = Array(UnsafeRawBufferPointer(rebasing: input[r])) }
+            }
+            read = Result { () throws(JSONParser.Error) in
+                try JSONParser.parseObject(input, key: name, keepingRaw: { $0 % 2 == 0 }) { key, rest in
+                    guard let k = known[key], rest.starts(with: k) else { return nil }
+                    return k.count
+                }
+            }
+        } else {
+            read = first
+        }
+        switch (plain, read) {
+        case (.success(.object(let object)), .success(let members?)):
+            let expected = object.filter { $0.key.utf8.count == 1 }.map(\.value)
+            precondition(members.count == expected.count, "parseObject: another number of members")
+            for (m, e) in zip(members, expected) {
+                switch m.value {
+                case .value(let v): precondition(v == e, "parseObject: another value")
+                case .raw(let r): precondition((try? JSONParser.parse(UnsafeRawBufferPointer(rebasing: input[r]))) == e, "parseObject: another raw value")
+                }
+            }
+        case (.success(.object), .success(nil)):
+            preconditionFailure("parseObject: an object not read as one")
+        case (_, .success(nil)):
+            break  // not an object: `parse` says what it is
+        case (.failure(let a), .failure(let b)):
+            precondition(a == b, "parseObject: another error: \(a) vs \(b)")
+        default:
+            preconditionFailure("parseObject: \(plain) vs \(read)")
+        }
     }
 }

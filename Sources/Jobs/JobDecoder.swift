@@ -96,26 +96,66 @@ public struct JobDecoder: Sendable {
         case id, app, token, payload, alerts, expiry, priority, campaign, collapseID, pushType, channel, storagePolicy
         case user, timeZone, transactional
 
-        /// By length first, then at most two comparisons: a switch over all the names compared a key with
-        /// each name before its own (`_stringCompareWithSmolCheck` ~1.5 % of a binary `run`, `perf`).
+        /// The key as a message spells it.
+        var name: String {
+            switch self {
+            case .id: "id"
+            case .app: "app"
+            case .token: "token"
+            case .payload: "payload"
+            case .alerts: "alerts"
+            case .expiry: "expiry"
+            case .priority: "priority"
+            case .campaign: "campaign"
+            case .collapseID: "collapse_id"
+            case .pushType: "push_type"
+            case .channel: "channel"
+            case .storagePolicy: "storage_policy"
+            case .user: "user"
+            case .timeZone: "time_zone"
+            case .transactional: "transactional"
+            }
+        }
+
         init?(_ name: String) {
+            var name = name
+            guard let key = name.withUTF8({ Key(bytes: UnsafeRawBufferPointer($0)) }) else { return nil }
+            self = key
+        }
+
+        /// The key whose name is `bytes` (UTF-8), from the bytes: by length first, then at most two
+        /// comparisons (a switch over all the names compared a key with each name before its own), and
+        /// no String made for the key.
+        init?(bytes: UnsafeRawBufferPointer) {
+            func named(_ text: StaticString) -> Bool {
+                text.utf8CodeUnitCount == bytes.count && memcmp(text.utf8Start, bytes.baseAddress!, bytes.count) == 0
+            }
             let key: Key? =
-                switch name.utf8.count {
-                case 2: name == "id" ? .id : nil
-                case 3: name == "app" ? .app : nil
-                case 4: name == "user" ? .user : nil
-                case 5: name == "token" ? .token : nil
-                case 6: name == "alerts" ? .alerts : name == "expiry" ? .expiry : nil
-                case 7: name == "payload" ? .payload : name == "channel" ? .channel : nil
-                case 8: name == "campaign" ? .campaign : name == "priority" ? .priority : nil
-                case 9: name == "push_type" ? .pushType : name == "time_zone" ? .timeZone : nil
-                case 11: name == "collapse_id" ? .collapseID : nil
-                case 13: name == "transactional" ? .transactional : nil
-                case 14: name == "storage_policy" ? .storagePolicy : nil
+                switch bytes.count {
+                case 2: named("id") ? .id : nil
+                case 3: named("app") ? .app : nil
+                case 4: named("user") ? .user : nil
+                case 5: named("token") ? .token : nil
+                case 6: named("alerts") ? .alerts : named("expiry") ? .expiry : nil
+                case 7: named("payload") ? .payload : named("channel") ? .channel : nil
+                case 8: named("campaign") ? .campaign : named("priority") ? .priority : nil
+                case 9: named("push_type") ? .pushType : named("time_zone") ? .timeZone : nil
+                case 11: named("collapse_id") ? .collapseID : nil
+                case 13: named("transactional") ? .transactional : nil
+                case 14: named("storage_policy") ? .storagePolicy : nil
                 default: nil
                 }
             guard let key else { return nil }
             self = key
+        }
+
+        /// Whether `decode(_:now:templates:)` reads the value from its bytes: all but the two numbers
+        /// and the boolean.
+        var isRaw: Bool {
+            switch self {
+            case .expiry, .priority, .transactional: false
+            default: true
+            }
         }
 
         /// The byte limit of a string key read from its bytes, nil for the others.
@@ -151,9 +191,18 @@ public struct JobDecoder: Sendable {
     /// are one String each; the token is read from the message's bytes. The result, and every error, is
     /// the one `decode(_:now:)` gives for the same bytes.
     public func decode(_ bytes: UnsafeRawBufferPointer, now: UInt32, templates: JobTemplates) throws(JobError) -> Job {
-        let parsed: [(key: String, value: JSONParser.Member)]?
+        let parsed: [(key: UInt8, value: JSONParser.Member)]?
         do throws(JSONParser.Error) {
-            parsed = try JSONParser.parseObject(bytes, keepingRaw: Self.isRawKey)
+            // A payload or alerts seen before: compared, not checked again.
+            let known = { (key: UInt8, rest: UnsafeRawBufferPointer) -> Int? in
+                switch Key(rawValue: key) {
+                case .payload: templates.knownPayload(at: rest)
+                case .alerts: templates.knownAlerts(at: rest)
+                default: nil
+                }
+            }
+            parsed = try JSONParser.parseObject(
+                bytes, key: { Key(bytes: $0)?.rawValue }, keepingRaw: { Key(rawValue: $0)?.isRaw ?? true }, knownValue: known)
         } catch {
             throw JobError(.invalidJSON, error.description)
         }
@@ -163,9 +212,10 @@ public struct JobDecoder: Sendable {
         var f = Fields()
         var rawPayload: Range<Int>?
         var rawAlerts: Range<Int>?
-        for (name, member) in parsed {
-            // An unknown key: checked as JSON by the parser, ignored, never built.
-            guard let key = Key(name) else { continue }
+        // Unknown keys were checked as JSON by the parser, and left out.
+        for (code, member) in parsed {
+            guard let key = Key(rawValue: code) else { continue }
+            let name = key.name
             let value: JSONValue
             switch member {
             case .value(let v): value = v
@@ -296,18 +346,6 @@ public struct JobDecoder: Sendable {
             }
         }
         return n
-    }
-
-    /// Top-level keys `decode(_:now:templates:)` reads from their bytes: all but the two numbers and the
-    /// boolean (a switch: no hashing per key). Unknown keys are among them, so their values are never built.
-    static func isRawKey(_ key: String) -> Bool {
-        // By length first, as ``Key/init(_:)``: one comparison at most.
-        switch key.utf8.count {
-        case 6: key != "expiry"
-        case 8: key != "priority"
-        case 13: key != "transactional"
-        default: true
-        }
     }
 
     /// A value the parser already checked, built.
@@ -867,3 +905,11 @@ public struct JobDecoder: Sendable {
         }
     }
 }
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#elseif canImport(Musl)
+import Musl
+#endif

@@ -89,6 +89,27 @@ public final class JobTemplates {
         return nil
     }
 
+    /// The length of a remembered payload that `rest` begins with (nil: none). Its bytes were checked
+    /// by the parser as a job's member value when the template was made, so they are valid JSON there.
+    func knownPayload(at rest: UnsafeRawBufferPointer) -> Int? {
+        for t in recent where Self.begins(rest, with: t.payloadBytes) { return t.payloadBytes.count }
+        return nil
+    }
+
+    /// As ``knownPayload(at:)``, for the alerts.
+    func knownAlerts(at rest: UnsafeRawBufferPointer) -> Int? {
+        for t in recent {
+            if let alerts = t.alertsBytes, Self.begins(rest, with: alerts) { return alerts.count }
+        }
+        return nil
+    }
+
+    private static func begins(_ rest: UnsafeRawBufferPointer, with known: [UInt8]) -> Bool {
+        known.withUnsafeBytes { k in
+            k.count > 0 && k.count <= rest.count && memcmp(k.baseAddress!, rest.baseAddress!, k.count) == 0
+        }
+    }
+
     func remember(_ template: JobTemplate) {
         recent.insert(template, at: 0)
         if recent.count > Self.capacity { recent.removeLast() }

@@ -50,7 +50,9 @@ import Testing
                 let text = Array(#"{"k":""#.utf8) + body + Array(#""}"#.utf8)
                 let built = Result { () throws(JSONParser.Error) in try JSONParser.parse(text) }
                 let checked = text.withUnsafeBytes { raw in
-                    Result { () throws(JSONParser.Error) in try JSONParser.parseObject(raw, keepingRaw: { $0 == "k" }) }
+                    Result { () throws(JSONParser.Error) in
+                        try JSONParser.parseObject(raw, key: { $0.elementsEqual("k".utf8) ? 1 : nil }, keepingRaw: { $0 == 1 })
+                    }
                 }
                 switch (built, checked) {
                 case (.success(let value), .success(let members)):
@@ -71,6 +73,63 @@ import Testing
                     #expect((try? built.get()) == nil)
                     if case .failure(let e) = built { #expect(e.offset == 6 + position && e.message == "control character in string") }
                 }
+            }
+        }
+    }
+
+    /// `parseObject` reads what `parse` reads: the same members for the keys it names (escaped or not),
+    /// unknown keys checked and left out, the same error at the same offset — and again when `knownValue`
+    /// names values seen in an earlier message, taken without being read.
+    @Test(arguments: [
+        #"{"a":1,"b":{"x":[1,2,{"y":null}]},"c":"t","zz":[true,false]}"#,
+        #"{"\u0061":1,"b":[]}"#,
+        #"{"é":1,"b":{}}"#,
+        #"{"a":1,"zz":[1,]}"#,
+        #"{"a":1,"zz":"\q"}"#,
+        #"{"b":{"x":1}}"#,
+        #"{"b":{"x":1}}}"#,
+        #"{"b":{"x":1},"b":{"x":1}}"#,
+        #"{"b":{"x":1} ,"c":"t"}"#,
+        #"{"b":[1,2],"c":[1,2]]}"#,
+        #"{"c":5}"#,
+        #"{"c":55}"#,
+        #"{"a" 1}"#,
+        #"{}"#,
+        #"[1]"#,
+    ])
+    func parseObjectReadsWhatParseReads(text: String) throws {
+        // Seen before: these values of b and c, which `knownValue` then offers at every b and c.
+        let known = [#"{"x":1}"#, "[1,2]", "5", #"{"x":[1,2,{"y":null}]}"#].map { Array($0.utf8) }
+        let codes: [String: UInt8] = ["a": 1, "b": 2, "c": 3]
+        let bytes = Array(text.utf8)
+        let parsed = Result { () throws(JSONParser.Error) in try JSONParser.parse(bytes) }
+        for offering in [false, true] {
+            let members = bytes.withUnsafeBytes { raw in
+                Result { () throws(JSONParser.Error) in
+                    try JSONParser.parseObject(
+                        raw, key: { codes[String(decoding: $0, as: UTF8.self)] }, keepingRaw: { $0 != 1 },
+                        knownValue: { key, rest in
+                            guard offering, key != 1 else { return nil }
+                            return known.first { rest.starts(with: $0) }?.count
+                        })
+                }
+            }
+            switch (parsed, members) {
+            case (.success(.object(let object)), .success(let members?)):
+                let expected = object.compactMap { m in codes[m.key].map { ($0, m.value) } }
+                let got = try members.map { m -> (UInt8, JSONValue) in
+                    switch m.value {
+                    case .value(let v): return (m.key, v)
+                    case .raw(let r): return (m.key, try JSONParser.parse(Array(bytes[r])))
+                    }
+                }
+                #expect(got.map(\.0) == expected.map(\.0) && got.map(\.1) == expected.map(\.1), "\(text)")
+            case (.success, .success(nil)):
+                if case .success(.object) = parsed { Issue.record("\(text): an object not read as one") }
+            case (.failure(let a), .failure(let b)):
+                #expect(a == b, "\(text)")
+            default:
+                Issue.record("\(text) (offering \(offering)): \(parsed) vs \(members)")
             }
         }
     }

@@ -82,6 +82,37 @@ import Testing
         Self.expectSameDecoding(bytes, now: now)
     }
 
+    /// A payload or alerts the templates have seen is compared, not read again: bytes that only begin
+    /// like it, or continue past it, still give what the plain decoder gives, and a known value that is
+    /// not an object or an array (a number could be the start of a longer one) is always read.
+    @Test func valuesThatBeginLikeAKnownOne() {
+        let templates = JobTemplates()
+        let payload = Fixtures.basePayload
+        let token = Fixtures.tokenHex
+        // Seen first: the base job, alerts as an array, as a number, as a string.
+        for alerts in [#"{"fr":"Soldes"}"#, "[1,2]", "5", #""x""#] {
+            Self.expectSameDecoding(Fixtures.job(["alerts": alerts]), now: now, templates: templates)
+        }
+        for message in [
+            Fixtures.job(["payload": payload + "}"]),
+            Fixtures.job(["payload": payload + " ,"]),
+            Fixtures.job(["payload": String(payload.dropLast())]),
+            Fixtures.job(["payload": String(payload.dropLast()) + #","more":[1,{}]}"#]),
+            Fixtures.job(["alerts": #"{"fr":"Soldes"}}"#]),
+            Fixtures.job(["alerts": #"{"fr":"Soldes"}"#, "payload": payload + payload]),
+            Fixtures.job(["alerts": "[1,2]]"]),
+            Fixtures.job(["alerts": "[1,2] "]),
+            Fixtures.job(["alerts": "55"]),
+            Fixtures.job(["alerts": "5.5e"]),
+            Fixtures.job(["alerts": #""x"y"#]),
+            Fixtures.json(#"{"id":"a","app":"x","token":"\#(token)","payload":\#(payload)"#),
+            Fixtures.json(#"{"id":"a","app":"x","token":"\#(token)","payload":\#(payload),"payload":\#(payload)}"#),
+            Fixtures.json(#"{"id":"a","app":"x","token":"\#(token)","alerts":\#(payload),"payload":\#(payload)}"#),
+        ] {
+            Self.expectSameDecoding(message, now: now, templates: templates)
+        }
+    }
+
     /// Invalid UTF-8 inside a value that is only checked is found at the same offset.
     @Test func invalidUTF8InsideThePayload() {
         let head = Array(#"{"id":"a","app":"x","token":"\#(Fixtures.tokenHex)","payload":{"aps":{"alert":""#.utf8)

@@ -43,19 +43,31 @@ public struct JSONParser {
         case raw(Range<Int>)
     }
 
-    /// Parses a top-level object like `parse`, but the values of the keys `keepRaw` picks are not built:
-    /// they are checked exactly as `parse` checks them (the same errors at the same offsets, so the
-    /// message is refused in the same way), and returned as the bytes they occupy. Returns nil when the
-    /// top-level value is not an object (`parse` then says what it is). Why: a job's payload and alerts
-    /// are the same bytes for every job of a campaign; a caller can recognise them by their bytes and
-    /// skip building (and validating, and encoding) them again.
+    /// Parses a top-level object like `parse`, for a caller that knows the keys it reads: `key` names
+    /// each key by the caller's own code, from the key's text (its UTF-8, escapes resolved), or nil for
+    /// a key it does not read; the values of the keys `keepRaw` picks are not built. Those, and the values
+    /// of unknown keys, are checked exactly as `parse` checks them (the same errors at the same offsets,
+    /// so the message is refused in the same way); a kept one is returned as the bytes it occupies, an
+    /// unknown one is left out. Returns nil when the top-level value is not an object (`parse` then says
+    /// what it is). Why: a job's payload and alerts are the same bytes for every job of a campaign; a
+    /// caller can recognise them by their bytes and skip building (and validating, and encoding) them
+    /// again — and a key is matched from its bytes, with no String made for it.
+    ///
+    /// `knownValue` may name a kept value the caller has seen checked before: given the key and the input
+    /// from the value's first byte on, it returns the length of a value it knows to be valid JSON that
+    /// those bytes begin with (nil: none). Such a value is taken without being read again when it is an
+    /// object or an array: these end at their closing bracket, so bytes that begin with one parse as
+    /// exactly that one, and the result is the one reading it gives. Why: a campaign's payload and alerts
+    /// are a few hundred bytes of every job, and comparing them with the last job's is several times
+    /// cheaper than checking them again.
     public static func parseObject(
-        _ raw: UnsafeRawBufferPointer, keepingRaw keepRaw: (String) -> Bool
-    ) throws(Error) -> [(key: String, value: Member)]? {
+        _ raw: UnsafeRawBufferPointer, key: (UnsafeRawBufferPointer) -> UInt8?, keepingRaw keepRaw: (UInt8) -> Bool,
+        knownValue: (UInt8, UnsafeRawBufferPointer) -> Int? = { _, _ in nil }
+    ) throws(Error) -> [(key: UInt8, value: Member)]? {
         var parser = JSONParser(bytes: raw)
         parser.skipWhitespace()
         guard parser.index < raw.count, raw[parser.index] == UInt8(ascii: "{") else { return nil }
-        let members = try parser.parseTopObject(keepRaw)
+        let members = try parser.parseTopObject(key: key, keepRaw: keepRaw, knownValue: knownValue)
         parser.skipWhitespace()
         guard parser.index == raw.count else { throw parser.error("unexpected data after the value") }
         return members
@@ -64,10 +76,15 @@ public struct JSONParser {
     private let bytes: UnsafeRawBufferPointer
     private var index = 0
 
-    /// `parseObject(depth: 1)` with the values of some keys checked in place of being built.
-    private mutating func parseTopObject(_ keepRaw: (String) -> Bool) throws(Error) -> [(key: String, value: Member)] {
+    /// `parseObject(depth: 1)` with the keys named by the caller and the values of some checked in place
+    /// of being built.
+    private mutating func parseTopObject(
+        key name: (UnsafeRawBufferPointer) -> UInt8?, keepRaw: (UInt8) -> Bool, knownValue: (UInt8, UnsafeRawBufferPointer) -> Int?
+    ) throws(Error) -> [(key: UInt8, value: Member)] {
         index += 1
-        var members: [(key: String, value: Member)] = []
+        var members: [(key: UInt8, value: Member)] = []
+        // A job has up to a dozen keys: room for them at once, not four regrowths per message.
+        members.reserveCapacity(12)
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -76,17 +93,21 @@ public struct JSONParser {
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key string") }
-            let key = try parseString()
+            let key = try parseKey(name)
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            if keepRaw(key) {
-                let start = index
-                try skipValue(depth: 1)
-                members.append((key: key, value: .raw(start..<index)))
-            } else {
+            if let key, !keepRaw(key) {
                 members.append((key: key, value: .value(try parseValue(depth: 1))))
+            } else {
+                let start = index
+                if let key, let n = knownLength(knownValue(key, UnsafeRawBufferPointer(rebasing: bytes[start...]))) {
+                    index += n
+                } else {
+                    try skipValue(depth: 1)
+                }
+                if let key { members.append((key: key, value: .raw(start..<index))) }
             }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in object") }
@@ -98,6 +119,35 @@ public struct JSONParser {
             } else {
                 throw error("expected ',' or '}'")
             }
+        }
+    }
+
+    /// A key string, `index` at its opening quote, named by `name` from its bytes: read in place when it
+    /// holds no escape (nearly always), with the checks and errors of `parseString`.
+    private mutating func parseKey(_ name: (UnsafeRawBufferPointer) -> UInt8?) throws(Error) -> UInt8? {
+        let quote = index
+        index += 1
+        let start = index
+        let scan = try scanUnescaped()
+        guard scan.closed else {
+            // Escapes (rare): the building path, whose checks these are.
+            index = quote
+            var text = try parseString()
+            return text.withUTF8 { name(UnsafeRawBufferPointer($0)) }
+        }
+        let text = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+        if !scan.ascii && !Self.isValidUTF8(text) { throw error("invalid UTF-8 in string") }
+        index += 1
+        return name(text)
+    }
+
+    /// The length `knownValue` named, when it can be taken as it stands (see `parseObject`): an object or
+    /// an array, within the input, from its opening bracket to its closing one.
+    private func knownLength(_ n: Int?) -> Int? {
+        guard let n, n >= 2, index + n <= bytes.count else { return nil }
+        switch (bytes[index], bytes[index + n - 1]) {
+        case (UInt8(ascii: "{"), UInt8(ascii: "}")), (UInt8(ascii: "["), UInt8(ascii: "]")): return n
+        default: return nil
         }
     }
 
