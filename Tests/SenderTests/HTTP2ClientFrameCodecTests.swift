@@ -118,6 +118,28 @@ private func setting(_ id: UInt16, _ v: UInt32) -> [UInt8] { [UInt8(id >> 8), UI
         #expect(Set(blockLengths.dropFirst(2)).count == 1)
     }
 
+    /// A header block longer than the server's frame size (a 20 kB authorization: 16 384 is the
+    /// smallest SETTINGS_MAX_FRAME_SIZE) leaves as HEADERS and CONTINUATION frames, the last one with
+    /// END_HEADERS, then its DATA; the server's decoder reads the whole block.
+    @Test func aLongHeaderBlockIsSplitIntoContinuationFrames() throws {
+        var codec = try Self.codec(requests: 0)
+        let authorization = "bearer " + String(repeating: "x", count: 20_000)
+        let payload = Array(#"{"aps":{}}"#.utf8)
+        codec.writeRequest(streamID: 1, head: try Self.head(1), authority: "localhost", authorization: authorization, payload: payload)
+        let frames = Self.frames(codec.takeOutbound())
+        #expect(frames.map(\.header.type) == [Kind.headers, Kind.continuation, Kind.data])
+        #expect(frames[0].header.flags == 0 && frames[0].header.length == 16_384)
+        #expect(frames[1].header.flags == Flag.endHeaders && frames[1].header.streamID == 1)
+        #expect(frames[2].header.flags == Flag.endStream && Array(frames[2].payload.readableBytesView) == payload)
+        var block = frames[0].payload
+        var rest = frames[1].payload
+        block.writeBuffer(&rest)
+        var decoder = HPACKDecoder(allocator: Self.allocator, maxDynamicTableSize: 4096, maxHeaderListSize: 1 << 20)
+        let headers = try decoder.decodeHeaders(from: &block)
+        #expect(headers.first(name: "authorization") == authorization)
+        #expect(headers.first(name: "apns-id") == (try Self.head(1)).apnsID)
+    }
+
     @Test func theServersHeaderTableSizeBoundsTheEncoder() throws {
         var codec = try Self.codec(requests: 0)
         _ = Self.receive(&codec, frame(Kind.settings, setting(1, 0)))

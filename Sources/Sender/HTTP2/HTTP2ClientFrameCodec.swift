@@ -197,36 +197,49 @@ struct HTTP2RequestHeaderEncoder {
         pendingSizeUpdate = (min(pendingSizeUpdate?.smallest ?? size, size), size)
     }
 
-    mutating func beginBlock(into buffer: inout ByteBuffer) {
+    /// At most what ``beginBlock(into:)`` writes: two size updates.
+    static let beginBlockBound = 2 * HTTP2FrameWriter.integerBound
+
+    mutating func beginBlock(into out: inout HTTP2FrameWriter) {
         guard let update = pendingSizeUpdate else { return }
         pendingSizeUpdate = nil
-        if update.smallest < update.last { Self.writeInteger(update.smallest, prefix: 5, flags: 0x20, into: &buffer) }
-        Self.writeInteger(update.last, prefix: 5, flags: 0x20, into: &buffer)
+        if update.smallest < update.last { out.integer(update.smallest, prefix: 5, flags: 0x20) }
+        out.integer(update.last, prefix: 5, flags: 0x20)
+    }
+
+    /// At most what ``encode(_:_:into:)`` writes for `value`: a literal name and the value.
+    static func encodeBound(_ field: Field, _ value: String) -> Int {
+        HTTP2FrameWriter.integerBound + HTTP2FrameWriter.stringBound(field.name.utf8.count) + HTTP2FrameWriter.stringBound(value.utf8.count)
+    }
+
+    /// At most what an unindexed field writes: a literal name and `count` bytes of value.
+    static func unindexedBound(name: String, count: Int) -> Int {
+        1 + HTTP2FrameWriter.stringBound(name.utf8.count) + HTTP2FrameWriter.stringBound(count)
     }
 
     /// One shared field: an index when the server's table has this value, else a literal that the
     /// server adds to its table.
-    mutating func encode(_ field: Field, _ value: String, into buffer: inout ByteBuffer) {
+    mutating func encode(_ field: Field, _ value: String, into out: inout HTTP2FrameWriter) {
         let f = field.rawValue
         var newestLive: Int?
         if let oldest = entries[f].first {
             // Entries the table has evicted since are forgotten (rare: only when a new value is added).
             if oldest.insertion < evicted { entries[f].removeAll { $0.insertion < evicted } }
             for e in entries[f] where e.value == value {
-                Self.writeInteger(index(of: e.insertion), prefix: 7, flags: 0x80, into: &buffer)
+                out.integer(index(of: e.insertion), prefix: 7, flags: 0x80)
                 return
             }
             newestLive = entries[f].last?.insertion
         }
         if field.staticNameIndex > 0 {
-            Self.writeInteger(field.staticNameIndex, prefix: 6, flags: 0x40, into: &buffer)
+            out.integer(field.staticNameIndex, prefix: 6, flags: 0x40)
         } else if let newestLive {
-            Self.writeInteger(index(of: newestLive), prefix: 6, flags: 0x40, into: &buffer)
+            out.integer(index(of: newestLive), prefix: 6, flags: 0x40)
         } else {
-            buffer.writeInteger(UInt8(0x40))
-            Self.writeString(field.name, into: &buffer)
+            out.byte(0x40)
+            out.string(field.name)
         }
-        Self.writeString(value, into: &buffer)
+        out.string(value)
         if insert(size: field.name.utf8.count + value.utf8.count + 32) {
             if entries[f].count == Self.valuesPerField { entries[f].removeFirst() }
             entries[f].append((value, inserted - 1))
@@ -234,31 +247,28 @@ struct HTTP2RequestHeaderEncoder {
     }
 
     /// A literal without indexing, its name from the static table (`staticNameIndex` > 0) or a literal.
-    static func encodeUnindexed(name: String, staticNameIndex: Int, value: String, into buffer: inout ByteBuffer) {
-        writeUnindexedName(name, staticNameIndex: staticNameIndex, into: &buffer)
-        writeString(value, into: &buffer)
+    static func encodeUnindexed(name: String, staticNameIndex: Int, value: String, into out: inout HTTP2FrameWriter) {
+        writeUnindexedName(name, staticNameIndex: staticNameIndex, into: &out)
+        out.string(value)
     }
 
     /// The same with a value of `count` bytes that `write` puts straight into the block: for the
     /// per-request values (`:path`, `apns-id`), which then need no String of their own.
     static func encodeUnindexed(
-        name: String, staticNameIndex: Int, count: Int, into buffer: inout ByteBuffer,
+        name: String, staticNameIndex: Int, count: Int, into out: inout HTTP2FrameWriter,
         write: (UnsafeMutableRawBufferPointer) -> Void
     ) {
-        writeUnindexedName(name, staticNameIndex: staticNameIndex, into: &buffer)
-        writeInteger(count, prefix: 7, flags: 0x00, into: &buffer)
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { out in
-            write(UnsafeMutableRawBufferPointer(rebasing: out[..<count]))
-            return count
-        }
+        writeUnindexedName(name, staticNameIndex: staticNameIndex, into: &out)
+        out.integer(count, prefix: 7, flags: 0x00)
+        write(out.reserve(count))
     }
 
-    private static func writeUnindexedName(_ name: String, staticNameIndex: Int, into buffer: inout ByteBuffer) {
+    private static func writeUnindexedName(_ name: String, staticNameIndex: Int, into out: inout HTTP2FrameWriter) {
         if staticNameIndex > 0 {
-            writeInteger(staticNameIndex, prefix: 4, flags: 0x00, into: &buffer)
+            out.integer(staticNameIndex, prefix: 4, flags: 0x00)
         } else {
-            buffer.writeInteger(UInt8(0x00))
-            writeString(name, into: &buffer)
+            out.byte(0x00)
+            out.string(name)
         }
     }
 
@@ -284,28 +294,6 @@ struct HTTP2RequestHeaderEncoder {
             tableSize -= oldest
             evicted += 1
         }
-    }
-
-    /// RFC 7541 §5.1.
-    static func writeInteger(_ value: Int, prefix: Int, flags: UInt8, into buffer: inout ByteBuffer) {
-        let max = (1 << prefix) - 1
-        if value < max {
-            buffer.writeInteger(flags | UInt8(value))
-            return
-        }
-        buffer.writeInteger(flags | UInt8(max))
-        var rest = value - max
-        while rest >= 128 {
-            buffer.writeInteger(UInt8(truncatingIfNeeded: rest & 0x7F | 0x80))
-            rest >>= 7
-        }
-        buffer.writeInteger(UInt8(rest))
-    }
-
-    /// A string literal, not Huffman-coded (RFC 7541 §5.2).
-    static func writeString(_ string: String, into buffer: inout ByteBuffer) {
-        writeInteger(string.utf8.count, prefix: 7, flags: 0x00, into: &buffer)
-        buffer.writeString(string)
     }
 }
 
@@ -385,44 +373,63 @@ struct HTTP2ClientFrameCodec {
     /// A broadcast's header block after `:method` and `:scheme` (`APNsBroadcast`): its path and
     /// channel are per request (unindexed, as a device's path); the shared headers are indexed as for
     /// every request, so a connection mixing broadcasts and device pushes keeps both cheap.
-    private mutating func writeBroadcastHeaders(_ head: HTTP2Request, channel: String, authority: String, authorization: String?) {
+    private static func writeBroadcastHeaders(
+        _ head: HTTP2Request, channel: String, authority: String, authorization: String?, encoder: inout HTTP2RequestHeaderEncoder,
+        into out: inout HTTP2FrameWriter
+    ) {
         // `/4/broadcasts/apps/` + the bundle id (the head's topic), written in place.
-        let prefix = APNsBroadcast.pathPrefix.utf8
+        let prefix = APNsBroadcast.pathPrefix
         HTTP2RequestHeaderEncoder.encodeUnindexed(
-            name: APNsHeader.path, staticNameIndex: 4, count: prefix.count + head.topic.utf8.count, into: &outbound
-        ) { out in
-            var i = 0
-            for b in prefix {
-                out[i] = b
-                i += 1
-            }
-            for b in head.topic.utf8 {
-                out[i] = b
-                i += 1
-            }
+            name: APNsHeader.path, staticNameIndex: 4, count: prefix.utf8.count + head.topic.utf8.count, into: &out
+        ) { target in
+            var path = HTTP2FrameWriter(target)
+            path.bytes(prefix)
+            path.bytes(head.topic)
         }
-        encoder.encode(.authority, authority, into: &outbound)
-        if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
-        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.channelID, staticNameIndex: 0, value: channel, into: &outbound)
-        HTTP2RequestHeaderEncoder.encodeUnindexed(
-            name: APNsHeader.requestID, staticNameIndex: 0, count: APNsID.textCount, into: &outbound
-        ) { out in
-            head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
+        encoder.encode(.authority, authority, into: &out)
+        if let authorization { encoder.encode(.authorization, authorization, into: &out) }
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.channelID, staticNameIndex: 0, value: channel, into: &out)
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.requestID, staticNameIndex: 0, count: APNsID.textCount, into: &out) {
+            target in
+            head.id.withBytes { APNsID.write(uuidBytes: $0, into: target) }
         }
-        writeDeliveryHeaders(head)
+        writeDeliveryHeaders(head, encoder: &encoder, into: &out)
     }
 
     /// What every request ends with, to a device or a channel: `apns-expiration`, `apns-priority`,
     /// `apns-push-type` and the collapse id.
-    private mutating func writeDeliveryHeaders(_ head: HTTP2Request) {
-        encoder.encode(.expiration, head.expiration, into: &outbound)
-        encoder.encode(.priority, head.priority, into: &outbound)
+    private static func writeDeliveryHeaders(
+        _ head: HTTP2Request, encoder: inout HTTP2RequestHeaderEncoder, into out: inout HTTP2FrameWriter
+    ) {
+        encoder.encode(.expiration, head.expiration, into: &out)
+        encoder.encode(.priority, head.priority, into: &out)
         // From the enum, typed from the job on (its raw value is a small literal: nothing is parsed or
         // allocated per request, and after a connection's first use of a type it is a one-byte index).
-        encoder.encode(.pushType, head.pushType.rawValue, into: &outbound)
+        encoder.encode(.pushType, head.pushType.rawValue, into: &out)
         if let c = head.collapseID {
-            HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &outbound)
+            HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.collapseID, staticNameIndex: 0, value: c, into: &out)
         }
+    }
+
+    /// An upper bound of the frame header and header block `writeHeaders` writes for `head`.
+    private static func headersBound(_ head: HTTP2Request, authority: String, authorization: String?) -> Int {
+        typealias E = HTTP2RequestHeaderEncoder
+        var bound = HTTP2FrameHeader.size + E.beginBlockBound + 2
+        if let channel = head.channel {
+            bound += E.unindexedBound(name: APNsHeader.path, count: APNsBroadcast.pathPrefix.utf8.count + head.topic.utf8.count)
+            bound += E.unindexedBound(name: APNsHeader.channelID, count: channel.utf8.count)
+            bound += E.unindexedBound(name: APNsHeader.requestID, count: APNsID.textCount)
+        } else {
+            bound += E.unindexedBound(name: APNsHeader.path, count: HTTP2Request.devicePathCount(head.token))
+            bound += E.encodeBound(.topic, head.topic)
+            bound += E.unindexedBound(name: APNsHeader.id, count: APNsID.textCount)
+        }
+        bound += E.encodeBound(.authority, authority)
+        if let authorization { bound += E.encodeBound(.authorization, authorization) }
+        bound += E.encodeBound(.expiration, head.expiration) + E.encodeBound(.priority, head.priority)
+        bound += E.encodeBound(.pushType, head.pushType.rawValue)
+        if let c = head.collapseID { bound += E.unindexedBound(name: APNsHeader.collapseID, count: c.utf8.count) }
+        return bound
     }
 
     /// The client preface, our SETTINGS (no push; a 1 MiB stream window) and a wide connection window.
@@ -445,52 +452,79 @@ struct HTTP2ClientFrameCodec {
         highestStreamID = max(highestStreamID, streamID)
         openStreams.open(streamID)
         let start = outbound.writerIndex
-        outbound.writeRepeatingByte(0, count: HTTP2FrameHeader.size)  // the header, filled in below
-        encoder.beginBlock(into: &outbound)
-        outbound.writeInteger(UInt8(0x83))  // :method POST (static 3)
-        outbound.writeInteger(UInt8(0x87))  // :scheme https (static 7)
-        if let channel = head.channel {
-            writeBroadcastHeaders(head, channel: channel, authority: authority, authorization: authorization)
-        } else {
-            HTTP2RequestHeaderEncoder.encodeUnindexed(
-                name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount(head.token), into: &outbound
-            ) {
-                HTTP2Request.writeDevicePath(head.token, into: $0)
-            }
-            encoder.encode(.authority, authority, into: &outbound)
-            // The token is indexed: the same ~200 bytes on every request of the connection, sent once
-            // and then as a table index (as nghttp2 does). HPACK only ever matches a whole field, so an
-            // index reveals nothing short of guessing the entire signed token.
-            if let authorization { encoder.encode(.authorization, authorization, into: &outbound) }
-            encoder.encode(.topic, head.topic, into: &outbound)
-            HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &outbound) {
-                out in
-                head.id.withBytes { APNsID.write(uuidBytes: $0, into: out) }
-            }
-            writeDeliveryHeaders(head)
-        }
-        let blockLength = outbound.writerIndex - start - HTTP2FrameHeader.size
-        if blockLength <= peerMaxFrameSize {
-            HTTP2FrameHeader(
-                length: blockLength, type: HTTP2FrameHeader.Kind.headers, flags: HTTP2FrameHeader.Flag.endHeaders, streamID: streamID
-            )
-            .set(in: &outbound, at: start)
-        } else {
-            splitHeaderBlock(at: start, streamID: streamID)
-        }
+        let bound = Self.headersBound(head, authority: authority, authorization: authorization)
+        let peerMaxFrameSize = peerMaxFrameSize
+        let blockLength =
+            outbound.writeWithUnsafeMutableBytes(minimumWritableBytes: bound) { region in
+                var out = HTTP2FrameWriter(UnsafeMutableRawBufferPointer(rebasing: region[..<bound]))
+                let header = out.skipFrameHeader()  // filled in below, or by `splitHeaderBlock`
+                Self.writeHeaderBlock(head, authority: authority, authorization: authorization, encoder: &encoder, into: &out)
+                let length = out.count - HTTP2FrameHeader.size
+                if length <= peerMaxFrameSize {
+                    out.frameHeader(
+                        HTTP2FrameHeader(
+                            length: length, type: HTTP2FrameHeader.Kind.headers, flags: HTTP2FrameHeader.Flag.endHeaders, streamID: streamID
+                        ),
+                        at: header)
+                }
+                return out.count
+            } - HTTP2FrameHeader.size
+        if blockLength > peerMaxFrameSize { splitHeaderBlock(at: start, streamID: streamID) }
 
         if waitingData.isEmpty, payload.count <= connectionSendWindow, payload.count <= initialStreamSendWindow,
             payload.count <= peerMaxFrameSize
         {
-            HTTP2FrameHeader(
-                length: payload.count, type: HTTP2FrameHeader.Kind.data, flags: HTTP2FrameHeader.Flag.endStream, streamID: streamID
-            )
-            .write(into: &outbound)
-            outbound.writeBytes(payload)
+            writeDataFrame(streamID: streamID, payload: payload[...], endStream: true)
             connectionSendWindow -= payload.count
         } else {
             waitingData.append(WaitingData(streamID: streamID, payload: payload, sent: 0, window: initialStreamSendWindow))
             writeWaitingData()
+        }
+    }
+
+    /// A request's header block after its frame header: `:method` and `:scheme`, then a device's or a
+    /// broadcast's fields.
+    private static func writeHeaderBlock(
+        _ head: HTTP2Request, authority: String, authorization: String?, encoder: inout HTTP2RequestHeaderEncoder,
+        into out: inout HTTP2FrameWriter
+    ) {
+        encoder.beginBlock(into: &out)
+        out.byte(0x83)  // :method POST (static 3)
+        out.byte(0x87)  // :scheme https (static 7)
+        if let channel = head.channel {
+            return writeBroadcastHeaders(
+                head, channel: channel, authority: authority, authorization: authorization, encoder: &encoder, into: &out)
+        }
+        HTTP2RequestHeaderEncoder.encodeUnindexed(
+            name: APNsHeader.path, staticNameIndex: 4, count: HTTP2Request.devicePathCount(head.token), into: &out
+        ) {
+            HTTP2Request.writeDevicePath(head.token, into: $0)
+        }
+        encoder.encode(.authority, authority, into: &out)
+        // The token is indexed: the same ~200 bytes on every request of the connection, sent once
+        // and then as a table index (as nghttp2 does). HPACK only ever matches a whole field, so an
+        // index reveals nothing short of guessing the entire signed token.
+        if let authorization { encoder.encode(.authorization, authorization, into: &out) }
+        encoder.encode(.topic, head.topic, into: &out)
+        HTTP2RequestHeaderEncoder.encodeUnindexed(name: APNsHeader.id, staticNameIndex: 0, count: APNsID.textCount, into: &out) {
+            target in
+            head.id.withBytes { APNsID.write(uuidBytes: $0, into: target) }
+        }
+        writeDeliveryHeaders(head, encoder: &encoder, into: &out)
+    }
+
+    /// One DATA frame: its header and its bytes in one write.
+    private mutating func writeDataFrame(streamID: UInt32, payload: ArraySlice<UInt8>, endStream: Bool) {
+        let total = HTTP2FrameHeader.size + payload.count
+        outbound.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { region in
+            var out = HTTP2FrameWriter(UnsafeMutableRawBufferPointer(rebasing: region[..<total]))
+            out.frameHeader(
+                HTTP2FrameHeader(
+                    length: payload.count, type: HTTP2FrameHeader.Kind.data, flags: endStream ? HTTP2FrameHeader.Flag.endStream : 0,
+                    streamID: streamID),
+                at: out.skipFrameHeader())
+            payload.withUnsafeBytes { out.bytes($0) }
+            return out.count
         }
     }
 
@@ -518,11 +552,7 @@ struct HTTP2ClientFrameCodec {
             let n = max(0, min(remaining, connectionSendWindow, w.window, peerMaxFrameSize))
             if n == 0 && remaining > 0 { return }
             let last = n == remaining
-            HTTP2FrameHeader(
-                length: n, type: HTTP2FrameHeader.Kind.data, flags: last ? HTTP2FrameHeader.Flag.endStream : 0, streamID: w.streamID
-            )
-            .write(into: &outbound)
-            outbound.writeBytes(w.payload[w.sent..<(w.sent + n)])
+            writeDataFrame(streamID: w.streamID, payload: w.payload[w.sent..<(w.sent + n)], endStream: last)
             connectionSendWindow -= n
             if last {
                 waitingData.removeFirst()
