@@ -356,7 +356,8 @@ final class HTTP2Connection: @unchecked Sendable {  // mutable state is confined
                     notification: s.request.job.notification, delivery: s.delivery, code: s.code,
                     attempts: s.request.attempts, connection: index, ambiguousResends: s.request.ambiguousResends,
                     uniqueID: s.uniqueID))
-            if let uniqueID = s.uniqueID {
+            // The metadata is built only when it is logged: every sandbox answer carries an id.
+            if let uniqueID = s.uniqueID, logger.logLevel <= .debug {
                 // Sandbox only: where to look the push up in Apple's Push Notifications Console.
                 var metadata: Logger.Metadata = [
                     "job_id": "\(s.request.job.notification.jobID)", "apns_unique_id": "\(uniqueID)", "answer": "\(s.code ?? "200")",
