@@ -36,9 +36,13 @@ final class DedupSetNames: Sendable {
             }
             self.bytes = bytes
             self.ends = ends
+            self.nameBytes = names.map(\.utf8.count).max() ?? 0
         }
 
         var count: Int { ends.count }
+
+        /// The longest name's bytes (they differ by a digit or two): room to reserve per name.
+        let nameBytes: Int
 
         /// Where name `sub` is in `bytes`.
         private func range(_ sub: Int) -> Range<Int> { (sub == 0 ? 0 : ends[sub - 1])..<ends[sub] }

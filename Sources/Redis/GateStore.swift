@@ -144,29 +144,10 @@ struct GateStore: StoreRole {
     /// hashing the app's name per job (as in the settle). The request's fields are read in place, not
     /// copied out (three retains and releases per job).
     private func gateGroups(_ requests: [GateRequest], indices: [Int], voids: [Int: String], probes: [Int64]) -> [GateGroup] {
-        // Read once per call from the shared runner, not through the role's accessor per job.
-        let keys = runner.keys
         let subs = configuration.dedupSubBucketsPerTag
-        var groups: [GateGroup] = []
-        var groupIDs: [TagID] = []
-        for index in indices {
-            let bucket = keys.tokenBucket(hash: requests[index].tokenHash)
-            let g: Int
-            if let known = groupIDs.firstIndex(where: { $0.bucket == bucket && $0.app == requests[index].app }) {
-                g = known
-            } else {
-                let app = requests[index].app
-                let tag = keys.tokenTag(app: app, bucket: bucket)
-                groups.append(
-                    GateGroup(
-                        tag: tag,
-                        keys: RedisArguments([
-                            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
-                        ]),
-                        dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
-                groupIDs.append(TagID(app: app, bucket: bucket))
-                g = groups.count - 1
-            }
+        var (groups, groupOf) = groupsByTag(requests, indices: indices, probes: probes)
+        for (n, index) in indices.enumerated() {
+            let g = groupOf[n]
             let fingerprint = requests[index].fingerprint
             let sub = fingerprint.subBucket(of: subs)
             let tables = groups[g].dedupSets
@@ -189,6 +170,49 @@ struct GateStore: StoreRole {
             groups[g].jobArguments.append(fingerprint.member)
         }
         return groups
+    }
+
+    /// The batch's groups, one per tag, and each job's group (by its place in `indices`), each group's
+    /// arguments reserved for its jobs: grown job by job, they were copied a dozen times per call.
+    private func groupsByTag(_ requests: [GateRequest], indices: [Int], probes: [Int64]) -> ([GateGroup], [Int]) {
+        // Read once per call from the shared runner, not through the role's accessor per job.
+        let keys = runner.keys
+        var groups: [GateGroup] = []
+        var groupIDs: [TagID] = []
+        var groupOf: [Int] = []
+        groupOf.reserveCapacity(indices.count)
+        var sizes: [(jobs: Int, bytes: Int)] = []
+        for index in indices {
+            let bucket = keys.tokenBucket(hash: requests[index].tokenHash)
+            let g: Int
+            if let known = groupIDs.firstIndex(where: { $0.bucket == bucket && $0.app == requests[index].app }) {
+                g = known
+            } else {
+                let app = requests[index].app
+                let tag = keys.tokenTag(app: app, bucket: bucket)
+                groups.append(
+                    GateGroup(
+                        tag: tag,
+                        keys: RedisArguments([
+                            keys.suppressed(tag: tag), keys.registered(tag: tag), keys.language(tag: tag), keys.inFlight(tag: tag),
+                        ]),
+                        dedupSets: probes.map { dedupSetNames.table(tag: tag, bucket: $0) }))
+                groupIDs.append(TagID(app: app, bucket: bucket))
+                sizes.append((0, 0))
+                g = groups.count - 1
+            }
+            groupOf.append(g)
+            // The token's hex and the fingerprint's decimal digits.
+            sizes[g].jobs += 1
+            sizes[g].bytes += requests[index].tokenHex.utf8.count + 20
+        }
+        for g in groups.indices {
+            let nameBytes = groups[g].dedupSets.reduce(0) { $0 + $1.nameBytes }
+            groups[g].jobs.reserveCapacity(sizes[g].jobs)
+            groups[g].keys.reserveCapacity(adding: sizes[g].jobs * groups[g].dedupSets.count, bytes: sizes[g].jobs * nameBytes)
+            groups[g].jobArguments.reserveCapacity(adding: 2 * sizes[g].jobs, bytes: sizes[g].bytes)
+        }
+        return (groups, groupOf)
     }
 
     /// The gate script's replies read: each group's `{ codes (a digit per job), (job-index value)… }`.

@@ -222,6 +222,9 @@ struct SettlePlan {
     private let subBuckets: Int
     private let dedupSetNames: DedupSetNames
     private let dedupExpiries: DedupExpiries
+    /// The adds a tag is expected to get (the batch spread over the tags, with room to spare): its
+    /// arguments are reserved once, not grown job by job.
+    private let addsPerTag: Int
 
     private struct CampaignJob: Hashable {
         var campaign: Int
@@ -242,6 +245,7 @@ struct SettlePlan {
         dedupSetNames = store.dedupSetNames
         dedupExpiries = store.dedupExpiries
         seenInBatch = Set(minimumCapacity: batch.outcomes.count)
+        addsPerTag = batch.outcomes.count * 5 / (4 * max(1, keys.tokenBuckets)) + 4
     }
 
     /// Adds `field` to the totals, the minute's bucket and the campaign's hash.
@@ -260,8 +264,8 @@ struct SettlePlan {
         let tag = keys.tokenTag(app: app, bucket: bucket)
         parts.append(
             TagWrites(
-                keys: keys, tag: tag, marker: batchID, expireAt: dedupExpiry, dedupSets: dedupSetNames.table(tag: tag, bucket: dedupBucket))
-        )
+                keys: keys, tag: tag, marker: batchID, expireAt: dedupExpiry, dedupSets: dedupSetNames.table(tag: tag, bucket: dedupBucket),
+                expectedAdds: addsPerTag))
         partIDs.append(TagID(app: app, bucket: bucket))
         return parts.count - 1
     }

@@ -82,12 +82,19 @@ struct TagWrites {
     private var registrations = 0
     private var registerArguments = RedisArguments()
 
-    init(keys: RedisKeys, tag: String, marker: String?, expireAt: Int64 = 0, dedupSets: DedupSetNames.Table? = nil) {
+    /// `expectedAdds`: room reserved for that many ``add(subBucket:member:expiring:)``s.
+    init(
+        keys: RedisKeys, tag: String, marker: String?, expireAt: Int64 = 0, dedupSets: DedupSetNames.Table? = nil, expectedAdds: Int = 0
+    ) {
         self.keys = keys
         self.tag = tag
         self.marker = marker
         self.expireAt = expireAt
         self.dedupSets = dedupSets
+        if let dedupSets, expectedAdds > 0 {
+            addKeys.reserveCapacity(adding: expectedAdds, bytes: expectedAdds * dedupSets.nameBytes)
+            addArguments.reserveCapacity(adding: expectedAdds, bytes: expectedAdds * 20)
+        }
     }
 
     /// Adds a dedup record (its job's lease is released with it); returns its position (1-based) among
