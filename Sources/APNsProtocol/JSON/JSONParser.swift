@@ -125,20 +125,9 @@ public struct JSONParser {
     /// A key string, `index` at its opening quote, named by `name` from its bytes: read in place when it
     /// holds no escape (nearly always), with the checks and errors of `parseString`.
     private mutating func parseKey(_ name: (UnsafeRawBufferPointer) -> UInt8?) throws(Error) -> UInt8? {
-        let quote = index
-        index += 1
-        let start = index
-        let scan = try scanUnescaped()
-        guard scan.closed else {
-            // Escapes (rare): the building path, whose checks these are.
-            index = quote
-            var text = try parseString()
-            return text.withUTF8 { name(UnsafeRawBufferPointer($0)) }
-        }
-        let text = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
-        if !scan.ascii && !Self.isValidUTF8(text) { throw error("invalid UTF-8 in string") }
-        index += 1
-        return name(text)
+        if let text = try scanPlainString() { return name(text) }
+        var text = try parseString()
+        return text.withUTF8 { name(UnsafeRawBufferPointer($0)) }
     }
 
     /// The length `knownValue` named, when it can be taken as it stands (see `parseObject`): an object or
@@ -217,20 +206,25 @@ public struct JSONParser {
     /// `parseString` without building the string: an all-ASCII string without escapes (nearly all) is
     /// only scanned; one with other bytes is checked as UTF-8 in place, without a copy.
     private mutating func skipString() throws(Error) {
+        if try scanPlainString() == nil { _ = try parseString() }
+    }
+
+    /// A string without escapes, `index` at its opening quote: its checked bytes, `index` past its
+    /// closing quote. Nil when it has an escape (rare), `index` back at the quote for the building path,
+    /// `parseString`, whose checks these are.
+    private mutating func scanPlainString() throws(Error) -> UnsafeRawBufferPointer? {
         let quote = index
         index += 1
         let start = index
         let scan = try scanUnescaped()
         guard scan.closed else {
-            // Escapes (rare): the building path, whose checks these are.
             index = quote
-            _ = try parseString()
-            return
+            return nil
         }
-        if !scan.ascii && !Self.isValidUTF8(UnsafeRawBufferPointer(rebasing: bytes[start..<index])) {
-            throw error("invalid UTF-8 in string")
-        }
+        let text = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+        if !scan.ascii && !Self.isValidUTF8(text) { throw error("invalid UTF-8 in string") }
         index += 1
+        return text
     }
 
     /// Scans a string's characters from `index` up to its closing quote (`closed`, `index` at the quote)
