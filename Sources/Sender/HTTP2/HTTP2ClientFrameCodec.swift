@@ -92,15 +92,6 @@ struct HTTP2FrameHeader: Equatable {
         buffer.writeInteger(flags)
         buffer.writeInteger(streamID)
     }
-
-    /// Fills in a header whose 9 bytes were reserved at `index` before the payload was written.
-    func set(in buffer: inout ByteBuffer, at index: Int) {
-        buffer.setInteger(UInt16(truncatingIfNeeded: length >> 8), at: index)
-        buffer.setInteger(UInt8(truncatingIfNeeded: length), at: index + 2)
-        buffer.setInteger(type, at: index + 3)
-        buffer.setInteger(flags, at: index + 4)
-        buffer.setInteger(streamID, at: index + 5)
-    }
 }
 
 /// Cuts a byte stream into frames, however the reads split it. Holds at most one partial frame
@@ -411,7 +402,8 @@ struct HTTP2ClientFrameCodec {
         }
     }
 
-    /// An upper bound of the frame header and header block `writeHeaders` writes for `head`.
+    /// An upper bound of the HEADERS frame `writeRequest` writes for `head`: its frame header, the block's
+    /// size updates, `:method` and `:scheme`, and `writeHeaderBlock`'s fields.
     private static func headersBound(_ head: HTTP2Request, authority: String, authorization: String?) -> Int {
         typealias E = HTTP2RequestHeaderEncoder
         var bound = HTTP2FrameHeader.size + E.beginBlockBound + 2
